@@ -1,0 +1,3 @@
+from slurmscale.cli import main
+
+main()

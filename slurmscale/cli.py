@@ -1,0 +1,297 @@
+"""The `slurmscale` command. Read commands print a table, or stable JSON with --json."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurmscale import __version__
+from slurmscale.config import Config, ConfigError, load_config
+from slurmscale.model import RequestKind
+
+log = logging.getLogger("slurmscale")
+
+
+def _load(ctx: click.Context) -> Config:
+    try:
+        return load_config(ctx.obj.get("config"))
+    except ConfigError as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        ctx.exit(2)
+        raise  # unreachable; for type checkers
+
+
+def _setup_daemon_logging(cfg: Config, verbose: bool) -> None:
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if cfg.log_file:
+        Path(cfg.log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(cfg.log_file))
+    for h in handlers:
+        h.setFormatter(fmt)
+        root.addHandler(h)
+    for noisy in ("apscheduler", "botocore", "boto3", "urllib3", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    out = ["  ".join(c.upper().ljust(widths[c]) for c in cols)]
+    for r in rows:
+        out.append("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols).rstrip())
+    return "\n".join(out)
+
+
+def _iso(dt: datetime | None) -> str | None:
+    if dt is None:
+        return None
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).isoformat(timespec="seconds")
+
+
+@click.group()
+@click.version_option(__version__, prog_name="slurmscale")
+@click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
+              help="Config file (default $SLURMSCALE_CONFIG or /etc/slurmscale/slurmscale.yaml).")
+@click.pass_context
+def cli(ctx: click.Context, config: str | None) -> None:
+    """Gang-aware elastic GPU capacity for Slurm on EC2."""
+    ctx.ensure_object(dict)
+    ctx.obj["config"] = config
+
+
+@cli.command()
+@click.option("-v", "--verbose", is_flag=True)
+@click.pass_context
+def daemon(ctx: click.Context, verbose: bool) -> None:
+    """Run the reconcile loop and the local API (foreground)."""
+    cfg = _load(ctx)
+    _setup_daemon_logging(cfg, verbose)
+    from slurmscale.daemon.service import Daemon
+
+    Daemon(cfg).run()
+
+
+def _hook(ctx: click.Context, kind: RequestKind, hostlist: tuple[str, ...]) -> None:
+    from slurmscale.hooks import run_hook
+
+    ctx.exit(run_hook(kind, list(hostlist), ctx.obj.get("config")))
+
+
+@cli.command()
+@click.argument("hostlist", nargs=-1)
+@click.pass_context
+def resume(ctx: click.Context, hostlist: tuple[str, ...]) -> None:
+    """ResumeProgram: record a request to power up HOSTLIST (reads SLURM_RESUME_FILE)."""
+    _hook(ctx, RequestKind.RESUME, hostlist)
+
+
+@cli.command()
+@click.argument("hostlist", nargs=-1)
+@click.pass_context
+def suspend(ctx: click.Context, hostlist: tuple[str, ...]) -> None:
+    """SuspendProgram: record a request to power down HOSTLIST."""
+    _hook(ctx, RequestKind.SUSPEND, hostlist)
+
+
+@cli.command("resume-fail")
+@click.argument("hostlist", nargs=-1)
+@click.pass_context
+def resume_fail(ctx: click.Context, hostlist: tuple[str, ...]) -> None:
+    """ResumeFailProgram: record that Slurm gave up on HOSTLIST."""
+    _hook(ctx, RequestKind.RESUME_FAIL, hostlist)
+
+
+@cli.command("slurm-conf")
+@click.option("--gres", is_flag=True, help="Print gres.conf lines instead of slurm.conf.")
+@click.pass_context
+def slurm_conf(ctx: click.Context, gres: bool) -> None:
+    """Print the slurm.conf (or gres.conf) lines that match this config."""
+    from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
+
+    cfg = _load(ctx)
+    click.echo(render_gres_conf(cfg) if gres else render_slurm_conf(cfg), nl=False)
+
+
+@cli.group()
+def db() -> None:
+    """Database maintenance."""
+
+
+@db.command("upgrade")
+@click.pass_context
+def db_upgrade(ctx: click.Context) -> None:
+    """Create or migrate the store's schema to the latest version."""
+    from slurmscale.store.repo import Store
+
+    cfg = _load(ctx.find_root())
+    Store(cfg.store_url).upgrade()
+    click.echo("schema is at the latest version")
+
+
+def _store(cfg: Config):  # type: ignore[no-untyped-def]
+    from slurmscale.store.repo import Store
+
+    s = Store(cfg.store_url)
+    s.upgrade()
+    return s
+
+
+def _node_rows(cfg: Config) -> tuple[list[dict[str, Any]], str | None]:
+    from slurmscale.slurm.cli_backend import SlurmCLI
+    from slurmscale.slurm.protocol import SlurmError
+
+    store = _store(cfg)
+    inst = {i.node: i for i in store.active_instances()}
+    slurm_err = None
+    try:
+        snodes = {n.name: n for n in SlurmCLI(cfg.slurm).nodes()}
+    except SlurmError as e:
+        snodes, slurm_err = {}, str(e)
+    rows = []
+    for p in cfg.pools:
+        for name in p.node_names():
+            sn = snodes.get(name)
+            i = inst.get(name)
+            rows.append({
+                "node": name, "pool": p.name,
+                "slurm_state": sn.state if sn else None,
+                "addr": sn.addr if sn else None,
+                "reason": (sn.reason or None) if sn else None,
+                "instance_id": i.instance_id if i else None,
+                "instance_type": i.instance_type if i else None,
+                "lifecycle": i.lifecycle if i else None,
+                "launched_at": _iso(i.launched_at) if i else None,
+            })
+    return rows, slurm_err
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--all", "show_all", is_flag=True, help="Include nodes with no instance.")
+@click.pass_context
+def nodes(ctx: click.Context, as_json: bool, show_all: bool) -> None:
+    """Every node of every pool: Slurm state, address, instance.
+
+    JSON: {"nodes": [{node, pool, slurm_state, addr, reason, instance_id, instance_type,
+    lifecycle, launched_at}], "slurm_error": str|null}
+    """
+    cfg = _load(ctx)
+    rows, err = _node_rows(cfg)
+    if as_json:
+        click.echo(json.dumps({"nodes": rows, "slurm_error": err}, indent=2))
+        return
+    shown = rows if show_all else [r for r in rows if r["instance_id"] or (
+        r["slurm_state"] and "POWERED_DOWN" not in r["slurm_state"])]
+    click.echo(_table(shown, ["node", "pool", "slurm_state", "instance_id", "addr", "reason"]))
+    if err:
+        click.echo(f"warning: Slurm not readable: {err}", err=True)
+
+
+def _event_dict(e: Any) -> dict[str, Any]:
+    return {"id": e.id, "at": _iso(e.at), "kind": e.kind, "node": e.node,
+            "request_id": e.request_id, "gang_id": e.gang_id, "message": e.message}
+
+
+def _parse_since(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[-1:] in units and text[:-1].isdigit():
+        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither a duration (30m, 24h, 7d) nor an "
+                                 "ISO date", param_hint="--since") from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+@cli.command()
+@click.option("--since", default=None, help="Duration (30m, 24h, 7d) or ISO date.")
+@click.option("--limit", default=200, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def events(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> None:
+    """The audit log: every decision and failure, with its reason.
+
+    JSON: {"events": [{id, at, kind, node, request_id, gang_id, message}]}
+    """
+    since_dt = _parse_since(since)
+    cfg = _load(ctx)
+    rows = [_event_dict(e) for e in _store(cfg).events(since_dt, limit)]
+    if as_json:
+        click.echo(json.dumps({"events": rows}, indent=2))
+        return
+    click.echo(_table(rows, ["at", "kind", "node", "message"]))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Pools, nodes by state, instances, pending requests, recent events, daemon health.
+
+    JSON: {"cluster", "daemon": {reachable, last_tick}, "pools": [{name, partition,
+    capacity_type, max_nodes, instances, slurm_states: {STATE: n}}], "pending_requests":
+    [{id, kind, hostlist, received_at}], "recent_events": [...], "slurm_error"}
+    """
+    from slurmscale.api_client import ApiError, call
+
+    cfg = _load(ctx)
+    rows, err = _node_rows(cfg)
+    store = _store(cfg)
+    try:
+        code, health = call(cfg.socket_path, "GET", "/v1/health", timeout=2)
+        daemon_info = {"reachable": code == 200, "last_tick": (health or {}).get("last_tick")}
+    except ApiError:
+        daemon_info = {"reachable": False, "last_tick": None}
+    pools = []
+    for p in cfg.pools:
+        mine = [r for r in rows if r["pool"] == p.name]
+        states = Counter((r["slurm_state"] or "UNKNOWN") for r in mine)
+        pools.append({"name": p.name, "partition": p.partition,
+                      "capacity_type": p.capacity_type.value, "max_nodes": p.max_nodes,
+                      "instances": sum(1 for r in mine if r["instance_id"]),
+                      "slurm_states": dict(sorted(states.items()))})
+    pending = [{"id": r.id, "kind": r.kind, "hostlist": r.hostlist,
+                "received_at": _iso(r.received_at)} for r in store.pending_requests()]
+    recent = [_event_dict(e) for e in store.events(limit=10)]
+    data = {"cluster": cfg.cluster_name, "daemon": daemon_info, "pools": pools,
+            "pending_requests": pending, "recent_events": recent, "slurm_error": err}
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    up = "up" if daemon_info["reachable"] else "NOT REACHABLE"
+    click.echo(f"cluster {cfg.cluster_name}   daemon {up}")
+    click.echo()
+    click.echo(_table([{**p, "slurm_states": " ".join(f"{k}={v}" for k, v in
+                                                       p["slurm_states"].items())}
+                       for p in pools],
+                      ["name", "partition", "capacity_type", "max_nodes", "instances",
+                       "slurm_states"]))
+    click.echo(f"\npending requests: {len(pending)}")
+    for r in pending:
+        click.echo(f"  {r['received_at']}  {r['kind']:<11} {r['hostlist']}")
+    click.echo("\nrecent events:")
+    click.echo(_table(recent, ["at", "kind", "message"]))
+    if err:
+        click.echo(f"\nwarning: Slurm not readable: {err}", err=True)
+
+
+def main() -> None:
+    cli(obj={})
+
+
+if __name__ == "__main__":
+    main()

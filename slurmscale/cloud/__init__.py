@@ -1,0 +1,1 @@
+"""The cloud boundary: one protocol, the EC2 backend."""

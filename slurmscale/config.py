@@ -1,0 +1,242 @@
+"""slurmscale's configuration: one YAML file, validated by pydantic.
+
+The hooks load this on every call, so it must stay cheap to import: pydantic and yaml only.
+Every validation error names the key path and the value that was refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+DEFAULT_CONFIG_PATH = Path("/etc/slurmscale/slurmscale.yaml")
+CONFIG_ENV = "SLURMSCALE_CONFIG"
+
+_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
+
+
+class ConfigError(Exception):
+    """The configuration file is missing, unreadable or invalid; the message says where."""
+
+
+class CapacityType(StrEnum):
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+class AddressSource(StrEnum):
+    """Where the NodeAddr written back to Slurm comes from.
+
+    `loopback` exists for the local cluster and tests: moto's fake private IPs must never
+    receive traffic, so every node address there is 127.0.0.1.
+    """
+
+    PRIVATE_IP = "private-ip"
+    PRIVATE_DNS = "private-dns"
+    LOOPBACK = "loopback"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LaunchTemplate(_Strict):
+    """A launch template pinned to one version: the AMI and GPU driver live on the host,
+    so a pool's fleet must be uniform and `$Latest`/`$Default` would let it drift."""
+
+    name: str | None = None
+    id: str | None = None
+    version: str
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _pinned(cls, v: Any) -> str:
+        s = str(v).strip()
+        if not s.isdigit() or int(s) < 1:
+            raise ValueError(
+                f"launch template version must be a pinned version number, got {v!r} "
+                "($Latest/$Default would let a pool's fleet drift between AMIs)"
+            )
+        return s
+
+    @model_validator(mode="after")
+    def _one_ref(self) -> LaunchTemplate:
+        if (self.name is None) == (self.id is None):
+            raise ValueError("give exactly one of launch_template.name or launch_template.id")
+        return self
+
+
+class Pool(_Strict):
+    """One Slurm partition of identical CLOUD nodes of one capacity type."""
+
+    name: Annotated[str, Field(pattern=_NAME)]
+    partition: Annotated[str, Field(pattern=_NAME)]
+    node_prefix: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*[a-z-]$")]
+    max_nodes: Annotated[int, Field(ge=1, le=10000)]
+    min_nodes: Annotated[int, Field(ge=0)] = 0
+    gpus_per_node: Annotated[int, Field(ge=0, le=64)] = 8
+    cpus_per_node: Annotated[int, Field(ge=1)] = 1
+    real_memory_mb: Annotated[int, Field(ge=1)] | None = None
+    gpu_type: Annotated[str, Field(pattern=_NAME)] | None = None
+    instance_types: Annotated[list[str], Field(min_length=1)]
+    capacity_type: CapacityType = CapacityType.SPOT
+    launch_template: LaunchTemplate
+    subnets: Annotated[list[str], Field(min_length=1)]
+    features: list[str] = []
+
+    @field_validator("instance_types")
+    @classmethod
+    def _instance_types(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not re.fullmatch(r"[a-z0-9-]+\.[a-z0-9]+", t):
+                raise ValueError(f"not an EC2 instance type: {t!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Pool:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(
+                f"min_nodes ({self.min_nodes}) is larger than max_nodes ({self.max_nodes})"
+            )
+        return self
+
+    def node_names(self) -> list[str]:
+        return [f"{self.node_prefix}{i}" for i in range(1, self.max_nodes + 1)]
+
+    def node_range(self) -> str:
+        return f"{self.node_prefix}[1-{self.max_nodes}]" if self.max_nodes > 1 else (
+            f"{self.node_prefix}1"
+        )
+
+    def owns(self, node: str) -> bool:
+        if not node.startswith(self.node_prefix):
+            return False
+        idx = node[len(self.node_prefix):]
+        return idx.isdigit() and not idx.startswith("0") and 1 <= int(idx) <= self.max_nodes
+
+
+class AwsSettings(_Strict):
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    max_attempts: Annotated[int, Field(ge=1, le=20)] = 5
+
+
+class SlurmSettings(_Strict):
+    """How to reach Slurm's commands. `command_prefix` wraps every call (e.g. a chroot or
+    ssh to the head node); `conf` is exported as SLURM_CONF when set."""
+
+    bin_dir: str = "/usr/bin"
+    sbin_dir: str = "/usr/sbin"
+    command_prefix: list[str] = []
+    conf: str | None = None
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+
+
+class PowerSaving(_Strict):
+    """Rendered into slurm.conf by `slurmscale slurm-conf` so the two never disagree."""
+
+    suspend_time: Annotated[int, Field(ge=1)] = 600
+    suspend_timeout: Annotated[int, Field(ge=1)] = 120
+    resume_timeout: Annotated[int, Field(ge=1)] = 900
+    resume_rate: Annotated[int, Field(ge=0)] = 0
+    suspend_rate: Annotated[int, Field(ge=0)] = 0
+
+
+class DaemonSettings(_Strict):
+    tick_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    batch_window_seconds: Annotated[float, Field(ge=0, le=300)] = 2.0
+
+
+class Config(_Strict):
+    cluster_name: Annotated[str, Field(pattern=_NAME, max_length=64)]
+    aws: AwsSettings = AwsSettings()
+    store_url: str = "sqlite:////var/lib/slurmscale/slurmscale.db"
+    socket_path: str = "/run/slurmscale/slurmscale.sock"
+    spool_dir: str = "/var/spool/slurmscale"
+    log_file: str | None = "/var/log/slurmscale/slurmscale.log"
+    hook_log_file: str = "/var/log/slurmscale/hooks.log"
+    hooks_dir: str = "/usr/local/lib/slurmscale/resume_suspend"
+    node_address: AddressSource = AddressSource.PRIVATE_IP
+    slurm: SlurmSettings = SlurmSettings()
+    daemon: DaemonSettings = DaemonSettings()
+    power_saving: PowerSaving = PowerSaving()
+    pools: Annotated[list[Pool], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique(self) -> Config:
+        names = [p.name for p in self.pools]
+        prefixes = [p.node_prefix for p in self.pools]
+        for field, values in (("name", names), ("node_prefix", prefixes)):
+            dup = {v for v in values if values.count(v) > 1}
+            if dup:
+                raise ValueError(f"two pools share {field} {sorted(dup)[0]!r}")
+        return self
+
+    def pool_of(self, node: str) -> Pool | None:
+        for p in self.pools:
+            if p.owns(node):
+                return p
+        return None
+
+    def pool(self, name: str) -> Pool:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def _format_validation_error(path: Path | str, err: ValidationError) -> str:
+    lines = [f"invalid config {path}:"]
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "missing":
+            lines.append(f"  {loc}: required key is missing")
+        elif e["type"] == "extra_forbidden":
+            lines.append(f"  {loc}: unknown key (value {e['input']!r})")
+        else:
+            lines.append(f"  {loc}: {msg} (got {e['input']!r})")
+    return "\n".join(lines)
+
+
+def resolve_path(path: str | Path | None) -> Path:
+    if path:
+        return Path(path)
+    env = os.environ.get(CONFIG_ENV)
+    return Path(env) if env else DEFAULT_CONFIG_PATH
+
+
+def parse_config(data: Any, source: str | Path = "<data>") -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid config {source}: expected a mapping at the top level, "
+                          f"got {type(data).__name__}")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(source, e)) from None
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    p = resolve_path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config {p}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config {p} is not valid YAML: {e}") from None
+    return parse_config(data, p)

@@ -1,0 +1,1 @@
+"""The daemon: the reconcile loop and the local API."""

@@ -1,0 +1,91 @@
+"""The daemon's local API: HTTP/1.0 on a Unix socket (mode 0660) for the hooks and the CLI."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socketserver
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) -> type:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "slurmscale"
+
+        def _dispatch(self, method: str) -> None:
+            fn = routes.get((method, self.path.split("?", 1)[0]))
+            if fn is None:
+                self._send(404, {"error": f"no route {method} {self.path}"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw) if raw else None
+            except json.JSONDecodeError:
+                self._send(400, {"error": "body is not JSON"})
+                return
+            try:
+                status, data = fn(body)
+            except Exception as e:  # noqa: BLE001 - an API error must not kill the daemon
+                log.exception("API %s %s failed", method, self.path)
+                status, data = 500, {"error": str(e)}
+            self._send(status, data)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._dispatch("GET")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._dispatch("POST")
+
+        def _send(self, status: int, data: Any) -> None:
+            payload = json.dumps(data, default=str).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            log.debug("api: " + format, *args)
+
+        def address_string(self) -> str:
+            return "unix"
+
+    return Handler
+
+
+class ApiServer:
+    def __init__(self, socket_path: str,
+                 routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) -> None:
+        self.path = Path(socket_path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_socket():
+            self.path.unlink()
+        old_umask = os.umask(0o117)
+        try:
+            self.server = _Server(str(self.path), _handler(routes))
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.path, 0o660)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="api",
+                                       daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.path.unlink(missing_ok=True)

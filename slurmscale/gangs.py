@@ -1,0 +1,134 @@
+"""From pending hook requests to launch and release decisions (pure: no I/O, no clock).
+
+Each node's wanted state is the kind of the latest request naming it (resume -> wanted up,
+suspend/resume-fail -> wanted down), so replaying, duplicating or reordering-by-crash the
+same requests converges on one outcome: a hook run twice launches once.
+
+Grouping: a multi-node job's nodes (from SLURM_RESUME_FILE) form one all-or-nothing gang;
+single-node jobs and nodes no job claims are coalesced per pool into one batch, once the
+oldest of them has waited `batch_window` seconds, so a burst of small jobs costs one
+CreateFleet per pool instead of one per node.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from slurmscale.model import Gang, RequestKind
+from slurmscale.slurm.resume_file import ResumeFileError, parse_resume_file
+
+
+@dataclass(frozen=True)
+class PendingRequest:
+    id: str
+    kind: RequestKind
+    nodes: tuple[str, ...]
+    resume_file: str | None
+    received_at: float
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    launch: tuple[Gang, ...]
+    release: tuple[tuple[str, RequestKind, str], ...]  # (node, why, request id)
+    already_up: tuple[str, ...]
+    done: tuple[str, ...]
+    deferred: tuple[str, ...]
+    next_due: float | None
+    unknown_nodes: tuple[str, ...] = ()
+
+
+def _jobs_of(req: PendingRequest) -> dict[str, int | None]:
+    """node -> job id (None where no job of the resume file claims it)."""
+    out: dict[str, int | None] = dict.fromkeys(req.nodes)
+    if req.resume_file:
+        try:
+            rf = parse_resume_file(req.resume_file)
+        except ResumeFileError:
+            return out  # validated by the hook; a bad file here degrades to single nodes
+        for job in rf.jobs:
+            for n in job.nodes:
+                if n in out:
+                    out[n] = job.job_id
+    return out
+
+
+def plan_requests(
+    requests: Iterable[PendingRequest],
+    active_nodes: set[str],
+    pool_of: Callable[[str], str | None],
+    now: float,
+    batch_window: float,
+) -> RequestPlan:
+    reqs = sorted(requests, key=lambda r: (r.received_at, r.id))
+    deferred: list[str] = []
+    has_release = any(r.kind is not RequestKind.RESUME for r in reqs)
+    next_due: float | None = None
+    if not has_release:
+        with_singles = []
+        for r in reqs:
+            jobs = _jobs_of(r)
+            per_job: dict[int | None, int] = defaultdict(int)
+            for j in jobs.values():
+                per_job[j] += 1
+            if any(j is None or c == 1 for j, c in per_job.items()):
+                with_singles.append(r)
+        if with_singles:
+            oldest = min(r.received_at for r in with_singles)
+            if now - oldest < batch_window:
+                next_due = oldest + batch_window
+                deferred = [r.id for r in with_singles]
+    live = [r for r in reqs if r.id not in set(deferred)]
+
+    wanted: dict[str, PendingRequest] = {}
+    for r in live:
+        for n in r.nodes:
+            wanted[n] = r
+
+    release: list[tuple[str, RequestKind, str]] = []
+    unknown: list[str] = []
+    # (pool, job) -> nodes; job None = coalesced singles of that pool
+    groups: dict[tuple[str, int | None], list[str]] = defaultdict(list)
+    group_reqs: dict[tuple[str, int | None], set[str]] = defaultdict(set)
+    up: list[str] = []
+    job_cache: dict[str, dict[str, int | None]] = {}
+    for node, r in wanted.items():
+        if r.kind is not RequestKind.RESUME:
+            release.append((node, r.kind, r.id))
+            continue
+        if node in active_nodes:
+            up.append(node)
+            continue
+        pool = pool_of(node)
+        if pool is None:
+            unknown.append(node)
+            continue
+        jobs = job_cache.setdefault(r.id, _jobs_of(r))
+        job = jobs.get(node)
+        if job is not None and sum(1 for v in jobs.values() if v == job) < 2:
+            job = None
+        groups[(pool, job)].append(node)
+        group_reqs[(pool, job)].add(r.id)
+
+    launch: list[Gang] = []
+    for (pool, job), nodes in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        launch.append(Gang(
+            pool=pool, nodes=tuple(sorted(nodes)),
+            job_ids=(job,) if job is not None else (),
+            request_ids=tuple(sorted(group_reqs[(pool, job)])),
+            coalesced=job is None,
+        ))
+    return RequestPlan(
+        launch=tuple(launch), release=tuple(sorted(release)), already_up=tuple(sorted(up)),
+        done=tuple(r.id for r in live), deferred=tuple(deferred), next_due=next_due,
+        unknown_nodes=tuple(sorted(unknown)),
+    )
+
+
+def gang_id(gang: Gang) -> str:
+    """Deterministic, so a retried request maps to the same gang and client token."""
+    first = gang.request_ids[0] if gang.request_ids else "adhoc"
+    what = f"job{gang.job_ids[0]}" if gang.job_ids else "batch"
+    return f"{first}/{what}/{gang.pool}"

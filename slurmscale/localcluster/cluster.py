@@ -1,0 +1,366 @@
+"""A real Slurm on this machine with CLOUD nodes backed by the moto EC2 server.
+
+Starts munge, slurmctld, the moto server, the slurmscale daemon and the instance agent (which
+starts one slurmd per "booted" node). Everything lives under one directory, ports are chosen
+free, all traffic stays on loopback, and everything started is stopped by its PID.
+
+`slurm_root` selects the Slurm: "/" is the host's (Debian 12: 22.05); a debootstrapped
+directory runs that tree's Slurm (e.g. Debian 13: 24.11) through `chroot`, with the work
+directory and the source tree bind-mounted at the same paths so hooks and daemon agree.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import yaml
+
+from slurmscale.config import Config, Pool, load_config
+from slurmscale.localcluster.agent import InstanceAgent
+from slurmscale.localcluster.procs import Procs, free_port_range, wait_for
+from slurmscale.slurm.kv import parse_oneliner
+from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+HOOK_SOURCE = REPO / "resume_suspend"
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+@dataclass
+class PoolSpec:
+    name: str
+    prefix: str
+    max_nodes: int
+    gpus: int = 8
+    capacity_type: str = "spot"
+    instance_type: str = "p5.48xlarge"
+    cpus: int = 2
+
+
+@dataclass
+class ClusterOptions:
+    pools: list[PoolSpec] = field(default_factory=lambda: [
+        PoolSpec("gpu-spot", "spot-", 6), PoolSpec("gpu-od", "od-", 2,
+                                                     capacity_type="on-demand")])
+    boot_delay: float = 3.0
+    suspend_time: int = 30
+    resume_timeout: int = 180
+    tick_seconds: float = 2.0
+    batch_window: float = 2.0
+    slurm_root: str = "/"
+    ec2_endpoint_for_daemon: str | None = None  # e.g. a fault-injecting proxy in tests
+    start_daemon: bool = True
+
+
+def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
+
+
+class LocalCluster:
+    def __init__(self, root: Path, opts: ClusterOptions | None = None) -> None:
+        self.root = root.resolve()
+        self.o = opts or ClusterOptions()
+        self.name = "ss" + format(os.getpid() ^ (time.time_ns() >> 10), "x")[-8:]
+        self.chroot = None if self.o.slurm_root in ("", "/") else Path(self.o.slurm_root)
+        self.procs = Procs(self.root / "log")
+        self.agent: InstanceAgent | None = None
+        self.moto_url = ""
+        self.cfg_path = self.root / "slurmscale.yaml"
+        self.conf = self.root / "etc" / "slurm.conf"
+        self._mounts: list[Path] = []
+        self.cfg: Config | None = None
+
+    # --- commands --------------------------------------------------------------------
+    @property
+    def prefix(self) -> list[str]:
+        return ["chroot", str(self.chroot)] if self.chroot else []
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_CONF": str(self.conf),
+                "LC_ALL": "C", "HOME": str(self.root)}
+
+    def slurm(self, *args: str, check: bool = True, timeout: float = 30) -> str:
+        p = subprocess.run([*self.prefix, *args], env=self.env(), capture_output=True,
+                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check and p.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} exited {p.returncode}: {p.stderr.strip()}")
+        return p.stdout
+
+    def sbatch(self, *args: str) -> int:
+        out = self.slurm("sbatch", "--parsable", *args)
+        return int(out.strip().split(";")[0])
+
+    def job(self, job_id: int) -> dict[str, str]:
+        out = self.slurm("scontrol", "show", "job", "-o", str(job_id), check=False)
+        return parse_oneliner(out.strip()) if out.strip().startswith("JobId=") else {}
+
+    def job_state(self, job_id: int) -> str:
+        return self.job(job_id).get("JobState", "")
+
+    def node(self, name: str) -> dict[str, str]:
+        out = self.slurm("scontrol", "show", "node", "-o", name, check=False)
+        return parse_oneliner(out.strip()) if out.strip().startswith("NodeName=") else {}
+
+    def wait_job(self, job_id: int, states: set[str], timeout: float) -> str:
+        def check() -> str | None:
+            s = self.job_state(job_id)
+            if s in {"FAILED", "NODE_FAIL", "CANCELLED", "TIMEOUT", "BOOT_FAIL"} - states:
+                raise AssertionError(f"job {job_id} ended {s}: {self.job(job_id)}")
+            return s if s in states else None
+        return str(wait_for(f"job {job_id} to reach {sorted(states)}", check, timeout))
+
+    def ec2(self):  # type: ignore[no-untyped-def]
+        return boto3.client("ec2", region_name="us-east-1", endpoint_url=self.moto_url,
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def cluster_instances(self, states: tuple[str, ...] = ("pending", "running")) -> list[dict]:
+        out = []
+        for res in self.ec2().describe_instances(Filters=[
+                {"Name": "tag:slurmscale:cluster", "Values": [self.name]},
+                {"Name": "instance-state-name", "Values": list(states)}])["Reservations"]:
+            out.extend(res["Instances"])
+        return out
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def start(self) -> LocalCluster:
+        for d in ("etc", "log", "state", "spool", "run", "munge", "gpu", "hooks", "slurmscale"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o755)
+        os.chmod(self.root / "munge", 0o700)
+        try:
+            if self.chroot:
+                self._mount_chroot()
+            self._start_munge()
+            self._start_moto()
+            self._write_config()
+            self._write_slurm_conf()
+            self._install_hooks()
+            self._start_slurmctld()
+            self._start_agent()
+            if self.o.start_daemon:
+                self.start_daemon()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.agent:
+            self.agent.stop()
+            self.agent = None
+        self.procs.stop_all(order=["daemon", "slurmctld", "moto", "munged"])
+        for m in reversed(self._mounts):
+            subprocess.run(["umount", "-l", str(m)], check=False, capture_output=True)
+        self._mounts.clear()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _mount_chroot(self) -> None:
+        assert self.chroot
+        for src, dst in ((Path("/proc"), self.chroot / "proc"),
+                         (Path("/dev"), self.chroot / "dev"),
+                         (self.root, self.chroot / str(self.root).lstrip("/")),
+                         (REPO, self.chroot / str(REPO).lstrip("/"))):
+            dst.mkdir(parents=True, exist_ok=True)
+            if src == Path("/proc"):
+                _run(["mount", "-t", "proc", "proc", str(dst)])
+            else:
+                _run(["mount", "--bind", str(src), str(dst)])
+            self._mounts.append(dst)
+        shutil.copy("/etc/hosts", self.chroot / "etc" / "hosts")
+
+    def _start_munge(self) -> None:
+        m = self.root / "munge"
+        key = m / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+        os.chmod(key, 0o600)
+        self.munge_socket = m / "munge.socket"
+        self.procs.start("munged", [*self.prefix, "/usr/sbin/munged", "--force", "-F",
+                                    f"--socket={self.munge_socket}", f"--key-file={key}",
+                                    f"--pid-file={m / 'munged.pid'}",
+                                    f"--log-file={self.root / 'log' / 'munged.log'}",
+                                    f"--seed-file={m / 'munged.seed'}"])
+        wait_for("munged socket", self.munge_socket.exists, 20)
+
+    def _start_moto(self) -> None:
+        port = free_port_range(1)
+        self.moto_url = f"http://127.0.0.1:{port}"
+        self.procs.start("moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                  "-p", str(port)], env={**os.environ, **AWS_ENV})
+
+        def up() -> bool:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        wait_for("moto server", up, 30)
+        ec2 = self.ec2()
+        vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
+        self.subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.77.1.0/24",
+                                        AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+        lt = ec2.create_launch_template(
+            LaunchTemplateName=f"{self.name}-gpu",
+            LaunchTemplateData={"ImageId": "ami-0a1b2c3d4e5f60718",
+                                "InstanceType": self.o.pools[0].instance_type})
+        self.lt_name = lt["LaunchTemplate"]["LaunchTemplateName"]
+
+    def _write_config(self) -> None:
+        r = self.root
+        data = {
+            "cluster_name": self.name,
+            "aws": {"region": "us-east-1",
+                    "endpoint_url": self.o.ec2_endpoint_for_daemon or self.moto_url,
+                    "max_attempts": 2},
+            "store_url": f"sqlite:///{r / 'slurmscale' / 'state.db'}",
+            "socket_path": str(r / "run" / "slurmscale.sock"),
+            "spool_dir": str(r / "slurmscale" / "spool"),
+            "log_file": str(r / "log" / "slurmscale-daemon.log"),
+            "hook_log_file": str(r / "log" / "slurmscale-hooks.log"),
+            "hooks_dir": str(r / "hooks"),
+            "node_address": "loopback",
+            "slurm": {"bin_dir": "/usr/bin", "command_prefix": self.prefix,
+                      "conf": str(self.conf)},
+            "daemon": {"tick_seconds": self.o.tick_seconds,
+                       "batch_window_seconds": self.o.batch_window},
+            "power_saving": {"suspend_time": self.o.suspend_time, "suspend_timeout": 30,
+                             "resume_timeout": self.o.resume_timeout},
+            "pools": [{
+                "name": p.name, "partition": p.name, "node_prefix": p.prefix,
+                "max_nodes": p.max_nodes, "gpus_per_node": p.gpus, "cpus_per_node": p.cpus,
+                "instance_types": [p.instance_type], "capacity_type": p.capacity_type,
+                "launch_template": {"name": self.lt_name, "version": "1"},
+                "subnets": [self.subnet],
+            } for p in self.o.pools],
+        }
+        self.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
+        self.cfg = load_config(self.cfg_path)
+
+    def _write_slurm_conf(self) -> None:
+        assert self.cfg
+        r = self.root
+        total = sum(p.max_nodes for p in self.cfg.pools)
+        base = free_port_range(total + 1)
+        self.ctld_port = base
+        ports: dict[str, str] = {}
+        nxt = base + 1
+        for p in self.cfg.pools:
+            ports[p.name] = (f"{nxt}-{nxt + p.max_nodes - 1}" if p.max_nodes > 1 else str(nxt))
+            nxt += p.max_nodes
+        for i in range(8):
+            (r / "gpu" / f"gpu{i}").touch()
+        host = socket.gethostname().split(".")[0]
+        head = f"""\
+# Local slurmscale cluster {self.name} (generated; everything on loopback)
+ClusterName={self.name}
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={self.ctld_port}
+AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={r / 'state'}
+SlurmdSpoolDir={r / 'spool'}/%n
+SlurmctldPidFile={r / 'run'}/slurmctld.pid
+SlurmdPidFile={r / 'run'}/slurmd-%n.pid
+SlurmctldLogFile={r / 'log'}/slurmctld.log
+SlurmdLogFile={r / 'log'}/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+PriorityType=priority/multifactor
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+CommunicationParameters=NoAddrCache
+JobRequeue=1
+KillWait=5
+MinJobAge=600
+SlurmdTimeout=120
+"""
+        body = render_slurm_conf(self.cfg, node_extra=lambda p: f"NodeHostname=localhost "
+                                 f"Port={ports[p.name]}")
+        self.conf.write_text(head + body)
+        gres = render_gres_conf(self.cfg, gpu_files=lambda p: f"{r / 'gpu'}/gpu[0-{p.gpus_per_node - 1}]")
+        (self.conf.parent / "gres.conf").write_text(gres)
+
+    def _install_hooks(self) -> None:
+        dst = self.root / "hooks"
+        shutil.copy2(HOOK_SOURCE / "slurmscale-hook", dst / "slurmscale-hook")
+        for name in ("slurmscale-resume", "slurmscale-suspend", "slurmscale-resume-fail"):
+            link = dst / name
+            if not link.is_symlink():
+                link.symlink_to("slurmscale-hook")
+        if self.chroot:
+            env = {"SLURMSCALE_PYTHON": "/usr/bin/python3", "PYTHONPATH": str(REPO)}
+        else:
+            env = {"SLURMSCALE_PYTHON": sys.executable}
+        env["SLURMSCALE_CONFIG"] = str(self.cfg_path)
+        (dst / "hooks.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+
+    def _start_slurmctld(self) -> None:
+        self.procs.start("slurmctld", [*self.prefix, "/usr/sbin/slurmctld", "-D", "-i",
+                                       "-f", str(self.conf)], env=self.env())
+        wait_for("slurmctld to answer", lambda: self.slurm("scontrol", "ping", check=False)
+                 .count("is UP"), 60)
+
+    def _start_slurmd(self, node: str) -> subprocess.Popen[bytes]:
+        (self.root / "spool" / node).mkdir(parents=True, exist_ok=True)
+        name = f"slurmd-{node}"
+        self.procs.stop(name)
+        return self.procs.start(name, [*self.prefix, "/usr/sbin/slurmd", "-D", "-b",
+                                       "-N", node, "-f", str(self.conf)], env=self.env())
+
+    def _start_agent(self) -> None:
+        self.agent = InstanceAgent(self.ec2(), self.name, self.o.boot_delay, self._start_slurmd)
+        self.agent.start()
+
+    def start_daemon(self) -> None:
+        env = {**os.environ, **AWS_ENV, "SLURMSCALE_CONFIG": str(self.cfg_path)}
+        self.procs.start("daemon", [sys.executable, "-m", "slurmscale", "--config",
+                                    str(self.cfg_path), "daemon"], env=env)
+        sock = self.root / "run" / "slurmscale.sock"
+        wait_for("slurmscale daemon socket", sock.is_socket, 60)
+
+    def stop_daemon(self) -> None:
+        self.procs.stop("daemon")
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, **AWS_ENV}
+        return subprocess.run([sys.executable, "-m", "slurmscale", "--config",
+                               str(self.cfg_path), *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    def events(self) -> list[dict[str, Any]]:
+        p = self.cli("events", "--json", "--limit", "5000")
+        if p.returncode != 0:
+            raise RuntimeError(p.stderr)
+        return list(json.loads(p.stdout)["events"])
+
+    def pool(self, name: str) -> Pool:
+        assert self.cfg
+        return self.cfg.pool(name)

@@ -1,0 +1,94 @@
+"""Immutable data passed between the adapters and the decisions. No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node as `scontrol show node` reports it."""
+
+    name: str
+    state: str  # e.g. "IDLE+CLOUD+POWERED_DOWN"
+    addr: str
+    hostname: str
+    reason: str = ""
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def flags(self) -> frozenset[str]:
+        return frozenset(self.state.upper().split("+"))
+
+    @property
+    def base_state(self) -> str:
+        return self.state.upper().split("+", 1)[0]
+
+
+@dataclass(frozen=True)
+class QueueJob:
+    """One job from the per-tick fixed-field squeue read."""
+
+    job_id: str
+    partitions: tuple[str, ...]
+    num_nodes: int
+    gpus_per_node: int
+    time_limit_s: int | None
+    submit_time: str
+    reason: str
+    priority: int
+    user: str
+    state: str
+
+
+class RequestKind(StrEnum):
+    RESUME = "resume"
+    SUSPEND = "suspend"
+    RESUME_FAIL = "resume_fail"
+
+
+@dataclass(frozen=True)
+class Gang:
+    """Nodes that must be launched together, all or none, in one pool.
+
+    A multi-node job's nodes form one gang; single-node requests of one pool that arrive
+    within the batching window are coalesced into one batch (`coalesced=True`), where each node
+    may succeed on its own.
+    """
+
+    pool: str
+    nodes: tuple[str, ...]
+    job_ids: tuple[int, ...] = ()
+    request_ids: tuple[str, ...] = ()
+    coalesced: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def min_capacity(self) -> int:
+        return 1 if self.coalesced else self.size
+
+
+@dataclass(frozen=True)
+class LaunchedInstance:
+    instance_id: str
+    instance_type: str
+    lifecycle: str
+    image_id: str = ""
+    private_ip: str = ""
+    private_dns: str = ""
+    subnet_id: str = ""
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """What one CreateFleet gave: instances and the capacity errors EC2 reported beside them."""
+
+    instances: tuple[LaunchedInstance, ...]
+    error_code: str = ""
+    error_message: str = ""
+    fleet_id: str = ""
+    extra: dict[str, str] = field(default_factory=dict)

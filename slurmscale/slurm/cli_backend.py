@@ -1,0 +1,90 @@
+"""The Slurm CLI backend: `scontrol`, `squeue`, `sinfo` run with a timeout, by configured path.
+
+Hooks and the daemon may run without PATH (slurmctld gives its helpers almost no
+environment), so every binary is called by its configured absolute path, optionally behind a
+`command_prefix` (a chroot, ssh to the head node, ...). A non-zero exit is an error carrying
+stderr; nothing is silently ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+from slurmscale.config import SlurmSettings
+from slurmscale.hostlists import compress
+from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.slurm.kv import SQUEUE_FORMAT, parse_oneliner, parse_squeue_fixed
+from slurmscale.slurm.protocol import SlurmError
+
+log = logging.getLogger(__name__)
+
+
+class SlurmCLI:
+    def __init__(self, settings: SlurmSettings) -> None:
+        self.s = settings
+
+    def _bin(self, name: str) -> str:
+        return str(Path(self.s.bin_dir) / name)
+
+    def run(self, tool: str, *args: str, timeout: float | None = None) -> str:
+        cmd = [*self.s.command_prefix, self._bin(tool), *args]
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+        if self.s.conf:
+            env["SLURM_CONF"] = self.s.conf
+        elif "SLURM_CONF" in os.environ:
+            env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        try:
+            p = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+                timeout=timeout or self.s.timeout_s, check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            raise SlurmError(cmd, None, err) from None
+        except OSError as e:
+            raise SlurmError(cmd, 127, str(e)) from None
+        if p.returncode != 0:
+            raise SlurmError(cmd, p.returncode, p.stderr)
+        return p.stdout
+
+    def scontrol(self, *args: str) -> str:
+        return self.run("scontrol", *args)
+
+    def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
+        args = ["show", "node", "-o"]
+        if names:
+            args.insert(2, compress(names))
+        out = self.scontrol(*args)
+        nodes: list[SlurmNode] = []
+        for line in out.splitlines():
+            if not line.startswith("NodeName="):
+                continue
+            kv = parse_oneliner(line)
+            nodes.append(SlurmNode(
+                name=kv.get("NodeName", ""),
+                state=kv.get("State", ""),
+                addr=kv.get("NodeAddr", ""),
+                hostname=kv.get("NodeHostName", ""),
+                reason=kv.get("Reason", ""),
+                partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
+            ))
+        return nodes
+
+    def set_node_address(self, name: str, addr: str, hostname: str) -> None:
+        self.scontrol("update", f"nodename={name}", f"nodeaddr={addr}",
+                      f"nodehostname={hostname}")
+
+    def power_down_force(self, names: list[str], reason: str) -> None:
+        self.scontrol("update", f"nodename={compress(names)}", "state=POWER_DOWN_FORCE",
+                      f"reason={reason}")
+
+    def pending_jobs(self) -> list[QueueJob]:
+        out = self.run("squeue", "-h", "-t", "PD", "-O", SQUEUE_FORMAT)
+        return [j for j in parse_squeue_fixed(out) if j.state == "PENDING"]
+
+    def job(self, job_id: int | str) -> dict[str, str]:
+        out = self.scontrol("show", "job", "-o", str(job_id))
+        return parse_oneliner(out.strip().splitlines()[0]) if out.strip() else {}

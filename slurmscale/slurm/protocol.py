@@ -1,0 +1,30 @@
+"""The one Slurm protocol every backend (the CLI today, pyslurm later) implements."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from slurmscale.model import QueueJob, SlurmNode
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; carries the command and its stderr so nothing is ignored."""
+
+    def __init__(self, cmd: list[str], returncode: int | None, stderr: str) -> None:
+        self.cmd = cmd
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        what = "timed out" if returncode is None else f"exited {returncode}"
+        super().__init__(f"{' '.join(cmd)} {what}: {self.stderr or '(no stderr)'}")
+
+
+class SlurmClient(Protocol):
+    def nodes(self, names: list[str] | None = None) -> list[SlurmNode]: ...
+
+    def set_node_address(self, name: str, addr: str, hostname: str) -> None: ...
+
+    def power_down_force(self, names: list[str], reason: str) -> None: ...
+
+    def pending_jobs(self) -> list[QueueJob]: ...
+
+    def job(self, job_id: int | str) -> dict[str, str]: ...

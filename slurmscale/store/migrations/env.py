@@ -1,0 +1,32 @@
+"""Alembic environment: the URL comes from slurmscale's config via `config.attributes`."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from slurmscale.store.tables import Base
+
+cfg = context.config
+url = cfg.attributes.get("url") or cfg.get_main_option("sqlalchemy.url")
+connection = cfg.attributes.get("connection")
+
+
+def _run(conn) -> None:
+    context.configure(connection=conn, target_metadata=Base.metadata,
+                      render_as_batch=conn.dialect.name == "sqlite")
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    context.configure(url=url, target_metadata=Base.metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+elif connection is not None:
+    _run(connection)
+else:
+    engine = create_engine(url)
+    with engine.connect() as c:
+        _run(c)
+    engine.dispose()

@@ -1,0 +1,167 @@
+"""The store: short transactions, never a network call inside one (load, compute, apply)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import create_engine, event, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from slurmscale.spool import SpooledRequest
+from slurmscale.store.tables import EventRow, GangRow, InstanceRow, RequestRow
+
+ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
+
+ACTIVE_INSTANCE_STATES = ("running",)
+
+
+def utc(dt: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; everything here is UTC."""
+    if dt is None:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, pool_pre_ping=True)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def session(self) -> Session:
+        return self._session()
+
+    def upgrade(self) -> None:
+        cfg = AlembicConfig(str(ALEMBIC_INI))
+        with self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # requests -------------------------------------------------------------------------
+    def add_request(self, req: SpooledRequest) -> bool:
+        """Insert a spooled request; False if it is already here (a re-drained spool file)."""
+        row = RequestRow(
+            id=req.id, kind=req.kind.value, hostlist=req.hostlist,
+            nodes=json.dumps(list(req.nodes)), resume_file=req.resume_file,
+            received_at=datetime.fromtimestamp(req.received_at, UTC), status="pending",
+        )
+        with self.session() as s:
+            if s.get(RequestRow, req.id) is not None:
+                return False
+            s.add(row)
+            try:
+                s.commit()
+            except IntegrityError:
+                return False
+        return True
+
+    def pending_requests(self) -> list[RequestRow]:
+        with self.session() as s:
+            return list(s.scalars(select(RequestRow).where(RequestRow.status == "pending")
+                                  .order_by(RequestRow.received_at, RequestRow.id)))
+
+    def finish_requests(self, ids: Iterable[str], status: str, now: datetime,
+                        error: str | None = None) -> None:
+        ids = list(ids)
+        if not ids:
+            return
+        with self.session() as s:
+            s.execute(update(RequestRow).where(RequestRow.id.in_(ids))
+                      .values(status=status, processed_at=now, error=error))
+            s.commit()
+
+    def requests(self, limit: int = 100) -> list[RequestRow]:
+        with self.session() as s:
+            return list(s.scalars(select(RequestRow).order_by(RequestRow.received_at.desc())
+                                  .limit(limit)))
+
+    # gangs ----------------------------------------------------------------------------
+    def add_gang(self, row: GangRow) -> None:
+        with self.session() as s:
+            s.add(row)
+            s.commit()
+
+    def get_gang(self, gang_id: str) -> GangRow | None:
+        with self.session() as s:
+            return s.get(GangRow, gang_id)
+
+    def update_gang(self, gang_id: str, **values: object) -> None:
+        with self.session() as s:
+            s.execute(update(GangRow).where(GangRow.id == gang_id).values(**values))
+            s.commit()
+
+    def gangs(self, limit: int = 100) -> list[GangRow]:
+        with self.session() as s:
+            return list(s.scalars(select(GangRow).order_by(GangRow.created_at.desc())
+                                  .limit(limit)))
+
+    # instances ------------------------------------------------------------------------
+    def add_instances(self, rows: Sequence[InstanceRow]) -> None:
+        with self.session() as s:
+            for r in rows:
+                s.merge(r)
+            s.commit()
+
+    def active_instances(self, nodes: Iterable[str] | None = None) -> list[InstanceRow]:
+        q = select(InstanceRow).where(InstanceRow.state.in_(ACTIVE_INSTANCE_STATES))
+        if nodes is not None:
+            q = q.where(InstanceRow.node.in_(list(nodes)))
+        with self.session() as s:
+            return list(s.scalars(q.order_by(InstanceRow.node)))
+
+    def instances(self, limit: int = 1000) -> list[InstanceRow]:
+        with self.session() as s:
+            return list(s.scalars(select(InstanceRow).order_by(InstanceRow.launched_at.desc())
+                                  .limit(limit)))
+
+    def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None:
+        ids = list(instance_ids)
+        if not ids:
+            return
+        with self.session() as s:
+            s.execute(update(InstanceRow).where(InstanceRow.instance_id.in_(ids))
+                      .values(state="terminated", terminated_at=now))
+            s.commit()
+
+    # events ---------------------------------------------------------------------------
+    def add_event(self, kind: str, message: str, now: datetime, *, node: str | None = None,
+                  request_id: str | None = None, gang_id: str | None = None) -> None:
+        with self.session() as s:
+            s.add(EventRow(at=now, kind=kind, node=node, request_id=request_id,
+                           gang_id=gang_id, message=message))
+            s.commit()
+
+    def events(self, since: datetime | None = None, limit: int = 200) -> list[EventRow]:
+        q = select(EventRow)
+        if since is not None:
+            q = q.where(EventRow.at >= since)
+        with self.session() as s:
+            rows = list(s.scalars(q.order_by(EventRow.id.desc()).limit(limit)))
+        return list(reversed(rows))

@@ -1,0 +1,82 @@
+"""ORM tables. Enums are plain strings (native DB enums cost a migration per new value)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Boolean, DateTime, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class RequestRow(Base):
+    """One hook call, moved here from the spool. `status`: pending -> done | failed."""
+
+    __tablename__ = "requests"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    hostlist: Mapped[str] = mapped_column(Text)
+    nodes: Mapped[str] = mapped_column(Text)  # JSON list
+    resume_file: Mapped[str | None] = mapped_column(Text, nullable=True)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
+                                                          nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class GangRow(Base):
+    """One CreateFleet decision: a job's whole node set, or a coalesced batch of single nodes.
+    `status`: launching -> launched | failed."""
+
+    __tablename__ = "gangs"
+    id: Mapped[str] = mapped_column(String(96), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    nodes: Mapped[str] = mapped_column(Text)  # hostlist
+    size: Mapped[int] = mapped_column(Integer)
+    job_ids: Mapped[str] = mapped_column(Text, default="[]")  # JSON list
+    request_ids: Mapped[str] = mapped_column(Text, default="[]")  # JSON list
+    coalesced: Mapped[bool] = mapped_column(Boolean, default=False)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    client_token: Mapped[str] = mapped_column(String(64))
+    launch_template_version: Mapped[str] = mapped_column(String(16))
+    fleet_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    error_code: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class InstanceRow(Base):
+    """An EC2 instance slurmscale launched. `state`: running -> terminated."""
+
+    __tablename__ = "instances"
+    instance_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    node: Mapped[str] = mapped_column(String(128), index=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    gang_id: Mapped[str] = mapped_column(String(96), index=True)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    lifecycle: Mapped[str] = mapped_column(String(16))
+    image_id: Mapped[str] = mapped_column(String(64), default="")
+    launch_template_version: Mapped[str] = mapped_column(String(16))
+    private_ip: Mapped[str] = mapped_column(String(64), default="")
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    launched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    terminated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
+                                                           nullable=True)
+
+
+class EventRow(Base):
+    """The audit log: every decision and every failure, with its reason."""
+
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    node: Mapped[str | None] = mapped_column(Text, nullable=True)
+    request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    gang_id: Mapped[str | None] = mapped_column(String(96), nullable=True)
+    message: Mapped[str] = mapped_column(Text)
