@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class PoolSpec:
 @dataclass
 class ClusterOptions:
     pools: list[PoolSpec] = field(default_factory=lambda: [
-        PoolSpec("gpu-spot", "spot-", 6), PoolSpec("gpu-od", "od-", 2,
+        PoolSpec("gpu-spot", "spot-", 8), PoolSpec("gpu-od", "od-", 2,
                                                      capacity_type="on-demand")])
     boot_delay: float = 3.0
     suspend_time: int = 30
@@ -63,7 +64,8 @@ class ClusterOptions:
     tick_seconds: float = 2.0
     batch_window: float = 2.0
     slurm_root: str = "/"
-    ec2_endpoint_for_daemon: str | None = None  # e.g. a fault-injecting proxy in tests
+    # Maps the moto URL to the EC2 endpoint the daemon uses (e.g. a fault-injecting proxy).
+    daemon_ec2_endpoint: Callable[[str], str] | None = None
     start_daemon: bool = True
 
 
@@ -227,7 +229,8 @@ class LocalCluster:
         data = {
             "cluster_name": self.name,
             "aws": {"region": "us-east-1",
-                    "endpoint_url": self.o.ec2_endpoint_for_daemon or self.moto_url,
+                    "endpoint_url": (self.o.daemon_ec2_endpoint(self.moto_url)
+                                     if self.o.daemon_ec2_endpoint else self.moto_url),
                     "max_attempts": 2},
             "store_url": f"sqlite:///{r / 'slurmscale' / 'state.db'}",
             "socket_path": str(r / "run" / "slurmscale.sock"),

@@ -1,0 +1,144 @@
+"""An HTTP proxy in front of the moto server that records EC2 calls and injects the faults
+AWS really produces, in AWS's response shapes.
+
+- `partial`: forward CreateFleet to moto (which launches everything), then answer as EC2 does
+  when it could not fill the fleet: only `keep` of the instances listed, and an
+  `errorSet` item with the capacity error code. The unlisted instances still exist in moto,
+  exactly the leak a careless client would never see.
+- `none`: answer CreateFleet with no instances and the error (what MinTargetCapacity gives).
+- `api_error`: answer with an EC2 API error (e.g. RequestLimitExceeded, HTTP 503).
+Loopback only: it listens on 127.0.0.1 and forwards only to the moto URL it is given.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+
+
+@dataclass
+class Fault:
+    action: str
+    kind: str  # partial | none | api_error
+    code: str = "InsufficientInstanceCapacity"
+    message: str = "We currently do not have sufficient capacity in the Availability Zone."
+    keep: int = 0
+    status: int = 503
+    times: int = 1
+
+
+@dataclass
+class Call:
+    action: str
+    params: dict[str, str]
+    status: int = 0
+
+
+@dataclass
+class EC2Proxy:
+    upstream: str
+    calls: list[Call] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+
+    def start(self) -> EC2Proxy:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                params = dict(urllib.parse.parse_qsl(body.decode()))
+                call = Call(params.get("Action", ""), params)
+                proxy.calls.append(call)
+                fault = proxy._take_fault(call.action)
+                if fault and fault.kind == "api_error":
+                    self._reply(fault.status, _api_error(fault.code, fault.message), call)
+                    return
+                if fault and fault.kind == "none":
+                    self._reply(200, _fleet_response("fleet-00000000-injected", [], fault), call)
+                    return
+                status, data = proxy._forward(self.path, body, dict(self.headers))
+                if fault and fault.kind == "partial" and status == 200:
+                    data = _rewrite_partial(data, fault)
+                self._reply(status, data, call)
+
+            def _reply(self, status: int, data: bytes, call: Call) -> None:
+                call.status = status
+                self.send_response(status)
+                self.send_header("Content-Type", "text/xml")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _take_fault(self, action: str) -> Fault | None:
+        for f in self.faults:
+            if f.action == action and f.times > 0:
+                f.times -= 1
+                return f
+        return None
+
+    def _forward(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.upstream + path, data=body, method="POST",
+                                     headers={k: v for k, v in headers.items()
+                                              if k.lower() not in {"host", "content-length"}})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def fleet_calls(self) -> list[Call]:
+        return [c for c in self.calls if c.action == "CreateFleet"]
+
+
+def _api_error(code: str, message: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}'
+            f"</Code><Message>{message}</Message></Error></Errors>"
+            "<RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>").encode()
+
+
+def _fleet_response(fleet_id: str, groups: list[tuple[str, str, list[str]]],
+                    fault: Fault) -> bytes:
+    """A CreateFleet response as EC2 writes it: instances that launched plus an errorSet."""
+    items = "".join(
+        f"<item><lifecycle>{life}</lifecycle><instanceType>{itype}</instanceType>"
+        f"<instanceIds>{''.join(f'<item>{i}</item>' for i in ids)}</instanceIds></item>"
+        for life, itype, ids in groups if ids)
+    err = (f"<errorSet><item><errorCode>{fault.code}</errorCode>"
+           f"<errorMessage>{fault.message}</errorMessage><lifecycle>spot</lifecycle>"
+           "</item></errorSet>")
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<CreateFleetResponse xmlns="{NS}">'
+            f"<requestId>00000000-0000-0000-0000-000000000001</requestId>"
+            f"<fleetId>{fleet_id}</fleetId>{err}<fleetInstanceSet>{items}</fleetInstanceSet>"
+            "</CreateFleetResponse>").encode()
+
+
+def _rewrite_partial(data: bytes, fault: Fault) -> bytes:
+    root = ET.fromstring(data)
+    ns = {"e": NS}
+    fleet_id = root.findtext("e:fleetId", default="", namespaces=ns)
+    groups: list[tuple[str, str, list[str]]] = []
+    left = fault.keep
+    for item in root.findall("e:fleetInstanceSet/e:item", ns):
+        ids = [i.text or "" for i in item.findall("e:instanceIds/e:item", ns)]
+        kept, left = ids[:left], max(0, left - len(ids))
+        groups.append((item.findtext("e:lifecycle", default="spot", namespaces=ns),
+                       item.findtext("e:instanceType", default="", namespaces=ns), kept))
+    return _fleet_response(fleet_id, groups, fault)
