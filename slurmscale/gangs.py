@@ -105,12 +105,15 @@ def plan_requests(
         if pool is None:
             unknown.append(node)
             continue
-        jobs = job_cache.setdefault(r.id, _jobs_of(r))
-        job = jobs.get(node)
-        if job is not None and sum(1 for v in jobs.values() if v == job) < 2:
-            job = None
+        job = job_cache.setdefault(r.id, _jobs_of(r)).get(node)
         groups[(pool, job)].append(node)
         group_reqs[(pool, job)].add(r.id)
+    # A job with one node left to launch is a single node: it joins its pool's batch.
+    for (pool, job), nodes in list(groups.items()):
+        if job is not None and len(nodes) < 2:
+            del groups[(pool, job)]
+            groups[(pool, None)].extend(nodes)
+            group_reqs[(pool, None)] |= group_reqs.pop((pool, job))
 
     launch: list[Gang] = []
     for (pool, job), nodes in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):

@@ -1,0 +1,86 @@
+"""In-memory stand-ins for the Slurm and cloud protocols, for fast tests of the reconciler."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from slurmscale.cloud.protocol import CloudError, CloudInstance
+from slurmscale.config import Pool
+from slurmscale.model import LaunchedInstance, LaunchResult, QueueJob, SlurmNode
+from slurmscale.slurm.protocol import SlurmError
+
+
+@dataclass
+class FakeCloud:
+    """Launches what it is asked for unless told to fall short (`give`) or fail (`error`)."""
+
+    give: int | None = None
+    error: CloudError | None = None
+    error_code: str = "InsufficientInstanceCapacity"
+    hidden_extra: bool = False  # like EC2 launching more than its answer lists
+    instances: dict[str, CloudInstance] = field(default_factory=dict)
+    launches: list[dict] = field(default_factory=list)
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
+               tags: dict[str, str]) -> LaunchResult:
+        self.launches.append({"pool": pool.name, "count": count, "min": min_count,
+                              "token": client_token, "tags": dict(tags)})
+        if self.error:
+            raise self.error
+        n = count if self.give is None else min(self.give, count)
+        made = []
+        for _ in range(count if self.hidden_extra else n):
+            iid = f"i-{next(self._ids):08x}"
+            self.instances[iid] = CloudInstance(iid, "running", dict(tags), "10.0.0.1", "ami-1")
+            made.append(iid)
+        listed = made[:n]
+        return LaunchResult(
+            instances=tuple(LaunchedInstance(i, pool.instance_types[0], "spot", "ami-1",
+                                             "10.0.0.1") for i in listed),
+            error_code="" if n == count else self.error_code,
+            error_message="" if n == count else "no capacity", fleet_id="fleet-1")
+
+    def tag(self, instance_id: str, tags: dict[str, str]) -> None:
+        self.instances[instance_id].tags.update(tags)
+
+    def terminate(self, instance_ids: list[str]) -> None:
+        for i in instance_ids:
+            old = self.instances[i]
+            self.instances[i] = CloudInstance(i, "terminated", old.tags)
+
+    def find(self, tags: dict[str, str], include_terminated: bool = False
+             ) -> list[CloudInstance]:
+        return [i for i in self.instances.values()
+                if all(i.tags.get(k) == v for k, v in tags.items())
+                and (include_terminated or i.state != "terminated")]
+
+    def running(self) -> list[CloudInstance]:
+        return [i for i in self.instances.values() if i.state == "running"]
+
+
+@dataclass
+class FakeSlurm:
+    addresses: dict[str, tuple[str, str]] = field(default_factory=dict)
+    powered_down: list[tuple[list[str], str]] = field(default_factory=list)
+    fail: bool = False
+
+    def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
+        return []
+
+    def set_node_address(self, name: str, addr: str, hostname: str) -> None:
+        if self.fail:
+            raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")
+        self.addresses[name] = (addr, hostname)
+
+    def power_down_force(self, names: list[str], reason: str) -> None:
+        if self.fail:
+            raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")
+        self.powered_down.append((list(names), reason))
+
+    def pending_jobs(self) -> list[QueueJob]:
+        return []
+
+    def job(self, job_id: int | str) -> dict[str, str]:
+        return {}

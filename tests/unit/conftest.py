@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from slurmscale.config import Config, parse_config
+
+
+def base_config(**over: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "cluster_name": "unit",
+        "pools": [
+            {"name": "gpu-spot", "partition": "gpu-spot", "node_prefix": "spot-",
+             "max_nodes": 8, "gpus_per_node": 8, "instance_types": ["p5.48xlarge"],
+             "capacity_type": "spot", "launch_template": {"name": "gpu", "version": 3},
+             "subnets": ["subnet-1"]},
+            {"name": "gpu-od", "partition": "gpu-od", "node_prefix": "od-",
+             "max_nodes": 2, "gpus_per_node": 8, "instance_types": ["p5.48xlarge"],
+             "capacity_type": "on-demand", "launch_template": {"id": "lt-1", "version": "2"},
+             "subnets": ["subnet-1", "subnet-2"]},
+        ],
+    }
+    d.update(over)
+    return d
+
+
+@pytest.fixture
+def cfg(tmp_path) -> Config:  # type: ignore[no-untyped-def]
+    d = base_config(spool_dir=str(tmp_path / "spool"),
+                    socket_path=str(tmp_path / "sock"),
+                    hook_log_file=str(tmp_path / "hooks.log"),
+                    store_url=f"sqlite:///{tmp_path / 'state.db'}")
+    return parse_config(d)

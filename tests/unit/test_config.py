@@ -1,0 +1,77 @@
+import copy
+
+import pytest
+import yaml
+
+from slurmscale.config import ConfigError, load_config, parse_config
+from tests.unit.conftest import base_config
+
+
+def test_a_valid_config_loads_with_defaults(tmp_path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(base_config()))
+    cfg = load_config(p)
+    assert cfg.pool_of("spot-8").name == "gpu-spot"
+    assert cfg.pool_of("spot-9") is None and cfg.pool_of("spot-01") is None
+    assert cfg.pool_of("od-1").capacity_type.value == "on-demand"
+    assert cfg.daemon.batch_window_seconds == 2.0
+    assert cfg.pools[0].launch_template.version == "3"
+
+
+def _err(data) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError) as e:
+        parse_config(data, "x.yaml")
+    return str(e.value)
+
+
+def _pool_edit(**kw):  # type: ignore[no-untyped-def]
+    d = copy.deepcopy(base_config())
+    d["pools"][0].update(kw)
+    return d
+
+
+@pytest.mark.parametrize("data, needles", [
+    (_pool_edit(launch_template={"name": "gpu", "version": "$Latest"}),
+     ["pools.0.launch_template.version", "$Latest"]),
+    (_pool_edit(min_nodes=9), ["pools.0", "min_nodes (9)", "max_nodes (8)"]),
+    (_pool_edit(max_nodes=0), ["pools.0.max_nodes", "0"]),
+    (_pool_edit(capacity_type="reserved"), ["pools.0.capacity_type", "reserved"]),
+    (_pool_edit(instance_types=["P5 48xl"]), ["pools.0.instance_types", "P5 48xl"]),
+    (_pool_edit(launch_template={"version": "1"}), ["launch_template", "exactly one"]),
+    (_pool_edit(node_prefix="Spot_"), ["pools.0.node_prefix", "Spot_"]),
+    (_pool_edit(subnet="subnet-1"), ["pools.0.subnet", "unknown key"]),
+    ({**base_config(), "cluster_name": "bad name"}, ["cluster_name", "bad name"]),
+    ({**base_config(), "pools": []}, ["pools", "at least 1"]),
+    ({"pools": base_config()["pools"]}, ["cluster_name", "required"]),
+    ({**base_config(), "node_address": "public-ip"}, ["node_address", "public-ip"]),
+])
+def test_errors_name_the_bad_key_and_value(data, needles) -> None:  # type: ignore[no-untyped-def]
+    msg = _err(data)
+    assert msg.startswith("invalid config x.yaml")
+    for n in needles:
+        assert n in msg, (n, msg)
+
+
+def test_duplicate_pools_are_refused() -> None:
+    d = base_config()
+    d["pools"][1]["node_prefix"] = "spot-"
+    assert "two pools share node_prefix 'spot-'" in _err(d)
+
+
+def test_unreadable_or_non_yaml_files(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.yaml")
+    p = tmp_path / "bad.yaml"
+    p.write_text("pools: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(p)
+    p.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping at the top level"):
+        load_config(p)
+
+
+def test_config_path_from_environment(tmp_path, monkeypatch) -> None:
+    p = tmp_path / "env.yaml"
+    p.write_text(yaml.safe_dump(base_config(cluster_name="fromenv")))
+    monkeypatch.setenv("SLURMSCALE_CONFIG", str(p))
+    assert load_config().cluster_name == "fromenv"

@@ -1,0 +1,151 @@
+"""The reconcile pass against in-memory Slurm and cloud, with the real store (SQLite)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from slurmscale.cloud.protocol import CloudError
+from slurmscale.daemon.reconcile import Reconciler
+from slurmscale.model import RequestKind
+from slurmscale.spool import Spool
+from slurmscale.store.repo import Store
+from tests.support.fakes import FakeCloud, FakeSlurm
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def world(cfg):  # type: ignore[no-untyped-def]
+    store = Store(cfg.store_url)
+    store.upgrade()
+    cloud, slurm, clock = FakeCloud(), FakeSlurm(), Clock()
+    r = Reconciler(cfg, store, slurm, cloud, clock=clock)
+    yield r, cloud, slurm, clock, Spool(cfg.spool_dir)
+    store.close()
+
+
+def hook(spool: Spool, clock: Clock, kind: RequestKind, jobs: dict[int, list[str]]) -> None:
+    nodes = [n for ns in jobs.values() for n in ns]
+    rf = json.dumps({"jobs": [{"job_id": j, "nodes": ",".join(ns)} for j, ns in jobs.items()],
+                     "all_nodes": ",".join(nodes)})
+    spool.put(spool.new_request(kind, nodes, ",".join(nodes),
+                                rf if kind is RequestKind.RESUME else None,
+                                now=clock.now.timestamp()))
+
+
+def test_a_gang_is_one_launch_with_min_capacity_equal_to_its_size(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2", "spot-3", "spot-4"]})
+    res = r.tick()
+    assert res.launched_gangs == 1
+    assert [(x["count"], x["min"]) for x in cloud.launches] == [(4, 4)]
+    assert cloud.launches[0]["token"].startswith("slurmscale-")
+    assert len(cloud.launches[0]["token"]) <= 64
+    assert {i.tags["slurmscale:node"] for i in cloud.running()} == {
+        "spot-1", "spot-2", "spot-3", "spot-4"}
+    assert all(i.tags["slurmscale:cluster"] == "unit" for i in cloud.running())
+    assert slurm.addresses["spot-1"] == ("10.0.0.1", "spot-1")
+    assert r.store.pending_requests() == []
+    insts = r.store.active_instances()
+    assert {i.launch_template_version for i in insts} == {"3"}
+    assert {i.image_id for i in insts} == {"ami-1"}
+
+
+def test_partial_capacity_rolls_back_the_whole_gang(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    cloud.give, cloud.hidden_extra = 2, True
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2", "spot-3", "spot-4"]})
+    res = r.tick()
+    assert res.failed_gangs == 1
+    assert cloud.running() == [], "listed and unlisted instances are all terminated"
+    assert r.store.active_instances() == []
+    (nodes, reason), = slurm.powered_down
+    assert nodes == ["spot-1", "spot-2", "spot-3", "spot-4"]
+    assert "InsufficientInstanceCapacity" in reason
+    kinds = [e.kind for e in r.store.events()]
+    assert "launch_failed" in kinds and "launched" not in kinds
+    assert r.store.requests()[0].status == "failed"
+
+
+def test_an_api_error_powers_the_gang_down_with_the_code(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    cloud.error = CloudError("UnauthorizedOperation", "not allowed to CreateFleet")
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    assert "UnauthorizedOperation" in slurm.powered_down[0][1]
+
+
+def test_a_coalesced_batch_keeps_what_it_got_and_powers_down_the_rest(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    cloud.give = 2
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1"], 2: ["spot-2"], 3: ["spot-3"]})
+    clock.now += timedelta(seconds=5)
+    r.tick()
+    assert [(x["count"], x["min"]) for x in cloud.launches] == [(3, 1)]
+    assert len(cloud.running()) == 2
+    assert slurm.powered_down == [(["spot-3"], "slurmscale launch failed: "
+                                   "InsufficientInstanceCapacity")]
+
+
+def test_the_same_resume_processed_twice_launches_once(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    assert len(cloud.launches) == 1
+    assert "resume_skipped" in [e.kind for e in r.store.events()]
+
+
+def test_suspend_terminates_the_nodes_instances_and_resets_the_address(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    hook(spool, clock, RequestKind.SUSPEND, {0: ["spot-1", "spot-2"]})
+    r.tick()
+    assert cloud.running() == []
+    assert slurm.addresses["spot-1"] == ("spot-1", "spot-1")
+    assert r.store.active_instances() == []
+
+
+def test_singles_wait_for_the_window_then_share_one_launch(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1"]})
+    res = r.tick()
+    assert cloud.launches == [] and res.next_due is not None
+    clock.now += timedelta(seconds=1)
+    hook(spool, clock, RequestKind.RESUME, {2: ["spot-2"]})
+    r.tick()
+    assert cloud.launches == []
+    clock.now += timedelta(seconds=1.5)
+    r.tick()
+    assert [(x["count"], x["min"]) for x in cloud.launches] == [(2, 1)]
+
+
+def test_a_slurm_outage_is_recorded_not_swallowed(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    slurm.fail = True
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    msgs = [e.message for e in r.store.events() if e.kind == "slurm_update_failed"]
+    assert msgs and "Unable to contact" in msgs[0]
+
+
+def test_an_unreadable_spool_file_is_set_aside_with_an_event(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    spool.ensure()
+    (spool.incoming / "garbage.json").write_text("{nope")
+    r.tick()
+    assert (spool.rejected / "garbage.json").exists()
+    assert "spool_rejected" in [e.kind for e in r.store.events()]
