@@ -167,7 +167,7 @@ class LocalCluster:
             self.agent = None
         self.procs.stop_all(order=["daemon", "slurmctld", "moto", "munged"])
         for m in reversed(self._mounts):
-            subprocess.run(["umount", "-l", str(m)], check=False, capture_output=True)
+            subprocess.run(["umount", "-R", "-l", str(m)], check=False, capture_output=True)
         self._mounts.clear()
 
     def __enter__(self) -> LocalCluster:
@@ -179,12 +179,15 @@ class LocalCluster:
     def _mount_chroot(self) -> None:
         assert self.chroot
         for src, dst in ((Path("/proc"), self.chroot / "proc"),
+                         (Path("/sys"), self.chroot / "sys"),  # slurmd 24.11 wants cgroupfs
                          (Path("/dev"), self.chroot / "dev"),
                          (self.root, self.chroot / str(self.root).lstrip("/")),
                          (REPO, self.chroot / str(REPO).lstrip("/"))):
             dst.mkdir(parents=True, exist_ok=True)
             if src == Path("/proc"):
                 _run(["mount", "-t", "proc", "proc", str(dst)])
+            elif src == Path("/sys"):
+                _run(["mount", "--rbind", "--make-rslave", str(src), str(dst)])
             else:
                 _run(["mount", "--bind", str(src), str(dst)])
             self._mounts.append(dst)
@@ -299,7 +302,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MpiDefault=none
 ReturnToService=2
-CommunicationParameters=NoAddrCache
+{"" if self.chroot else "CommunicationParameters=NoAddrCache"}
 JobRequeue=1
 KillWait=5
 MinJobAge=600

@@ -30,6 +30,12 @@ def _no_instances_left(c: LocalCluster) -> bool:
 
 def test_four_node_gang_gets_one_fleet_runs_and_is_scaled_down(make_cluster) -> None:
     c, proxy = make_cluster(suspend_time=20)
+    four_node_gang_scenario(c, proxy)
+
+
+def four_node_gang_scenario(c: LocalCluster, proxy) -> None:  # type: ignore[no-untyped-def]
+    """sbatch -N 4 -> one CreateFleet (total = min = 4) -> four slurmd -> COMPLETED ->
+    SuspendProgram after the idle time -> all four instances terminated."""
     t0 = time.monotonic()
     job = c.sbatch("-N", "4", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 2")
     c.wait_job(job, {"RUNNING", "COMPLETED"}, 150)

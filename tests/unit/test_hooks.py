@@ -1,0 +1,96 @@
+"""The hook scripts as slurmctld runs them: no PATH, closed stdio, exit code is all it sees."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.unit.conftest import base_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def hooks(tmp_path):  # type: ignore[no-untyped-def]
+    d = tmp_path / "hooks"
+    d.mkdir()
+    shutil.copy2(REPO / "resume_suspend" / "slurmscale-hook", d / "slurmscale-hook")
+    for k in ("resume", "suspend", "resume-fail"):
+        (d / f"slurmscale-{k}").symlink_to("slurmscale-hook")
+    cfg = base_config(spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "s.sock"),
+                      hook_log_file=str(tmp_path / "hooks.log"))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    (d / "hooks.env").write_text(f"SLURMSCALE_PYTHON={sys.executable}\n"
+                                 f"SLURMSCALE_CONFIG={tmp_path / 'c.yaml'}\n")
+    return tmp_path
+
+
+def run(root: Path, kind: str, *args: str, resume: str | None = None) -> int:
+    env = {"SLURM_CONF": "/nonexistent/slurm.conf"}
+    if resume is not None:
+        (root / "rf.json").write_text(resume)
+        env["SLURM_RESUME_FILE"] = str(root / "rf.json")
+    return subprocess.run([str(root / "hooks" / f"slurmscale-{kind}"), *args], env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=30).returncode
+
+
+def spooled(root: Path) -> list[dict]:
+    inc = root / "spool" / "incoming"
+    return [json.loads(p.read_text()) for p in sorted(inc.glob("*.json"))] if inc.exists() else []
+
+
+def test_resume_records_the_request_and_the_resume_file(hooks) -> None:  # type: ignore[no-untyped-def]
+    rf = '{"jobs":[{"job_id":5,"nodes":"spot-[1-2]"}],"all_nodes":"spot-[1-2]"}'
+    assert run(hooks, "resume", "spot-[1-2]", resume=rf) == 0
+    (req,) = spooled(hooks)
+    assert req["kind"] == "resume" and req["nodes"] == ["spot-1", "spot-2"]
+    assert req["resume_file"] == rf
+    assert "daemon not reachable" in (hooks / "hooks.log").read_text()
+
+
+@pytest.mark.parametrize("kind", ["suspend", "resume-fail"])
+def test_suspend_and_resume_fail_record_their_kind(hooks, kind) -> None:  # type: ignore[no-untyped-def]
+    assert run(hooks, kind, "od-[1-2]") == 0
+    assert spooled(hooks)[0]["kind"] == kind.replace("-", "_")
+
+
+@pytest.mark.parametrize("kind, args, resume, needle", [
+    ("resume", ["spot-[1-"], None, "unparsable hostlist 'spot-[1-'"),
+    ("suspend", ["gpu-[1-2]"], None, "node 'gpu-1' is not in any slurmscale pool"),
+    ("resume-fail", ["spot-99"], None, "node 'spot-99' is not in any slurmscale pool"),
+    ("resume", ["spot-1"], "{broken", "resume file is not JSON"),
+    ("resume", ["spot-1"], '{"jobs":[{"job_id":1,"nodes":"spot-[1-2]"}]}',
+     "resume file names nodes not in the hostlist"),
+    ("resume", [], None, "expected exactly one hostlist argument"),
+    ("suspend", ["a", "b"], None, "expected exactly one hostlist argument"),
+])
+def test_bad_input_exits_2_names_the_value_and_records_nothing(hooks, kind, args, resume,  # type: ignore[no-untyped-def]
+                                                               needle) -> None:
+    assert run(hooks, kind, *args, resume=resume) == 2
+    assert spooled(hooks) == []
+    assert needle in (hooks / "hooks.log").read_text()
+
+
+def test_a_bad_config_exits_1_and_records_nothing(hooks) -> None:  # type: ignore[no-untyped-def]
+    cfg = yaml.safe_load((hooks / "c.yaml").read_text())
+    cfg["pools"][0]["launch_template"]["version"] = "$Latest"
+    (hooks / "c.yaml").write_text(yaml.safe_dump(cfg))
+    p = subprocess.run([str(hooks / "hooks" / "slurmscale-suspend"), "spot-1"], env={},
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1
+    assert "pools.0.launch_template.version" in p.stderr and "$Latest" in p.stderr
+    assert spooled(hooks) == []
+
+
+def test_the_cli_reports_config_errors_with_exit_2(hooks) -> None:  # type: ignore[no-untyped-def]
+    (hooks / "c.yaml").write_text("cluster_name: x\npools: []\n")
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(hooks / "c.yaml"),
+                        "status"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "pools" in p.stderr and "at least 1" in p.stderr

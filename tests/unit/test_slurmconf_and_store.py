@@ -1,0 +1,26 @@
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
+from slurmscale.store.repo import Store
+from slurmscale.store.tables import Base
+
+
+def test_slurm_conf_matches_the_pools(cfg) -> None:  # type: ignore[no-untyped-def]
+    text = render_slurm_conf(cfg)
+    assert "ResumeProgram=/usr/local/lib/slurmscale/resume_suspend/slurmscale-resume" in text
+    assert "ResumeFailProgram=" in text and "SuspendProgram=" in text
+    assert ("NodeName=spot-[1-8] CPUs=1 Gres=gpu:8 Feature=spot,p5.48xlarge State=CLOUD"
+            in text)
+    assert "PartitionName=gpu-od Nodes=od-[1-2] State=UP" in text
+    assert "SuspendTime=600" in text and "ResumeTimeout=900" in text
+    assert "NodeName=od-[1-2] Name=gpu Count=8 File=/dev/nvidia[0-7]" in render_gres_conf(cfg)
+
+
+def test_migrations_match_the_models(cfg) -> None:  # type: ignore[no-untyped-def]
+    store = Store(cfg.store_url)
+    store.upgrade()
+    with store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diff == []
+    store.upgrade()  # idempotent
