@@ -46,10 +46,14 @@ def _setup_daemon_logging(cfg: Config, verbose: bool) -> None:
 def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
     if not rows:
         return "(none)"
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
-    out = ["  ".join(c.upper().ljust(widths[c]) for c in cols)]
+    def cell(r: dict[str, Any], c: str) -> str:
+        v = r.get(c)
+        return "-" if v is None or v == "" else str(v)
+
+    widths = {c: max(len(c), *(len(cell(r, c)) for r in rows)) for c in cols}
+    out = ["  ".join(c.upper().ljust(widths[c]) for c in cols).rstrip()]
     for r in rows:
-        out.append("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols).rstrip())
+        out.append("  ".join(cell(r, c).ljust(widths[c]) for c in cols).rstrip())
     return "\n".join(out)
 
 

@@ -116,7 +116,9 @@ def plan_requests(
             group_reqs[(pool, None)] |= group_reqs.pop((pool, job))
 
     launch: list[Gang] = []
-    for (pool, job), nodes in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+    # Gangs first (all-or-nothing, the hardest to fill), then each pool's batch of singles.
+    order = sorted(groups.items(), key=lambda kv: (kv[0][1] is None, kv[0][0], kv[0][1] or 0))
+    for (pool, job), nodes in order:
         launch.append(Gang(
             pool=pool, nodes=tuple(sorted(nodes)),
             job_ids=(job,) if job is not None else (),

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what slurmscale's local cluster, demo and tests need on a Debian/Ubuntu machine,
+# idempotently (as root): Slurm and munge from the distribution, a virtualenv in .venv with
+# slurmscale and its dev extras, and (with --chroot) a Debian 13 tree with Slurm 24.11.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want_chroot=0
+[ "${1:-}" = "--chroot" ] && want_chroot=1
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "run as root: the local cluster starts slurmctld, slurmd and munged" >&2
+  exit 1
+fi
+
+pkgs=(slurmctld slurmd slurm-client munge python3 python3-venv debootstrap)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  # Debian's packages try to start their services; the local cluster runs its own, on
+  # its own ports and socket, so a policy-rc.d keeps the package scripts from starting any.
+  had_policy=0; [ -e /usr/sbin/policy-rc.d ] && had_policy=1
+  [ $had_policy -eq 1 ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  [ $had_policy -eq 1 ] || rm -f /usr/sbin/policy-rc.d
+fi
+
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[dev]'
+
+if [ $want_chroot -eq 1 ]; then
+  scripts/setup-slurm-chroot.sh "${SLURMSCALE_TEST_CHROOT:-/var/cache/slurmscale/trixie}"
+fi
+echo "setup done: $(.venv/bin/slurmscale --version), $(slurmctld -V)"

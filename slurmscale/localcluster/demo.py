@@ -1,0 +1,101 @@
+"""The local demo: a real Slurm with cloud nodes, the moto EC2 server, the slurmscale daemon,
+and a workload of one 4-node gang job and three single-node jobs that visibly get their
+nodes, run, and are scaled down.
+
+    python -m slurmscale.localcluster.demo [--keep] [--suspend-time S] [--boot-delay S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster
+
+
+def _say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _snapshot(c: LocalCluster, jobs: dict[int, str]) -> str:
+    states = ", ".join(f"{name}={c.job_state(j) or '?'}" for j, name in jobs.items())
+    inst = len(c.cluster_instances())
+    sinfo = c.slurm("sinfo", "-h", "-o", "%P %t %D %N").strip().replace("\n", " | ")
+    return f"jobs: {states}\n           instances running: {inst}   sinfo: {sinfo}"
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(tempfile.mkdtemp(prefix="slurmscale-demo-"))
+    opts = ClusterOptions(boot_delay=args.boot_delay, suspend_time=args.suspend_time)
+    c = LocalCluster(root, opts)
+    _say(f"starting munge, slurmctld, moto EC2 server and the slurmscale daemon in {root}")
+    c.start()
+    ok = False
+    try:
+        _say(f"cluster {c.name}: {c.slurm('scontrol', '--version').strip()}; "
+             f"EC2 = moto at {c.moto_url}")
+        print(c.slurm("sinfo"))
+        gpu = "--gres=gpu:8"
+        jobs = {c.sbatch("-N", "4", gpu, "-p", "gpu-spot", "-J", "gang4",
+                         "--wrap", "srun hostname; sleep 10"): "gang-4-nodes"}
+        for i in range(3):
+            jobs[c.sbatch("-N", "1", gpu, "-p", "gpu-spot", "-J", f"single{i}",
+                          "--wrap", "sleep 5")] = f"single-{i}"
+        _say(f"submitted {len(jobs)} jobs: one 4-node gang (32 GPUs) and three 1-node jobs")
+        t0 = time.monotonic()
+        started: dict[int, float] = {}
+        deadline = t0 + 300
+        while time.monotonic() < deadline:
+            for j in jobs:
+                if j not in started and c.job_state(j) in ("RUNNING", "COMPLETED"):
+                    started[j] = time.monotonic() - t0
+                    _say(f"{jobs[j]} (job {j}) started {started[j]:.0f}s after sbatch")
+            if all(c.job_state(j) == "COMPLETED" for j in jobs):
+                break
+            _say(_snapshot(c, jobs))
+            time.sleep(5)
+        else:
+            _say("jobs did not complete in time")
+            return 1
+        _say("all jobs COMPLETED; the nodes now idle until SuspendTime "
+             f"({args.suspend_time}s), then Slurm asks slurmscale to scale down")
+        while time.monotonic() < deadline + 300 and c.cluster_instances():
+            _say(_snapshot(c, jobs))
+            time.sleep(5)
+        left = len(c.cluster_instances())
+        _say(f"instances still running: {left}")
+        print("\nslurmscale's audit log (slurmscale events):")
+        print(c.cli("events").stdout)
+        print(c.cli("status").stdout)
+        ok = left == 0
+        _say("demo " + ("finished: every job ran, every instance was terminated"
+                        if ok else "FAILED: instances left running"))
+        if args.keep:
+            _say(f"--keep: cluster left running; SLURM_CONF={c.conf}; Ctrl-C to stop")
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        c.stop()
+        if ok and not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            _say(f"logs kept in {root / 'log'}")
+    return 0 if ok else 1
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
+    p.add_argument("--suspend-time", type=int, default=30)
+    p.add_argument("--boot-delay", type=float, default=5.0)
+    sys.exit(run(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
