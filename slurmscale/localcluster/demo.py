@@ -3,6 +3,7 @@ and a workload of one 4-node gang job and three single-node jobs that visibly ge
 nodes, run, and are scaled down.
 
     python -m slurmscale.localcluster.demo [--keep] [--suspend-time S] [--boot-delay S]
+                                           [--slurm-root DIR]
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _snapshot(c: LocalCluster, jobs: dict[int, str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="slurmscale-demo-"))
-    opts = ClusterOptions(boot_delay=args.boot_delay, suspend_time=args.suspend_time)
+    opts = ClusterOptions(boot_delay=args.boot_delay, suspend_time=args.suspend_time,
+                          slurm_root=args.slurm_root)
     c = LocalCluster(root, opts)
     _say(f"starting munge, slurmctld, moto EC2 server and the slurmscale daemon in {root}")
     c.start()
@@ -94,6 +96,9 @@ def main() -> None:
     p.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
     p.add_argument("--suspend-time", type=int, default=30)
     p.add_argument("--boot-delay", type=float, default=5.0)
+    p.add_argument("--slurm-root", default="/",
+                   help="run the Slurm of this tree through chroot, e.g. the Slurm 24.11 "
+                        "tree scripts/setup-slurm-chroot.sh builds")
     sys.exit(run(p.parse_args()))
 
 

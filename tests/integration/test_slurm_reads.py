@@ -1,0 +1,35 @@
+"""The Slurm adapter's per-tick reads on the real Slurm versions: fixed-field squeue and
+`scontrol show node -o`, parsed by the same code the daemon uses."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmscale.slurm.cli_backend import SlurmCLI
+from tests.integration.test_slurm_24_11 import CHROOT
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.mark.parametrize("flavor", ["22.05", "24.11"])
+def test_pending_jobs_and_nodes_parse_on_real_slurm(make_cluster, flavor: str) -> None:  # type: ignore[no-untyped-def]
+    opts: dict[str, object] = {"start_daemon": False}
+    if flavor == "24.11":
+        if not (CHROOT / ".slurmscale-ready").exists():
+            pytest.skip(f"no Slurm 24.11 chroot at {CHROOT}")
+        opts["slurm_root"] = str(CHROOT)
+    c, _ = make_cluster(**opts)
+    assert flavor in c.slurm("scontrol", "--version")
+    held = c.sbatch("-H", "-N", "4", "--gres=gpu:8", "-p", "gpu-spot,gpu-od", "-t", "90",
+                    "--wrap", "true")
+    assert c.cfg is not None
+    slurm = SlurmCLI(c.cfg.slurm)
+    (job,) = [j for j in slurm.pending_jobs() if j.job_id == str(held)]
+    assert job.num_nodes == 4 and job.gpus_per_node == 8
+    assert set(job.partitions) == {"gpu-spot", "gpu-od"}
+    assert job.time_limit_s == 5400 and job.state == "PENDING"
+    assert job.reason.startswith("JobHeld") and job.priority == 0
+    nodes = {n.name: n for n in slurm.nodes()}
+    assert len(nodes) == 10
+    assert "POWERED_DOWN" in nodes["spot-1"].flags and "CLOUD" in nodes["spot-1"].flags
+    assert nodes["od-2"].partitions == ("gpu-od",)
