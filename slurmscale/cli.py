@@ -147,7 +147,10 @@ def _store(cfg: Config):  # type: ignore[no-untyped-def]
     from slurmscale.store.repo import Store
 
     s = Store(cfg.store_url)
-    s.upgrade()
+    problem = s.schema_problem()
+    if problem:
+        click.echo(f"slurmscale: {problem}", err=True)
+        sys.exit(1)
     return s
 
 

@@ -311,7 +311,8 @@ SlurmdTimeout=120
         body = render_slurm_conf(self.cfg, node_extra=lambda p: f"NodeHostname=localhost "
                                  f"Port={ports[p.name]}")
         self.conf.write_text(head + body)
-        gres = render_gres_conf(self.cfg, gpu_files=lambda p: f"{r / 'gpu'}/gpu[0-{p.gpus_per_node - 1}]")
+        gres = render_gres_conf(
+            self.cfg, gpu_files=lambda p: f"{r / 'gpu'}/gpu[0-{p.gpus_per_node - 1}]")
         (self.conf.parent / "gres.conf").write_text(gres)
 
     def _install_hooks(self) -> None:

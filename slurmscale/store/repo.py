@@ -61,6 +61,23 @@ class Store:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
 
+    def schema_problem(self) -> str | None:
+        """None when the schema is at the latest migration; otherwise what to do about it.
+        Read-only commands check this instead of migrating behind the admin's back."""
+        from alembic.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
+        head = ScriptDirectory.from_config(AlembicConfig(str(ALEMBIC_INI))).get_current_head()
+        try:
+            with self.engine.connect() as conn:
+                current = MigrationContext.configure(conn).get_current_revision()
+        except Exception as e:  # noqa: BLE001 - reported to the admin verbatim
+            return f"cannot open the store {self.engine.url.render_as_string()}: {e}"
+        if current != head:
+            return (f"the store is at schema {current or 'none'}, this slurmscale needs {head}: "
+                    "run `slurmscale db upgrade`")
+        return None
+
     def close(self) -> None:
         self.engine.dispose()
 

@@ -16,7 +16,8 @@ def pool_of(node: str) -> str | None:
     return None
 
 
-def resume(rid: str, at: float, jobs: dict[int, list[str]], extra: list[str] = ()) -> PendingRequest:  # type: ignore[assignment]
+def resume(rid: str, at: float, jobs: dict[int, list[str]],
+           extra: tuple[str, ...] = ()) -> PendingRequest:
     nodes = [n for ns in jobs.values() for n in ns] + list(extra)
     rf = json.dumps({"jobs": [{"job_id": j, "nodes": ",".join(ns)} for j, ns in jobs.items()],
                      "all_nodes": ",".join(nodes)})

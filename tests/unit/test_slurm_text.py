@@ -9,7 +9,8 @@ from slurmscale.slurm.kv import (
 NODE_LINE = ("NodeName=spot-3 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=2 "
              "AvailableFeatures=spot,p5.48xlarge Gres=gpu:8 NodeAddr=127.0.0.1 "
              "NodeHostName=spot-3 State=IDLE+CLOUD+POWERED_DOWN Partitions=gpu-spot "
-             "Reason=slurmscale launch failed: InsufficientInstanceCapacity [root@2026-11-29T11:00:00]")
+             "Reason=slurmscale launch failed: InsufficientInstanceCapacity "
+             "[root@2026-11-29T11:00:00]")
 
 
 def test_scontrol_oneliner_keeps_values_with_spaces() -> None:

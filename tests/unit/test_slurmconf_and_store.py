@@ -24,3 +24,10 @@ def test_migrations_match_the_models(cfg) -> None:  # type: ignore[no-untyped-de
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
     store.upgrade()  # idempotent
+
+
+def test_read_commands_refuse_an_unmigrated_store_and_say_what_to_do(cfg) -> None:  # type: ignore[no-untyped-def]
+    store = Store(cfg.store_url)
+    assert "run `slurmscale db upgrade`" in (store.schema_problem() or "")
+    store.upgrade()
+    assert store.schema_problem() is None
