@@ -91,6 +91,7 @@ def test_partial_capacity_rolls_back_the_whole_gang(make_cluster) -> None:
     for n in range(1, 5):
         node = c.node(f"spot-{n}")
         assert "POWER" in node["State"], node["State"]
+        assert "InsufficientInstanceCapacity" in node.get("Reason", ""), node
     reasons = [e["message"] for e in c.events() if e["kind"] == "nodes_powered_down"]
     assert reasons and "InsufficientInstanceCapacity" in reasons[0]
     assert c.job(job)["JobState"] != "FAILED"
