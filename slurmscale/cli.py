@@ -296,6 +296,73 @@ def status(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"\nwarning: Slurm not readable: {err}", err=True)
 
 
+@cli.command()
+@click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV: job_id,submit_s,duration_s,gpus,nodes (extra columns ignored).")
+@click.option("--carry-in", "carry_in", type=click.Path(dir_okay=False), default=None,
+              help="Jobs already running at t=0 (same columns, negative submit_s).")
+@click.option("--policy", "policies", multiple=True,
+              help="naive, immediate, static, slurmscale, slurmscale-governed (repeatable; "
+                   "default all).")
+@click.option("--max-nodes", default=64, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64))
+@click.option("--boot-time", default=300.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds from launch to a usable node.")
+@click.option("--price", default=98.32, show_default=True, type=click.FloatRange(0),
+              help="USD per node-hour.")
+@click.option("--cooldown", default=None, type=click.FloatRange(0),
+              help="Override the policies' cooldown (s).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
+              help="Write a PNG of demand vs provisioned GPUs per policy.")
+def simulate(trace_path: str, carry_in: str | None, policies: tuple[str, ...], max_nodes: int,
+             gpus_per_node: int, boot_time: float, price: float, cooldown: float | None,
+             as_json: bool, plot_path: str | None) -> None:
+    """Replay a job trace against a simulated Slurm + cloud, running the real policy code.
+
+    JSON: {"trace": str, "policies": {NAME: {jobs, jobs_completed, wait_p50_s, wait_p95_s,
+    gang_wait_p50_s, gang_wait_p95_s, busy_gpu_hours, idle_gpu_hours, cost_usd,
+    scale_up_actions, scale_down_actions, node_launches}}}
+    """
+    from dataclasses import replace
+
+    from slurmscale.policy.model import PoolKnobs
+    from slurmscale.sim.engine import SimCloud
+    from slurmscale.sim.engine import simulate as run_sim
+    from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
+    from slurmscale.sim.report import metrics, plot
+    from slurmscale.sim.trace import TraceError, load_trace
+
+    names = policies or POLICY_NAMES
+    for n in names:
+        if n not in POLICY_NAMES:
+            raise click.BadParameter(f"{n!r} is not one of {', '.join(POLICY_NAMES)}",
+                                     param_hint="--policy")
+    try:
+        jobs = load_trace(trace_path)
+        if carry_in:
+            jobs = sorted(load_trace(carry_in, carry_in=True) + jobs,
+                          key=lambda j: (j.submit_s, j.job_id))
+    except TraceError as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        sys.exit(2)
+    base = PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes)
+    if cooldown is not None:
+        base = replace(base, cooldown_s=cooldown)
+    cloud = SimCloud(boot_s=boot_time, price_per_node_hour=price)
+    results = [run_sim(jobs, builtin_policy(n, base), cloud) for n in names]
+    out = {"trace": trace_path,
+           "policies": {r.policy: metrics(r, cloud) for r in results}}
+    if plot_path:
+        plot(results, plot_path, f"{Path(trace_path).name}, max {max_nodes} nodes")
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    cols = ["policy", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
+            "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
+    click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
+
+
 def main() -> None:
     cli(obj={})
 

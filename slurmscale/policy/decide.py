@@ -1,0 +1,184 @@
+"""The capacity policy: Snapshot -> Plan. Pure and deterministic; the daemon and the simulator
+run this same function.
+
+Scale-up (governed pools): the target rises by `step_nodes` when pending GPU-hours stay above
+`queue_gpu_hours` for `sustained_s`, at most once per `cooldown_s`; and when a pending gang
+cannot fit, by the gang's whole shortfall in one decision, cooldown or not. Immediate pools
+keep the target at max_nodes: Slurm powers up each job's whole node set through the hooks.
+
+Scale-down (both modes) is slower than scale-up and never touches an allocated, reserved or
+booting node, nor the idle capacity pending jobs are about to use: an idle node goes when it
+has been idle `min_idle_s` and the pool's recent arrivals do not forecast a use for it within
+`reuse_horizon_s` (a terminate-then-relaunch costs a boot), and in any case after `max_idle_s`;
+at most `max_scale_down_per_cycle` per decision and never below `min_nodes`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from slurmscale.policy.model import (
+    Action,
+    ActionKind,
+    Mode,
+    NodeState,
+    NodeView,
+    PendingJob,
+    Plan,
+    PoolDemand,
+    PoolKnobs,
+    PoolMemory,
+    Snapshot,
+)
+
+LIVE = (NodeState.BOOTING, NodeState.IDLE, NodeState.ALLOCATED, NodeState.RESERVED)
+
+
+def pool_demand(knobs: PoolKnobs, jobs: list[PendingJob], now: float) -> PoolDemand:
+    act = [j for j in jobs if j.actionable]
+    gpu_h = sum(j.nodes * j.gpus_per_node * (j.time_limit_s or knobs.default_time_limit_s)
+                for j in act) / 3600.0
+    order = sorted(act, key=lambda j: (-j.priority, j.submit_s, j.job_id))
+    gangs = tuple((j.job_id, j.nodes) for j in order if j.nodes >= 2)
+    oldest = max((now - j.submit_s for j in act), default=0.0)
+    return PoolDemand(len(act), round(gpu_h, 6), gangs, max(0.0, oldest))
+
+
+def _clamp(v: int, k: PoolKnobs) -> int:
+    return max(k.min_nodes, min(k.max_nodes, v))
+
+
+def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand, live: int,
+                     idle: int, now: float, actions: list[Action]) -> PoolMemory:
+    target = _clamp(mem.target, k)
+    above_since = mem.above_since
+    last_step = mem.last_step_at
+    # Gang-aware: pending gangs that do not fit in the idle nodes plus the headroom under the
+    # target get their whole shortfall now.
+    # Nodes above the target that still run jobs count as the pool's size for this.
+    base = max(target, live)
+    free = idle + (base - live)
+    shortfall = 0
+    fitted: list[str] = []
+    for job_id, n in demand.pending_gangs:
+        if n > k.max_nodes:
+            continue  # can never fit; reservations/alerts deal with it, not the target
+        if n <= free:
+            free -= n
+            continue
+        if base + shortfall + (n - free) > k.max_nodes:
+            break  # priority order: do not let a smaller, later gang jump the queue
+        shortfall += n - free
+        free = 0
+        fitted.append(f"{job_id} ({n} nodes)")
+    if shortfall:
+        new = _clamp(base + shortfall, k)
+        actions.append(Action(ActionKind.RAISE_TARGET, k.name,
+                              f"pending gang {', '.join(fitted)} cannot fit: target "
+                              f"{target} -> {new} in one step", count=new - target))
+        return PoolMemory(new, above_since, now)
+    # Queue pressure: sustained pending GPU-hours above the threshold, or a job waiting past
+    # max_wait_s (small demand must not wait forever), one step per cooldown.
+    waited_out = demand.pending_jobs > 0 and demand.oldest_wait_s >= k.max_wait_s
+    if demand.pending_gpu_hours > k.queue_gpu_hours or waited_out:
+        above_since = above_since if above_since is not None else now
+        sustained = now - above_since >= k.sustained_s or waited_out
+        cooled = last_step is None or now - last_step >= k.cooldown_s
+        if sustained and cooled and target < k.max_nodes:
+            new = _clamp(target + k.step_nodes, k)
+            why = (f"pending {demand.pending_gpu_hours:.1f} GPU-h > {k.queue_gpu_hours:g} for "
+                   f"{now - above_since:.0f}s" if not waited_out else
+                   f"a job has waited {demand.oldest_wait_s:.0f}s >= {k.max_wait_s:.0f}s")
+            actions.append(Action(ActionKind.RAISE_TARGET, k.name,
+                                  f"{why}: target {target} -> {new}", count=new - target))
+            return PoolMemory(new, above_since, now)
+    else:
+        above_since = None
+    return PoolMemory(target, above_since, last_step)
+
+
+def _reuse_forecast(k: PoolKnobs, arrivals: list[tuple[float, int]], now: float) -> float:
+    """Nodes the pool's recent arrival rate says will be asked for within the horizon."""
+    recent = sum(n for t, n in arrivals if now - k.reuse_window_s <= t <= now)
+    return recent * k.reuse_horizon_s / k.reuse_window_s
+
+
+def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, forecast: float,
+                now: float, actions: list[Action]) -> list[str]:
+    live = [n for n in nodes if n.state in LIVE]
+    idle = sorted((n for n in nodes if n.state is NodeState.IDLE),
+                  key=lambda n: (n.idle_since if n.idle_since is not None else now, n.name))
+    # Idle capacity a pending job is about to use is not idle: Slurm will place it there.
+    needed_now = sum(n for _, n in demand.pending_gangs) + (
+        demand.pending_jobs - len(demand.pending_gangs))
+    keep_for_reuse = math.ceil(forecast - 1e-9)
+    spare = max(0, len(idle) - needed_now)
+    room = max(0, len(live) - k.min_nodes)
+    out: list[str] = []
+    kept_reuse: list[str] = []
+    # Most recently idle nodes are the ones kept for reuse: the oldest idle go first.
+    candidates = idle[:spare]
+    n_reuse = min(keep_for_reuse, len(candidates))
+    releasable = candidates[:len(candidates) - n_reuse]
+    reuse_pool = candidates[len(candidates) - n_reuse:]
+    for n in releasable + reuse_pool:
+        if len(out) >= min(k.max_scale_down_per_cycle, room):
+            break
+        idle_for = now - (n.idle_since if n.idle_since is not None else now)
+        if idle_for >= k.max_idle_s or (n in releasable and idle_for >= k.min_idle_s):
+            out.append(n.name)
+        elif n in reuse_pool and idle_for >= k.min_idle_s:
+            kept_reuse.append(n.name)
+    if out:
+        actions.append(Action(
+            ActionKind.RELEASE, k.name,
+            f"idle >= {k.min_idle_s:.0f}s with no pending job for them and a reuse forecast of "
+            f"{forecast:.1f} node(s) in {k.reuse_horizon_s:.0f}s", nodes=tuple(out),
+            count=len(out)))
+    if kept_reuse:
+        actions.append(Action(ActionKind.KEEP, k.name,
+                              f"recent arrivals forecast {forecast:.1f} node(s) needed within "
+                              f"{k.reuse_horizon_s:.0f}s: relaunching would cost a boot",
+                              nodes=tuple(kept_reuse)))
+    return out
+
+
+def decide(s: Snapshot) -> Plan:
+    nodes_by_pool: dict[str, list[NodeView]] = defaultdict(list)
+    for n in s.nodes:
+        nodes_by_pool[n.pool].append(n)
+    jobs_by_pool: dict[str, list[PendingJob]] = defaultdict(list)
+    for j in s.jobs:
+        jobs_by_pool[j.pool].append(j)
+    arrivals_by_pool: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for t, pool, n in s.arrivals:
+        arrivals_by_pool[pool].append((t, n))
+    actions: list[Action] = []
+    targets: dict[str, int] = {}
+    memory: dict[str, PoolMemory] = {}
+    demands: dict[str, PoolDemand] = {}
+    for k in sorted(s.pools, key=lambda p: p.name):
+        nodes = sorted(nodes_by_pool[k.name], key=lambda n: n.name)
+        demand = pool_demand(k, jobs_by_pool[k.name], s.now)
+        demands[k.name] = demand
+        live = sum(1 for n in nodes if n.state in LIVE)
+        idle = sum(1 for n in nodes if n.state is NodeState.IDLE)
+        mem = s.memory.get(k.name, PoolMemory(target=k.min_nodes))
+        if k.mode is Mode.IMMEDIATE:
+            mem = PoolMemory(k.max_nodes, None, mem.last_step_at)
+        else:
+            mem = _governed_target(k, mem, demand, live, idle, s.now, actions)
+        released = _scale_down(k, nodes, demand,
+                               _reuse_forecast(k, arrivals_by_pool[k.name], s.now), s.now,
+                               actions)
+        if k.mode is Mode.GOVERNED and released:
+            new = _clamp(min(mem.target, live - len(released)), k)
+            if new < mem.target:
+                actions.append(Action(ActionKind.LOWER_TARGET, k.name,
+                                      f"released {len(released)} idle node(s): target "
+                                      f"{mem.target} -> {new}", count=mem.target - new))
+                mem = PoolMemory(new, mem.above_since, mem.last_step_at)
+        targets[k.name] = mem.target
+        memory[k.name] = mem
+    return Plan(s.now, tuple(actions), targets, memory, demands)

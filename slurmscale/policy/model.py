@@ -1,0 +1,118 @@
+"""The policy's inputs and outputs: a snapshot of one moment in, a plan with reasons out.
+
+Times are plain seconds (the daemon passes Unix time, the simulator its own clock); nothing
+here reads a clock, so the same snapshot always gives the same plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Mode(StrEnum):
+    IMMEDIATE = "immediate"  # Slurm powers nodes up per job; target pinned at max_nodes
+    GOVERNED = "governed"  # a target between min and max; nodes above it are held out
+
+
+class NodeState(StrEnum):
+    POWERED_DOWN = "powered_down"
+    BOOTING = "booting"
+    IDLE = "idle"
+    ALLOCATED = "allocated"  # runs at least one job (or is booting for one)
+    RESERVED = "reserved"  # held in a reservation for a pending job
+
+
+@dataclass(frozen=True)
+class PoolKnobs:
+    """One pool's policy settings. Defaults are the worked example's (see docs/policy.md)."""
+
+    name: str
+    gpus_per_node: int
+    max_nodes: int
+    min_nodes: int = 0
+    mode: Mode = Mode.IMMEDIATE
+    step_nodes: int = 1
+    queue_gpu_hours: float = 16.0
+    sustained_s: float = 300.0
+    max_wait_s: float = 900.0  # a job waiting this long counts as queue pressure on its own
+    cooldown_s: float = 600.0
+    max_scale_down_per_cycle: int = 4
+    min_idle_s: float = 120.0
+    max_idle_s: float = 1800.0
+    reuse_window_s: float = 3600.0
+    reuse_horizon_s: float = 600.0
+    default_time_limit_s: float = 4 * 3600.0
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    job_id: str
+    pool: str
+    nodes: int
+    gpus_per_node: int
+    time_limit_s: float | None
+    submit_s: float
+    priority: int = 0
+    actionable: bool = True  # pending for capacity (Resources/Priority), not held/dependent
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    pool: str
+    state: NodeState
+    idle_since: float | None = None
+
+
+@dataclass(frozen=True)
+class PoolMemory:
+    """What the policy remembers between decisions (kept in the store by the daemon)."""
+
+    target: int
+    above_since: float | None = None
+    last_step_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    pools: tuple[PoolKnobs, ...]
+    nodes: tuple[NodeView, ...]
+    jobs: tuple[PendingJob, ...]
+    memory: dict[str, PoolMemory] = field(default_factory=dict)
+    # (submit time, pool, nodes) of recent job arrivals, pending or not: the reuse forecast
+    arrivals: tuple[tuple[float, str, int], ...] = ()
+
+
+class ActionKind(StrEnum):
+    RAISE_TARGET = "raise_target"
+    LOWER_TARGET = "lower_target"
+    RELEASE = "release"
+    KEEP = "keep"  # an idle node deliberately kept; recorded so `plan` explains it
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: ActionKind
+    pool: str
+    reason: str
+    nodes: tuple[str, ...] = ()
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    now: float
+    actions: tuple[Action, ...]
+    targets: dict[str, int]
+    memory: dict[str, PoolMemory]
+    demand: dict[str, PoolDemand]
+
+
+@dataclass(frozen=True)
+class PoolDemand:
+    pending_jobs: int
+    pending_gpu_hours: float
+    pending_gangs: tuple[tuple[str, int], ...]  # (job id, nodes) in priority order
+    oldest_wait_s: float

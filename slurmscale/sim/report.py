@@ -1,0 +1,58 @@
+"""Simulation results as the stable JSON `slurmscale simulate --json` prints, and a plot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmscale.sim.engine import SimCloud, SimResult
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    i = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
+    return round(s[i], 1)
+
+
+def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
+    busy_h = r.busy_gpu_s / 3600
+    on_h = r.on_gpu_s / 3600
+    return {
+        "jobs": r.jobs,
+        "jobs_completed": r.jobs_completed,
+        "wait_p50_s": _pct(r.waits, 0.5),
+        "wait_p95_s": _pct(r.waits, 0.95),
+        "gang_wait_p50_s": _pct(r.gang_waits, 0.5),
+        "gang_wait_p95_s": _pct(r.gang_waits, 0.95),
+        "busy_gpu_hours": round(busy_h, 1),
+        "idle_gpu_hours": round(max(0.0, on_h - busy_h), 1),
+        "cost_usd": round(r.node_on_s / 3600 * cloud.price_per_node_hour, 2),
+        "scale_up_actions": r.scale_up_actions,
+        "scale_down_actions": r.scale_down_actions,
+        "node_launches": r.node_launches,
+    }
+
+
+def plot(results: list[SimResult], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(11, 2.2 * len(results)), sharex=True,
+                             squeeze=False)
+    for ax, r in zip(axes[:, 0], results, strict=True):
+        t = [x[0] / 86400 for x in r.timeline]
+        ax.fill_between(t, [x[1] for x in r.timeline], step="post", alpha=0.35,
+                        label="GPUs demanded (running + pending)")
+        ax.step(t, [x[2] for x in r.timeline], where="post", color="black", lw=0.9,
+                label="GPUs provisioned")
+        ax.set_ylabel("GPUs")
+        ax.set_title(r.policy, loc="left", fontsize=10)
+    axes[0, 0].legend(loc="upper right", fontsize=8)
+    axes[-1, 0].set_xlabel("days")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,100 @@
+"""The simulator runs the real policy; the worked example and whole-trace invariants."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmscale.policy.model import PoolKnobs
+from slurmscale.sim.engine import SimCloud, simulate
+from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
+from slurmscale.sim.report import metrics
+from slurmscale.sim.trace import TraceError, TraceJob, load_trace
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+BOOT = SimCloud(boot_s=300.0)
+
+
+def worked_example(policy: str) -> float:
+    """An empty pool (cooldown 10 min, boot 5 min) receives one 8-node gang job."""
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=16, cooldown_s=600)
+    r = simulate([TraceJob("gang", 0.0, 3600.0, 64, 8)], builtin_policy(policy, knobs), BOOT)
+    assert r.jobs_completed == 1
+    return r.gang_waits[0]
+
+
+@pytest.mark.parametrize("policy", ["slurmscale", "slurmscale-governed"])
+def test_worked_example_slurmscale_starts_the_gang_after_about_one_boot(policy: str) -> None:
+    assert worked_example(policy) <= 6 * 60
+
+
+def test_worked_example_naive_needs_about_one_cooldown_per_node() -> None:
+    assert worked_example("naive") >= 60 * 60
+
+
+@pytest.fixture(scope="module")
+def itp_slice() -> list[TraceJob]:
+    return load_trace(TRACES / "itp_cluster04_14d.csv")[:400]
+
+
+def test_every_policy_runs_a_real_trace_slice_consistently(itp_slice) -> None:  # type: ignore[no-untyped-def]
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=40)
+    out = {p: metrics(simulate(itp_slice, builtin_policy(p, knobs), BOOT), BOOT)
+           for p in POLICY_NAMES}
+    busy = {m["busy_gpu_hours"] for m in out.values() if m["jobs_completed"] == 400}
+    assert len(busy) == 1, "the same completed work costs the same busy GPU-hours"
+    assert out["static"]["node_launches"] == 40
+    assert out["static"]["idle_gpu_hours"] > out["slurmscale"]["idle_gpu_hours"]
+    for m in out.values():
+        assert m["jobs"] == 400 and m["node_launches"] >= 1
+    again = metrics(simulate(itp_slice, builtin_policy("slurmscale", knobs), BOOT), BOOT)
+    assert again == out["slurmscale"], "same trace, same policy, same result"
+
+
+def test_gangs_larger_than_the_pool_never_start_and_the_run_still_ends() -> None:
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=4)
+    jobs = [TraceJob("huge", 0.0, 100.0, 64, 8), TraceJob("ok", 10.0, 100.0, 8, 1)]
+    for p in POLICY_NAMES:
+        r = simulate(jobs, builtin_policy(p, knobs), BOOT)
+        assert r.jobs_completed == 1, p
+
+
+def test_trace_errors_name_the_problem(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,submit_s,gpus\n1,0,8\n")
+    with pytest.raises(TraceError, match="lacks column"):
+        load_trace(bad)
+    bad.write_text("job_id,submit_s,duration_s,gpus,nodes\n1,zero,5,8,1\n")
+    with pytest.raises(TraceError, match="line 2"):
+        load_trace(bad)
+    with pytest.raises(TraceError, match="cannot read trace"):
+        load_trace(tmp_path / "missing.csv")
+
+
+def test_carry_in_jobs_occupy_capacity_but_do_not_count_as_jobs() -> None:
+    jobs = load_trace(TRACES / "itp_cluster04_14d_carryin.csv", carry_in=True)
+    assert jobs and all(j.carry_in and j.submit_s == 0 for j in jobs)
+
+
+def test_simulate_cli_prints_the_documented_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,nodes,extra\n"
+                     "a,0,600,64,8,x\nb,30,300,1,1,y\n")
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace", str(trace),
+                        "--max-nodes", "16", "--json", "--policy", "naive",
+                        "--policy", "slurmscale"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert set(out["policies"]) == {"naive", "slurmscale"}
+    assert set(out["policies"]["naive"]) == {
+        "jobs", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
+        "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd",
+        "scale_up_actions", "scale_down_actions", "node_launches"}
+    bad = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace",
+                          str(trace), "--policy", "magic"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "'magic'" in bad.stderr
