@@ -39,7 +39,7 @@ class PoolKnobs:
     cooldown_s: float = 600.0
     max_scale_down_per_cycle: int = 4
     min_idle_s: float = 120.0
-    max_idle_s: float = 1800.0
+    max_idle_s: float = 600.0  # never keep an idle node longer than Slurm's usual SuspendTime
     reuse_window_s: float = 3600.0
     reuse_horizon_s: float = 600.0
     default_time_limit_s: float = 4 * 3600.0
