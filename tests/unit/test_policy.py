@@ -63,7 +63,7 @@ def test_idle_nodes_a_pending_job_will_use_are_not_released() -> None:
 
 def test_recent_arrivals_keep_idle_nodes_that_will_be_reused() -> None:
     k = replace(GOV, mode=Mode.IMMEDIATE, max_scale_down_per_cycle=8)
-    idle = nodes([NodeState.IDLE] * 4, idle_since=9_000)
+    idle = nodes([NodeState.IDLE] * 4, idle_since=9_700)  # idle 300 s: past min, under max
     quiet = decide(Snapshot(10_000, (k,), idle, ()))
     busy = decide(Snapshot(10_000, (k,), idle, (), arrivals=tuple(
         (9_000.0 + i * 100, "gpu", 1) for i in range(10))))  # 10 nodes/h -> ~1.7 per 10 min
