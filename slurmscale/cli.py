@@ -297,6 +297,57 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def plan(ctx: click.Context, as_json: bool) -> None:
+    """The capacity plan the policy makes from live Slurm state now, with reasons. Changes
+    nothing.
+
+    JSON: {"now": unix_s, "pools": {NAME: {"target": n, "pending_jobs": n,
+    "pending_gpu_hours": x, "pending_gangs": [[job_id, nodes]], "oldest_wait_s": x}},
+    "actions": [{"kind", "pool", "reason", "nodes": [...], "count"}]}
+    """
+    import time as _time
+
+    from slurmscale.policy.decide import decide
+    from slurmscale.policy.observe import build_snapshot
+    from slurmscale.slurm.cli_backend import SlurmCLI
+    from slurmscale.slurm.protocol import SlurmError
+
+    cfg = _load(ctx)
+    slurm = SlurmCLI(cfg.slurm)
+    try:
+        snap = build_snapshot(cfg, slurm.nodes(), slurm.pending_jobs(), _time.time())
+    except SlurmError as e:
+        click.echo(f"slurmscale: cannot read Slurm: {e}", err=True)
+        sys.exit(1)
+    p = decide(snap)
+    data = {
+        "now": p.now,
+        "pools": {name: {"target": p.targets[name], "pending_jobs": d.pending_jobs,
+                         "pending_gpu_hours": round(d.pending_gpu_hours, 2),
+                         "pending_gangs": [list(g) for g in d.pending_gangs],
+                         "oldest_wait_s": round(d.oldest_wait_s, 1)}
+                  for name, d in p.demand.items()},
+        "actions": [{"kind": a.kind.value, "pool": a.pool, "reason": a.reason,
+                     "nodes": list(a.nodes), "count": a.count} for a in p.actions],
+    }
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(_table([{"pool": k, **{kk: vv for kk, vv in v.items() if kk != "pending_gangs"},
+                        "gangs": len(v["pending_gangs"])} for k, v in data["pools"].items()],
+                      ["pool", "target", "pending_jobs", "pending_gpu_hours", "gangs",
+                       "oldest_wait_s"]))
+    click.echo()
+    if not p.actions:
+        click.echo("no actions: capacity matches demand")
+    for a in data["actions"]:
+        nodes = f" [{','.join(a['nodes'])}]" if a["nodes"] else ""
+        click.echo(f"{a['kind']:<13} {a['pool']:<12} {a['reason']}{nodes}")
+
+
+@cli.command()
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
               help="CSV: job_id,submit_s,duration_s,gpus,nodes (extra columns ignored).")
 @click.option("--carry-in", "carry_in", type=click.Path(dir_okay=False), default=None,

@@ -10,7 +10,7 @@ import os
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -79,6 +79,23 @@ class LaunchTemplate(_Strict):
         return self
 
 
+class PoolPolicy(_Strict):
+    """The capacity policy's knobs for one pool (docs/policy.md explains each)."""
+
+    mode: Literal["immediate", "governed"] = "immediate"
+    step_nodes: Annotated[int, Field(ge=1)] = 1
+    queue_gpu_hours: Annotated[float, Field(ge=0)] = 16.0
+    sustained_s: Annotated[float, Field(ge=0)] = 300.0
+    cooldown_s: Annotated[float, Field(ge=0)] = 600.0
+    max_wait_s: Annotated[float, Field(gt=0)] = 900.0
+    max_scale_down_per_cycle: Annotated[int, Field(ge=1)] = 4
+    min_idle_s: Annotated[float, Field(ge=0)] = 120.0
+    max_idle_s: Annotated[float, Field(ge=0)] = 600.0
+    reuse_window_s: Annotated[float, Field(gt=0)] = 3600.0
+    reuse_horizon_s: Annotated[float, Field(ge=0)] = 600.0
+    default_time_limit_s: Annotated[float, Field(gt=0)] = 4 * 3600.0
+
+
 class Pool(_Strict):
     """One Slurm partition of identical CLOUD nodes of one capacity type."""
 
@@ -96,6 +113,7 @@ class Pool(_Strict):
     launch_template: LaunchTemplate
     subnets: Annotated[list[str], Field(min_length=1)]
     features: list[str] = []
+    policy: PoolPolicy = PoolPolicy()
 
     @field_validator("instance_types")
     @classmethod

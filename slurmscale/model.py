@@ -16,6 +16,7 @@ class SlurmNode:
     hostname: str
     reason: str = ""
     partitions: tuple[str, ...] = ()
+    last_busy: str = ""  # LastBusyTime, ISO local time as Slurm prints it
 
     @property
     def flags(self) -> frozenset[str]:

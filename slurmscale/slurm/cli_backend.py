@@ -70,6 +70,7 @@ class SlurmCLI:
                 hostname=kv.get("NodeHostName", ""),
                 reason=kv.get("Reason", ""),
                 partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
+                last_busy=kv.get("LastBusyTime", ""),
             ))
         return nodes
 

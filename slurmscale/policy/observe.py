@@ -1,0 +1,89 @@
+"""Live Slurm state -> the policy's Snapshot (pure: the caller reads Slurm and the clock)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from slurmscale.config import Config
+from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.policy.model import (
+    Mode,
+    NodeState,
+    NodeView,
+    PendingJob,
+    PoolKnobs,
+    PoolMemory,
+    Snapshot,
+)
+
+# Pending reasons that mean "waiting for capacity"; Dependency, JobHeld*, BeginTime, limits
+# and the like are not demand the pool can answer now.
+CAPACITY_REASONS = frozenset({
+    "Resources", "Priority", "PowerUpNode",
+    "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
+})
+
+
+def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
+    out = []
+    for p in cfg.pools:
+        pol = p.policy
+        out.append(PoolKnobs(
+            name=p.name, gpus_per_node=p.gpus_per_node, max_nodes=p.max_nodes,
+            min_nodes=p.min_nodes, mode=Mode(pol.mode), step_nodes=pol.step_nodes,
+            queue_gpu_hours=pol.queue_gpu_hours, sustained_s=pol.sustained_s,
+            cooldown_s=pol.cooldown_s, max_wait_s=pol.max_wait_s,
+            max_scale_down_per_cycle=pol.max_scale_down_per_cycle, min_idle_s=pol.min_idle_s,
+            max_idle_s=pol.max_idle_s, reuse_window_s=pol.reuse_window_s,
+            reuse_horizon_s=pol.reuse_horizon_s,
+            default_time_limit_s=pol.default_time_limit_s))
+    return tuple(out)
+
+
+def _ts(text: str) -> float | None:
+    """Slurm prints local times without a zone (2026-11-29T11:00:00); Unknown/None -> None."""
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def node_state(n: SlurmNode) -> NodeState:
+    f = n.flags
+    if f & {"POWERED_DOWN", "POWERING_DOWN"} or n.base_state == "DOWN":
+        return NodeState.POWERED_DOWN
+    if "RESERVED" in f:
+        return NodeState.RESERVED
+    if n.base_state in {"ALLOCATED", "MIXED", "COMPLETING"} or "COMPLETING" in f:
+        return NodeState.ALLOCATED
+    if "POWERING_UP" in f or "CONFIGURING" in f or "NOT_RESPONDING" in f:
+        return NodeState.BOOTING
+    return NodeState.IDLE
+
+
+def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
+                   memory: dict[str, PoolMemory] | None = None) -> Snapshot:
+    views = []
+    for n in nodes:
+        pool = cfg.pool_of(n.name)
+        if pool is None:
+            continue
+        st = node_state(n)
+        views.append(NodeView(n.name, pool.name, st,
+                              _ts(n.last_busy) if st is NodeState.IDLE else None))
+    by_partition = {p.partition: p for p in cfg.pools}
+    pending = []
+    arrivals = []
+    for j in jobs:
+        pool = next((by_partition[p] for p in j.partitions if p in by_partition), None)
+        if pool is None:
+            continue
+        submit = _ts(j.submit_time) or now
+        pending.append(PendingJob(
+            job_id=j.job_id, pool=pool.name, nodes=j.num_nodes,
+            gpus_per_node=j.gpus_per_node or pool.gpus_per_node, time_limit_s=j.time_limit_s,
+            submit_s=submit, priority=j.priority,
+            actionable=j.reason in CAPACITY_REASONS and j.priority > 0))
+        arrivals.append((submit, pool.name, j.num_nodes))
+    return Snapshot(now=now, pools=knobs(cfg), nodes=tuple(views), jobs=tuple(pending),
+                    memory=dict(memory or {}), arrivals=tuple(sorted(arrivals)))

@@ -1,0 +1,55 @@
+"""Live Slurm state (as the CLI backend parses it) -> the policy's snapshot and plan."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from slurmscale.config import parse_config
+from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.policy.decide import decide
+from slurmscale.policy.model import ActionKind, NodeState
+from slurmscale.policy.observe import build_snapshot, node_state
+from tests.unit.conftest import base_config
+
+
+def sn(name: str, state: str, last_busy: str = "") -> SlurmNode:
+    return SlurmNode(name, state, name, name, last_busy=last_busy)
+
+
+def test_slurm_node_states_map_to_policy_states() -> None:
+    assert node_state(sn("a", "IDLE+CLOUD+POWERED_DOWN")) is NodeState.POWERED_DOWN
+    assert node_state(sn("a", "IDLE+CLOUD+POWERING_DOWN")) is NodeState.POWERED_DOWN
+    assert node_state(sn("a", "MIXED+CLOUD")) is NodeState.ALLOCATED
+    assert node_state(sn("a", "ALLOCATED+CLOUD+POWERING_UP")) is NodeState.ALLOCATED
+    assert node_state(sn("a", "IDLE+CLOUD+POWERING_UP")) is NodeState.BOOTING
+    assert node_state(sn("a", "IDLE+CLOUD+RESERVED")) is NodeState.RESERVED
+    assert node_state(sn("a", "IDLE+CLOUD")) is NodeState.IDLE
+
+
+def test_a_governed_pool_plans_a_whole_gang_from_live_state() -> None:
+    d = base_config()
+    d["pools"][0]["policy"] = {"mode": "governed"}
+    cfg = parse_config(d)
+    now = datetime(2026, 11, 29, 12, 0).timestamp()
+    nodes = [sn(f"spot-{i}", "IDLE+CLOUD+POWERED_DOWN") for i in range(1, 9)]
+    jobs = [QueueJob("77", ("gpu-spot",), 4, 8, 3600, "2026-11-29T11:59:00", "Resources",
+                     1000, "alice", "PENDING"),
+            QueueJob("78", ("gpu-spot",), 2, 8, 3600, "2026-11-29T11:59:00", "Dependency",
+                     1000, "bob", "PENDING")]
+    snap = build_snapshot(cfg, nodes, jobs, now)
+    assert [j.actionable for j in snap.jobs] == [True, False]
+    plan = decide(snap)
+    (raise_,) = [a for a in plan.actions if a.kind is ActionKind.RAISE_TARGET]
+    assert raise_.pool == "gpu-spot" and raise_.count == 4 and "77 (4 nodes)" in raise_.reason
+    assert plan.targets["gpu-od"] == 2  # immediate pools stay at max_nodes
+
+
+def test_idle_nodes_use_last_busy_time_for_scale_down() -> None:
+    cfg = parse_config(base_config())
+    now = datetime(2026, 11, 29, 12, 0).timestamp()
+    nodes = [sn("spot-1", "IDLE+CLOUD", "2026-11-29T11:40:00"),  # idle 20 min
+             sn("spot-2", "IDLE+CLOUD", "2026-11-29T11:59:30"),  # idle 30 s
+             sn("spot-3", "MIXED+CLOUD", "2026-11-29T11:00:00")]
+    plan = decide(build_snapshot(cfg, nodes, [], now))
+    released = [n for a in plan.actions if a.kind is ActionKind.RELEASE for n in a.nodes]
+    assert released == ["spot-1"]
