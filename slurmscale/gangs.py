@@ -12,7 +12,7 @@ CreateFleet per pool instead of one per node.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -63,24 +63,20 @@ def plan_requests(
     batch_window: float,
 ) -> RequestPlan:
     reqs = sorted(requests, key=lambda r: (r.received_at, r.id))
+    jobs_of = {r.id: _jobs_of(r) for r in reqs}  # each resume file parsed once per plan
     deferred: list[str] = []
     has_release = any(r.kind is not RequestKind.RESUME for r in reqs)
     next_due: float | None = None
     if not has_release:
-        with_singles = []
-        for r in reqs:
-            jobs = _jobs_of(r)
-            per_job: dict[int | None, int] = defaultdict(int)
-            for j in jobs.values():
-                per_job[j] += 1
-            if any(j is None or c == 1 for j, c in per_job.items()):
-                with_singles.append(r)
+        with_singles = [r for r in reqs if any(
+            j is None or c == 1 for j, c in Counter(jobs_of[r.id].values()).items())]
         if with_singles:
             oldest = min(r.received_at for r in with_singles)
             if now - oldest < batch_window:
                 next_due = oldest + batch_window
                 deferred = [r.id for r in with_singles]
-    live = [r for r in reqs if r.id not in set(deferred)]
+    deferred_ids = set(deferred)
+    live = [r for r in reqs if r.id not in deferred_ids]
 
     wanted: dict[str, PendingRequest] = {}
     for r in live:
@@ -93,7 +89,6 @@ def plan_requests(
     groups: dict[tuple[str, int | None], list[str]] = defaultdict(list)
     group_reqs: dict[tuple[str, int | None], set[str]] = defaultdict(set)
     up: list[str] = []
-    job_cache: dict[str, dict[str, int | None]] = {}
     for node, r in wanted.items():
         if r.kind is not RequestKind.RESUME:
             release.append((node, r.kind, r.id))
@@ -105,7 +100,7 @@ def plan_requests(
         if pool is None:
             unknown.append(node)
             continue
-        job = job_cache.setdefault(r.id, _jobs_of(r)).get(node)
+        job = jobs_of[r.id].get(node)
         groups[(pool, job)].append(node)
         group_reqs[(pool, job)].add(r.id)
     # A job with one node left to launch is a single node: it joins its pool's batch.

@@ -25,19 +25,12 @@ CAPACITY_REASONS = frozenset({
 
 
 def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
-    out = []
-    for p in cfg.pools:
-        pol = p.policy
-        out.append(PoolKnobs(
-            name=p.name, gpus_per_node=p.gpus_per_node, max_nodes=p.max_nodes,
-            min_nodes=p.min_nodes, mode=Mode(pol.mode), step_nodes=pol.step_nodes,
-            queue_gpu_hours=pol.queue_gpu_hours, sustained_s=pol.sustained_s,
-            cooldown_s=pol.cooldown_s, max_wait_s=pol.max_wait_s,
-            max_scale_down_per_cycle=pol.max_scale_down_per_cycle, min_idle_s=pol.min_idle_s,
-            max_idle_s=pol.max_idle_s, reuse_window_s=pol.reuse_window_s,
-            reuse_horizon_s=pol.reuse_horizon_s,
-            default_time_limit_s=pol.default_time_limit_s))
-    return tuple(out)
+    """The config's pool policy as the policy's knobs (PoolPolicy mirrors PoolKnobs' fields)."""
+    return tuple(
+        PoolKnobs(name=p.name, gpus_per_node=p.gpus_per_node, max_nodes=p.max_nodes,
+                  min_nodes=p.min_nodes, mode=Mode(p.policy.mode),
+                  **p.policy.model_dump(exclude={"mode"}))
+        for p in cfg.pools)
 
 
 def _ts(text: str) -> float | None:

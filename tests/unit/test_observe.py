@@ -53,3 +53,15 @@ def test_idle_nodes_use_last_busy_time_for_scale_down() -> None:
     plan = decide(build_snapshot(cfg, nodes, [], now))
     released = [n for a in plan.actions if a.kind is ActionKind.RELEASE for n in a.nodes]
     assert released == ["spot-1"]
+
+
+def test_every_config_policy_knob_reaches_the_policy() -> None:
+    from dataclasses import fields
+
+    from slurmscale.config import PoolPolicy
+    from slurmscale.policy.model import PoolKnobs
+
+    config_keys = set(PoolPolicy.model_fields)
+    knob_keys = {f.name for f in fields(PoolKnobs)} - {"name", "gpus_per_node", "max_nodes",
+                                                        "min_nodes"}
+    assert config_keys == knob_keys
