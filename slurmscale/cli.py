@@ -309,19 +309,26 @@ def plan(ctx: click.Context, as_json: bool) -> None:
     """
     import time as _time
 
-    from slurmscale.policy.decide import decide
-    from slurmscale.policy.observe import build_snapshot
+    from slurmscale.daemon.capacity import current_plan
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
+    from slurmscale.store.repo import Store
 
     cfg = _load(ctx)
     slurm = SlurmCLI(cfg.slurm)
+    # The daemon's memory (governed targets, cooldown clocks) makes this the plan it would
+    # carry out; without a readable store the policy starts from its defaults, as it would.
+    store = Store(cfg.store_url)
+    problem = store.schema_problem()
+    memory = {} if problem else store.pool_memory()
+    store.close()
+    if problem:
+        click.echo(f"warning: planning without the daemon's memory: {problem}", err=True)
     try:
-        snap = build_snapshot(cfg, slurm.nodes(), slurm.pending_jobs(), _time.time())
+        p = current_plan(cfg, slurm, memory, _time.time())
     except SlurmError as e:
         click.echo(f"slurmscale: cannot read Slurm: {e}", err=True)
         sys.exit(1)
-    p = decide(snap)
     data = {
         "now": p.now,
         "pools": {name: {"target": p.targets[name], "pending_jobs": d.pending_jobs,
@@ -363,20 +370,26 @@ def plan(ctx: click.Context, as_json: bool) -> None:
               help="USD per node-hour.")
 @click.option("--cooldown", default=None, type=click.FloatRange(0),
               help="Override the policies' cooldown (s).")
+@click.option("--knob", "knob_args", multiple=True, metavar="KEY=VALUE",
+              help="Override one policy knob (as in pools[].policy, e.g. min_idle_s=60); "
+                   "repeatable.")
+@click.option("--pool", "pool_name", default=None,
+              help="Start from this pool's policy knobs and GPUs per node in the config "
+                   "(--config); --max-nodes and --knob still override.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of demand vs provisioned GPUs per policy.")
-def simulate(trace_path: str, carry_in: str | None, policies: tuple[str, ...], max_nodes: int,
-             gpus_per_node: int, boot_time: float, price: float, cooldown: float | None,
-             as_json: bool, plot_path: str | None) -> None:
+@click.pass_context
+def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
+             policies: tuple[str, ...], max_nodes: int, gpus_per_node: int, boot_time: float,
+             price: float, cooldown: float | None, knob_args: tuple[str, ...],
+             pool_name: str | None, as_json: bool, plot_path: str | None) -> None:
     """Replay a job trace against a simulated Slurm + cloud, running the real policy code.
 
     JSON: {"trace": str, "policies": {NAME: {jobs, jobs_completed, wait_p50_s, wait_p95_s,
     gang_wait_p50_s, gang_wait_p95_s, busy_gpu_hours, idle_gpu_hours, cost_usd,
     scale_up_actions, scale_down_actions, node_launches}}}
     """
-    from dataclasses import replace
-
     from slurmscale.policy.model import PoolKnobs
     from slurmscale.sim.engine import SimCloud
     from slurmscale.sim.engine import simulate as run_sim
@@ -397,9 +410,38 @@ def simulate(trace_path: str, carry_in: str | None, policies: tuple[str, ...], m
     except TraceError as e:
         click.echo(f"slurmscale: {e}", err=True)
         sys.exit(2)
-    base = PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes)
+    from pydantic import ValidationError
+
+    from slurmscale.config import PoolPolicy
+
+    policy: dict[str, Any] = {}
+    if pool_name:
+        cfg = _load(ctx)
+        try:
+            pool = cfg.pool(pool_name)
+        except KeyError:
+            raise click.BadParameter(f"no pool {pool_name!r} in the config (pools: "
+                                     f"{', '.join(p.name for p in cfg.pools)})",
+                                     param_hint="--pool") from None
+        policy = pool.policy.model_dump(exclude={"mode"})
+        gpus_per_node = pool.gpus_per_node or gpus_per_node
+    for arg in knob_args:
+        key, sep, value = arg.partition("=")
+        if not sep or key not in PoolPolicy.model_fields or key == "mode":
+            raise click.BadParameter(
+                f"{arg!r}: expected KEY=VALUE with KEY one of "
+                f"{', '.join(k for k in PoolPolicy.model_fields if k != 'mode')}",
+                param_hint="--knob")
+        policy[key] = value
     if cooldown is not None:
-        base = replace(base, cooldown_s=cooldown)
+        policy["cooldown_s"] = cooldown
+    try:
+        checked = PoolPolicy.model_validate(policy).model_dump(exclude={"mode"})
+    except ValidationError as e:
+        bad = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'knobs'}: {x['msg']} "
+                        f"(got {x['input']!r})" for x in e.errors())
+        raise click.BadParameter(bad, param_hint="--knob") from None
+    base = PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes, **checked)
     cloud = SimCloud(boot_s=boot_time, price_per_node_hour=price)
     results = [run_sim(jobs, builtin_policy(n, base), cloud) for n in names]
     out = {"trace": trace_path,

@@ -95,6 +95,13 @@ class PoolPolicy(_Strict):
     reuse_horizon_s: Annotated[float, Field(ge=0)] = 600.0
     default_time_limit_s: Annotated[float, Field(gt=0)] = 4 * 3600.0
 
+    @model_validator(mode="after")
+    def _idle_order(self) -> PoolPolicy:
+        if self.min_idle_s > self.max_idle_s:
+            raise ValueError(f"min_idle_s ({self.min_idle_s:g}) must not exceed max_idle_s "
+                             f"({self.max_idle_s:g})")
+        return self
+
 
 class Pool(_Strict):
     """One Slurm partition of identical CLOUD nodes of one capacity type."""
@@ -164,9 +171,12 @@ class SlurmSettings(_Strict):
 
 
 class PowerSaving(_Strict):
-    """Rendered into slurm.conf by `slurmscale slurm-conf` so the two never disagree."""
+    """Rendered into slurm.conf by `slurmscale slurm-conf` so the two never disagree.
 
-    suspend_time: Annotated[int, Field(ge=1)] = 600
+    slurmscale releases idle nodes itself (each pool's policy.max_idle_s at the latest), so
+    Slurm's SuspendTime is only the backstop for a daemon that is down: it must be longer."""
+
+    suspend_time: Annotated[int, Field(ge=1)] = 1800
     suspend_timeout: Annotated[int, Field(ge=1)] = 120
     resume_timeout: Annotated[int, Field(ge=1)] = 900
     resume_rate: Annotated[int, Field(ge=0)] = 0
@@ -201,6 +211,13 @@ class Config(_Strict):
             dup = {v for v in values if values.count(v) > 1}
             if dup:
                 raise ValueError(f"two pools share {field} {sorted(dup)[0]!r}")
+        for p in self.pools:
+            if self.power_saving.suspend_time <= p.policy.max_idle_s:
+                raise ValueError(
+                    f"power_saving.suspend_time ({self.power_saving.suspend_time}) must be "
+                    f"longer than pool {p.name!r} policy.max_idle_s ({p.policy.max_idle_s:g}): "
+                    "slurmscale releases idle nodes itself and SuspendTime is the backstop "
+                    "for when its daemon is down")
         return self
 
     def pool_of(self, node: str) -> Pool | None:
@@ -225,6 +242,8 @@ def _format_validation_error(path: Path | str, err: ValidationError) -> str:
             lines.append(f"  {loc}: required key is missing")
         elif e["type"] == "extra_forbidden":
             lines.append(f"  {loc}: unknown key (value {e['input']!r})")
+        elif not e["loc"]:  # a whole-config rule: its message names the keys and values
+            lines.append(f"  {msg}")
         else:
             lines.append(f"  {loc}: {msg} (got {e['input']!r})")
     return "\n".join(lines)

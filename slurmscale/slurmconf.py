@@ -24,6 +24,8 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         f"ResumeProgram={hooks / 'slurmscale-resume'}",
         f"SuspendProgram={hooks / 'slurmscale-suspend'}",
         f"ResumeFailProgram={hooks / 'slurmscale-resume-fail'}",
+        "# slurmscale powers idle nodes down itself (its policy); SuspendTime is only the",
+        "# backstop for when its daemon is down.",
         f"SuspendTime={ps.suspend_time}",
         f"SuspendTimeout={ps.suspend_timeout}",
         f"ResumeTimeout={ps.resume_timeout}",

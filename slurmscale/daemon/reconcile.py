@@ -23,9 +23,11 @@ from slurmscale.cloud.protocol import (
     CloudProvider,
 )
 from slurmscale.config import AddressSource, Config
+from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
 from slurmscale.hostlists import compress
 from slurmscale.model import Gang, LaunchedInstance, LaunchResult, RequestKind
+from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.spool import Spool
 from slurmscale.store.repo import Store, utc
@@ -52,6 +54,7 @@ class TickResult:
     launched_gangs: int = 0
     failed_gangs: int = 0
     released_nodes: int = 0
+    policy_actions: int = 0
     next_due: float | None = None
 
 
@@ -64,6 +67,7 @@ class Reconciler:
         self.cloud = cloud
         self.spool = Spool(cfg.spool_dir)
         self.clock = clock
+        self.capacity = CapacityPass(cfg, store, slurm, self.event)
 
     # --- helpers -------------------------------------------------------------------
     def event(self, kind: str, message: str, **kw: str | None) -> None:
@@ -100,11 +104,19 @@ class Reconciler:
         return n
 
     def tick(self) -> TickResult:
+        """Slurm's requests first (a resume is a job waiting), then the capacity policy."""
         res = TickResult()
         res.drained = self.drain_spool()
+        self.handle_requests(res)
+        plan = self.capacity.run(self.clock())
+        if plan is not None:
+            res.policy_actions = sum(1 for a in plan.actions if a.kind is not ActionKind.KEEP)
+        return res
+
+    def handle_requests(self, res: TickResult) -> None:
         rows = self.store.pending_requests()
         if not rows:
-            return res
+            return
         now = self.clock()
         pending = [
             PendingRequest(id=r.id, kind=RequestKind(r.kind), nodes=tuple(json.loads(r.nodes)),
@@ -136,7 +148,6 @@ class Reconciler:
         self.store.finish_requests(done_ok, "done", self.clock())
         for rid, why in failed_requests.items():
             self.store.finish_requests([rid], "failed", self.clock(), error=why)
-        return res
 
     # --- launch --------------------------------------------------------------------
     def launch_gang(self, gang: Gang) -> tuple[bool, str]:

@@ -61,10 +61,12 @@ class Daemon:
             return
         self.last_tick = {"ok": True, "at": datetime.now(UTC).isoformat(),
                           "seconds": round(time.monotonic() - t0, 3)}
-        if res.drained or res.launched_gangs or res.failed_gangs or res.released_nodes:
-            log.info("tick: %d new requests, %d gangs launched, %d failed, %d nodes released "
-                     "(%.2fs)", res.drained, res.launched_gangs, res.failed_gangs,
-                     res.released_nodes, time.monotonic() - t0)
+        if (res.drained or res.launched_gangs or res.failed_gangs or res.released_nodes
+                or res.policy_actions):
+            log.info("tick: %d new requests, %d gangs launched, %d failed, %d nodes released, "
+                     "%d policy actions (%.2fs)", res.drained, res.launched_gangs,
+                     res.failed_gangs, res.released_nodes, res.policy_actions,
+                     time.monotonic() - t0)
         if self.poked.is_set():
             self.run_soon(datetime.now(UTC))
         if res.next_due is not None:

@@ -51,6 +51,7 @@ class PoolSpec:
     capacity_type: str = "spot"
     instance_type: str = "p5.48xlarge"
     cpus: int = 2
+    policy: dict[str, Any] = field(default_factory=dict)  # overrides of the pool's policy
 
 
 @dataclass
@@ -59,6 +60,10 @@ class ClusterOptions:
         PoolSpec("gpu-spot", "spot-", 8), PoolSpec("gpu-od", "od-", 2,
                                                      capacity_type="on-demand")])
     boot_delay: float = 3.0
+    # slurmscale releases nodes idle for max_idle (or min_idle when no reuse is forecast);
+    # SuspendTime is Slurm's backstop and must be longer.
+    min_idle: float = 5.0
+    max_idle: float = 10.0
     suspend_time: int = 30
     resume_timeout: int = 180
     tick_seconds: float = 2.0
@@ -67,6 +72,7 @@ class ClusterOptions:
     # Maps the moto URL to the EC2 endpoint the daemon uses (e.g. a fault-injecting proxy).
     daemon_ec2_endpoint: Callable[[str], str] | None = None
     start_daemon: bool = True
+    slurm_conf_extra: list[str] = field(default_factory=list)  # e.g. MaxJobCount=50000
 
 
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -254,6 +260,8 @@ class LocalCluster:
                 "instance_types": [p.instance_type], "capacity_type": p.capacity_type,
                 "launch_template": {"name": self.lt_name, "version": "1"},
                 "subnets": [self.subnet],
+                "policy": {"min_idle_s": self.o.min_idle, "max_idle_s": self.o.max_idle,
+                           **p.policy},
             } for p in self.o.pools],
         }
         self.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -310,7 +318,8 @@ SlurmdTimeout=120
 """
         body = render_slurm_conf(self.cfg, node_extra=lambda p: f"NodeHostname=localhost "
                                  f"Port={ports[p.name]}")
-        self.conf.write_text(head + body)
+        extra = "".join(f"{line}\n" for line in self.o.slurm_conf_extra)
+        self.conf.write_text(head + extra + body)
         gres = render_gres_conf(
             self.cfg, gpu_files=lambda p: f"{r / 'gpu'}/gpu[0-{p.gpus_per_node - 1}]")
         (self.conf.parent / "gres.conf").write_text(gres)

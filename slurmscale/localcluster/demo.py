@@ -2,7 +2,7 @@
 and a workload of one 4-node gang job and three single-node jobs that visibly get their
 nodes, run, and are scaled down.
 
-    python -m slurmscale.localcluster.demo [--keep] [--suspend-time S] [--boot-delay S]
+    python -m slurmscale.localcluster.demo [--keep] [--max-idle S] [--boot-delay S]
                                            [--slurm-root DIR]
 """
 
@@ -31,7 +31,9 @@ def _snapshot(c: LocalCluster, jobs: dict[int, str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="slurmscale-demo-"))
-    opts = ClusterOptions(boot_delay=args.boot_delay, suspend_time=args.suspend_time,
+    opts = ClusterOptions(boot_delay=args.boot_delay, min_idle=args.max_idle / 2,
+                          max_idle=args.max_idle,
+                          suspend_time=max(30, int(args.max_idle * 3)),  # Slurm's backstop
                           slurm_root=args.slurm_root)
     c = LocalCluster(root, opts)
     _say(f"starting munge, slurmctld, moto EC2 server and the slurmscale daemon in {root}")
@@ -63,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             _say("jobs did not complete in time")
             return 1
-        _say("all jobs COMPLETED; the nodes now idle until SuspendTime "
-             f"({args.suspend_time}s), then Slurm asks slurmscale to scale down")
+        _say("all jobs COMPLETED; slurmscale's policy powers the idle nodes down within "
+             f"{args.max_idle:g}s (Slurm then runs the suspend hook)")
+        print(c.cli("plan").stdout)
         while time.monotonic() < deadline + 300 and c.cluster_instances():
             _say(_snapshot(c, jobs))
             time.sleep(5)
@@ -94,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
-    p.add_argument("--suspend-time", type=int, default=30)
+    p.add_argument("--max-idle", type=float, default=15.0,
+                   help="seconds an idle node is kept at most (the pools' policy.max_idle_s)")
     p.add_argument("--boot-delay", type=float, default=5.0)
     p.add_argument("--slurm-root", default="/",
                    help="run the Slurm of this tree through chroot, e.g. the Slurm 24.11 "

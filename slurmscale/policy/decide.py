@@ -9,13 +9,15 @@ keep the target at max_nodes: Slurm powers up each job's whole node set through 
 Scale-down (both modes) is slower than scale-up and never touches an allocated, reserved or
 booting node, nor the idle capacity pending jobs are about to use: an idle node goes when it
 has been idle `min_idle_s` and the pool's recent arrivals do not forecast a use for it within
-`reuse_horizon_s` (a terminate-then-relaunch costs a boot), and in any case after `max_idle_s`;
-at most `max_scale_down_per_cycle` per decision and never below `min_nodes`.
+`reuse_horizon_s` (a terminate-then-relaunch costs a boot), and in any case after `max_idle_s`
+(where Slurm's SuspendTime would have released it); at most `max_scale_down_per_cycle` early
+releases per decision, and never below `min_nodes`.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 
 from slurmscale.policy.model import (
@@ -98,37 +100,81 @@ def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand, live: in
     return PoolMemory(target, above_since, last_step)
 
 
-def _reuse_forecast(k: PoolKnobs, arrivals: list[tuple[float, int]], now: float) -> float:
-    """Nodes the pool's recent arrival rate says will be asked for within the horizon."""
-    recent = sum(n for t, n in arrivals if now - k.reuse_window_s <= t <= now)
+def _index_key(name: str) -> tuple[str, int, str]:
+    """gpu-2 before gpu-10: pools number their nodes, and holds take the highest numbers."""
+    m = re.search(r"(\d+)$", name)
+    return (name[:m.start()], int(m.group(1)), name) if m else (name, -1, name)
+
+
+def _holds(k: PoolKnobs, nodes: list[NodeView], target: int,
+           actions: list[Action]) -> None:
+    """Which powered-down nodes Slurm may power up: in a governed pool, only as many as the
+    target leaves room for above the live ones; the rest are held (drained with slurmscale's
+    reason). Nodes drained or down by anyone else are never touched."""
+    mine = [n for n in nodes if n.usable]
+    if k.mode is Mode.IMMEDIATE:
+        allowed = {n.name for n in mine}
+    else:
+        live = [n for n in mine if n.state in LIVE]
+        room = max(0, target - len(live))
+        down = sorted((n for n in mine if n.state is NodeState.POWERED_DOWN),
+                      key=lambda n: (n.held, _index_key(n.name)))
+        allowed = {n.name for n in live} | {n.name for n in down[:room]}
+    hold = tuple(n.name for n in mine if n.name not in allowed and not n.held
+                 and n.state is NodeState.POWERED_DOWN)
+    unhold = tuple(n.name for n in mine if n.name in allowed and n.held)
+    if hold:
+        actions.append(Action(ActionKind.HOLD, k.name,
+                              f"target {target}: {len(hold)} powered-down node(s) above it are "
+                              "held out of scheduling", nodes=hold, count=len(hold)))
+    if unhold:
+        why = ("pool is in immediate mode" if k.mode is Mode.IMMEDIATE
+               else f"target {target} covers them")
+        actions.append(Action(ActionKind.UNHOLD, k.name, f"{why}: {len(unhold)} held node(s) "
+                              "returned to Slurm", nodes=unhold, count=len(unhold)))
+
+
+def _reuse_forecast(k: PoolKnobs, arrivals: list[tuple[float, int]], now: float,
+                    fits: int) -> float:
+    """Nodes the pool's recent arrivals say will be asked for within the horizon, counting only
+    jobs that `fits` idle nodes could run whole: keeping a few nodes for a gang larger than that
+    saves it nothing, since it waits for a boot either way."""
+    recent = sum(n for t, n in arrivals if now - k.reuse_window_s <= t <= now and n <= fits)
     return recent * k.reuse_horizon_s / k.reuse_window_s
 
 
-def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, forecast: float,
-                now: float, actions: list[Action]) -> list[str]:
+def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand,
+                arrivals: list[tuple[float, int]], now: float,
+                actions: list[Action]) -> list[str]:
     live = [n for n in nodes if n.state in LIVE]
-    idle = sorted((n for n in nodes if n.state is NodeState.IDLE),
+    idle = sorted((n for n in nodes if n.state is NodeState.IDLE and n.usable),
                   key=lambda n: (n.idle_since if n.idle_since is not None else now, n.name))
     # Idle capacity a pending job is about to use is not idle: Slurm will place it there.
     needed_now = sum(n for _, n in demand.pending_gangs) + (
         demand.pending_jobs - len(demand.pending_gangs))
-    keep_for_reuse = math.ceil(forecast - 1e-9)
     spare = max(0, len(idle) - needed_now)
+    forecast = _reuse_forecast(k, arrivals, now, spare)
+    keep_for_reuse = math.ceil(forecast - 1e-9)
     room = max(0, len(live) - k.min_nodes)
     out: list[str] = []
+    early = 0  # released before max_idle_s: these are capped per cycle
     kept_reuse: list[str] = []
     # Most recently idle nodes are the ones kept for reuse: the oldest idle go first.
     candidates = idle[:spare]
     n_reuse = min(keep_for_reuse, len(candidates))
-    releasable = candidates[:len(candidates) - n_reuse]
-    reuse_pool = candidates[len(candidates) - n_reuse:]
-    for n in releasable + reuse_pool:
-        if len(out) >= min(k.max_scale_down_per_cycle, room):
+    n_releasable = len(candidates) - n_reuse  # candidates[n_releasable:] are kept for reuse
+    for i, n in enumerate(candidates):
+        if len(out) >= room:
             break
         idle_for = now - (n.idle_since if n.idle_since is not None else now)
-        if idle_for >= k.max_idle_s or (n in releasable and idle_for >= k.min_idle_s):
+        if idle_for >= k.max_idle_s:
+            # Where Slurm's own SuspendTime would have released it: never held back longer.
             out.append(n.name)
-        elif n in reuse_pool and idle_for >= k.min_idle_s:
+        elif i < n_releasable and idle_for >= k.min_idle_s:
+            if early < k.max_scale_down_per_cycle:
+                out.append(n.name)
+                early += 1
+        elif i >= n_releasable and idle_for >= k.min_idle_s:
             kept_reuse.append(n.name)
     if out:
         actions.append(Action(
@@ -163,15 +209,13 @@ def decide(s: Snapshot) -> Plan:
         demand = pool_demand(k, jobs_by_pool[k.name], s.now)
         demands[k.name] = demand
         live = sum(1 for n in nodes if n.state in LIVE)
-        idle = sum(1 for n in nodes if n.state is NodeState.IDLE)
+        idle = sum(1 for n in nodes if n.state is NodeState.IDLE and n.usable and not n.held)
         mem = s.memory.get(k.name, PoolMemory(target=k.min_nodes))
         if k.mode is Mode.IMMEDIATE:
             mem = PoolMemory(k.max_nodes, None, mem.last_step_at)
         else:
             mem = _governed_target(k, mem, demand, live, idle, s.now, actions)
-        released = _scale_down(k, nodes, demand,
-                               _reuse_forecast(k, arrivals_by_pool[k.name], s.now), s.now,
-                               actions)
+        released = _scale_down(k, nodes, demand, arrivals_by_pool[k.name], s.now, actions)
         if k.mode is Mode.GOVERNED and released:
             new = _clamp(min(mem.target, live - len(released)), k)
             if new < mem.target:
@@ -179,6 +223,7 @@ def decide(s: Snapshot) -> Plan:
                                       f"released {len(released)} idle node(s): target "
                                       f"{mem.target} -> {new}", count=mem.target - new))
                 mem = PoolMemory(new, mem.above_since, mem.last_step_at)
+        _holds(k, nodes, mem.target, actions)
         targets[k.name] = mem.target
         memory[k.name] = mem
     return Plan(s.now, tuple(actions), targets, memory, demands)

@@ -63,6 +63,8 @@ class NodeView:
     pool: str
     state: NodeState
     idle_since: float | None = None
+    held: bool = False  # drained by slurmscale to keep it above a governed pool's target
+    usable: bool = True  # False: drained or down by someone else; never touched
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class ActionKind(StrEnum):
     LOWER_TARGET = "lower_target"
     RELEASE = "release"
     KEEP = "keep"  # an idle node deliberately kept; recorded so `plan` explains it
+    HOLD = "hold"  # drain powered-down nodes above a governed target so Slurm cannot use them
+    UNHOLD = "unhold"  # undrain held nodes the target now covers
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,20 @@ from slurmscale.policy.model import (
 )
 
 # Pending reasons that mean "waiting for capacity"; Dependency, JobHeld*, BeginTime, limits
-# and the like are not demand the pool can answer now.
+# and the like are not demand the pool can answer now. The DOWN/DRAINED reason is what a job
+# shows while slurmscale holds a governed pool's nodes: that is the demand the target serves.
+_HELD_OUT = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority " \
+    "partitions"
 CAPACITY_REASONS = frozenset({
-    "Resources", "Priority", "PowerUpNode",
-    "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
+    "Resources", "Priority", "PowerUpNode", _HELD_OUT, _HELD_OUT.replace(" ", "_"),
 })
+
+
+# The drain reason that marks a node as held by slurmscale (governed pools). Only nodes whose
+# reason starts with it are ever undrained: an admin's drain is never lifted.
+HOLD_REASON = "slurmscale: held above the pool's target"
+
+UNUSABLE_FLAGS = frozenset({"DRAIN", "FAIL", "MAINT", "REBOOT_REQUESTED", "INVALID_REG"})
 
 
 def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
@@ -56,14 +65,19 @@ def node_state(n: SlurmNode) -> NodeState:
 
 def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
                    memory: dict[str, PoolMemory] | None = None) -> Snapshot:
+    """`jobs`: pending jobs (the demand) plus, optionally, starting/running ones (their submit
+    times feed the reuse forecast, as every arrival does in the simulator)."""
     views = []
     for n in nodes:
         pool = cfg.pool_of(n.name)
         if pool is None:
             continue
         st = node_state(n)
+        held = "DRAIN" in n.flags and n.reason.startswith(HOLD_REASON)
+        usable = held or not (n.flags & UNUSABLE_FLAGS or n.base_state == "DOWN")
         views.append(NodeView(n.name, pool.name, st,
-                              _ts(n.last_busy) if st is NodeState.IDLE else None))
+                              _ts(n.last_busy) if st is NodeState.IDLE else None,
+                              held=held, usable=usable))
     by_partition = {p.partition: p for p in cfg.pools}
     pending = []
     arrivals = []
@@ -72,11 +86,13 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         if pool is None:
             continue
         submit = _ts(j.submit_time) or now
+        arrivals.append((submit, pool.name, j.num_nodes))
+        if j.state != "PENDING":
+            continue  # running or starting: an arrival for the reuse forecast, not demand
         pending.append(PendingJob(
             job_id=j.job_id, pool=pool.name, nodes=j.num_nodes,
             gpus_per_node=j.gpus_per_node or pool.gpus_per_node, time_limit_s=j.time_limit_s,
             submit_s=submit, priority=j.priority,
             actionable=j.reason in CAPACITY_REASONS and j.priority > 0))
-        arrivals.append((submit, pool.name, j.num_nodes))
     return Snapshot(now=now, pools=knobs(cfg), nodes=tuple(views), jobs=tuple(pending),
                     memory=dict(memory or {}), arrivals=tuple(sorted(arrivals)))

@@ -82,9 +82,28 @@ class SlurmCLI:
         self.scontrol("update", f"nodename={compress(names)}", "state=POWER_DOWN_FORCE",
                       f"reason={reason}")
 
+    def power_down(self, names: list[str]) -> None:
+        # Not FORCE: a job that landed since the node was read idle keeps running and the
+        # node powers down after it (Slurm then runs SuspendProgram as for SuspendTime).
+        self.scontrol("update", f"nodename={compress(names)}", "state=POWER_DOWN")
+
+    def drain(self, names: list[str], reason: str) -> None:
+        self.scontrol("update", f"nodename={compress(names)}", "state=DRAIN",
+                      f"reason={reason}")
+
+    def undrain(self, names: list[str]) -> None:
+        self.scontrol("update", f"nodename={compress(names)}", "state=UNDRAIN")
+
+    def _jobs(self, states: str) -> list[QueueJob]:
+        return parse_squeue_fixed(self.run("squeue", "-h", "-t", states, "-O", SQUEUE_FORMAT))
+
     def pending_jobs(self) -> list[QueueJob]:
-        out = self.run("squeue", "-h", "-t", "PD", "-O", SQUEUE_FORMAT)
-        return [j for j in parse_squeue_fixed(out) if j.state == "PENDING"]
+        return [j for j in self._jobs("PD") if j.state == "PENDING"]
+
+    def active_jobs(self) -> list[QueueJob]:
+        # Pending (demand) and starting/running (recent arrivals, for the reuse forecast) in
+        # one fixed-field read.
+        return self._jobs("PD,CF,R")
 
     def job(self, job_id: int | str) -> dict[str, str]:
         out = self.scontrol("show", "job", "-o", str(job_id))

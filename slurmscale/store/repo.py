@@ -14,8 +14,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
-from slurmscale.store.tables import EventRow, GangRow, InstanceRow, RequestRow
+from slurmscale.store.tables import EventRow, GangRow, InstanceRow, PoolStateRow, RequestRow
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
 
@@ -165,6 +166,19 @@ class Store:
         with self.session() as s:
             s.execute(update(InstanceRow).where(InstanceRow.instance_id.in_(ids))
                       .values(state="terminated", terminated_at=now))
+            s.commit()
+
+    # policy memory --------------------------------------------------------------------
+    def pool_memory(self) -> dict[str, PoolMemory]:
+        with self.session() as s:
+            return {r.pool: PoolMemory(r.target, r.above_since, r.last_step_at)
+                    for r in s.scalars(select(PoolStateRow))}
+
+    def save_pool_memory(self, memory: dict[str, PoolMemory], now: datetime) -> None:
+        with self.session() as s:
+            for pool, m in memory.items():
+                s.merge(PoolStateRow(pool=pool, target=m.target, above_since=m.above_since,
+                                     last_step_at=m.last_step_at, updated_at=now))
             s.commit()
 
     # events ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Boolean, DateTime, Integer, String, Text
+from sqlalchemy import Boolean, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -80,3 +80,15 @@ class EventRow(Base):
     request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     gang_id: Mapped[str | None] = mapped_column(String(96), nullable=True)
     message: Mapped[str] = mapped_column(Text)
+
+
+class PoolStateRow(Base):
+    """The capacity policy's memory of one pool between passes (PoolMemory): its target and
+    the clocks behind the sustained-demand and cooldown rules, as Unix seconds."""
+
+    __tablename__ = "pool_state"
+    pool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    target: Mapped[int] = mapped_column(Integer)
+    above_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_step_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

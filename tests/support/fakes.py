@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurmscale.cloud.protocol import CloudError, CloudInstance
 from slurmscale.config import Pool
@@ -62,12 +62,41 @@ class FakeCloud:
 
 @dataclass
 class FakeSlurm:
+    """Node states as `scontrol show node` strings; drain/undrain/power_down edit them the way
+    slurmctld would, so the capacity pass can be run repeatedly against it."""
+
     addresses: dict[str, tuple[str, str]] = field(default_factory=dict)
     powered_down: list[tuple[list[str], str]] = field(default_factory=list)
+    table: dict[str, SlurmNode] = field(default_factory=dict)
+    queue: list[QueueJob] = field(default_factory=list)
+    calls: list[tuple[str, list[str]]] = field(default_factory=list)
     fail: bool = False
 
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
-        return []
+        if self.fail:
+            raise SlurmError(["scontrol"], 1, "slurm_load_node error: Unable to contact")
+        return [n for n in self.table.values() if names is None or n.name in names]
+
+    def _edit(self, op: str, names: list[str], flags_add: set[str], flags_del: set[str],
+              reason: str | None = None) -> None:
+        if self.fail:
+            raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")
+        self.calls.append((op, list(names)))
+        for name in names:
+            n = self.table[name]
+            parts = [p for p in n.state.split("+") if p not in flags_del]
+            parts += sorted(flags_add - set(parts))
+            self.table[name] = replace(n, state="+".join(parts),
+                                       reason=n.reason if reason is None else reason)
+
+    def drain(self, names: list[str], reason: str) -> None:
+        self._edit("drain", names, {"DRAIN"}, set(), f"{reason} [root@2026-11-29T12:00:00]")
+
+    def undrain(self, names: list[str]) -> None:
+        self._edit("undrain", names, set(), {"DRAIN"}, "")
+
+    def power_down(self, names: list[str]) -> None:
+        self._edit("power_down", names, {"POWERED_DOWN"}, set())
 
     def set_node_address(self, name: str, addr: str, hostname: str) -> None:
         if self.fail:
@@ -80,7 +109,10 @@ class FakeSlurm:
         self.powered_down.append((list(names), reason))
 
     def pending_jobs(self) -> list[QueueJob]:
-        return []
+        return [j for j in self.queue if j.state == "PENDING"]
+
+    def active_jobs(self) -> list[QueueJob]:
+        return list(self.queue)
 
     def job(self, job_id: int | str) -> dict[str, str]:
         return {}

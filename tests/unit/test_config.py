@@ -75,3 +75,11 @@ def test_config_path_from_environment(tmp_path, monkeypatch) -> None:
     p.write_text(yaml.safe_dump(base_config(cluster_name="fromenv")))
     monkeypatch.setenv("SLURMSCALE_CONFIG", str(p))
     assert load_config().cluster_name == "fromenv"
+
+
+def test_suspend_time_must_outlast_the_policys_idle_limit() -> None:
+    msg = _err(base_config(power_saving={"suspend_time": 600}))
+    assert "power_saving.suspend_time (600)" in msg and "max_idle_s (600)" in msg
+    assert "'gpu-spot'" in msg and "{'cluster_name'" not in msg, "names values, not the file"
+    msg = _err(_pool_edit(policy={"min_idle_s": 900, "max_idle_s": 300}))
+    assert "pools.0.policy" in msg and "min_idle_s (900)" in msg

@@ -65,3 +65,19 @@ def test_every_config_policy_knob_reaches_the_policy() -> None:
     knob_keys = {f.name for f in fields(PoolKnobs)} - {"name", "gpus_per_node", "max_nodes",
                                                         "min_nodes"}
     assert config_keys == knob_keys
+
+
+def test_running_jobs_are_arrivals_and_held_out_jobs_are_demand() -> None:
+    d = base_config()
+    d["pools"][0]["policy"] = {"mode": "governed"}
+    cfg = parse_config(d)
+    now = datetime(2026, 11, 29, 12, 0).timestamp()
+    held_out = ("Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
+                "priority partitions")
+    jobs = [QueueJob("80", ("gpu-spot",), 4, 8, 3600, "2026-11-29T11:58:00", held_out, 50,
+                     "alice", "PENDING"),
+            QueueJob("81", ("gpu-spot",), 1, 8, 3600, "2026-11-29T11:50:00", "None", 50,
+                     "bob", "RUNNING")]
+    snap = build_snapshot(cfg, [], jobs, now)
+    assert [(j.job_id, j.actionable) for j in snap.jobs] == [("80", True)]
+    assert sorted(n for _, _, n in snap.arrivals) == [1, 4]

@@ -98,3 +98,26 @@ def test_simulate_cli_prints_the_documented_json(tmp_path) -> None:  # type: ign
                           str(trace), "--policy", "magic"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "'magic'" in bad.stderr
+
+
+def test_simulate_knobs_override_the_policy_and_bad_ones_are_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,nodes\n"
+                     + "".join(f"j{i},{i * 2400},600,8,1\n" for i in range(6)))
+
+    def sim(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace",
+                               str(trace), "--max-nodes", "4", "--json", "--policy",
+                               "slurmscale", *extra], capture_output=True, text=True,
+                              timeout=60)
+
+    def idle(p: subprocess.CompletedProcess[str]) -> float:
+        assert p.returncode == 0, p.stderr
+        return float(json.loads(p.stdout)["policies"]["slurmscale"]["idle_gpu_hours"])
+
+    # one job every 40 min: keeping a node idle 1,100 s between them costs more than 600 s
+    assert idle(sim("--knob", "min_idle_s=1100", "--knob", "max_idle_s=1100")) > idle(sim())
+    for arg, needle in (("min_idle_s=soon", "'soon'"), ("warp=9", "'warp=9'"),
+                        ("min_idle_s=900", "min_idle_s (900)")):
+        p = sim("--knob", arg)
+        assert p.returncode == 2 and needle in p.stderr, (arg, p.stderr)

@@ -1,0 +1,107 @@
+"""Benchmark: one observe pass (the daemon's per-tick queue read: fixed-field `squeue` + parse
++ snapshot) at 30,000 pending jobs on a real local Slurm, against `squeue --json` + json.load
+on the same queue, measured in the same run.
+
+    sudo .venv/bin/python -m tests.benchmarks.observe_queue [JOBS]
+
+Needs root and Debian's slurmctld/munge (scripts/setup.sh). Jobs are submitted held, so
+nothing runs and the queue stays put while it is read. Each read runs in a fresh process so
+its peak memory is its own: the Slurm command's peak RSS and the Python heap peak of the parse.
+Target from the issue: under 0.5 s and 100 MB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster, PoolSpec
+
+REPEAT = 3
+
+
+def worker(kind: str, cfg_path: str) -> None:
+    """One read in this fresh process; prints {"s": wall, "cmd_mb": .., "py_mb": .., "jobs": n}."""
+    from slurmscale.config import load_config
+    from slurmscale.policy.observe import build_snapshot
+    from slurmscale.slurm.cli_backend import SlurmCLI
+
+    cfg = load_config(cfg_path)
+    cli = SlurmCLI(cfg.slurm)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    if kind == "text":
+        jobs = cli.pending_jobs()
+        snap = build_snapshot(cfg, [], jobs, time.time())
+        n = len(snap.jobs)
+    else:
+        data = json.loads(cli.run("squeue", "--json"))
+        # 22.05 ignores -t with --json and lists finished jobs too: filter here
+        n = sum(1 for j in data["jobs"] if "PENDING" in str(j.get("job_state")))
+    wall = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(json.dumps({"s": wall, "cmd_mb": child_kb / 1024, "py_mb": peak / 2**20, "jobs": n}))
+
+
+def measure(kind: str, cfg_path: Path) -> dict[str, float]:
+    runs = []
+    for _ in range(REPEAT):
+        out = subprocess.run([sys.executable, "-m", "tests.benchmarks.observe_queue",
+                              "--worker", kind, str(cfg_path)], capture_output=True, text=True,
+                             check=True, timeout=600)
+        runs.append(json.loads(out.stdout))
+    best = min(runs, key=lambda r: r["s"])
+    return {**best, "cmd_mb": max(r["cmd_mb"] for r in runs),
+            "py_mb": max(r["py_mb"] for r in runs)}
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3])
+        return
+    n_jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 30_000
+    if os.geteuid() != 0 or shutil.which("slurmctld") is None:
+        sys.exit("needs root and slurmctld (run scripts/setup.sh first)")
+    root = Path(tempfile.mkdtemp(prefix="ss-bench-"))
+    c = LocalCluster(root, ClusterOptions(
+        pools=[PoolSpec("gpu", "g-", 4)], start_daemon=False,
+        slurm_conf_extra=[f"MaxJobCount={n_jobs * 2}", "SchedulerParameters=defer"]))
+    c.start()
+    try:
+        t0 = time.monotonic()
+
+        def submit(i: int) -> None:
+            c.slurm("sbatch", "-H", "-p", "gpu", "-N", str(1 + i % 4), "--gres=gpu:8",
+                    "-t", "4:00:00", "-J", f"b{i}", "--wrap", "true", timeout=120)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(submit, range(n_jobs)))
+        print(f"submitted {n_jobs:,} held jobs in {time.monotonic() - t0:.0f}s")
+        text = measure("text", c.cfg_path)
+        js = measure("json", c.cfg_path)
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    assert text["jobs"] == js["jobs"] == n_jobs, (text, js)
+    print(f"observe pass at {n_jobs:,} pending jobs (Slurm 22.05, best of {REPEAT}; memory = "
+          "peak RSS of the Slurm command + peak Python heap of the parse)")
+    for name, r in (("slurmscale (squeue -O fixed fields)", text), ("squeue --json", js)):
+        print(f"  {name:<38} {r['s']:6.2f} s  {r['cmd_mb']:7.0f} MB + {r['py_mb']:5.0f} MB")
+    print(f"  ratio json / slurmscale: {js['s'] / text['s']:.1f}x time, "
+          f"{(js['cmd_mb'] + js['py_mb']) / (text['cmd_mb'] + text['py_mb']):.1f}x memory")
+    ok = text["s"] < 0.5 and text["cmd_mb"] + text["py_mb"] < 100
+    print(f"  target < 0.5 s and < 100 MB: {'OK' if ok else 'OVER'}")
+
+
+if __name__ == "__main__":
+    main()
