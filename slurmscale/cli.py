@@ -13,19 +13,11 @@ from typing import Any
 import click
 
 from slurmscale import __version__
-from slurmscale.config import Config, ConfigError, load_config
+from slurmscale.cli_common import _load, _store, _table
+from slurmscale.config import Config
 from slurmscale.model import RequestKind
 
 log = logging.getLogger("slurmscale")
-
-
-def _load(ctx: click.Context) -> Config:
-    try:
-        return load_config(ctx.obj.get("config"))
-    except ConfigError as e:
-        click.echo(f"slurmscale: {e}", err=True)
-        ctx.exit(2)
-        raise  # unreachable; for type checkers
 
 
 def _setup_daemon_logging(cfg: Config, verbose: bool) -> None:
@@ -41,20 +33,6 @@ def _setup_daemon_logging(cfg: Config, verbose: bool) -> None:
         root.addHandler(h)
     for noisy in ("apscheduler", "botocore", "boto3", "urllib3", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
-    if not rows:
-        return "(none)"
-    def cell(r: dict[str, Any], c: str) -> str:
-        v = r.get(c)
-        return "-" if v is None or v == "" else str(v)
-
-    widths = {c: max(len(c), *(len(cell(r, c)) for r in rows)) for c in cols}
-    out = ["  ".join(c.upper().ljust(widths[c]) for c in cols).rstrip()]
-    for r in rows:
-        out.append("  ".join(cell(r, c).ljust(widths[c]) for c in cols).rstrip())
-    return "\n".join(out)
 
 
 def _iso(dt: datetime | None) -> str | None:
@@ -141,17 +119,6 @@ def db_upgrade(ctx: click.Context) -> None:
     cfg = _load(ctx.find_root())
     Store(cfg.store_url).upgrade()
     click.echo("schema is at the latest version")
-
-
-def _store(cfg: Config):  # type: ignore[no-untyped-def]
-    from slurmscale.store.repo import Store
-
-    s = Store(cfg.store_url)
-    problem = s.schema_problem()
-    if problem:
-        click.echo(f"slurmscale: {problem}", err=True)
-        sys.exit(1)
-    return s
 
 
 def _node_rows(cfg: Config) -> tuple[list[dict[str, Any]], str | None]:
@@ -305,30 +272,29 @@ def plan(ctx: click.Context, as_json: bool) -> None:
 
     JSON: {"now": unix_s, "pools": {NAME: {"target": n, "pending_jobs": n,
     "pending_gpu_hours": x, "pending_gangs": [[job_id, nodes]], "oldest_wait_s": x}},
-    "actions": [{"kind", "pool", "reason", "nodes": [...], "count"}]}
+    "actions": [{"kind", "pool", "reason", "nodes": [...], "count"}],
+    "reservations": [{"kind": create|extend|attach|release, "name", "pool", "job_id",
+    "reason", "nodes": [...]}]}
     """
     import time as _time
 
     from slurmscale.daemon.capacity import current_plan
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
-    from slurmscale.store.repo import Store
 
     cfg = _load(ctx)
     slurm = SlurmCLI(cfg.slurm)
-    # The daemon's memory (governed targets, cooldown clocks) makes this the plan it would
-    # carry out; without a readable store the policy starts from its defaults, as it would.
-    store = Store(cfg.store_url)
-    problem = store.schema_problem()
-    memory = {} if problem else store.pool_memory()
-    store.close()
-    if problem:
-        click.echo(f"warning: planning without the daemon's memory: {problem}", err=True)
+    # The daemon's memory (governed targets, cooldown clocks, hold budgets) makes this the
+    # plan it would carry out.
+    store = _store(cfg)
     try:
-        p = current_plan(cfg, slurm, memory, _time.time())
+        pp = current_plan(cfg, slurm, store, _time.time())
     except SlurmError as e:
         click.echo(f"slurmscale: cannot read Slurm: {e}", err=True)
         sys.exit(1)
+    finally:
+        store.close()
+    p = pp.capacity
     data = {
         "now": p.now,
         "pools": {name: {"target": p.targets[name], "pending_jobs": d.pending_jobs,
@@ -338,6 +304,9 @@ def plan(ctx: click.Context, as_json: bool) -> None:
                   for name, d in p.demand.items()},
         "actions": [{"kind": a.kind.value, "pool": a.pool, "reason": a.reason,
                      "nodes": list(a.nodes), "count": a.count} for a in p.actions],
+        "reservations": [{"kind": a.kind.value, "name": a.name, "pool": a.pool,
+                          "job_id": a.job_id, "reason": a.reason, "nodes": list(a.nodes)}
+                         for a in pp.holds.actions],
     }
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -352,6 +321,8 @@ def plan(ctx: click.Context, as_json: bool) -> None:
     for a in data["actions"]:
         nodes = f" [{','.join(a['nodes'])}]" if a["nodes"] else ""
         click.echo(f"{a['kind']:<13} {a['pool']:<12} {a['reason']}{nodes}")
+    for r in data["reservations"]:
+        click.echo(f"reservation {r['kind']:<7} {r['name']}: {r['reason']}")
 
 
 @cli.command()
@@ -376,6 +347,15 @@ def plan(ctx: click.Context, as_json: bool) -> None:
 @click.option("--pool", "pool_name", default=None,
               help="Start from this pool's policy knobs and GPUs per node in the config "
                    "(--config); --max-nodes and --knob still override.")
+@click.option("--accumulate/--no-accumulate", default=True, show_default=True,
+              help="Model slurmscale's reservations that accumulate nodes for starving gangs "
+                   "(the slurmscale policies only).")
+@click.option("--hold-budget", default=None, type=click.FloatRange(0),
+              help="Idle GPU-hours one reservation may spend holding nodes.")
+@click.option("--accumulate-after", default=None, type=click.FloatRange(0),
+              help="Seconds a gang waits before nodes are held for it.")
+@click.option("--max-hold", default=None, type=click.FloatRange(0),
+              help="Longest a reservation holds nodes (s).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of demand vs provisioned GPUs per policy.")
@@ -383,14 +363,20 @@ def plan(ctx: click.Context, as_json: bool) -> None:
 def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
              policies: tuple[str, ...], max_nodes: int, gpus_per_node: int, boot_time: float,
              price: float, cooldown: float | None, knob_args: tuple[str, ...],
-             pool_name: str | None, as_json: bool, plot_path: str | None) -> None:
+             pool_name: str | None, accumulate: bool, hold_budget: float | None,
+             accumulate_after: float | None, max_hold: float | None, as_json: bool,
+             plot_path: str | None) -> None:
     """Replay a job trace against a simulated Slurm + cloud, running the real policy code.
 
     JSON: {"trace": str, "policies": {NAME: {jobs, jobs_completed, wait_p50_s, wait_p95_s,
     gang_wait_p50_s, gang_wait_p95_s, busy_gpu_hours, idle_gpu_hours, cost_usd,
-    scale_up_actions, scale_down_actions, node_launches}}}
+    scale_up_actions, scale_down_actions, node_launches, reservations_created,
+    reservation_idle_gpu_hours}}}
     """
+    from dataclasses import replace
+
     from slurmscale.policy.model import PoolKnobs
+    from slurmscale.policy.reservations import ReservationKnobs
     from slurmscale.sim.engine import SimCloud
     from slurmscale.sim.engine import simulate as run_sim
     from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
@@ -442,8 +428,17 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
                         f"(got {x['input']!r})" for x in e.errors())
         raise click.BadParameter(bad, param_hint="--knob") from None
     base = PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes, **checked)
+    holds = None
+    if accumulate:
+        holds = ReservationKnobs()
+        if hold_budget is not None:
+            holds = replace(holds, hold_budget_gpu_hours=hold_budget)
+        if accumulate_after is not None:
+            holds = replace(holds, accumulate_after_s=accumulate_after)
+        if max_hold is not None:
+            holds = replace(holds, max_hold_s=max_hold)
     cloud = SimCloud(boot_s=boot_time, price_per_node_hour=price)
-    results = [run_sim(jobs, builtin_policy(n, base), cloud) for n in names]
+    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud) for n in names]
     out = {"trace": trace_path,
            "policies": {r.policy: metrics(r, cloud) for r in results}}
     if plot_path:
@@ -454,6 +449,11 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     cols = ["policy", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
             "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
     click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
+
+
+from slurmscale.cli_reservations import reservations  # noqa: E402 - a subgroup of cli
+
+cli.add_command(reservations)
 
 
 def main() -> None:

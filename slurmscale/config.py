@@ -174,13 +174,28 @@ class PowerSaving(_Strict):
     """Rendered into slurm.conf by `slurmscale slurm-conf` so the two never disagree.
 
     slurmscale releases idle nodes itself (each pool's policy.max_idle_s at the latest), so
-    Slurm's SuspendTime is only the backstop for a daemon that is down: it must be longer."""
+    Slurm's SuspendTime is only the backstop for a daemon that is down: it must be longer, and
+    longer than reservations.max_hold_s too (Slurm 22.05 powers down idle reserved nodes)."""
 
-    suspend_time: Annotated[int, Field(ge=1)] = 1800
+    suspend_time: Annotated[int, Field(ge=1)] = 7500
     suspend_timeout: Annotated[int, Field(ge=1)] = 120
     resume_timeout: Annotated[int, Field(ge=1)] = 900
     resume_rate: Annotated[int, Field(ge=0)] = 0
     suspend_rate: Annotated[int, Field(ge=0)] = 0
+
+
+class ReservationSettings(_Strict):
+    """Reservations that accumulate nodes for large pending gangs (docs/policy.md)."""
+
+    enabled: bool = True
+    prefix: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*-$", max_length=40)] = (
+        "slurmscale-gang-")
+    min_gang_nodes: Annotated[int, Field(ge=2)] = 2
+    accumulate_after_s: Annotated[float, Field(ge=0)] = 600.0
+    per_pool: Annotated[int, Field(ge=1, le=16)] = 1
+    hold_budget_gpu_hours: Annotated[float, Field(gt=0)] = 64.0
+    max_hold_s: Annotated[float, Field(gt=0)] = 7200.0
+    drain_busy: bool = True
 
 
 class DaemonSettings(_Strict):
@@ -201,6 +216,7 @@ class Config(_Strict):
     slurm: SlurmSettings = SlurmSettings()
     daemon: DaemonSettings = DaemonSettings()
     power_saving: PowerSaving = PowerSaving()
+    reservations: ReservationSettings = ReservationSettings()
     pools: Annotated[list[Pool], Field(min_length=1)]
 
     @model_validator(mode="after")
@@ -211,6 +227,12 @@ class Config(_Strict):
             dup = {v for v in values if values.count(v) > 1}
             if dup:
                 raise ValueError(f"two pools share {field} {sorted(dup)[0]!r}")
+        hold = self.reservations
+        if hold.enabled and self.power_saving.suspend_time <= hold.max_hold_s:
+            raise ValueError(
+                f"power_saving.suspend_time ({self.power_saving.suspend_time}) must be longer "
+                f"than reservations.max_hold_s ({hold.max_hold_s:g}): Slurm 22.05 powers down "
+                "idle reserved nodes after SuspendTime, which would undo a hold")
         for p in self.pools:
             if self.power_saving.suspend_time <= p.policy.max_idle_s:
                 raise ValueError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,7 @@ class SlurmNode:
     reason: str = ""
     partitions: tuple[str, ...] = ()
     last_busy: str = ""  # LastBusyTime, ISO local time as Slurm prints it
+    alloc_gpus: int = 0  # from AllocTRES (gres/gpu=N)
 
     @property
     def flags(self) -> frozenset[str]:
@@ -27,9 +29,9 @@ class SlurmNode:
         return self.state.upper().split("+", 1)[0]
 
 
-@dataclass(frozen=True)
-class QueueJob:
-    """One job from the per-tick fixed-field squeue read."""
+class QueueJob(NamedTuple):
+    """One job from the per-tick fixed-field squeue read. A NamedTuple, not a dataclass: tens
+    of thousands are built every pass and tuple construction is several times cheaper."""
 
     job_id: str
     partitions: tuple[str, ...]
@@ -41,6 +43,24 @@ class QueueJob:
     priority: int
     user: str
     state: str
+    account: str = ""
+    reservation: str = ""
+    end_time: str = ""  # running jobs: start + time limit
+    nodelist: str = ""  # running jobs: their nodes (a hostlist)
+
+
+@dataclass(frozen=True)
+class SlurmReservation:
+    """One reservation as `scontrol show res -o` reports it."""
+
+    name: str
+    nodes: tuple[str, ...]
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    flags: frozenset[str] = frozenset()
+    start_time: str = ""
+    end_time: str = ""
+    state: str = ""
 
 
 class RequestKind(StrEnum):

@@ -1,21 +1,25 @@
-"""The capacity policy inside the daemon: read Slurm, run the pure `decide`, carry out the plan.
+"""The capacity policy inside the daemon: read Slurm, run the pure decisions (reservations
+for starving gangs, then the pool sizes), carry out the plan.
 
 The plan is recomputed from live state every pass, so a step that failed (Slurm briefly
 unreachable, say) is simply planned again next time; only the policy's memory (targets and the
-sustained/cooldown clocks) is kept in the store between passes.
+sustained/cooldown clocks) and the holds' budgets are kept in the store between passes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from slurmscale.config import Config
 from slurmscale.hostlists import compress
+from slurmscale.model import SlurmReservation
 from slurmscale.policy.decide import decide
-from slurmscale.policy.model import Action, ActionKind, Plan, PoolMemory
-from slurmscale.policy.observe import HOLD_REASON, build_snapshot
+from slurmscale.policy.model import Action, ActionKind, NodeState, Plan
+from slurmscale.policy.observe import HOLD_REASON, build_snapshot, gang_jobs
+from slurmscale.policy.reservations import HoldPlan
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.repo import Store
 
@@ -33,24 +37,49 @@ EVENT_KIND = {
 }
 
 
-def current_plan(cfg: Config, slurm: SlurmClient, memory: dict[str, PoolMemory],
-                 now: float) -> Plan:
+def _no_event(*_a: object, **_k: object) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    capacity: Plan
+    holds: HoldPlan
+    gone: tuple[str, ...]  # holds whose reservation vanished from Slurm
+    reservations: tuple[SlurmReservation, ...]
+
+
+def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float) -> PassPlan:
     """What the policy decides from Slurm as it is now (raises SlurmError if unreadable)."""
-    return decide(build_snapshot(cfg, slurm.nodes(), slurm.active_jobs(), now, memory))
+    from slurmscale.daemon.holds import HoldPass
+
+    nodes, jobs, res = slurm.nodes(), slurm.active_jobs(), slurm.reservations()
+    snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory())
+    hold_plan, gone = HoldPass(cfg, store, slurm, _no_event).plan(
+        snap.nodes, gang_jobs(cfg, jobs, 2), res, now)
+    if hold_plan.grabbed:
+        # Idle nodes a hold takes this pass are not idle for the pool-size decision.
+        snap = replace(snap, nodes=tuple(
+            replace(n, state=NodeState.RESERVED)
+            if n.name in hold_plan.grabbed and n.state is NodeState.IDLE else n
+            for n in snap.nodes))
+    return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res))
 
 
 class CapacityPass:
     def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, event: Event) -> None:
+        from slurmscale.daemon.holds import HoldPass
+
         self.cfg = cfg
         self.store = store
         self.slurm = slurm
         self.event = event
+        self.holds = HoldPass(cfg, store, slurm, event)
         self._read_failing = False
 
-    def run(self, now: datetime) -> Plan | None:
+    def run(self, now: datetime) -> PassPlan | None:
         try:
-            plan = current_plan(self.cfg, self.slurm, self.store.pool_memory(),
-                                now.timestamp())
+            p = current_plan(self.cfg, self.slurm, self.store, now.timestamp())
         except SlurmError as e:
             # Logged every pass, recorded once per outage: the audit log is for decisions.
             log.warning("capacity pass skipped: %s", e)
@@ -61,10 +90,11 @@ class CapacityPass:
         if self._read_failing:
             self.event("slurm_read_ok", "Slurm readable again; capacity passes resumed")
             self._read_failing = False
-        for a in plan.actions:
+        self.holds.apply(p.holds, list(p.gone), list(p.reservations), now)
+        for a in p.capacity.actions:
             self._apply(a)
-        self.store.save_pool_memory(plan.memory, now)
-        return plan
+        self.store.save_pool_memory(p.capacity.memory, now)
+        return p
 
     def _apply(self, a: Action) -> None:
         nodes = list(a.nodes)

@@ -108,9 +108,10 @@ class Reconciler:
         res = TickResult()
         res.drained = self.drain_spool()
         self.handle_requests(res)
-        plan = self.capacity.run(self.clock())
-        if plan is not None:
-            res.policy_actions = sum(1 for a in plan.actions if a.kind is not ActionKind.KEEP)
+        p = self.capacity.run(self.clock())
+        if p is not None:
+            res.policy_actions = len(p.holds.actions) + sum(
+                1 for a in p.capacity.actions if a.kind is not ActionKind.KEEP)
         return res
 
     def handle_requests(self, res: TickResult) -> None:

@@ -73,6 +73,9 @@ class ClusterOptions:
     daemon_ec2_endpoint: Callable[[str], str] | None = None
     start_daemon: bool = True
     slurm_conf_extra: list[str] = field(default_factory=list)  # e.g. MaxJobCount=50000
+    # overrides of the config's `reservations:`; max_hold_s defaults to just under
+    # suspend_time (the config requires SuspendTime to outlast any hold)
+    reservations: dict[str, Any] = field(default_factory=dict)
 
 
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -254,6 +257,7 @@ class LocalCluster:
                        "batch_window_seconds": self.o.batch_window},
             "power_saving": {"suspend_time": self.o.suspend_time, "suspend_timeout": 30,
                              "resume_timeout": self.o.resume_timeout},
+            "reservations": {"max_hold_s": self.o.suspend_time - 1, **self.o.reservations},
             "pools": [{
                 "name": p.name, "partition": p.name, "node_prefix": p.prefix,
                 "max_nodes": p.max_nodes, "gpus_per_node": p.gpus, "cpus_per_node": p.cpus,

@@ -143,16 +143,23 @@ def _reuse_forecast(k: PoolKnobs, arrivals: list[tuple[float, int]], now: float,
     return recent * k.reuse_horizon_s / k.reuse_window_s
 
 
-def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand,
+def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, target: int,
                 arrivals: list[tuple[float, int]], now: float,
                 actions: list[Action]) -> list[str]:
     live = [n for n in nodes if n.state in LIVE]
     idle = sorted((n for n in nodes if n.state is NodeState.IDLE and n.usable),
                   key=lambda n: (n.idle_since if n.idle_since is not None else now, n.name))
-    # Idle capacity a pending job is about to use is not idle: Slurm will place it there.
-    needed_now = sum(n for _, n in demand.pending_gangs) + (
-        demand.pending_jobs - len(demand.pending_gangs))
-    spare = max(0, len(idle) - needed_now)
+    # Idle capacity a pending job is about to use is not idle: Slurm will place it there, with
+    # powered-down nodes under the target for the rest of a gang. A gang that fits in neither
+    # is not about to use them: it waits for running jobs to end (holding nodes for it is what
+    # reservations do, with a budget).
+    avail, headroom = len(idle), max(0, target - len(live))
+    for _, n in demand.pending_gangs:
+        if n <= avail + headroom:
+            from_idle = min(n, avail)
+            avail, headroom = avail - from_idle, headroom - (n - from_idle)
+    avail -= min(avail, demand.pending_jobs - len(demand.pending_gangs))
+    spare = avail
     forecast = _reuse_forecast(k, arrivals, now, spare)
     keep_for_reuse = math.ceil(forecast - 1e-9)
     room = max(0, len(live) - k.min_nodes)
@@ -215,7 +222,8 @@ def decide(s: Snapshot) -> Plan:
             mem = PoolMemory(k.max_nodes, None, mem.last_step_at)
         else:
             mem = _governed_target(k, mem, demand, live, idle, s.now, actions)
-        released = _scale_down(k, nodes, demand, arrivals_by_pool[k.name], s.now, actions)
+        released = _scale_down(k, nodes, demand, mem.target, arrivals_by_pool[k.name], s.now,
+                               actions)
         if k.mode is Mode.GOVERNED and released:
             new = _clamp(min(mem.target, live - len(released)), k)
             if new < mem.target:

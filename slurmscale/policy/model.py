@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Mode(StrEnum):
@@ -45,8 +46,9 @@ class PoolKnobs:
     default_time_limit_s: float = 4 * 3600.0
 
 
-@dataclass(frozen=True)
-class PendingJob:
+class PendingJob(NamedTuple):
+    """A NamedTuple: the daemon builds one per pending job every pass (tens of thousands)."""
+
     job_id: str
     pool: str
     nodes: int
@@ -65,6 +67,8 @@ class NodeView:
     idle_since: float | None = None
     held: bool = False  # drained by slurmscale to keep it above a governed pool's target
     usable: bool = True  # False: drained or down by someone else; never touched
+    alloc_gpus: int = 0  # GPUs its running jobs use (a held node's idle cost is the rest)
+    free_at: float | None = None  # when its last running job hits its time limit
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
-from slurmscale.config import Config
+from slurmscale.config import Config, Pool
+from slurmscale.hostlists import expand
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.model import (
     Mode,
@@ -15,6 +17,7 @@ from slurmscale.policy.model import (
     PoolMemory,
     Snapshot,
 )
+from slurmscale.policy.reservations import GangJob
 
 # Pending reasons that mean "waiting for capacity"; Dependency, JobHeld*, BeginTime, limits
 # and the like are not demand the pool can answer now. The DOWN/DRAINED reason is what a job
@@ -42,7 +45,8 @@ def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
         for p in cfg.pools)
 
 
-def _ts(text: str) -> float | None:
+@functools.lru_cache(maxsize=65536)
+def slurm_time(text: str) -> float | None:
     """Slurm prints local times without a zone (2026-11-29T11:00:00); Unknown/None -> None."""
     try:
         return datetime.fromisoformat(text).timestamp()
@@ -54,19 +58,60 @@ def node_state(n: SlurmNode) -> NodeState:
     f = n.flags
     if f & {"POWERED_DOWN", "POWERING_DOWN"} or n.base_state == "DOWN":
         return NodeState.POWERED_DOWN
+    if n.base_state in {"ALLOCATED", "MIXED", "COMPLETING"} or "COMPLETING" in f:
+        return NodeState.ALLOCATED  # running jobs, reserved or not
     if "RESERVED" in f:
         return NodeState.RESERVED
-    if n.base_state in {"ALLOCATED", "MIXED", "COMPLETING"} or "COMPLETING" in f:
-        return NodeState.ALLOCATED
     if "POWERING_UP" in f or "CONFIGURING" in f or "NOT_RESPONDING" in f:
         return NodeState.BOOTING
     return NodeState.IDLE
+
+
+def _free_at(jobs: list[QueueJob]) -> dict[str, float]:
+    """Each node's latest running-job end (start + time limit): when it will be free at the
+    latest. Only running jobs carry an EndTime and node list."""
+    out: dict[str, float] = {}
+    for j in jobs:
+        if not j.nodelist or not j.end_time:
+            continue
+        end = slurm_time(j.end_time)
+        if end is None:
+            continue
+        for name in expand(j.nodelist):
+            if end > out.get(name, 0.0):
+                out[name] = end
+    return out
+
+
+def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
+              also: frozenset[str] = frozenset()) -> tuple[GangJob, ...]:
+    """Jobs the reservation planner considers: multi-node jobs, and any job in `also` (the
+    jobs slurmscale already holds nodes for, whatever their state)."""
+    by_partition = {p.partition: p for p in cfg.pools}
+    out = []
+    for j in jobs:
+        if j.num_nodes < min_nodes and j.job_id not in also:
+            continue
+        pool = next((by_partition[p] for p in j.partitions if p in by_partition), None)
+        if pool is None:
+            continue
+        out.append(GangJob(
+            job_id=j.job_id, pool=pool.name, nodes=j.num_nodes,
+            gpus_per_node=j.gpus_per_node or pool.gpus_per_node,
+            submit_s=slurm_time(j.submit_time) or 0.0, priority=j.priority, user=j.user,
+            account=j.account, pending=j.state == "PENDING",
+            waiting_for_capacity=(j.reason in CAPACITY_REASONS
+                                  or j.reason.startswith("ReqNodeNotAvail")),
+            held=j.reason.startswith("JobHeld") or j.priority == 0,
+            reservation=j.reservation))
+    return tuple(out)
 
 
 def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
                    memory: dict[str, PoolMemory] | None = None) -> Snapshot:
     """`jobs`: pending jobs (the demand) plus, optionally, starting/running ones (their submit
     times feed the reuse forecast, as every arrival does in the simulator)."""
+    free_at = _free_at(jobs)
     views = []
     for n in nodes:
         pool = cfg.pool_of(n.name)
@@ -76,16 +121,23 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         held = "DRAIN" in n.flags and n.reason.startswith(HOLD_REASON)
         usable = held or not (n.flags & UNUSABLE_FLAGS or n.base_state == "DOWN")
         views.append(NodeView(n.name, pool.name, st,
-                              _ts(n.last_busy) if st is NodeState.IDLE else None,
-                              held=held, usable=usable))
+                              slurm_time(n.last_busy) if st is NodeState.IDLE else None,
+                              held=held, usable=usable, alloc_gpus=n.alloc_gpus,
+                              free_at=free_at.get(n.name) if st is NodeState.ALLOCATED
+                              else None))
     by_partition = {p.partition: p for p in cfg.pools}
+    pool_of: dict[tuple[str, ...], Pool | None] = {}
     pending = []
     arrivals = []
     for j in jobs:
-        pool = next((by_partition[p] for p in j.partitions if p in by_partition), None)
+        if j.partitions in pool_of:
+            pool = pool_of[j.partitions]
+        else:
+            pool = pool_of[j.partitions] = next(
+                (by_partition[p] for p in j.partitions if p in by_partition), None)
         if pool is None:
             continue
-        submit = _ts(j.submit_time) or now
+        submit = slurm_time(j.submit_time) or now
         arrivals.append((submit, pool.name, j.num_nodes))
         if j.state != "PENDING":
             continue  # running or starting: an arrival for the reuse forecast, not demand

@@ -24,6 +24,7 @@ from slurmscale.policy.model import (
     PoolMemory,
     Snapshot,
 )
+from slurmscale.policy.reservations import GangJob, Hold, HoldActionKind, plan_holds
 from slurmscale.sim.policies import SimPolicy
 from slurmscale.sim.trace import TraceJob
 
@@ -40,6 +41,9 @@ class _Node:
     jobs: int = 0
     idle_since: float | None = None
     on_since: float = 0.0
+    resv: str | None = None  # held in this reservation: only its job may use it
+    free_at: float = 0.0  # latest end of its running jobs (the trace's durations stand in
+    # for time limits, which the traces do not have)
 
 
 @dataclass
@@ -55,6 +59,8 @@ class SimResult:
     scale_up_actions: int = 0
     scale_down_actions: int = 0
     node_launches: int = 0
+    reservations_created: int = 0
+    reservation_idle_gpu_s: float = 0.0
     end_s: float = 0.0
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # t, demand, live GPUs
 
@@ -90,6 +96,11 @@ class Simulation:
         self.r = SimResult(policy.name)
         self.running_gpus = 0
         self.last_launch_batch: float | None = None
+        self.holds: tuple[Hold, ...] = ()
+        self.exhausted: set[str] = set()  # jobs whose hold ran out: never held for again
+        self.attached: dict[int, str] = {}  # pending job -> the reservation it is pointed at
+        self.started_in: dict[str, str] = {}  # job id -> reservation it started in
+        self.idx_of = {j.job_id: i for i, j in enumerate(jobs)}
 
     # --- bookkeeping ---------------------------------------------------------------------
     def _push(self, t: float, kind: int, idx: int) -> None:
@@ -119,7 +130,10 @@ class Simulation:
         gpn = job.gpus_per_node(self.k.gpus_per_node)
         if job.nodes > self.k.max_nodes or gpn > self.k.gpus_per_node:
             return -1
-        live = [n for n in self.nodes if n.state != "down"]
+        resv = self.attached.get(idx)
+        if resv is not None:  # pointed at its reservation: runs there, on nothing else
+            headroom = 0
+        live = [n for n in self.nodes if n.state != "down" and n.resv == resv]
         if job.nodes == 1:
             fits = [n for n in live if n.free >= gpn]
             if fits:
@@ -147,8 +161,11 @@ class Simulation:
             n.free -= gpn
             n.jobs += 1
             n.idle_since = None
+            n.free_at = max(n.free_at if n.jobs > 1 else 0.0, start + job.duration_s)
         self.placed[idx] = [(n, gpn) for n in chosen]
         self.start[idx] = start
+        if resv is not None:
+            self.started_in[job.job_id] = self.attached.pop(idx)
         self._push(start + job.duration_s, END, idx)
         self.running_gpus += gpn * job.nodes
         return len(new)
@@ -160,12 +177,18 @@ class Simulation:
         headroom = max(0, min(target, self.k.max_nodes) - self._live())
 
         def capacity() -> tuple[int, int]:
-            live = [n for n in self.nodes if n.state != "down"]
+            live = [n for n in self.nodes if n.state != "down" and n.resv is None]
             return (max((n.free for n in live), default=0),
                     sum(1 for n in live if n.jobs == 0))
 
+        for idx in [i for i in self.attached if i in self.pending]:
+            if self._place(idx, self.pending[idx], now, 0) >= 0:
+                del self.pending[idx]
+                del self.pending_views[idx]
         max_free, whole = capacity()
         for idx, job in list(self.pending.items()):
+            if idx in self.attached:
+                continue
             if headroom == 0 and max_free == 0:
                 return
             gpn = job.gpus_per_node(self.k.gpus_per_node)
@@ -186,21 +209,69 @@ class Simulation:
         for n in self.nodes:
             if n.state == "down":
                 st = NodeState.POWERED_DOWN
+            elif n.resv is not None and not n.jobs:
+                st = NodeState.RESERVED
             elif n.jobs:
                 st = NodeState.ALLOCATED
             elif n.state == "booting":
                 st = NodeState.BOOTING
             else:
                 st = NodeState.IDLE
-            views.append(NodeView(n.name, self.k.name, st, n.idle_since))
+            views.append(NodeView(n.name, self.k.name, st, n.idle_since,
+                                  alloc_gpus=n.gpus - n.free if n.state != "down" else 0,
+                                  free_at=n.free_at if n.jobs else None))
         jobs = tuple(self.pending_views.values())
         while self.arrivals and self.arrivals[0][0] < now - self.k.reuse_window_s:
             self.arrivals.popleft()
         return Snapshot(now, (self.k,), tuple(views), jobs, {self.k.name: self.memory},
                         tuple(self.arrivals))
 
+    def _hold_pass(self, now: float, snap: Snapshot) -> None:
+        """The same reservation planner the daemon runs, on the simulated Slurm."""
+        assert self.p.holds is not None
+        # priority: earlier submit first, as the simulated Slurm schedules
+        jobs = [GangJob(v.job_id, self.k.name, v.nodes, v.gpus_per_node, v.submit_s,
+                        -int(v.submit_s), "user", reservation=self.attached.get(i, ""))
+                for i, v in self.pending_views.items() if v.nodes >= 2]
+        for h in self.holds:
+            i = self.idx_of[h.job_id]
+            if i in self.start and h.job_id in self.started_in:  # started (still running)
+                jobs.append(GangJob(h.job_id, self.k.name, h.needed, 0, 0, 0, "user",
+                                    pending=False, reservation=self.started_in[h.job_id]))
+        plan = plan_holds(self.p.holds, {self.k.name: self.k.gpus_per_node},
+                          {self.k.name: self.k.max_nodes}, snap.nodes, tuple(jobs),
+                          self.holds, frozenset(self.exhausted), now,
+                          frozenset(n.name for n in self.nodes if n.resv is not None))
+        before = {h.name: h for h in self.holds}
+        for a in plan.actions:
+            if a.kind is HoldActionKind.CREATE:
+                self.r.reservations_created += 1
+            if a.kind in (HoldActionKind.CREATE, HoldActionKind.EXTEND):
+                for name in a.nodes:
+                    self.by_name[name].resv = a.name
+            elif a.kind is HoldActionKind.ATTACH:
+                self.attached[self.idx_of[a.job_id]] = a.name
+            elif a.kind is HoldActionKind.RELEASE:
+                for n in self.nodes:
+                    if n.resv == a.name:
+                        n.resv = None
+                self.attached.pop(self.idx_of[a.job_id], None)
+                self.started_in.pop(a.job_id, None)
+                old = before.get(a.name)
+                if old is not None:
+                    spent = old.spent_gpu_s + (0.0 if old.attached else len(old.nodes)
+                                               * self.k.gpus_per_node * (now - old.accounted_s))
+                    self.r.reservation_idle_gpu_s += spent
+                if "budget" in a.reason or "hold time" in a.reason:
+                    self.exhausted.add(a.job_id)
+        self.holds = plan.holds
+
     def _tick(self, now: float) -> None:
-        plan = self.p.decide(self._snapshot(now))
+        snap = self._snapshot(now)
+        if self.p.holds is not None:
+            self._hold_pass(now, snap)
+            snap = self._snapshot(now)
+        plan = self.p.decide(snap)
         self.memory = plan.memory.get(self.k.name, self.memory)
         released = [a for a in plan.actions if a.kind is ActionKind.RELEASE]
         for a in released:
@@ -293,6 +364,8 @@ class Simulation:
                 self.r.waits.append(now - job.submit_s)
                 if job.nodes >= 2:
                     self.r.gang_waits.append(now - job.submit_s)
+        for h in self.holds:  # still holding at the end: count what it spent so far
+            self.r.reservation_idle_gpu_s += h.spent_gpu_s
         for n in self.nodes:
             if n.state != "down":
                 self._power_down(n, now)

@@ -17,6 +17,7 @@ from slurmscale.policy.model import (
     PoolMemory,
     Snapshot,
 )
+from slurmscale.policy.reservations import ReservationKnobs
 
 Decide = Callable[[Snapshot], Plan]
 
@@ -28,6 +29,7 @@ class SimPolicy:
     decide: Decide
     all_up_from_start: bool = False  # static: every node booted at t=0, never released
     provision_to_target: bool = False  # naive: a target step launches a node at once
+    holds: ReservationKnobs | None = None  # accumulate reservations for starving gangs
     description: str = ""
 
 
@@ -89,7 +91,13 @@ def _static(s: Snapshot) -> Plan:
 POLICY_NAMES = ("naive", "immediate", "static", "slurmscale", "slurmscale-governed")
 
 
-def builtin_policy(name: str, base: PoolKnobs) -> SimPolicy:
+DEFAULT_HOLDS = ReservationKnobs()
+
+
+def builtin_policy(name: str, base: PoolKnobs,
+                   holds: ReservationKnobs | None = DEFAULT_HOLDS) -> SimPolicy:
+    """`holds`: the reservation knobs of the two slurmscale policies (None: no accumulation);
+    the other policies model tools that have no such mechanism."""
     match name:
         case "naive":
             return SimPolicy(name, replace(base, mode=Mode.GOVERNED), _naive,
@@ -102,9 +110,9 @@ def builtin_policy(name: str, base: PoolKnobs) -> SimPolicy:
             return SimPolicy(name, base, _static, all_up_from_start=True,
                              description="max_nodes always up")
         case "slurmscale":
-            return SimPolicy(name, replace(base, mode=Mode.IMMEDIATE), decide,
+            return SimPolicy(name, replace(base, mode=Mode.IMMEDIATE), decide, holds=holds,
                              description="immediate whole-gang scale-up, forecast scale-down")
         case "slurmscale-governed":
-            return SimPolicy(name, replace(base, mode=Mode.GOVERNED), decide,
+            return SimPolicy(name, replace(base, mode=Mode.GOVERNED), decide, holds=holds,
                              description="governed target, gang-aware steps")
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")

@@ -31,6 +31,8 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "scale_up_actions": r.scale_up_actions,
         "scale_down_actions": r.scale_down_actions,
         "node_launches": r.node_launches,
+        "reservations_created": r.reservations_created,
+        "reservation_idle_gpu_hours": round(r.reservation_idle_gpu_s / 3600, 1),
     }
 
 

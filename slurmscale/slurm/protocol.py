@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.model import QueueJob, SlurmNode, SlurmReservation
 
 
 class SlurmError(RuntimeError):
@@ -30,6 +30,17 @@ class SlurmClient(Protocol):
     def drain(self, names: list[str], reason: str) -> None: ...
 
     def undrain(self, names: list[str]) -> None: ...
+
+    def reservations(self) -> list[SlurmReservation]: ...
+
+    def create_reservation(self, name: str, nodes: list[str], users: list[str],
+                           duration_s: float) -> None: ...
+
+    def set_reservation_nodes(self, name: str, nodes: list[str]) -> None: ...
+
+    def delete_reservation(self, name: str) -> None: ...
+
+    def set_job_reservation(self, job_id: str, name: str) -> None: ...
 
     def pending_jobs(self) -> list[QueueJob]: ...
 

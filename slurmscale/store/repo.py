@@ -16,7 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
-from slurmscale.store.tables import EventRow, GangRow, InstanceRow, PoolStateRow, RequestRow
+from slurmscale.store.tables import (
+    EventRow,
+    GangRow,
+    HoldRow,
+    InstanceRow,
+    PoolStateRow,
+    RequestRow,
+)
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
 
@@ -180,6 +187,27 @@ class Store:
                 s.merge(PoolStateRow(pool=pool, target=m.target, above_since=m.above_since,
                                      last_step_at=m.last_step_at, updated_at=now))
             s.commit()
+
+    # holds (reservations) -------------------------------------------------------------
+    def holds(self, states: tuple[str, ...] | None = None) -> list[HoldRow]:
+        q = select(HoldRow)
+        if states is not None:
+            q = q.where(HoldRow.state.in_(states))
+        with self.session() as s:
+            return list(s.scalars(q.order_by(HoldRow.created_s.desc())))
+
+    def hold(self, name: str) -> HoldRow | None:
+        with self.session() as s:
+            return s.get(HoldRow, name)
+
+    def put_hold(self, row: HoldRow) -> None:
+        with self.session() as s:
+            s.merge(row)
+            s.commit()
+
+    def exhausted_jobs(self) -> frozenset[str]:
+        with self.session() as s:
+            return frozenset(s.scalars(select(HoldRow.job_id).where(HoldRow.exhausted)))
 
     # events ---------------------------------------------------------------------------
     def add_event(self, kind: str, message: str, now: datetime, *, node: str | None = None,

@@ -92,3 +92,25 @@ class PoolStateRow(Base):
     above_since: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_step_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class HoldRow(Base):
+    """One of slurmscale's reservations accumulating nodes for a pending gang.
+    `state`: active -> releasing (Slurm refused the delete: its job runs in it) -> released.
+    Times are Unix seconds, as the policy keeps them."""
+
+    __tablename__ = "holds"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(64), index=True)
+    user_name: Mapped[str] = mapped_column(String(64))
+    needed: Mapped[int] = mapped_column(Integer)
+    nodes: Mapped[str] = mapped_column(Text)  # JSON list
+    created_s: Mapped[float] = mapped_column(Float)
+    spent_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
+    accounted_s: Mapped[float] = mapped_column(Float)
+    attached: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    exhausted: Mapped[bool] = mapped_column(Boolean, default=False)  # never hold for it again
+    released_s: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -7,7 +7,13 @@ from dataclasses import dataclass, field, replace
 
 from slurmscale.cloud.protocol import CloudError, CloudInstance
 from slurmscale.config import Pool
-from slurmscale.model import LaunchedInstance, LaunchResult, QueueJob, SlurmNode
+from slurmscale.model import (
+    LaunchedInstance,
+    LaunchResult,
+    QueueJob,
+    SlurmNode,
+    SlurmReservation,
+)
 from slurmscale.slurm.protocol import SlurmError
 
 
@@ -70,6 +76,9 @@ class FakeSlurm:
     table: dict[str, SlurmNode] = field(default_factory=dict)
     queue: list[QueueJob] = field(default_factory=list)
     calls: list[tuple[str, list[str]]] = field(default_factory=list)
+    resv: dict[str, SlurmReservation] = field(default_factory=dict)
+    job_resv: dict[str, str] = field(default_factory=dict)
+    busy_reservations: set[str] = field(default_factory=set)  # deletes refused (job runs)
     fail: bool = False
 
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
@@ -107,6 +116,33 @@ class FakeSlurm:
         if self.fail:
             raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")
         self.powered_down.append((list(names), reason))
+
+    def reservations(self) -> list[SlurmReservation]:
+        if self.fail:
+            raise SlurmError(["scontrol"], 1, "slurm_load_reservations error")
+        return list(self.resv.values())
+
+    def create_reservation(self, name: str, nodes: list[str], users: list[str],
+                           duration_s: float) -> None:
+        self.calls.append(("create_reservation", [name, *nodes]))
+        self.resv[name] = SlurmReservation(name, tuple(nodes), tuple(users),
+                                           start_time="2026-11-29T12:00:00")
+
+    def set_reservation_nodes(self, name: str, nodes: list[str]) -> None:
+        self.calls.append(("set_reservation_nodes", [name, *nodes]))
+        self.resv[name] = replace(self.resv[name], nodes=tuple(nodes))
+
+    def delete_reservation(self, name: str) -> None:
+        self.calls.append(("delete_reservation", [name]))
+        if name not in self.resv:
+            raise SlurmError(["scontrol"], 1, "Requested reservation is invalid")
+        if name in self.busy_reservations:
+            raise SlurmError(["scontrol"], 1, "Reservation request busy")
+        del self.resv[name]
+
+    def set_job_reservation(self, job_id: str, name: str) -> None:
+        self.calls.append(("set_job_reservation", [job_id, name]))
+        self.job_resv[job_id] = name
 
     def pending_jobs(self) -> list[QueueJob]:
         return [j for j in self.queue if j.state == "PENDING"]

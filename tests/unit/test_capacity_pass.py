@@ -67,7 +67,7 @@ def test_a_governed_pool_holds_its_nodes_and_a_gang_gets_all_four_in_one_decisio
     slurm.queue = [job("4242", 4, T0)]
     plan = cp.run(T0 + timedelta(seconds=20))
     assert plan is not None
-    assert plan.targets["gpu-spot"] == 4
+    assert plan.capacity.targets["gpu-spot"] == 4
     assert held(slurm) == ["spot-5", "spot-6", "spot-7", "spot-8"]
     assert ("undrain", ["spot-1", "spot-2", "spot-3", "spot-4"]) in slurm.calls
     raised = [m for k, m in events if k == "target_raised"]

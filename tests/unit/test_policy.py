@@ -169,3 +169,18 @@ def test_a_recent_gang_too_big_for_the_idle_nodes_does_not_keep_them() -> None:
     rel = lambda p: sum(len(a.nodes) for a in p.actions if a.kind is ActionKind.RELEASE)  # noqa: E731
     assert rel(big) == 8, "a 64-node gang waits for a boot anyway: keeping 8 saves it nothing"
     assert rel(small) == 6
+
+
+def test_idle_nodes_a_gang_will_start_on_are_kept_only_if_the_gang_can_fit() -> None:
+    idle2 = (NodeView("n1", "gpu", NodeState.IDLE, 9_000.0),
+             NodeView("n2", "gpu", NodeState.IDLE, 9_000.0))
+    busy2 = (NodeView("n3", "gpu", NodeState.ALLOCATED), NodeView("n4", "gpu",
+                                                                 NodeState.ALLOCATED))
+    gang = (PendingJob("9", "gpu", 4, 8, 3600, 9_500.0),)
+    rel = lambda p: [n for a in p.actions if a.kind is ActionKind.RELEASE for n in a.nodes]  # noqa: E731
+    # room to power up two more: Slurm starts the gang on the two idle nodes + two new ones
+    roomy = replace(GOV, mode=Mode.IMMEDIATE, max_nodes=8)
+    assert rel(decide(Snapshot(10_000, (roomy,), idle2 + busy2, gang))) == []
+    # capped at 4 with two busy: the gang waits for them either way; the idle pair goes
+    capped = replace(GOV, mode=Mode.IMMEDIATE, max_nodes=4)
+    assert rel(decide(Snapshot(10_000, (capped,), idle2 + busy2, gang))) == ["n1", "n2"]

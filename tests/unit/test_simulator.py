@@ -93,7 +93,8 @@ def test_simulate_cli_prints_the_documented_json(tmp_path) -> None:  # type: ign
     assert set(out["policies"]["naive"]) == {
         "jobs", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
         "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd",
-        "scale_up_actions", "scale_down_actions", "node_launches"}
+        "scale_up_actions", "scale_down_actions", "node_launches", "reservations_created",
+        "reservation_idle_gpu_hours"}
     bad = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace",
                           str(trace), "--policy", "magic"], capture_output=True, text=True,
                          timeout=60)

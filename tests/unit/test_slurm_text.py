@@ -2,6 +2,7 @@ from slurmscale.slurm.kv import (
     SQUEUE_FORMAT,
     gpus_from_tres,
     parse_oneliner,
+    parse_reservations,
     parse_squeue_fixed,
     parse_time_limit,
 )
@@ -22,14 +23,31 @@ def test_scontrol_oneliner_keeps_values_with_spaces() -> None:
 
 def test_squeue_fixed_fields_for_22_05_and_24_11() -> None:
     assert SQUEUE_FORMAT.startswith("JobID:|,Partition:|,")
-    text = ("12|gpu-spot,gpu-od|4|gres:gpu:8|N/A|1-00:00:00|2026-11-29T10:00:00|Resources|"
-            "4294901|alice|PENDING|\n"
-            "13|gpu-spot|1|gres/gpu:h100:4|N/A|UNLIMITED|2026-11-29T10:00:01|Priority|10|bob|"
-            "PENDING|\n")
+    text = ("12|gpu-spot,gpu-od|4|gres:gpu:8|1-00:00:00|2026-11-29T10:00:00|Resources|"
+            "4294901|alice|PENDING|(null)|(null)|2026-11-30T10:00:00|(null)|\n"
+            "13|gpu-spot|1|gres/gpu:h100:4|UNLIMITED|2026-11-29T10:00:01|None|10|bob|"
+            "RUNNING|proj-a|slurmscale-gang-13|2026-11-29T14:00:00|spot-[3-4]|\n")
     a, b = parse_squeue_fixed(text)
     assert (a.job_id, a.partitions, a.num_nodes, a.gpus_per_node, a.time_limit_s) == (
         "12", ("gpu-spot", "gpu-od"), 4, 8, 86400)
-    assert (b.gpus_per_node, b.time_limit_s, b.reason, b.priority) == (4, None, "Priority", 10)
+    assert (b.gpus_per_node, b.time_limit_s, b.reason, b.priority) == (4, None, "None", 10)
+    assert (a.account, a.reservation, b.account, b.reservation) == (
+        "", "", "proj-a", "slurmscale-gang-13")
+    assert (a.end_time, a.nodelist) == ("", ""), "a pending job's estimates are not kept"
+    assert (b.end_time, b.nodelist) == ("2026-11-29T14:00:00", "spot-[3-4]")
+
+
+def test_reservations_parse_with_flags_and_node_lists() -> None:
+    text = ("ReservationName=slurmscale-gang-7 StartTime=2026-11-29T12:43:11 "
+            "EndTime=2026-11-29T12:53:11 Duration=00:10:00 Nodes=g-[1-2] NodeCnt=2 CoreCnt=4 "
+            "Features=(null) PartitionName=(null) Flags=IGNORE_JOBS,SPEC_NODES,"
+            "NO_HOLD_JOBS_AFTER_END TRES=cpu=4 Users=root Groups=(null) Accounts=(null) "
+            "Licenses=(null) State=ACTIVE BurstBuffer=(null) Watts=n/a MaxStartDelay=(null)\n")
+    (r,) = parse_reservations(text)
+    assert (r.name, r.nodes, r.users, r.accounts, r.state) == (
+        "slurmscale-gang-7", ("g-1", "g-2"), ("root",), (), "ACTIVE")
+    assert "NO_HOLD_JOBS_AFTER_END" in r.flags
+    assert parse_reservations("No reservations in the system\n") == []
 
 
 def test_time_limits_and_gres() -> None:

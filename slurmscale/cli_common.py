@@ -1,0 +1,47 @@
+"""Helpers every `slurmscale` subcommand module shares: config loading with clean errors,
+opening the store read-only-safely, plain tables."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from slurmscale.config import Config, ConfigError, load_config
+
+
+def _load(ctx: click.Context) -> Config:
+    try:
+        return load_config(ctx.obj.get("config"))
+    except ConfigError as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        ctx.exit(2)
+        raise  # unreachable; for type checkers
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    def cell(r: dict[str, Any], c: str) -> str:
+        v = r.get(c)
+        return "-" if v is None or v == "" else str(v)
+
+    widths = {c: max(len(c), *(len(cell(r, c)) for r in rows)) for c in cols}
+    out = ["  ".join(c.upper().ljust(widths[c]) for c in cols).rstrip()]
+    for r in rows:
+        out.append("  ".join(cell(r, c).ljust(widths[c]) for c in cols).rstrip())
+    return "\n".join(out)
+
+
+def _store(cfg: Config):  # type: ignore[no-untyped-def]
+    from slurmscale.store.repo import Store
+
+    s = Store(cfg.store_url)
+    problem = s.schema_problem()
+    if problem:
+        click.echo(f"slurmscale: {problem}", err=True)
+        sys.exit(1)
+    return s
+
+

@@ -1,0 +1,133 @@
+"""`slurmscale reservations`: what slurmscale holds for starving gangs, and why.
+
+Only reservations named with slurmscale's prefix are listed or released; an admin's own
+reservations are never touched (use scontrol for those)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from slurmscale.cli_common import _load, _store, _table
+from slurmscale.config import Config
+
+FIELDS_HELP = """JSON fields: name, job_id, user, partition, pool, nodes (held now, from Slurm),
+nodes_held, nodes_needed, idle_gpu_hours (spent holding), age_s, state (active |
+releasing: Slurm keeps it while its job runs in it | released), attached (the job is pointed
+at it), reason (why it was released), in_slurm (whether Slurm still has it)."""
+
+
+def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], str | None]:
+    from slurmscale.slurm.cli_backend import SlurmCLI
+    from slurmscale.slurm.protocol import SlurmError
+
+    store = _store(cfg)
+    try:
+        rows = store.holds(None if include_released else ("active", "releasing"))
+    finally:
+        store.close()
+    err = None
+    try:
+        in_slurm = {r.name: r for r in SlurmCLI(cfg.slurm).reservations()}
+    except SlurmError as e:
+        in_slurm, err = {}, str(e)
+    now = time.time()
+    out = []
+    for r in rows:
+        res = in_slurm.get(r.name)
+        nodes = list(res.nodes) if res else json.loads(r.nodes)
+        pool = next((p for p in cfg.pools if p.name == r.pool), None)
+        out.append({
+            "name": r.name, "job_id": r.job_id, "user": r.user_name,
+            "partition": pool.partition if pool else None, "pool": r.pool, "nodes": nodes,
+            "nodes_held": len(nodes), "nodes_needed": r.needed,
+            "idle_gpu_hours": round(r.spent_gpu_s / 3600, 2),
+            "age_s": round((r.released_s or now) - r.created_s),
+            "state": r.state, "attached": r.attached, "reason": r.reason or None,
+            "in_slurm": res is not None if err is None else None,
+        })
+    return out, err
+
+
+@click.group()
+def reservations() -> None:
+    """Reservations slurmscale holds for large pending gang jobs."""
+
+
+@reservations.command("list", help=f"slurmscale's reservations.\n\n{FIELDS_HELP}\n\n"
+                      "JSON: {\"reservations\": [...], \"slurm_error\": str|null}")
+@click.option("--all", "include_released", is_flag=True, help="Include released ones.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def list_(ctx: click.Context, include_released: bool, as_json: bool) -> None:
+    cfg = _load(ctx)
+    rows, err = _rows(cfg, include_released)
+    if as_json:
+        click.echo(json.dumps({"reservations": rows, "slurm_error": err}, indent=2))
+        return
+    view = [{**r, "held": f"{r['nodes_held']}/{r['nodes_needed']}"} for r in rows]
+    click.echo(_table(view, ["name", "job_id", "user", "partition", "held", "idle_gpu_hours",
+                             "age_s", "state", "reason"]))
+    if err:
+        click.echo(f"\nwarning: Slurm not readable: {err}", err=True)
+
+
+@reservations.command(help=f"One of slurmscale's reservations.\n\n{FIELDS_HELP}")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def show(ctx: click.Context, name: str, as_json: bool) -> None:
+    cfg = _load(ctx)
+    rows, err = _rows(cfg, include_released=True)
+    row = next((r for r in rows if r["name"] == name), None)
+    if row is None:
+        click.echo(f"slurmscale: no slurmscale reservation named {name!r}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(json.dumps(row, indent=2))
+        return
+    for k, v in row.items():
+        click.echo(f"{k:>15}: {','.join(v) if isinstance(v, list) else v}")
+    if err:
+        click.echo(f"warning: Slurm not readable: {err}", err=True)
+
+
+@reservations.command()
+@click.argument("name")
+@click.option("--reason", default="", help="Why (recorded in the audit log).")
+@click.pass_context
+def release(ctx: click.Context, name: str, reason: str) -> None:
+    """Delete one of slurmscale's reservations now; its job is not held for again (it stays
+    pending, never held)."""
+    from slurmscale.slurm.cli_backend import SlurmCLI
+    from slurmscale.slurm.protocol import SlurmError
+
+    cfg = _load(ctx)
+    if not name.startswith(cfg.reservations.prefix):
+        click.echo(f"slurmscale: {name!r} is not a slurmscale reservation (prefix "
+                   f"{cfg.reservations.prefix!r}); slurmscale never touches others",
+                   err=True)
+        sys.exit(2)
+    store = _store(cfg)
+    try:
+        row = store.hold(name)
+        why = "released by an admin" + (f": {reason}" if reason else "")
+        try:
+            SlurmCLI(cfg.slurm).delete_reservation(name)
+        except SlurmError as e:
+            if "invalid" not in e.stderr.lower():  # already gone is fine: record it
+                click.echo(f"slurmscale: cannot delete {name}: {e}", err=True)
+                sys.exit(1)
+        if row is not None:
+            row.state, row.reason, row.exhausted, row.released_s = (
+                "released", why, True, time.time())
+            store.put_hold(row)
+        store.add_event("reservation_released", f"{name}: {why}", datetime.now(UTC))
+    finally:
+        store.close()
+    click.echo(f"released {name}")

@@ -1,0 +1,176 @@
+"""Reservations that accumulate nodes for starving gangs, carried out on Slurm.
+
+Each pass: reconcile the store's holds with `scontrol show res` (Slurm is the truth about which
+reservations exist; the store remembers budgets and which jobs must not be held for again),
+run the pure planner, then create / extend / attach / delete. Only reservations whose name
+starts with slurmscale's prefix are ever touched: an admin's are read (their nodes are never
+taken) and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from slurmscale.config import Config
+from slurmscale.hostlists import compress
+from slurmscale.model import SlurmReservation
+from slurmscale.policy.model import NodeView
+from slurmscale.policy.observe import slurm_time
+from slurmscale.policy.reservations import (
+    GangJob,
+    Hold,
+    HoldActionKind,
+    HoldPlan,
+    ReservationKnobs,
+    plan_holds,
+)
+from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.store.repo import Store
+from slurmscale.store.tables import HoldRow
+
+log = logging.getLogger(__name__)
+
+Event = Callable[..., None]
+
+LIVE_STATES = ("active", "releasing")
+# A hold released for these reasons has spent what it may: its job is not held for again.
+EXHAUSTING = ("hold budget spent", "maximum hold time")
+
+
+def hold_knobs(cfg: Config) -> ReservationKnobs:
+    r = cfg.reservations
+    return ReservationKnobs(**r.model_dump())
+
+
+def _hold(row: HoldRow) -> Hold:
+    return Hold(row.name, row.pool, row.job_id, row.user_name, row.needed,
+                tuple(json.loads(row.nodes)), row.created_s, row.spent_gpu_s, row.accounted_s,
+                row.attached)
+
+
+def current_holds(cfg: Config, store: Store, slurm_res: list[SlurmReservation],
+                  now: float) -> tuple[list[Hold], list[str], frozenset[str]]:
+    """The holds to plan with (the store's, corrected by Slurm), the names of holds that
+    vanished from Slurm, and every node in any reservation (an admin's included)."""
+    prefix = cfg.reservations.prefix
+    in_slurm = {r.name: r for r in slurm_res}
+    rows = {r.name: r for r in store.holds(("active",))}
+    holds: list[Hold] = []
+    gone = [name for name in rows if name not in in_slurm]
+    for name, r in in_slurm.items():
+        if not name.startswith(prefix):
+            continue
+        row = rows.get(name)
+        if row is not None:
+            holds.append(Hold(row.name, row.pool, row.job_id, row.user_name, row.needed,
+                              r.nodes, row.created_s, row.spent_gpu_s, row.accounted_s,
+                              row.attached))
+            continue
+        known = store.hold(name)
+        if known is not None and known.state != "active":
+            continue  # releasing: retried below, not planned
+        # Not in the store (lost, or created by an older store): adopt it, so it is bounded.
+        pool = next((p.name for n in r.nodes if (p := cfg.pool_of(n))), None)
+        if pool is None:
+            continue
+        created = slurm_time(r.start_time) or now
+        holds.append(Hold(name, pool, name.removeprefix(prefix), r.users[0] if r.users else "",
+                          len(r.nodes), r.nodes, created, 0.0, now))
+    reserved = frozenset(n for r in slurm_res for n in r.nodes)
+    return holds, gone, reserved
+
+
+class HoldPass:
+    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, event: Event) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.slurm = slurm
+        self.event = event
+        self.knobs = hold_knobs(cfg)
+
+    def plan(self, nodes: tuple[NodeView, ...], jobs: tuple[GangJob, ...],
+             slurm_res: list[SlurmReservation], now: float) -> tuple[HoldPlan, list[str]]:
+        holds, gone, reserved = current_holds(self.cfg, self.store, slurm_res, now)
+        plan = plan_holds(self.knobs, {p.name: p.gpus_per_node for p in self.cfg.pools},
+                          {p.name: p.max_nodes for p in self.cfg.pools}, nodes, jobs,
+                          tuple(holds), self.store.exhausted_jobs(), now, reserved)
+        return plan, gone
+
+    def apply(self, plan: HoldPlan, gone: list[str], slurm_res: list[SlurmReservation],
+              now: datetime) -> frozenset[str]:
+        """Carry out the plan; returns the nodes now held (for the capacity policy)."""
+        t = now.timestamp()
+        for name in gone:
+            self._finish(name, "the reservation is gone from Slurm (deleted or expired)", t)
+        self._retry_releasing({r.name for r in slurm_res}, t)
+        after = {h.name: h for h in plan.holds}
+        failed: set[str] = set()
+        for a in plan.actions:
+            try:
+                match a.kind:
+                    case HoldActionKind.CREATE:
+                        self.slurm.create_reservation(
+                            a.name, list(a.nodes), [after[a.name].user],
+                            self.knobs.max_hold_s + 600)
+                    case HoldActionKind.EXTEND:
+                        self.slurm.set_reservation_nodes(a.name, list(a.nodes))
+                    case HoldActionKind.ATTACH:
+                        self.slurm.set_job_reservation(a.job_id, a.name)
+                    case HoldActionKind.RELEASE:
+                        self._release(a.name, a.reason, t)
+                        continue
+            except SlurmError as e:
+                failed.add(a.name)
+                self.event("reservation_failed", f"{a.kind.value} {a.name} (job {a.job_id}): "
+                           f"{e}", node=compress(list(a.nodes)) if a.nodes else None)
+                continue
+            self.event(f"reservation_{a.kind.value}", f"{a.name}: {a.reason}",
+                       node=compress(list(a.nodes)) if a.nodes else None)
+        for h in plan.holds:
+            if h.name in failed and self.store.hold(h.name) is None:
+                continue  # never created: nothing to remember
+            self.store.put_hold(HoldRow(
+                name=h.name, pool=h.pool, job_id=h.job_id, user_name=h.user, needed=h.needed,
+                nodes=json.dumps(list(h.nodes)), created_s=h.created_s,
+                spent_gpu_s=h.spent_gpu_s, accounted_s=h.accounted_s, attached=h.attached,
+                state="active", reason="", exhausted=False, released_s=None))
+        return frozenset(n for h in plan.holds for n in h.nodes)
+
+    def _release(self, name: str, why: str, t: float) -> None:
+        row = self.store.hold(name)
+        exhausted = why.startswith(EXHAUSTING)
+        try:
+            self.slurm.delete_reservation(name)
+        except SlurmError as e:
+            # Slurm keeps a reservation its job runs in: the job owns the nodes now; retry
+            # each pass until the job ends.
+            if row is not None:
+                row.state, row.reason, row.exhausted = "releasing", why, exhausted
+                self.store.put_hold(row)
+            self.event("reservation_release_pending", f"{name}: {why}; Slurm kept it for "
+                       f"now ({e.stderr or e}), retrying each pass")
+            return
+        self._finish(name, why, t, exhausted)
+
+    def _finish(self, name: str, why: str, t: float, exhausted: bool = False) -> None:
+        row = self.store.hold(name)
+        if row is not None:
+            row.state, row.reason, row.released_s = "released", why, t
+            row.exhausted = row.exhausted or exhausted
+            self.store.put_hold(row)
+        spent = f" ({row.spent_gpu_s / 3600:.2f} idle GPU-hours spent)" if row else ""
+        self.event("reservation_released", f"{name}: {why}{spent}")
+
+    def _retry_releasing(self, existing: set[str], t: float) -> None:
+        for row in self.store.holds(("releasing",)):
+            if row.name not in existing:
+                self._finish(row.name, row.reason, t)
+                continue
+            try:
+                self.slurm.delete_reservation(row.name)
+            except SlurmError:
+                continue
+            self._finish(row.name, row.reason, t)
