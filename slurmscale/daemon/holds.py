@@ -108,6 +108,7 @@ class HoldPass:
         self._retry_releasing({r.name for r in slurm_res}, t)
         after = {h.name: h for h in plan.holds}
         failed: set[str] = set()
+        not_attached: set[str] = set()  # an attach Slurm refused is tried again next pass
         for a in plan.actions:
             try:
                 match a.kind:
@@ -124,6 +125,8 @@ class HoldPass:
                         continue
             except SlurmError as e:
                 failed.add(a.name)
+                if a.kind is HoldActionKind.ATTACH:
+                    not_attached.add(a.name)
                 self.event("reservation_failed", f"{a.kind.value} {a.name} (job {a.job_id}): "
                            f"{e}", node=compress(list(a.nodes)) if a.nodes else None)
                 continue
@@ -135,7 +138,8 @@ class HoldPass:
             self.store.put_hold(HoldRow(
                 name=h.name, pool=h.pool, job_id=h.job_id, user_name=h.user, needed=h.needed,
                 nodes=json.dumps(list(h.nodes)), created_s=h.created_s,
-                spent_gpu_s=h.spent_gpu_s, accounted_s=h.accounted_s, attached=h.attached,
+                spent_gpu_s=h.spent_gpu_s, accounted_s=h.accounted_s,
+                attached=h.attached and h.name not in not_attached,
                 state="active", reason="", exhausted=False, released_s=None))
         return frozenset(n for h in plan.holds for n in h.nodes)
 

@@ -14,6 +14,7 @@ The daemon and the simulator run this same function.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -93,6 +94,7 @@ class HoldPlan:
     grabbed: frozenset[str] = field(default_factory=frozenset)  # idle nodes newly reserved
 
 
+@functools.lru_cache(maxsize=65536)
 def _index_key(name: str) -> tuple[str, int, str]:
     m = re.search(r"(\d+)$", name)
     return (name[:m.start()], int(m.group(1)), name) if m else (name, -1, name)
@@ -128,6 +130,10 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
                reserved: frozenset[str] = frozenset()) -> HoldPlan:
     """`exhausted`: jobs whose hold was already released for budget or time; never again.
     `reserved`: nodes in any reservation (an admin's included): never taken."""
+    if not holds and not (k.enabled and any(
+            j.pending and j.nodes >= k.min_gang_nodes
+            and now - j.submit_s >= k.accumulate_after_s for j in jobs)):
+        return HoldPlan((), (), frozenset())  # nothing held, no gang has waited long enough
     by_job = {j.job_id: j for j in jobs}
     taken = set(reserved) | {n for h in holds for n in h.nodes}
     actions: list[HoldAction] = []
@@ -172,7 +178,10 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
             h = replace(h, spent_gpu_s=h.spent_gpu_s
                         + idle_gpus(h) * max(0.0, now - h.accounted_s))
         h = replace(h, accounted_s=now)
-        why = _release_reason(k, h, by_job.get(h.job_id), now)
+        job = by_job.get(h.job_id)
+        if job is not None and job.nodes != h.needed:  # e.g. a hold adopted after a restart
+            h = replace(h, needed=job.nodes)
+        why = _release_reason(k, h, job, now)
         if why is not None:
             actions.append(HoldAction(HoldActionKind.RELEASE, h.name, h.pool, h.job_id, why,
                                       h.nodes))

@@ -226,8 +226,9 @@ class Simulation:
         return Snapshot(now, (self.k,), tuple(views), jobs, {self.k.name: self.memory},
                         tuple(self.arrivals))
 
-    def _hold_pass(self, now: float, snap: Snapshot) -> None:
-        """The same reservation planner the daemon runs, on the simulated Slurm."""
+    def _hold_pass(self, now: float, snap: Snapshot) -> bool:
+        """The same reservation planner the daemon runs, on the simulated Slurm. True when
+        any hold changed."""
         assert self.p.holds is not None
         # priority: earlier submit first, as the simulated Slurm schedules
         jobs = [GangJob(v.job_id, self.k.name, v.nodes, v.gpus_per_node, v.submit_s,
@@ -265,12 +266,12 @@ class Simulation:
                 if "budget" in a.reason or "hold time" in a.reason:
                     self.exhausted.add(a.job_id)
         self.holds = plan.holds
+        return bool(plan.actions)
 
     def _tick(self, now: float) -> None:
         snap = self._snapshot(now)
-        if self.p.holds is not None:
-            self._hold_pass(now, snap)
-            snap = self._snapshot(now)
+        if self.p.holds is not None and self._hold_pass(now, snap):
+            snap = self._snapshot(now)  # nodes changed hands: the policy must see it
         plan = self.p.decide(snap)
         self.memory = plan.memory.get(self.k.name, self.memory)
         released = [a for a in plan.actions if a.kind is ActionKind.RELEASE]
