@@ -177,7 +177,7 @@ class PowerSaving(_Strict):
     Slurm's SuspendTime is only the backstop for a daemon that is down: it must be longer, and
     longer than reservations.max_hold_s too (Slurm 22.05 powers down idle reserved nodes)."""
 
-    suspend_time: Annotated[int, Field(ge=1)] = 7500
+    suspend_time: Annotated[int, Field(ge=1)] = 6000
     suspend_timeout: Annotated[int, Field(ge=1)] = 120
     resume_timeout: Annotated[int, Field(ge=1)] = 900
     resume_rate: Annotated[int, Field(ge=0)] = 0
@@ -194,7 +194,7 @@ class ReservationSettings(_Strict):
     accumulate_after_s: Annotated[float, Field(ge=0)] = 600.0
     per_pool: Annotated[int, Field(ge=1, le=16)] = 1
     hold_budget_gpu_hours: Annotated[float, Field(gt=0)] = 64.0
-    max_hold_s: Annotated[float, Field(gt=0)] = 7200.0
+    max_hold_s: Annotated[float, Field(gt=0)] = 5400.0
     drain_busy: bool = True
 
 

@@ -60,7 +60,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float) -> P
     if hold_plan.grabbed:
         # Idle nodes a hold takes this pass are not idle for the pool-size decision.
         snap = replace(snap, nodes=tuple(
-            replace(n, state=NodeState.RESERVED)
+            n._replace(state=NodeState.RESERVED)
             if n.name in hold_plan.grabbed and n.state is NodeState.IDLE else n
             for n in snap.nodes))
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res))

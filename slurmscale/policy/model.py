@@ -59,8 +59,9 @@ class PendingJob(NamedTuple):
     actionable: bool = True  # pending for capacity (Resources/Priority), not held/dependent
 
 
-@dataclass(frozen=True)
-class NodeView:
+class NodeView(NamedTuple):
+    """A NamedTuple: the daemon and the simulator build one per node every pass."""
+
     name: str
     pool: str
     state: NodeState

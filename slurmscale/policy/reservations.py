@@ -30,7 +30,7 @@ class ReservationKnobs:
     accumulate_after_s: float = 600.0
     per_pool: int = 1
     hold_budget_gpu_hours: float = 64.0
-    max_hold_s: float = 7200.0
+    max_hold_s: float = 5400.0
     drain_busy: bool = True  # hold busy nodes for the shortfall too (they drain into it)
 
 

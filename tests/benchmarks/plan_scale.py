@@ -1,6 +1,7 @@
-"""Benchmark: one policy decision (`decide`, what `slurmscale plan` and every daemon pass run)
-on a synthetic snapshot of 50,000 pending jobs and 5,000 nodes, against a baseline measured in
-the same run: sorting those jobs by priority once, the least any planner must do.
+"""Benchmark: one policy decision (`decide` and `plan_holds`: what `slurmscale plan` and every
+daemon pass run) on a synthetic snapshot of 50,000 pending jobs and 5,000 nodes, against a
+baseline measured in the same run: sorting those jobs by priority once, the least any planner
+must do.
 
     .venv/bin/python -m tests.benchmarks.plan_scale [JOBS] [NODES]
 
@@ -23,6 +24,7 @@ from slurmscale.policy.model import (
     PoolMemory,
     Snapshot,
 )
+from slurmscale.policy.reservations import GangJob, ReservationKnobs, plan_holds
 
 POOLS = 10
 
@@ -70,6 +72,13 @@ def main() -> None:
     plan = decide(snap)
     base = best_of(5, lambda: sorted(snap.jobs, key=lambda j: (-j.priority, j.submit_s)))
     t = best_of(5, lambda: decide(snap))
+    gangs = tuple(GangJob(j.job_id, j.pool, j.nodes, j.gpus_per_node, j.submit_s, j.priority,
+                          "u") for j in snap.jobs if j.nodes >= 2)
+    knobs = ReservationKnobs()
+    gpus = {p.name: p.gpus_per_node for p in snap.pools}
+    maxn = {p.name: p.max_nodes for p in snap.pools}
+    t_holds = best_of(5, lambda: plan_holds(knobs, gpus, maxn, snap.nodes, gangs, (),
+                                            frozenset(), snap.now))
     small = snapshot(n_jobs // 10, n_nodes // 10)
     t_small = best_of(5, lambda: decide(small))
     print(f"decide: {n_jobs:,} pending jobs, {n_nodes:,} nodes, {POOLS} pools "
@@ -77,6 +86,9 @@ def main() -> None:
     print(f"  baseline (sort jobs by priority) {base * 1000:8.1f} ms")
     print(f"  decide                           {t * 1000:8.1f} ms  {t / base:5.1f}x baseline"
           f"  {'OK' if t < 1.0 else 'OVER'} (target < 1 s)")
+    print(f"  + reservations (plan_holds, {len(gangs):,} gangs) {t_holds * 1000:6.1f} ms  "
+          f"whole plan {(t + t_holds) * 1000:.1f} ms  "
+          f"{'OK' if t + t_holds < 1.0 else 'OVER'} (target < 1 s)")
     print(f"  decide at 1/10 the size          {t_small * 1000:8.1f} ms  "
           f"(x{t / t_small:.1f} for 10x the state)")
 

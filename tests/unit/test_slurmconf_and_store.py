@@ -13,7 +13,7 @@ def test_slurm_conf_matches_the_pools(cfg) -> None:  # type: ignore[no-untyped-d
     assert ("NodeName=spot-[1-8] CPUs=1 Gres=gpu:8 Feature=spot,p5.48xlarge State=CLOUD"
             in text)
     assert "PartitionName=gpu-od Nodes=od-[1-2] State=UP" in text
-    assert "SuspendTime=7500" in text and "ResumeTimeout=900" in text
+    assert "SuspendTime=6000" in text and "ResumeTimeout=900" in text
     assert "NodeName=od-[1-2] Name=gpu Count=8 File=/dev/nvidia[0-7]" in render_gres_conf(cfg)
 
 
