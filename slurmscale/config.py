@@ -157,6 +157,10 @@ class AwsSettings(_Strict):
     region: str = "us-east-1"
     endpoint_url: str | None = None
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 5
+    # The SQS queue an EventBridge rule fills with EC2 events (spot interruption warnings,
+    # rebalance recommendations, state changes); unset: no event handling.
+    interruption_queue_url: str | None = None
+    sqs_endpoint_url: str | None = None  # default: endpoint_url
 
 
 class SlurmSettings(_Strict):

@@ -44,3 +44,17 @@ class CloudProvider(Protocol):
 
     def find(self, tags: dict[str, str], include_terminated: bool = False
              ) -> list[CloudInstance]: ...
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    receipt: str
+    body: str
+
+
+class EventQueue(Protocol):
+    """Where EC2 events arrive (an SQS queue fed by an EventBridge rule)."""
+
+    def receive(self, max_messages: int = 10) -> list[QueueMessage]: ...
+
+    def delete(self, receipt: str) -> None: ...

@@ -49,12 +49,14 @@ class PassPlan:
     reservations: tuple[SlurmReservation, ...]
 
 
-def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float) -> PassPlan:
-    """What the policy decides from Slurm as it is now (raises SlurmError if unreadable)."""
+def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
+                 arrival_log: dict[str, tuple[float, str, int]] | None = None) -> PassPlan:
+    """What the policy decides from Slurm as it is now (raises SlurmError if unreadable).
+    `arrival_log`: the daemon's memory of jobs seen arriving (see build_snapshot)."""
     from slurmscale.daemon.holds import HoldPass
 
     nodes, jobs, res = slurm.nodes(), slurm.active_jobs(), slurm.reservations()
-    snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory())
+    snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), arrival_log)
     hold_plan, gone = HoldPass(cfg, store, slurm, _no_event).plan(
         snap.nodes, gang_jobs(cfg, jobs, 2), res, now)
     if hold_plan.grabbed:
@@ -75,11 +77,13 @@ class CapacityPass:
         self.slurm = slurm
         self.event = event
         self.holds = HoldPass(cfg, store, slurm, event)
+        self.arrival_log: dict[str, tuple[float, str, int]] = {}
         self._read_failing = False
 
     def run(self, now: datetime) -> PassPlan | None:
         try:
-            p = current_plan(self.cfg, self.slurm, self.store, now.timestamp())
+            p = current_plan(self.cfg, self.slurm, self.store, now.timestamp(),
+                             self.arrival_log)
         except SlurmError as e:
             # Logged every pass, recorded once per outage: the audit log is for decisions.
             log.warning("capacity pass skipped: %s", e)

@@ -21,9 +21,11 @@ from slurmscale.cloud.protocol import (
     TAG_REQUEST,
     CloudError,
     CloudProvider,
+    EventQueue,
 )
 from slurmscale.config import AddressSource, Config
 from slurmscale.daemon.capacity import CapacityPass
+from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
 from slurmscale.hostlists import compress
 from slurmscale.model import Gang, LaunchedInstance, LaunchResult, RequestKind
@@ -55,12 +57,13 @@ class TickResult:
     failed_gangs: int = 0
     released_nodes: int = 0
     policy_actions: int = 0
+    events: int = 0  # EC2 event messages consumed
     next_due: float | None = None
 
 
 class Reconciler:
     def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, cloud: CloudProvider,
-                 clock: Clock = utcnow) -> None:
+                 clock: Clock = utcnow, events: EventQueue | None = None) -> None:
         self.cfg = cfg
         self.store = store
         self.slurm = slurm
@@ -68,6 +71,7 @@ class Reconciler:
         self.spool = Spool(cfg.spool_dir)
         self.clock = clock
         self.capacity = CapacityPass(cfg, store, slurm, self.event)
+        self.interruptions = InterruptionPass(store, slurm, events, self.event)
 
     # --- helpers -------------------------------------------------------------------
     def event(self, kind: str, message: str, **kw: str | None) -> None:
@@ -108,6 +112,8 @@ class Reconciler:
         res = TickResult()
         res.drained = self.drain_spool()
         self.handle_requests(res)
+        # interruptions before the capacity pass: a node about to vanish is not capacity
+        res.events = self.interruptions.run(self.clock())
         p = self.capacity.run(self.clock())
         if p is not None:
             res.policy_actions = len(p.holds.actions) + sum(

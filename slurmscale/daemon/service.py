@@ -13,6 +13,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from slurmscale.cloud.ec2 import EC2Cloud
+from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config
 from slurmscale.daemon.api import ApiServer
 from slurmscale.daemon.reconcile import Reconciler
@@ -28,7 +29,10 @@ class Daemon:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.store = Store(cfg.store_url)
-        self.reconciler = Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws))
+        events = (SqsEventQueue(cfg.aws, cfg.aws.interruption_queue_url)
+                  if cfg.aws.interruption_queue_url else None)
+        self.reconciler = Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
+                                     events=events)
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.stopping = threading.Event()
         # A poke that lands while a pass runs would be dropped by max_instances=1; remember it
@@ -62,11 +66,11 @@ class Daemon:
         self.last_tick = {"ok": True, "at": datetime.now(UTC).isoformat(),
                           "seconds": round(time.monotonic() - t0, 3)}
         if (res.drained or res.launched_gangs or res.failed_gangs or res.released_nodes
-                or res.policy_actions):
+                or res.policy_actions or res.events):
             log.info("tick: %d new requests, %d gangs launched, %d failed, %d nodes released, "
-                     "%d policy actions (%.2fs)", res.drained, res.launched_gangs,
-                     res.failed_gangs, res.released_nodes, res.policy_actions,
-                     time.monotonic() - t0)
+                     "%d policy actions, %d EC2 events (%.2fs)", res.drained,
+                     res.launched_gangs, res.failed_gangs, res.released_nodes,
+                     res.policy_actions, res.events, time.monotonic() - t0)
         if self.poked.is_set():
             self.run_soon(datetime.now(UTC))
         if res.next_due is not None:

@@ -67,6 +67,7 @@ class ClusterOptions:
     suspend_time: int = 30
     resume_timeout: int = 180
     tick_seconds: float = 2.0
+    aws_max_attempts: int = 2  # botocore's standard retries (jittered exponential backoff)
     batch_window: float = 2.0
     slurm_root: str = "/"
     # Maps the moto URL to the EC2 endpoint the daemon uses (e.g. a fault-injecting proxy).
@@ -235,6 +236,17 @@ class LocalCluster:
             LaunchTemplateData={"ImageId": "ami-0a1b2c3d4e5f60718",
                                 "InstanceType": self.o.pools[0].instance_type})
         self.lt_name = lt["LaunchTemplate"]["LaunchTemplateName"]
+        # The queue an EventBridge rule would fill with EC2 events; tests send to it.
+        self.events_queue_url = self.sqs().create_queue(
+            QueueName=f"{self.name}-ec2-events")["QueueUrl"]
+
+    def sqs(self):  # type: ignore[no-untyped-def]
+        return boto3.client("sqs", region_name="us-east-1", endpoint_url=self.moto_url,
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def send_event(self, body: str) -> None:
+        """Deliver one message to the EC2 events queue, as EventBridge would."""
+        self.sqs().send_message(QueueUrl=self.events_queue_url, MessageBody=body)
 
     def _write_config(self) -> None:
         r = self.root
@@ -243,7 +255,9 @@ class LocalCluster:
             "aws": {"region": "us-east-1",
                     "endpoint_url": (self.o.daemon_ec2_endpoint(self.moto_url)
                                      if self.o.daemon_ec2_endpoint else self.moto_url),
-                    "max_attempts": 2},
+                    "max_attempts": self.o.aws_max_attempts,
+                    "interruption_queue_url": self.events_queue_url,
+                    "sqs_endpoint_url": self.moto_url},
             "store_url": f"sqlite:///{r / 'slurmscale' / 'state.db'}",
             "socket_path": str(r / "run" / "slurmscale.sock"),
             "spool_dir": str(r / "slurmscale" / "spool"),

@@ -108,9 +108,13 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
 
 
 def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
-                   memory: dict[str, PoolMemory] | None = None) -> Snapshot:
+                   memory: dict[str, PoolMemory] | None = None,
+                   arrival_log: dict[str, tuple[float, str, int]] | None = None) -> Snapshot:
     """`jobs`: pending jobs (the demand) plus, optionally, starting/running ones (their submit
-    times feed the reuse forecast, as every arrival does in the simulator)."""
+    times feed the reuse forecast, as every arrival does in the simulator). `arrival_log`, the
+    daemon's memory across passes (job id -> submit, pool, nodes), is updated here and used
+    for the forecast instead: a job that already finished is gone from squeue but still
+    counts as an arrival within the window."""
     free_at = _free_at(jobs)
     views = []
     for n in nodes:
@@ -139,6 +143,8 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
             continue
         submit = slurm_time(j.submit_time) or now
         arrivals.append((submit, pool.name, j.num_nodes))
+        if arrival_log is not None:
+            arrival_log[j.job_id] = (submit, pool.name, j.num_nodes)
         if j.state != "PENDING":
             continue  # running or starting: an arrival for the reuse forecast, not demand
         pending.append(PendingJob(
@@ -146,5 +152,10 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
             gpus_per_node=j.gpus_per_node or pool.gpus_per_node, time_limit_s=j.time_limit_s,
             submit_s=submit, priority=j.priority,
             actionable=j.reason in CAPACITY_REASONS and j.priority > 0))
+    if arrival_log is not None:
+        window = max((p.policy.reuse_window_s for p in cfg.pools), default=3600.0)
+        for job_id in [k for k, (t, _, _) in arrival_log.items() if t < now - window]:
+            del arrival_log[job_id]
+        arrivals = list(arrival_log.values())
     return Snapshot(now=now, pools=knobs(cfg), nodes=tuple(views), jobs=tuple(pending),
                     memory=dict(memory or {}), arrivals=tuple(sorted(arrivals)))

@@ -135,6 +135,14 @@ class SlurmCLI:
     def set_job_reservation(self, job_id: str, name: str) -> None:
         self.scontrol("update", f"JobId={job_id}", f"Reservation={name}")
 
+    def jobs_on_node(self, node: str) -> list[str]:
+        out = self.run("squeue", "-h", "-w", node, "-t", "CF,R", "-o", "%i")
+        return [x.strip() for x in out.split() if x.strip()]
+
+    def requeue(self, job_id: str) -> None:
+        # the whole job (every node of a gang) goes back to the queue; never FAILED
+        self.scontrol("requeue", job_id)
+
     def pending_jobs(self) -> list[QueueJob]:
         return [j for j in self._jobs("PD") if j.state == "PENDING"]
 

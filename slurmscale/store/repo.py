@@ -22,6 +22,7 @@ from slurmscale.store.tables import (
     HoldRow,
     InstanceRow,
     PoolStateRow,
+    PreemptionRow,
     RequestRow,
 )
 
@@ -208,6 +209,23 @@ class Store:
     def exhausted_jobs(self) -> frozenset[str]:
         with self.session() as s:
             return frozenset(s.scalars(select(HoldRow.job_id).where(HoldRow.exhausted)))
+
+    # preemptions ----------------------------------------------------------------------
+    def add_preemption(self, row: PreemptionRow) -> None:
+        with self.session() as s:
+            s.add(row)
+            s.commit()
+
+    def preemptions(self, job_id: str | None = None) -> list[PreemptionRow]:
+        q = select(PreemptionRow)
+        if job_id is not None:
+            q = q.where(PreemptionRow.job_id == job_id)
+        with self.session() as s:
+            return list(s.scalars(q.order_by(PreemptionRow.id)))
+
+    def instance(self, instance_id: str) -> InstanceRow | None:
+        with self.session() as s:
+            return s.get(InstanceRow, instance_id)
 
     # events ---------------------------------------------------------------------------
     def add_event(self, kind: str, message: str, now: datetime, *, node: str | None = None,

@@ -114,3 +114,19 @@ class HoldRow(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     exhausted: Mapped[bool] = mapped_column(Boolean, default=False)  # never hold for it again
     released_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class PreemptionRow(Base):
+    """A job requeued because its node's instance was interrupted (or about to be)."""
+
+    __tablename__ = "preemptions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    job_id: Mapped[str] = mapped_column(String(64), index=True)
+    node: Mapped[str] = mapped_column(String(128))
+    instance_id: Mapped[str] = mapped_column(String(32))
+    pool: Mapped[str] = mapped_column(String(64))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    lifecycle: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(64))  # the EC2 event's detail-type
+    notice_time: Mapped[str] = mapped_column(String(64), default="")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 
-from slurmscale.cloud.protocol import CloudError, CloudInstance
+from slurmscale.cloud.protocol import CloudError, CloudInstance, QueueMessage
 from slurmscale.config import Pool
+from slurmscale.hostlists import expand
 from slurmscale.model import (
     LaunchedInstance,
     LaunchResult,
@@ -116,6 +117,9 @@ class FakeSlurm:
         if self.fail:
             raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")
         self.powered_down.append((list(names), reason))
+        for name in names:
+            if name in self.table:
+                self._edit("power_down_force", [name], {"POWERED_DOWN"}, set())
 
     def reservations(self) -> list[SlurmReservation]:
         if self.fail:
@@ -144,6 +148,17 @@ class FakeSlurm:
         self.calls.append(("set_job_reservation", [job_id, name]))
         self.job_resv[job_id] = name
 
+    def jobs_on_node(self, node: str) -> list[str]:
+        if self.fail:
+            raise SlurmError(["squeue"], 1, "slurm_load_jobs error")
+        return [j.job_id for j in self.queue
+                if j.state == "RUNNING" and j.nodelist and node in expand(j.nodelist)]
+
+    def requeue(self, job_id: str) -> None:
+        self.calls.append(("requeue", [job_id]))
+        self.queue = [j._replace(state="PENDING", reason="BeginTime", nodelist="")
+                      if j.job_id == job_id else j for j in self.queue]
+
     def pending_jobs(self) -> list[QueueJob]:
         return [j for j in self.queue if j.state == "PENDING"]
 
@@ -152,3 +167,18 @@ class FakeSlurm:
 
     def job(self, job_id: int | str) -> dict[str, str]:
         return {}
+
+
+@dataclass
+class FakeQueue:
+    """An SQS queue's receive/delete, holding message bodies until deleted."""
+
+    bodies: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    def receive(self, max_messages: int = 10) -> list[QueueMessage]:
+        live = [(str(i), b) for i, b in enumerate(self.bodies) if str(i) not in self.deleted]
+        return [QueueMessage(r, b) for r, b in live[:max_messages]]
+
+    def delete(self, receipt: str) -> None:
+        self.deleted.append(receipt)

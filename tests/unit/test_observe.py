@@ -81,3 +81,16 @@ def test_running_jobs_are_arrivals_and_held_out_jobs_are_demand() -> None:
     snap = build_snapshot(cfg, [], jobs, now)
     assert [(j.job_id, j.actionable) for j in snap.jobs] == [("80", True)]
     assert sorted(n for _, _, n in snap.arrivals) == [1, 4]
+
+
+def test_the_daemons_arrival_log_remembers_finished_jobs_for_the_reuse_forecast() -> None:
+    cfg = parse_config(base_config())
+    now = datetime(2026, 11, 29, 12, 0).timestamp()
+    log: dict[str, tuple[float, str, int]] = {}
+    running = [QueueJob(str(i), ("gpu-spot",), 1, 8, 600, "2026-11-29T11:50:00", "None", 1,
+                        "bob", "RUNNING") for i in range(3)]
+    build_snapshot(cfg, [], running, now, arrival_log=log)
+    later = build_snapshot(cfg, [], [], now + 60, arrival_log=log)  # they finished
+    assert len(later.arrivals) == 3
+    gone = build_snapshot(cfg, [], [], now + 3600, arrival_log=log)  # out of the window
+    assert gone.arrivals == () and log == {}

@@ -1,0 +1,66 @@
+"""A spot interruption on a real Slurm: a running 2-node gang gets an EC2 Spot Instance
+Interruption Warning (an SQS message in EventBridge's format, as the rule would deliver it) for
+one of its nodes -> the job is requeued (restart count 1, never FAILED), the node drained and
+powered down, its instance terminated, and the job completes on new capacity. Malformed and
+foreign messages are dropped with an event."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurmscale.cloud.protocol import TAG_NODE
+from slurmscale.daemon.interruptions import INTERRUPT_REASON
+from slurmscale.hostlists import expand
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.procs import wait_for
+
+pytestmark = pytest.mark.slurm
+
+
+def _warning(instance_id: str) -> str:
+    return json.dumps({
+        "version": "0", "id": "1e5527d7-bb36-4607-3370-4164db56a40e",
+        "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+        "account": "123456789012", "time": "2026-11-29T12:00:00Z", "region": "us-east-1",
+        "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}"],
+        "detail": {"instance-id": instance_id, "instance-action": "terminate"}})
+
+
+def _instance_of(c: LocalCluster, node: str) -> str:
+    for inst in c.cluster_instances(("running",)):
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+        if tags.get(TAG_NODE) == node:
+            return str(inst["InstanceId"])
+    raise AssertionError(f"no running instance for {node}")
+
+
+def test_a_spot_warning_requeues_the_gang_which_then_completes(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    c, _proxy = make_cluster()
+    job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 20")
+    c.wait_job(job, {"RUNNING"}, 150)
+    victim = expand(c.job(job)["NodeList"])[0]
+    iid = _instance_of(c, victim)
+
+    c.send_event("{this is not json")
+    c.send_event(_warning("i-00000000000000fe"))  # not ours
+    c.send_event(_warning(iid))
+
+    wait_for("the job requeued once",
+             lambda: c.job(job).get("Restarts") == "1", 60)
+    info = c.node(victim)
+    assert INTERRUPT_REASON in info.get("Reason", "") or "POWER" in info.get("State", ""), info
+    wait_for(f"{iid} terminated", lambda: iid not in
+             {i["InstanceId"] for i in c.cluster_instances(("pending", "running"))}, 120)
+    state = c.wait_job(job, {"COMPLETED"}, 240)  # wait_job fails at once on FAILED
+    assert state == "COMPLETED" and c.job(job)["Restarts"] == "1"
+
+    events = c.events()
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("event_dropped") == 2
+    assert "job_requeued" in kinds and "node_evacuated" in kinds
+    dropped = " ".join(e["message"] for e in events if e["kind"] == "event_dropped")
+    assert "not JSON" in dropped and "i-00000000000000fe" in dropped
+    # the interrupted node came back to service once powered down
+    wait_for(f"{victim} undrained", lambda: "DRAIN" not in c.node(victim).get("State", ""), 120)

@@ -1,0 +1,120 @@
+"""EC2 events from SQS: parsing at the boundary (fuzzed) and the daemon's reaction on a fake
+Slurm with the real store."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmscale.cloud.events import EventError, EventKind, parse_event
+from slurmscale.daemon.interruptions import INTERRUPT_REASON, InterruptionPass
+from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.store.repo import Store
+from slurmscale.store.tables import InstanceRow
+from tests.support.fakes import FakeQueue, FakeSlurm
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def ec2_event(kind: str, instance: str, **detail: str) -> str:
+    return json.dumps({
+        "version": "0", "id": "7bf73129-1428-4cd3-a780-95db273d1602", "detail-type": kind,
+        "source": "aws.ec2", "account": "123456789012", "time": "2026-11-29T12:00:00Z",
+        "region": "us-east-1", "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/"
+                                             f"{instance}"],
+        "detail": {"instance-id": instance, **detail}})
+
+
+def test_the_three_ec2_events_parse() -> None:
+    w = parse_event(ec2_event("EC2 Spot Instance Interruption Warning", "i-0123456789abcdef0",
+                              **{"instance-action": "terminate"}))
+    assert (w.kind, w.instance_id, w.action) == (EventKind.SPOT_WARNING, "i-0123456789abcdef0",
+                                                 "terminate")
+    r = parse_event(ec2_event("EC2 Instance Rebalance Recommendation", "i-0123456789abcdef0"))
+    assert r.kind is EventKind.REBALANCE
+    s = parse_event(ec2_event("EC2 Instance State-change Notification", "i-0123456789abcdef0",
+                              state="shutting-down"))
+    assert (s.kind, s.state) == (EventKind.STATE_CHANGE, "shutting-down")
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ("not json", "not JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    (json.dumps({"source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning",
+                 "detail": {"instance-id": "sda1"}}), "detail.instance-id"),
+    (json.dumps({"source": "aws.s3", "detail-type": "Object Created",
+                 "detail": {"instance-id": "i-0123456789abcdef0"}}), "'aws.s3'"),
+    (ec2_event("EC2 AMI State Change", "i-0123456789abcdef0"), "'EC2 AMI State Change'"),
+])
+def test_bad_messages_say_what_is_wrong(body: str, needle: str) -> None:
+    with pytest.raises(EventError) as e:
+        parse_event(body)
+    assert needle in str(e.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=12), c, max_size=4),
+    max_leaves=12).map(json.dumps)))
+def test_any_message_parses_or_fails_with_an_event_error(body: str) -> None:
+    try:
+        parse_event(body)
+    except EventError:
+        pass
+
+
+@pytest.fixture
+def world(cfg):  # type: ignore[no-untyped-def]
+    store = Store(cfg.store_url)
+    store.upgrade()
+    store.add_instances([InstanceRow(instance_id="i-0000000000000001", node="spot-1",
+                                     pool="gpu-spot", gang_id="g", instance_type="p5.48xlarge",
+                                     lifecycle="spot", launch_template_version="3",
+                                     state="running", launched_at=T0)])
+    slurm = FakeSlurm(table={"spot-1": SlurmNode("spot-1", "ALLOCATED+CLOUD", "127.0.0.1",
+                                                 "spot-1")})
+    slurm.queue = [QueueJob("42", ("gpu-spot",), 2, 8, 3600, "2026-11-29T11:00:00", "None",
+                            100, "alice", "RUNNING", nodelist="spot-[1-2]")]
+    q = FakeQueue()
+    events: list[tuple[str, str]] = []
+    p = InterruptionPass(store, slurm, q, lambda k, m, **_: events.append((k, m)))
+    yield p, slurm, q, store, events
+    store.close()
+
+
+def test_a_spot_warning_drains_requeues_records_and_powers_down(world) -> None:  # type: ignore[no-untyped-def]
+    p, slurm, q, store, events = world
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001",
+                              **{"instance-action": "terminate"}))
+    assert p.run(T0) == 1
+    ops = [c[0] for c in slurm.calls]
+    assert ops.index("drain") < ops.index("requeue") < ops.index("power_down_force")
+    assert ("requeue", ["42"]) in slurm.calls
+    assert slurm.powered_down[0][1].startswith(INTERRUPT_REASON + " 2026-11-29T12:00:00Z")
+    (pre,) = store.preemptions("42")
+    assert (pre.node, pre.instance_id, pre.lifecycle) == ("spot-1", "i-0000000000000001",
+                                                          "spot")
+    assert q.deleted == ["0"]
+    assert [k for k, _ in events] == ["job_requeued", "node_evacuated"]
+    # powered down and drained by us -> returned to service on the next pass
+    p.run(T0)
+    assert ("undrain", ["spot-1"]) in slurm.calls
+
+
+def test_rebalance_drains_only_and_foreign_or_malformed_messages_are_dropped(world) -> None:  # type: ignore[no-untyped-def]
+    p, slurm, q, _store, events = world
+    q.bodies += [ec2_event("EC2 Instance Rebalance Recommendation", "i-0000000000000001"),
+                 ec2_event("EC2 Spot Instance Interruption Warning", "i-00000000000000ff"),
+                 "{not json"]
+    assert p.run(T0) == 3
+    assert [c[0] for c in slurm.calls] == ["drain"], "a rebalance kills nothing"
+    assert q.deleted == ["0", "1", "2"]
+    kinds = [k for k, _ in events]
+    assert kinds == ["rebalance_drained", "event_dropped", "event_dropped"]
+    assert "not an instance slurmscale launched" in events[1][1]
+    assert "not JSON" in events[2][1]
