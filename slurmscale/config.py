@@ -121,6 +121,9 @@ class Pool(_Strict):
     subnets: Annotated[list[str], Field(min_length=1)]
     features: list[str] = []
     policy: PoolPolicy = PoolPolicy()
+    # An on-demand pool that takes this pool's work while its capacity is unavailable: jobs
+    # submitted to both partitions (-p spot,on-demand) run there meanwhile.
+    fallback_pool: str | None = None
 
     @field_validator("instance_types")
     @classmethod
@@ -202,6 +205,14 @@ class ReservationSettings(_Strict):
     drain_busy: bool = True
 
 
+class CapacitySettings(_Strict):
+    """After an insufficient-capacity error a pool's offerings are unavailable for a TTL that
+    doubles with each repeat (capped), persisted in the store."""
+
+    unavailable_ttl_s: Annotated[float, Field(gt=0)] = 180.0
+    max_unavailable_ttl_s: Annotated[float, Field(gt=0)] = 1800.0
+
+
 class DaemonSettings(_Strict):
     tick_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
     batch_window_seconds: Annotated[float, Field(ge=0, le=300)] = 2.0
@@ -221,6 +232,7 @@ class Config(_Strict):
     daemon: DaemonSettings = DaemonSettings()
     power_saving: PowerSaving = PowerSaving()
     reservations: ReservationSettings = ReservationSettings()
+    capacity: CapacitySettings = CapacitySettings()
     pools: Annotated[list[Pool], Field(min_length=1)]
 
     @model_validator(mode="after")
@@ -231,6 +243,17 @@ class Config(_Strict):
             dup = {v for v in values if values.count(v) > 1}
             if dup:
                 raise ValueError(f"two pools share {field} {sorted(dup)[0]!r}")
+        by_name = {p.name: p for p in self.pools}
+        for p in self.pools:
+            if p.fallback_pool is None:
+                continue
+            fb = by_name.get(p.fallback_pool)
+            if fb is None or fb is p:
+                raise ValueError(f"pool {p.name!r} fallback_pool {p.fallback_pool!r} is not "
+                                 "another pool of this config")
+            if fb.capacity_type is not CapacityType.ON_DEMAND:
+                raise ValueError(f"pool {p.name!r} fallback_pool {p.fallback_pool!r} must be "
+                                 f"an on-demand pool (it is {fb.capacity_type.value})")
         hold = self.reservations
         if hold.enabled and self.power_saving.suspend_time <= hold.max_hold_s:
             raise ValueError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmscale.config import Config, Pool
+from slurmscale.config import CapacityType, Config, Pool
 
 HOOKS = ("resume", "suspend", "resume-fail")
 
@@ -54,8 +54,12 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
             if extra:
                 attrs.append(extra)
         lines.append(" ".join(attrs))
+        # A job submitted to both (-p spot,on-demand) is placed on spot first when it can
+        # start there; while a spot pool is out of capacity its nodes are held, so it goes
+        # to on-demand.
+        tier = 2 if p.capacity_type is CapacityType.SPOT else 1
         lines.append(f"PartitionName={p.partition} Nodes={p.node_range()} State=UP "
-                     "MaxTime=INFINITE OverSubscribe=NO")
+                     f"MaxTime=INFINITE OverSubscribe=NO PriorityTier={tier}")
     return "\n".join(lines) + "\n"
 
 

@@ -23,6 +23,7 @@ from datetime import datetime
 
 from slurmscale.cloud.events import Ec2Event, EventError, EventKind, parse_event
 from slurmscale.cloud.protocol import CloudError, EventQueue
+from slurmscale.model import SlurmNode
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import InstanceRow, PreemptionRow
@@ -48,7 +49,6 @@ class InterruptionPass:
 
     def run(self, now: datetime) -> int:
         """Handle what is queued now; returns the number of messages consumed."""
-        self._return_powered_down_nodes()
         if self.queue is None:
             return 0
         try:
@@ -128,13 +128,9 @@ class InterruptionPass:
         self.event("node_evacuated", f"{node} ({inst.instance_id}): {reason}; "
                    f"{len(jobs)} job(s) requeued, node powered down", node=node)
 
-    def _return_powered_down_nodes(self) -> None:
+    def return_powered_down_nodes(self, nodes: list[SlurmNode]) -> None:
         """Undrain nodes slurmscale drained for an interruption once they are powered down
         (their instance is gone): the next launch gets a fresh instance."""
-        try:
-            nodes = self.slurm.nodes()
-        except SlurmError:
-            return
         back = [n.name for n in nodes
                 if "DRAIN" in n.flags and n.reason.startswith(OUR_REASONS)
                 and "POWERED_DOWN" in n.flags]

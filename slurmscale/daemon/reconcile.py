@@ -24,6 +24,7 @@ from slurmscale.cloud.protocol import (
     EventQueue,
 )
 from slurmscale.config import AddressSource, Config
+from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
@@ -72,6 +73,7 @@ class Reconciler:
         self.clock = clock
         self.capacity = CapacityPass(cfg, store, slurm, self.event)
         self.interruptions = InterruptionPass(store, slurm, events, self.event)
+        self.backoff = CapacityBackoff(cfg, store, slurm, self.event)
 
     # --- helpers -------------------------------------------------------------------
     def event(self, kind: str, message: str, **kw: str | None) -> None:
@@ -114,6 +116,7 @@ class Reconciler:
         self.handle_requests(res)
         # interruptions before the capacity pass: a node about to vanish is not capacity
         res.events = self.interruptions.run(self.clock())
+        self._node_upkeep()
         p = self.capacity.run(self.clock())
         if p is not None:
             res.policy_actions = len(p.holds.actions) + sum(
@@ -156,6 +159,16 @@ class Reconciler:
         for rid, why in failed_requests.items():
             self.store.finish_requests([rid], "failed", self.clock(), error=why)
 
+    def _node_upkeep(self) -> None:
+        """Drains slurmscale placed and must lift (or place) as time passes: nodes back from
+        an interruption, pools whose capacity TTL started or ended."""
+        try:
+            nodes = self.slurm.nodes()
+        except SlurmError:
+            return  # the capacity pass reports an unreachable Slurm
+        self.interruptions.return_powered_down_nodes(nodes)
+        self.backoff.upkeep(nodes, self.clock())
+
     # --- launch --------------------------------------------------------------------
     def launch_gang(self, gang: Gang) -> tuple[bool, str]:
         """Launch one gang with one CreateFleet; keep all of it or none of it."""
@@ -186,6 +199,7 @@ class Reconciler:
             result = self.cloud.launch(pool, gang.size, gang.min_capacity, token, tags)
         except CloudError as e:
             self._fail_gang(gang, gid, e.code, e.message, obtained=[])
+            self.backoff.launch_failed(pool.name, e.code, e.message, self.clock())
             return False, e.code
         if len(result.instances) < gang.min_capacity:
             code = result.error_code or "PartialCapacity"
@@ -193,8 +207,10 @@ class Reconciler:
                 f"EC2 gave {len(result.instances)} of {gang.size} instances")
             self._fail_gang(gang, gid, code, msg,
                             obtained=[i.instance_id for i in result.instances])
+            self.backoff.launch_failed(pool.name, code, msg, self.clock())
             return False, code
         self._accept(gang, gid, result)
+        self.backoff.launched(pool.name, self.clock())
         return True, ""
 
     def _accept(self, gang: Gang, gid: str, result: LaunchResult) -> None:

@@ -52,6 +52,7 @@ class PoolSpec:
     instance_type: str = "p5.48xlarge"
     cpus: int = 2
     policy: dict[str, Any] = field(default_factory=dict)  # overrides of the pool's policy
+    fallback_pool: str | None = None
 
 
 @dataclass
@@ -77,6 +78,9 @@ class ClusterOptions:
     # overrides of the config's `reservations:`; max_hold_s defaults to just under
     # suspend_time (the config requires SuspendTime to outlast any hold)
     reservations: dict[str, Any] = field(default_factory=dict)
+    capacity: dict[str, Any] = field(default_factory=dict)  # overrides of `capacity:`
+    # Slurm keeps a requeued job ineligible for cred_expire seconds (default 120)
+    cred_expire: int | None = None
 
 
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -272,6 +276,7 @@ class LocalCluster:
             "power_saving": {"suspend_time": self.o.suspend_time, "suspend_timeout": 30,
                              "resume_timeout": self.o.resume_timeout},
             "reservations": {"max_hold_s": self.o.suspend_time - 1, **self.o.reservations},
+            "capacity": dict(self.o.capacity),
             "pools": [{
                 "name": p.name, "partition": p.name, "node_prefix": p.prefix,
                 "max_nodes": p.max_nodes, "gpus_per_node": p.gpus, "cpus_per_node": p.cpus,
@@ -280,6 +285,7 @@ class LocalCluster:
                 "subnets": [self.subnet],
                 "policy": {"min_idle_s": self.o.min_idle, "max_idle_s": self.o.max_idle,
                            **p.policy},
+                **({"fallback_pool": p.fallback_pool} if p.fallback_pool else {}),
             } for p in self.o.pools],
         }
         self.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -305,7 +311,7 @@ ClusterName={self.name}
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={self.ctld_port}
 AuthType=auth/munge
-AuthInfo=socket={self.munge_socket}
+AuthInfo=socket={self.munge_socket}{f",cred_expire={self.o.cred_expire}" if self.o.cred_expire else ""}
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root

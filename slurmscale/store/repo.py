@@ -21,6 +21,7 @@ from slurmscale.store.tables import (
     GangRow,
     HoldRow,
     InstanceRow,
+    OfferingRow,
     PoolStateRow,
     PreemptionRow,
     RequestRow,
@@ -209,6 +210,20 @@ class Store:
     def exhausted_jobs(self) -> frozenset[str]:
         with self.session() as s:
             return frozenset(s.scalars(select(HoldRow.job_id).where(HoldRow.exhausted)))
+
+    # offerings (capacity backoff) -----------------------------------------------------
+    def offering(self, pool: str) -> OfferingRow | None:
+        with self.session() as s:
+            return s.get(OfferingRow, pool)
+
+    def offerings(self) -> list[OfferingRow]:
+        with self.session() as s:
+            return list(s.scalars(select(OfferingRow)))
+
+    def put_offering(self, row: OfferingRow) -> None:
+        with self.session() as s:
+            s.merge(row)
+            s.commit()
 
     # preemptions ----------------------------------------------------------------------
     def add_preemption(self, row: PreemptionRow) -> None:

@@ -130,3 +130,17 @@ class PreemptionRow(Base):
     lifecycle: Mapped[str] = mapped_column(String(16))
     kind: Mapped[str] = mapped_column(String(64))  # the EC2 event's detail-type
     notice_time: Mapped[str] = mapped_column(String(64), default="")
+
+
+class OfferingRow(Base):
+    """A pool's capacity after an insufficient-capacity error: unavailable until `until_s`
+    (Unix seconds); `repeats` errors in a row double the TTL; a launch that works resets it.
+    One row per pool: its CreateFleet already offers EC2 every instance type x subnet it may
+    use, so a capacity error there means none of them had room."""
+
+    __tablename__ = "offerings"
+    pool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    until_s: Mapped[float] = mapped_column(Float)
+    repeats: Mapped[int] = mapped_column(Integer)
+    last_code: Mapped[str] = mapped_column(String(128))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -101,8 +101,8 @@ def test_a_spot_warning_drains_requeues_records_and_powers_down(world) -> None: 
                                                           "spot")
     assert q.deleted == ["0"]
     assert [k for k, _ in events] == ["job_requeued", "node_evacuated"]
-    # powered down and drained by us -> returned to service on the next pass
-    p.run(T0)
+    # powered down and drained by us -> returned to service by the node upkeep
+    p.return_powered_down_nodes(slurm.nodes())
     assert ("undrain", ["spot-1"]) in slurm.calls
 
 

@@ -1,0 +1,96 @@
+"""Capacity backoff: after an insufficient-capacity error a pool is unavailable for a TTL
+(3 min by default, doubling with each error in a row, capped at 30 min, kept in the store).
+Meanwhile its powered-down nodes are held out of scheduling (drained with slurmscale's reason)
+so Slurm places jobs submitted to both partitions (-p spot,on-demand) on the pool's on-demand
+fallback instead of retrying a launch that will fail; when the TTL ends they are undrained and
+the next launch tries the pool again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from slurmscale.cloud.errors import ErrorClass, classify, unavailable_ttl
+from slurmscale.config import Config
+from slurmscale.model import SlurmNode
+from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.store.repo import Store
+from slurmscale.store.tables import OfferingRow
+
+Event = Callable[..., None]
+
+UNAVAILABLE_REASON = "slurmscale: no capacity in this pool until"
+# Nodes drained by any of these may be marked unavailable too (the reason is replaced).
+_NOT_AN_ADMIN = ("slurmscale:",)
+
+
+class CapacityBackoff:
+    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, event: Event) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.slurm = slurm
+        self.event = event
+
+    def launch_failed(self, pool: str, code: str, message: str, now: datetime) -> None:
+        cls = classify(code)
+        if cls is ErrorClass.CAPACITY:
+            row = self.store.offering(pool)
+            repeats = (row.repeats if row else 0) + 1
+            ttl = unavailable_ttl(repeats, self.cfg.capacity.unavailable_ttl_s,
+                                  self.cfg.capacity.max_unavailable_ttl_s)
+            until = now.timestamp() + ttl
+            self.store.put_offering(OfferingRow(pool=pool, until_s=until, repeats=repeats,
+                                                last_code=code, updated_at=now))
+            fb = self.cfg.pool(pool).fallback_pool
+            self.event("capacity_unavailable",
+                       f"{pool}: {code} ({repeats} in a row): unavailable for {ttl:.0f}s, until "
+                       f"{datetime.fromtimestamp(until, UTC).isoformat(timespec='seconds')}"
+                       + (f"; jobs that may run on {fb} go there meanwhile" if fb else ""))
+        elif cls is ErrorClass.CONFIG:
+            self.event("launch_config_error", f"{pool}: {code}: {message} — launches in this "
+                       "pool will keep failing until the config or IAM is fixed")
+        elif cls is ErrorClass.QUOTA:
+            self.event("launch_quota_error", f"{pool}: {code}: {message} — an account limit; "
+                       "raise the quota or lower max_nodes")
+
+    def launched(self, pool: str, now: datetime) -> None:
+        row = self.store.offering(pool)
+        if row is not None and row.repeats:
+            row.repeats, row.until_s, row.updated_at = 0, 0.0, now
+            self.store.put_offering(row)
+
+    def upkeep(self, nodes: list[SlurmNode], now: datetime) -> None:
+        """Hold unavailable pools' powered-down nodes; return them when the TTL is over."""
+        t = now.timestamp()
+        until = {r.pool: r.until_s for r in self.store.offerings()}
+        hold: dict[str, list[str]] = {}
+        back: list[str] = []
+        for n in nodes:
+            pool = self.cfg.pool_of(n.name)
+            if pool is None:
+                continue
+            ours = n.reason.startswith(UNAVAILABLE_REASON)
+            if until.get(pool.name, 0.0) > t:
+                drained = "DRAIN" in n.flags
+                down = n.flags & {"POWERED_DOWN", "POWERING_DOWN"}
+                if down and not ours and (not drained or n.reason.startswith(_NOT_AN_ADMIN)):
+                    hold.setdefault(pool.name, []).append(n.name)
+            elif ours and "DRAIN" in n.flags:
+                back.append(n.name)
+        for pool, names in hold.items():
+            stamp = datetime.fromtimestamp(until[pool], UTC).isoformat(timespec="seconds")
+            try:
+                self.slurm.drain(names, f"{UNAVAILABLE_REASON} {stamp}")
+            except SlurmError as e:
+                self.event("slurm_update_failed", f"hold {','.join(names)}: {e}")
+                continue
+            self.event("nodes_held_no_capacity", f"{pool}: {','.join(names)} held out of "
+                       f"scheduling until {stamp}")
+        if back:
+            try:
+                self.slurm.undrain(back)
+            except SlurmError as e:
+                self.event("slurm_update_failed", f"undrain {','.join(back)}: {e}")
+                return
+            self.event("capacity_retry", f"{','.join(back)}: capacity TTL over; the next "
+                       "launch tries the pool again")
