@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from slurmscale.cloud.errors import ErrorClass, classify, unavailable_ttl
 from slurmscale.config import Config
+from slurmscale.daemon.drains import undrain
 from slurmscale.model import SlurmNode
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.repo import Store
@@ -86,11 +87,5 @@ class CapacityBackoff:
                 continue
             self.event("nodes_held_no_capacity", f"{pool}: {','.join(names)} held out of "
                        f"scheduling until {stamp}")
-        if back:
-            try:
-                self.slurm.undrain(back)
-            except SlurmError as e:
-                self.event("slurm_update_failed", f"undrain {','.join(back)}: {e}")
-                return
-            self.event("capacity_retry", f"{','.join(back)}: capacity TTL over; the next "
-                       "launch tries the pool again")
+        undrain(self.slurm, self.event, back, "capacity_retry",
+                "capacity TTL over; the next launch tries the pool again")

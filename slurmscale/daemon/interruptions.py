@@ -23,6 +23,7 @@ from datetime import datetime
 
 from slurmscale.cloud.events import Ec2Event, EventError, EventKind, parse_event
 from slurmscale.cloud.protocol import CloudError, EventQueue
+from slurmscale.daemon.drains import undrain
 from slurmscale.model import SlurmNode
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.repo import Store
@@ -134,12 +135,5 @@ class InterruptionPass:
         back = [n.name for n in nodes
                 if "DRAIN" in n.flags and n.reason.startswith(OUR_REASONS)
                 and "POWERED_DOWN" in n.flags]
-        if not back:
-            return
-        try:
-            self.slurm.undrain(back)
-        except SlurmError as e:
-            self.event("slurm_update_failed", f"undrain {','.join(back)}: {e}")
-            return
-        self.event("nodes_returned", f"{','.join(back)}: powered down after an interruption; "
-                   "available again")
+        undrain(self.slurm, self.event, back, "nodes_returned",
+                "powered down after an interruption; available again")

@@ -39,10 +39,7 @@ class Daemon:
         # and run again right after.
         self.poked = threading.Event()
         self.last_tick: dict[str, Any] = {}
-        self.api = ApiServer(cfg.socket_path, {
-            ("POST", "/v1/poke"): self._poke,
-            ("GET", "/v1/health"): lambda _b: (200, {"ok": True, "last_tick": self.last_tick}),
-        })
+        self.api: ApiServer | None = None
 
     def _poke(self, _body: Any) -> tuple[int, Any]:
         self.poked.set()
@@ -77,16 +74,26 @@ class Daemon:
             self.run_soon(datetime.fromtimestamp(res.next_due, UTC) + timedelta(milliseconds=50))
 
     def run(self) -> None:
+        # Signals first: a stop during start-up (the schema upgrade, say) must end cleanly.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stopping.set())
         self.store.upgrade()
+        if self.stopping.is_set():
+            self.store.close()
+            return
         self.reconciler.spool.ensure()
+        # The socket appears only now: hooks and tools that see it may rely on a daemon that
+        # has its store ready.
+        self.api = ApiServer(self.cfg.socket_path, {
+            ("POST", "/v1/poke"): self._poke,
+            ("GET", "/v1/health"): lambda _b: (200, {"ok": True, "last_tick": self.last_tick}),
+        })
         self.scheduler.add_job(self._tick, "interval", id=JOB_ID,
                                seconds=self.cfg.daemon.tick_seconds, max_instances=1,
                                coalesce=True, next_run_time=datetime.now(UTC),
                                misfire_grace_time=None)
         self.scheduler.start()
         self.api.start()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.stopping.set())
         log.info("slurmscale daemon up: cluster %s, %d pool(s), socket %s, store %s",
                  self.cfg.cluster_name, len(self.cfg.pools), self.cfg.socket_path,
                  self.store.engine.url.render_as_string(hide_password=True))

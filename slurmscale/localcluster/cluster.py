@@ -305,13 +305,14 @@ class LocalCluster:
         for i in range(8):
             (r / "gpu" / f"gpu{i}").touch()
         host = socket.gethostname().split(".")[0]
+        cred = f",cred_expire={self.o.cred_expire}" if self.o.cred_expire else ""
         head = f"""\
 # Local slurmscale cluster {self.name} (generated; everything on loopback)
 ClusterName={self.name}
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={self.ctld_port}
 AuthType=auth/munge
-AuthInfo=socket={self.munge_socket}{f",cred_expire={self.o.cred_expire}" if self.o.cred_expire else ""}
+AuthInfo=socket={self.munge_socket}{cred}
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -381,10 +382,16 @@ SlurmdTimeout=120
 
     def start_daemon(self) -> None:
         env = {**os.environ, **AWS_ENV, "SLURMSCALE_CONFIG": str(self.cfg_path)}
+        sock = self.root / "run" / "slurmscale.sock"
+        sock.unlink(missing_ok=True)  # a socket left by a killed daemon proves nothing
         self.procs.start("daemon", [sys.executable, "-m", "slurmscale", "--config",
                                     str(self.cfg_path), "daemon"], env=env)
-        sock = self.root / "run" / "slurmscale.sock"
-        wait_for("slurmscale daemon socket", sock.is_socket, 60)
+
+        def up() -> bool:
+            if not self.procs.running("daemon"):
+                raise RuntimeError("slurmscale daemon exited; see log/daemon.out")
+            return sock.is_socket()
+        wait_for("slurmscale daemon socket", up, 60)
 
     def stop_daemon(self) -> None:
         self.procs.stop("daemon")

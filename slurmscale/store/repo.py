@@ -40,6 +40,7 @@ def utc(dt: datetime | None) -> datetime | None:
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (see make_engine)
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
@@ -47,12 +48,20 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def
     cur.close()
 
 
+def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
+    conn.exec_driver_sql("BEGIN")
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, pool_pre_ping=True)
     if engine.dialect.name == "sqlite":
+        # pysqlite runs DDL outside any transaction, so a daemon killed during a schema
+        # upgrade would leave tables without their version stamp and every later upgrade
+        # would fail. Taking over BEGIN makes each upgrade one transaction: all or nothing.
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 

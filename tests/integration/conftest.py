@@ -55,7 +55,8 @@ def make_cluster(request: pytest.FixtureRequest) -> Iterator[
     for c, proxy, root in made:
         failed = getattr(request.node, "rep_call", None)
         if failed is not None and failed.failed:
-            for name in ("slurmscale-daemon.log", "slurmscale-hooks.log", "slurmctld.log"):
+            for name in ("slurmscale-daemon.log", "daemon.out", "slurmscale-hooks.log",
+                         "slurmctld.log"):
                 print(f"----- {name} -----\n{_tail(root / 'log' / name)}")
         c.stop()
         proxy.stop()

@@ -31,3 +31,30 @@ def test_read_commands_refuse_an_unmigrated_store_and_say_what_to_do(cfg) -> Non
     assert "run `slurmscale db upgrade`" in (store.schema_problem() or "")
     store.upgrade()
     assert store.schema_problem() is None
+
+
+def test_a_schema_upgrade_killed_half_way_leaves_nothing_behind(cfg, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """SQLite DDL is transactional here: a daemon killed during `upgrade` (simulated by a
+    migration failing after its first table) leaves no half schema, and the next upgrade
+    works."""
+    import pytest
+    from alembic import op
+    from sqlalchemy import inspect
+
+    real = op.create_table
+    calls = {"n": 0}
+
+    def dies_on_second(*a, **kw):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("killed")
+        return real(*a, **kw)
+
+    store = Store(cfg.store_url)
+    monkeypatch.setattr(op, "create_table", dies_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        store.upgrade()
+    monkeypatch.setattr(op, "create_table", real)
+    assert inspect(store.engine).get_table_names() == []
+    store.upgrade()
+    assert store.schema_problem() is None

@@ -1,0 +1,23 @@
+"""Lifting slurmscale's own drains, the one way: undrain, then one audit event (or one event
+saying Slurm refused)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from slurmscale.hostlists import compress
+from slurmscale.slurm.protocol import SlurmClient, SlurmError
+
+
+def undrain(slurm: SlurmClient, event: Callable[..., None], names: list[str], kind: str,
+            why: str) -> bool:
+    if not names:
+        return False
+    expr = compress(names)
+    try:
+        slurm.undrain(names)
+    except SlurmError as e:
+        event("slurm_update_failed", f"undrain {expr}: {e}", node=expr)
+        return False
+    event(kind, f"{expr}: {why}", node=expr)
+    return True
