@@ -35,6 +35,9 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         "TreeWidth=65533",
         "# A node powered down while idle returns to idle~, not down.",
         "SlurmctldParameters=idle_on_node_suspend",
+        "# Jobs on a node whose launch failed or whose spot instance is interrupted are",
+        "# requeued (slurmscale runs scontrol requeue), never failed.",
+        "JobRequeue=1",
         "PrivateData=cloud",
     ]
     if any(p.gpus_per_node for p in cfg.pools):

@@ -336,7 +336,6 @@ JobCompType=jobcomp/none
 MpiDefault=none
 ReturnToService=2
 {"" if self.chroot else "CommunicationParameters=NoAddrCache"}
-JobRequeue=1
 KillWait=5
 MinJobAge=600
 SlurmdTimeout=120

@@ -14,6 +14,8 @@ def test_slurm_conf_matches_the_pools(cfg) -> None:  # type: ignore[no-untyped-d
             in text)
     assert "PartitionName=gpu-od Nodes=od-[1-2] State=UP" in text
     assert "SuspendTime=6000" in text and "ResumeTimeout=900" in text
+    assert "JobRequeue=1" in text
+    assert "PartitionName=gpu-spot Nodes=spot-[1-8]" in text and "PriorityTier=2" in text
     assert "NodeName=od-[1-2] Name=gpu Count=8 File=/dev/nvidia[0-7]" in render_gres_conf(cfg)
 
 
