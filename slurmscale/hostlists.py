@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import re
+
 import hostlist as _hostlist
 
 
@@ -29,3 +32,11 @@ def compress(names: list[str] | tuple[str, ...] | set[str]) -> str:
     if not names:
         return ""
     return _hostlist.collect_hostlist(sorted(set(names)))
+
+
+@functools.lru_cache(maxsize=65536)
+def node_order_key(name: str) -> tuple[str, int, str]:
+    """gpu-2 before gpu-10: pools number their nodes, and a numeric order is what admins read
+    (holds and reservations take nodes in this order)."""
+    m = re.search(r"(\d+)$", name)
+    return (name[:m.start()], int(m.group(1)), name) if m else (name, -1, name)

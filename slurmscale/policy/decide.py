@@ -17,9 +17,9 @@ releases per decision, and never below `min_nodes`.
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 
+from slurmscale.hostlists import node_order_key
 from slurmscale.policy.model import (
     Action,
     ActionKind,
@@ -100,12 +100,6 @@ def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand, live: in
     return PoolMemory(target, above_since, last_step)
 
 
-def _index_key(name: str) -> tuple[str, int, str]:
-    """gpu-2 before gpu-10: pools number their nodes, and holds take the highest numbers."""
-    m = re.search(r"(\d+)$", name)
-    return (name[:m.start()], int(m.group(1)), name) if m else (name, -1, name)
-
-
 def _holds(k: PoolKnobs, nodes: list[NodeView], target: int,
            actions: list[Action]) -> None:
     """Which powered-down nodes Slurm may power up: in a governed pool, only as many as the
@@ -118,7 +112,7 @@ def _holds(k: PoolKnobs, nodes: list[NodeView], target: int,
         live = [n for n in mine if n.state in LIVE]
         room = max(0, target - len(live))
         down = sorted((n for n in mine if n.state is NodeState.POWERED_DOWN),
-                      key=lambda n: (n.held, _index_key(n.name)))
+                      key=lambda n: (n.held, node_order_key(n.name)))
         allowed = {n.name for n in live} | {n.name for n in down[:room]}
     hold = tuple(n.name for n in mine if n.name not in allowed and not n.held
                  and n.state is NodeState.POWERED_DOWN)

@@ -14,11 +14,10 @@ The daemon and the simulator run this same function.
 
 from __future__ import annotations
 
-import functools
-import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from slurmscale.hostlists import node_order_key
 from slurmscale.policy.model import NodeState, NodeView
 
 
@@ -94,12 +93,6 @@ class HoldPlan:
     grabbed: frozenset[str] = field(default_factory=frozenset)  # idle nodes newly reserved
 
 
-@functools.lru_cache(maxsize=65536)
-def _index_key(name: str) -> tuple[str, int, str]:
-    m = re.search(r"(\d+)$", name)
-    return (name[:m.start()], int(m.group(1)), name) if m else (name, -1, name)
-
-
 def reservation_name(k: ReservationKnobs, job_id: str) -> str:
     return f"{k.prefix}{job_id}"
 
@@ -142,7 +135,7 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
     free: dict[str, list[str]] = {}
     busy: dict[str, list[NodeView]] = {}
     down_usable: dict[str, int] = {}
-    for n in sorted(nodes, key=lambda n: _index_key(n.name)):
+    for n in sorted(nodes, key=lambda n: node_order_key(n.name)):
         if n.name in taken:
             continue
         if n.state is NodeState.IDLE and n.usable and not n.held:
@@ -153,7 +146,7 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
             down_usable[n.pool] = down_usable.get(n.pool, 0) + 1
     for pool in busy:  # the soonest free by their jobs' time limits drain first
         busy[pool].sort(key=lambda n: (n.free_at if n.free_at is not None else float("inf"),
-                                       n.alloc_gpus, _index_key(n.name)))
+                                       n.alloc_gpus, node_order_key(n.name)))
     grabbed: set[str] = set()
 
     def take(pool: str, count: int) -> list[str]:
@@ -189,7 +182,7 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
         if not h.attached and len(h.nodes) < h.needed:
             more = take(h.pool, h.needed - len(h.nodes))
             if more:
-                h = replace(h, nodes=tuple(sorted((*h.nodes, *more), key=_index_key)))
+                h = replace(h, nodes=tuple(sorted((*h.nodes, *more), key=node_order_key)))
                 actions.append(HoldAction(
                     HoldActionKind.EXTEND, h.name, h.pool, h.job_id,
                     f"{len(more)} more node(s): holding {len(h.nodes)} of {h.needed} "
@@ -219,7 +212,7 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
                     break
                 if j.nodes <= len(free.get(pool, [])) + down_usable.get(pool, 0):
                     continue  # the pool can start it now: Slurm (and the policy) will
-                got = sorted(take(pool, j.nodes), key=_index_key)
+                got = sorted(take(pool, j.nodes), key=node_order_key)
                 if not got:
                     break  # nothing to hold yet: the highest-priority gang waits for it
                 name = reservation_name(k, j.job_id)
