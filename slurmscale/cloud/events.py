@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from slurmscale.validation import first_problem
+
 
 class EventKind(StrEnum):
     SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
@@ -56,9 +58,7 @@ def parse_event(body: str) -> Ec2Event:
     try:
         env = _Envelope.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise EventError(f"{loc}: {first['msg']} (got {first.get('input')!r})") from None
+        raise EventError(first_problem(e)) from None
     if env.source != "aws.ec2":
         raise EventError(f"source {env.source!r} is not aws.ec2")
     try:

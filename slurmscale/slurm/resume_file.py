@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from slurmscale.hostlists import HostlistError, expand
+from slurmscale.validation import first_problem
 
 
 class ResumeFileError(ValueError):
@@ -64,12 +65,7 @@ def parse_resume_file(text: str) -> ResumeFile:
     try:
         f = _File.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        msg = first["msg"].removeprefix("Value error, ")
-        raise ResumeFileError(
-            f"malformed resume file at {loc or 'top level'}: {msg} (got {first['input']!r})"
-        ) from None
+        raise ResumeFileError(f"malformed resume file at {first_problem(e)}") from None
     try:
         jobs = tuple(
             ResumeJob(j.job_id, tuple(expand(j.nodes_resume or j.nodes or "")), j.partition)
