@@ -274,7 +274,8 @@ def plan(ctx: click.Context, as_json: bool) -> None:
     "pending_gpu_hours": x, "pending_gangs": [[job_id, nodes]], "oldest_wait_s": x}},
     "actions": [{"kind", "pool", "reason", "nodes": [...], "count"}],
     "reservations": [{"kind": create|extend|attach|release, "name", "pool", "job_id",
-    "reason", "nodes": [...]}]}
+    "reason", "nodes": [...]}], "partition_rewrites": [{"job_id", "pool", "partitions": [...],
+    "reason"}]}
     """
     import time as _time
 
@@ -307,6 +308,9 @@ def plan(ctx: click.Context, as_json: bool) -> None:
         "reservations": [{"kind": a.kind.value, "name": a.name, "pool": a.pool,
                           "job_id": a.job_id, "reason": a.reason, "nodes": list(a.nodes)}
                          for a in pp.holds.actions],
+        "partition_rewrites": [{"job_id": r.job_id, "pool": r.pool,
+                                "partitions": list(r.partitions), "reason": r.reason}
+                               for r in pp.rewrites],
     }
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -323,6 +327,9 @@ def plan(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{a['kind']:<13} {a['pool']:<12} {a['reason']}{nodes}")
     for r in data["reservations"]:
         click.echo(f"reservation {r['kind']:<7} {r['name']}: {r['reason']}")
+    for w in data["partition_rewrites"]:
+        click.echo(f"partition    job {w['job_id']} -> {','.join(w['partitions'])}: "
+                   f"{w['reason']}")
 
 
 @cli.command()
@@ -356,6 +363,31 @@ def plan(ctx: click.Context, as_json: bool) -> None:
               help="Seconds a gang waits before nodes are held for it.")
 @click.option("--max-hold", default=None, type=click.FloatRange(0),
               help="Longest a reservation holds nodes (s).")
+@click.option("--interruption-rate", default=None, type=click.FloatRange(0),
+              metavar="PER_NODE_HOUR",
+              help="Spot model: interruptions per spot node-hour (the pool becomes spot with "
+                   "an on-demand fallback pool; any spot option turns the model on).")
+@click.option("--storm-at", default=None, type=click.FloatRange(0), metavar="S",
+              help="Spot model: at this second a storm interrupts --storm-fraction of the live "
+                   "spot nodes; spot launches then fail for --storm-outage seconds.")
+@click.option("--storm-fraction", default=None, type=click.FloatRange(0, 1))
+@click.option("--storm-outage", default=1800.0, show_default=True, type=click.FloatRange(0))
+@click.option("--on-demand-buffer", default=None, type=click.FloatRange(0, 1),
+              metavar="FRACTION", help="Spot model: share of the GPUs in use kept warm on "
+                                       "demand (the slurmscale policies).")
+@click.option("--warm-on-demand-nodes", default=None, type=click.IntRange(0))
+@click.option("--on-demand-nodes", default=None, type=click.IntRange(0),
+              help="Spot model: the fallback pool's size (default: --max-nodes).")
+@click.option("--spot-price", default=None, type=click.FloatRange(0),
+              help="Spot model: USD per spot node-hour (default: 40% of the on-demand price).")
+@click.option("--on-demand-price", default=None, type=click.FloatRange(0),
+              help="USD per on-demand node-hour (default: --price).")
+@click.option("--max-preemptions", default=2, show_default=True, type=click.IntRange(1),
+              help="Spot model: a job preempted this often runs on demand only.")
+@click.option("--requeue-delay", default=120.0, show_default=True, type=click.FloatRange(0),
+              help="Spot model: seconds before a requeued job may start again.")
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Spot model: random seed for the interruptions.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of demand vs provisioned GPUs per policy.")
@@ -364,20 +396,28 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
              policies: tuple[str, ...], max_nodes: int, gpus_per_node: int, boot_time: float,
              price: float, cooldown: float | None, knob_args: tuple[str, ...],
              pool_name: str | None, accumulate: bool, hold_budget: float | None,
-             accumulate_after: float | None, max_hold: float | None, as_json: bool,
-             plot_path: str | None) -> None:
+             accumulate_after: float | None, max_hold: float | None,
+             interruption_rate: float | None, storm_at: float | None,
+             storm_fraction: float | None, storm_outage: float,
+             on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
+             on_demand_nodes: int | None, spot_price: float | None,
+             on_demand_price: float | None, max_preemptions: int, requeue_delay: float,
+             seed: int, as_json: bool, plot_path: str | None) -> None:
     """Replay a job trace against a simulated Slurm + cloud, running the real policy code.
+
+    Waits are the total time a job pended, over all its runs when it was requeued.
 
     JSON: {"trace": str, "policies": {NAME: {jobs, jobs_completed, wait_p50_s, wait_p95_s,
     gang_wait_p50_s, gang_wait_p95_s, busy_gpu_hours, idle_gpu_hours, cost_usd,
-    scale_up_actions, scale_down_actions, node_launches, reservations_created,
-    reservation_idle_gpu_hours}}}
+    spot_node_hours, on_demand_node_hours, scale_up_actions, scale_down_actions,
+    node_launches, reservations_created, reservation_idle_gpu_hours, preemptions, requeues,
+    jobs_failed, lost_gpu_hours, restart_wait_p50_s, restart_wait_p95_s}}}
     """
     from dataclasses import replace
 
     from slurmscale.policy.model import PoolKnobs
     from slurmscale.policy.reservations import ReservationKnobs
-    from slurmscale.sim.engine import SimCloud
+    from slurmscale.sim.engine import SimCloud, SpotModel
     from slurmscale.sim.engine import simulate as run_sim
     from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
     from slurmscale.sim.report import metrics, plot
@@ -437,8 +477,25 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
             holds = replace(holds, accumulate_after_s=accumulate_after)
         if max_hold is not None:
             holds = replace(holds, max_hold_s=max_hold)
-    cloud = SimCloud(boot_s=boot_time, price_per_node_hour=price)
-    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud) for n in names]
+    if (storm_at is None) != (storm_fraction is None):
+        raise click.BadParameter("--storm-at and --storm-fraction go together (got "
+                                 f"{'--storm-at' if storm_at is not None else '--storm-fraction'}"
+                                 " alone)", param_hint="--storm-at")
+    od_price = price if on_demand_price is None else on_demand_price
+    spot = None
+    if any(v is not None for v in (interruption_rate, storm_at, on_demand_buffer,
+                                   warm_on_demand_nodes, spot_price, on_demand_nodes)):
+        spot = SpotModel(
+            on_demand_nodes=max_nodes if on_demand_nodes is None else on_demand_nodes,
+            buffer=on_demand_buffer or 0.0, warm_nodes=warm_on_demand_nodes or 0,
+            interruption_rate=interruption_rate or 0.0, storm_at_s=storm_at,
+            storm_fraction=storm_fraction or 0.0, storm_outage_s=storm_outage,
+            requeue_delay_s=requeue_delay, max_preemptions=max_preemptions, seed=seed)
+        if spot_price is None:
+            spot_price = round(0.4 * od_price, 2)
+    cloud = SimCloud(boot_s=boot_time, price_per_node_hour=od_price,
+                     spot_price_per_node_hour=spot_price if spot else None)
+    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot) for n in names]
     out = {"trace": trace_path,
            "policies": {r.policy: metrics(r, cloud) for r in results}}
     if plot_path:
@@ -448,6 +505,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
         return
     cols = ["policy", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
             "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
+    if spot is not None:
+        cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s"]
     click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
 
 

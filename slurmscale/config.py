@@ -103,6 +103,22 @@ class PoolPolicy(_Strict):
         return self
 
 
+class SpotSettings(_Strict):
+    """What a spot pool with an on-demand `fallback_pool` does about interruptions
+    (docs/spot.md): the buffer kept warm in the fallback pool, and which jobs are moved there."""
+
+    # Share of the GPUs in use (this pool and its fallback) kept powered up on demand, and a
+    # floor in nodes; 0 and 0 turn the buffer off.
+    on_demand_buffer: Annotated[float, Field(ge=0, le=1)] = 0.2
+    warm_on_demand_nodes: Annotated[int, Field(ge=0)] = 0
+    # A job preempted this many times is moved to the fallback partition only.
+    max_preemptions: Annotated[int, Field(ge=1)] = 2
+    # A job that may only run on spot, pending this long while the pool has no capacity, gets
+    # the fallback partition added, if the admin allows rewriting users' partitions.
+    allow_partition_rewrite: bool = False
+    fallback_after_s: Annotated[float, Field(gt=0)] = 900.0
+
+
 class Pool(_Strict):
     """One Slurm partition of identical CLOUD nodes of one capacity type."""
 
@@ -124,6 +140,7 @@ class Pool(_Strict):
     # An on-demand pool that takes this pool's work while its capacity is unavailable: jobs
     # submitted to both partitions (-p spot,on-demand) run there meanwhile.
     fallback_pool: str | None = None
+    spot: SpotSettings = SpotSettings()
 
     @field_validator("instance_types")
     @classmethod
@@ -245,6 +262,10 @@ class Config(_Strict):
                 raise ValueError(f"two pools share {field} {sorted(dup)[0]!r}")
         by_name = {p.name: p for p in self.pools}
         for p in self.pools:
+            if "spot" in p.model_fields_set and (p.capacity_type is not CapacityType.SPOT
+                                                 or p.fallback_pool is None):
+                raise ValueError(f"pool {p.name!r}: spot settings apply only to a spot pool "
+                                 "with a fallback_pool")
             if p.fallback_pool is None:
                 continue
             fb = by_name.get(p.fallback_pool)

@@ -140,6 +140,7 @@ class EC2Cloud:
                             tags={t["Key"]: t["Value"] for t in inst.get("Tags", [])},
                             private_ip=inst.get("PrivateIpAddress", ""),
                             image_id=inst.get("ImageId", ""),
+                            state_reason=inst.get("StateReason", {}).get("Code", ""),
                         ))
         except ClientError as e:
             raise CloudError(*_code(e)) from None

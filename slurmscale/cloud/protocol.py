@@ -32,6 +32,7 @@ class CloudInstance:
     tags: dict[str, str]
     private_ip: str = ""
     image_id: str = ""
+    state_reason: str = ""  # EC2's StateReason.Code, e.g. Server.SpotInstanceTermination
 
 
 class CloudProvider(Protocol):

@@ -35,24 +35,37 @@ class CapacityBackoff:
     def launch_failed(self, pool: str, code: str, message: str, now: datetime) -> None:
         cls = classify(code)
         if cls is ErrorClass.CAPACITY:
-            row = self.store.offering(pool)
-            repeats = (row.repeats if row else 0) + 1
-            ttl = unavailable_ttl(repeats, self.cfg.capacity.unavailable_ttl_s,
-                                  self.cfg.capacity.max_unavailable_ttl_s)
-            until = now.timestamp() + ttl
-            self.store.put_offering(OfferingRow(pool=pool, until_s=until, repeats=repeats,
-                                                last_code=code, updated_at=now))
-            fb = self.cfg.pool(pool).fallback_pool
-            self.event("capacity_unavailable",
-                       f"{pool}: {code} ({repeats} in a row): unavailable for {ttl:.0f}s, until "
-                       f"{datetime.fromtimestamp(until, UTC).isoformat(timespec='seconds')}"
-                       + (f"; jobs that may run on {fb} go there meanwhile" if fb else ""))
+            self._unavailable(pool, code, now)
         elif cls is ErrorClass.CONFIG:
             self.event("launch_config_error", f"{pool}: {code}: {message} — launches in this "
                        "pool will keep failing until the config or IAM is fixed")
         elif cls is ErrorClass.QUOTA:
             self.event("launch_quota_error", f"{pool}: {code}: {message} — an account limit; "
                        "raise the quota or lower max_nodes")
+
+    def reclaimed(self, pool: str, now: datetime) -> None:
+        """AWS is taking a spot pool's capacity back (an interruption): launching the same
+        offering at once would likely fail or be interrupted again, so the pool is unavailable
+        for the TTL, as after an insufficient-capacity error. Several warnings at once count
+        as one."""
+        row = self.store.offering(pool)
+        if row is not None and row.until_s > now.timestamp():
+            return
+        self._unavailable(pool, "SpotInterruption", now)
+
+    def _unavailable(self, pool: str, code: str, now: datetime) -> None:
+        row = self.store.offering(pool)
+        repeats = (row.repeats if row else 0) + 1
+        ttl = unavailable_ttl(repeats, self.cfg.capacity.unavailable_ttl_s,
+                              self.cfg.capacity.max_unavailable_ttl_s)
+        until = now.timestamp() + ttl
+        self.store.put_offering(OfferingRow(pool=pool, until_s=until, repeats=repeats,
+                                            last_code=code, updated_at=now))
+        fb = self.cfg.pool(pool).fallback_pool
+        self.event("capacity_unavailable",
+                   f"{pool}: {code} ({repeats} in a row): unavailable for {ttl:.0f}s, until "
+                   f"{datetime.fromtimestamp(until, UTC).isoformat(timespec='seconds')}"
+                   + (f"; jobs that may run on {fb} go there meanwhile" if fb else ""))
 
     def launched(self, pool: str, now: datetime) -> None:
         row = self.store.offering(pool)

@@ -17,6 +17,7 @@ from slurmscale.config import Config
 from slurmscale.hostlists import compress
 from slurmscale.model import SlurmReservation
 from slurmscale.policy.decide import decide
+from slurmscale.policy.fallback import Rewrite, partition_rewrites
 from slurmscale.policy.model import Action, ActionKind, NodeState, Plan
 from slurmscale.policy.observe import HOLD_REASON, build_snapshot, gang_jobs
 from slurmscale.policy.reservations import HoldPlan
@@ -34,7 +35,13 @@ EVENT_KIND = {
     ActionKind.HOLD: "nodes_held",
     ActionKind.UNHOLD: "nodes_unheld",
     ActionKind.RELEASE: "scale_down",
+    ActionKind.WARM: "buffer_warmed",
 }
+
+
+# A job requeued off an interrupted node within this long is demand even while Slurm holds it
+# back (its requeue delay): the on-demand buffer must not be released under it.
+REQUEUED_RECENTLY_S = 3600.0
 
 
 def _no_event(*_a: object, **_k: object) -> None:
@@ -47,6 +54,7 @@ class PassPlan:
     holds: HoldPlan
     gone: tuple[str, ...]  # holds whose reservation vanished from Slurm
     reservations: tuple[SlurmReservation, ...]
+    rewrites: tuple[Rewrite, ...] = ()  # spot-only jobs given the on-demand partition too
 
 
 def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
@@ -56,7 +64,8 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
     from slurmscale.daemon.holds import HoldPass
 
     nodes, jobs, res = slurm.nodes(), slurm.active_jobs(), slurm.reservations()
-    snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), arrival_log)
+    requeued = frozenset(p.job_id for p in store.preemptions(since=now - REQUEUED_RECENTLY_S))
+    snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), arrival_log, requeued)
     hold_plan, gone = HoldPass(cfg, store, slurm, _no_event).plan(
         snap.nodes, gang_jobs(cfg, jobs, 2), res, now)
     if hold_plan.grabbed:
@@ -65,7 +74,9 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
             n._replace(state=NodeState.RESERVED)
             if n.name in hold_plan.grabbed and n.state is NodeState.IDLE else n
             for n in snap.nodes))
-    return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res))
+    unavailable = {r.pool: r.until_s for r in store.offerings()}
+    return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
+                    partition_rewrites(cfg, jobs, unavailable, now))
 
 
 class CapacityPass:
@@ -97,6 +108,14 @@ class CapacityPass:
         self.holds.apply(p.holds, list(p.gone), list(p.reservations), now)
         for a in p.capacity.actions:
             self._apply(a)
+        for rw in p.rewrites:
+            try:
+                self.slurm.set_job_partitions(rw.job_id, list(rw.partitions))
+            except SlurmError as e:
+                self.event("slurm_update_failed", f"job {rw.job_id} partition: {e}")
+                continue
+            self.event("job_partition_rewritten", f"job {rw.job_id} -> partition "
+                       f"{','.join(rw.partitions)}: {rw.reason}")
         self.store.save_pool_memory(p.capacity.memory, now)
         return p
 
@@ -111,6 +130,8 @@ class CapacityPass:
                     self.slurm.undrain(nodes)
                 case ActionKind.RELEASE:
                     self.slurm.power_down(nodes)
+                case ActionKind.WARM:
+                    self.slurm.power_up(nodes)
                 case ActionKind.KEEP:
                     log.debug("%s: keep %s: %s", a.pool, expr, a.reason)
                     return

@@ -1,6 +1,8 @@
 """EC2 events from the SQS queue, acted on so that no job fails silently.
 
-- Spot interruption warning for one of our instances: drain the node (reason carries the
+- Spot interruption warning for one of our instances: the pool goes into capacity backoff
+  (as after an insufficient-capacity error: its jobs go to the on-demand fallback and its
+  warm buffer meanwhile), drain the node (reason carries the
   notice time) so nothing new lands there, requeue every job on it (`scontrol requeue`: the
   whole job, every node of a gang; restart count +1, never FAILED), record each preemption,
   then power the node down (Slurm runs the suspend hook, the instance is terminated; AWS
@@ -10,6 +12,12 @@
   power the node down.
 - A message that is malformed, not an EC2 event, or about an instance slurmscale did not
   launch is recorded as an event and deleted: it never stops the loop.
+
+- An instance that vanished with no event at all (EC2 reports it terminated, e.g. with state
+  reason Server.SpotInstanceTermination, while the store still has it running) is found by
+  `sweep` on the reconcile pass and handled like a state change.
+- A job preempted `max_preemptions` times (the pool's spot settings) is moved to the pool's
+  on-demand fallback partition, so it stops losing its runs to spot.
 
 A node slurmscale drained for one of these is undrained once it is powered down, so the next
 launch can use it.
@@ -22,7 +30,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from slurmscale.cloud.events import Ec2Event, EventError, EventKind, parse_event
-from slurmscale.cloud.protocol import CloudError, EventQueue
+from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
+from slurmscale.config import CapacityType, Config
+from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.drains import undrain
 from slurmscale.model import SlurmNode
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
@@ -37,16 +47,22 @@ INTERRUPT_REASON = "slurmscale: spot interruption notice"
 REBALANCE_REASON = "slurmscale: rebalance recommendation"
 GONE_REASON = "slurmscale: instance"
 OUR_REASONS = (INTERRUPT_REASON, REBALANCE_REASON, GONE_REASON)
+SPOT_RECLAIM = "Server.SpotInstanceTermination"
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
 
 class InterruptionPass:
-    def __init__(self, store: Store, slurm: SlurmClient, queue: EventQueue | None,
-                 event: Event) -> None:
+    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, queue: EventQueue | None,
+                 event: Event, backoff: CapacityBackoff | None = None) -> None:
+        self.cfg = cfg
+        self.backoff = backoff
         self.store = store
         self.slurm = slurm
         self.queue = queue
         self.event = event
+        # Instances already evacuated: the store calls them running until the suspend hook
+        # has terminated them, and neither a late event nor the sweep may requeue twice.
+        self.evacuated: set[str] = set()
 
     def run(self, now: datetime) -> int:
         """Handle what is queued now; returns the number of messages consumed."""
@@ -83,7 +99,8 @@ class InterruptionPass:
         match ev.kind:
             case EventKind.SPOT_WARNING:
                 reason = f"{INTERRUPT_REASON} {ev.time} ({ev.action or 'terminate'})"
-                self._evacuate(inst, ev, reason, now)
+                self._reclaimed(inst.pool, now)
+                self._evacuate(inst, ev.kind.value, ev.time, reason, now)
             case EventKind.REBALANCE:
                 reason = f"{REBALANCE_REASON} {ev.time}"
                 try:
@@ -96,9 +113,42 @@ class InterruptionPass:
             case EventKind.STATE_CHANGE:
                 if (ev.state or "") in GONE_STATES:
                     reason = f"{GONE_REASON} {inst.instance_id} {ev.state} at {ev.time}"
-                    self._evacuate(inst, ev, reason, now)
+                    self._evacuate(inst, ev.kind.value, ev.time, reason, now)
 
-    def _evacuate(self, inst: InstanceRow, ev: Ec2Event, reason: str, now: datetime) -> None:
+    def sweep(self, seen: list[CloudInstance], now: datetime) -> int:
+        """Instances the store has running that EC2 reports gone, with no event having said
+        so (`seen`: this cluster's instances, terminated ones included). Returns how many."""
+        by_id = {i.instance_id: i for i in seen}
+        n = 0
+        for inst in self.store.active_instances():
+            found = by_id.get(inst.instance_id)
+            if (inst.state != "running" or found is None or found.state not in GONE_STATES
+                    or inst.instance_id in self.evacuated):
+                continue
+            why = found.state_reason or "no reason given"
+            if why == SPOT_RECLAIM:
+                self._reclaimed(inst.pool, now)
+            reason = (f"{GONE_REASON} {inst.instance_id} {found.state} without notice "
+                      f"({why})")
+            self._evacuate(inst, f"vanished:{why}", now.isoformat(timespec="seconds"),
+                           reason, now)
+            n += 1
+        return n
+
+    def _reclaimed(self, pool_name: str, now: datetime) -> None:
+        """Spot capacity taken back: the pool goes into capacity backoff (its work moves to
+        the on-demand fallback meanwhile)."""
+        try:
+            pool = self.cfg.pool(pool_name)
+        except KeyError:
+            return
+        if self.backoff is not None and pool.capacity_type is CapacityType.SPOT:
+            self.backoff.reclaimed(pool.name, now)
+
+    def _evacuate(self, inst: InstanceRow, kind: str, notice_time: str, reason: str,
+                  now: datetime) -> None:
+        if inst.instance_id in self.evacuated:
+            return
         node = inst.node
         try:
             self.slurm.drain([node], reason)
@@ -119,15 +169,39 @@ class InterruptionPass:
             self.store.add_preemption(PreemptionRow(
                 at=now, job_id=job, node=node, instance_id=inst.instance_id, pool=inst.pool,
                 instance_type=inst.instance_type, lifecycle=inst.lifecycle,
-                kind=ev.kind.value, notice_time=ev.time))
+                kind=kind, notice_time=notice_time))
             self.event("job_requeued", f"job {job} on {node} requeued: {reason}", node=node)
+            self._steer(job, inst.pool, node)
         try:
             self.slurm.power_down_force([node], reason)
         except SlurmError as e:
             self.event("slurm_update_failed", f"power down {node}: {e}", node=node)
             return
+        self.evacuated.add(inst.instance_id)
         self.event("node_evacuated", f"{node} ({inst.instance_id}): {reason}; "
                    f"{len(jobs)} job(s) requeued, node powered down", node=node)
+
+    def _steer(self, job: str, pool_name: str, node: str) -> None:
+        """After `max_preemptions` the job runs on the on-demand fallback only."""
+        try:
+            pool = self.cfg.pool(pool_name)
+        except KeyError:
+            return
+        if pool.fallback_pool is None:
+            return
+        times = len(self.store.preemptions(job))
+        if times < pool.spot.max_preemptions:
+            return
+        partition = self.cfg.pool(pool.fallback_pool).partition
+        try:
+            self.slurm.set_job_partitions(job, [partition])
+        except SlurmError as e:
+            self.event("steer_failed", f"job {job}: cannot move it to {partition}: {e}",
+                       node=node)
+            return
+        self.event("job_steered", f"job {job} preempted {times} time(s) (max_preemptions "
+                   f"{pool.spot.max_preemptions} in {pool.name}): now runs on partition "
+                   f"{partition} only", node=node)
 
     def return_powered_down_nodes(self, nodes: list[SlurmNode]) -> None:
         """Undrain nodes slurmscale drained for an interruption once they are powered down

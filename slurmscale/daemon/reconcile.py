@@ -72,8 +72,9 @@ class Reconciler:
         self.spool = Spool(cfg.spool_dir)
         self.clock = clock
         self.capacity = CapacityPass(cfg, store, slurm, self.event)
-        self.interruptions = InterruptionPass(store, slurm, events, self.event)
         self.backoff = CapacityBackoff(cfg, store, slurm, self.event)
+        self.interruptions = InterruptionPass(cfg, store, slurm, events, self.event,
+                                              self.backoff)
 
     # --- helpers -------------------------------------------------------------------
     def event(self, kind: str, message: str, **kw: str | None) -> None:
@@ -116,6 +117,7 @@ class Reconciler:
         self.handle_requests(res)
         # interruptions before the capacity pass: a node about to vanish is not capacity
         res.events = self.interruptions.run(self.clock())
+        self._sweep_instances()
         self._node_upkeep()
         p = self.capacity.run(self.clock())
         if p is not None:
@@ -158,6 +160,18 @@ class Reconciler:
         self.store.finish_requests(done_ok, "done", self.clock())
         for rid, why in failed_requests.items():
             self.store.finish_requests([rid], "failed", self.clock(), error=why)
+
+    def _sweep_instances(self) -> None:
+        """Instances that vanished without an event (one DescribeInstances, only while the
+        store has instances running)."""
+        if not self.store.active_instances():
+            return
+        try:
+            seen = self.cloud.find({TAG_CLUSTER: self.cfg.cluster_name}, include_terminated=True)
+        except CloudError as e:
+            log.warning("cannot list instances to look for vanished ones: %s", e)
+            return
+        self.interruptions.sweep(seen, self.clock())
 
     def _node_upkeep(self) -> None:
         """Drains slurmscale placed and must lift (or place) as time passes: nodes back from

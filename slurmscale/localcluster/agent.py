@@ -30,7 +30,8 @@ class _Booted:
 class InstanceAgent:
     def __init__(self, ec2_client, cluster: str, boot_delay: float,  # type: ignore[no-untyped-def]
                  start_slurmd: Callable[[str], subprocess.Popen[bytes]],
-                 poll_interval: float = 0.5) -> None:
+                 poll_interval: float = 0.5,
+                 on_halt: Callable[[str], None] | None = None) -> None:
         self.ec2 = ec2_client
         self.cluster = cluster
         self.boot_delay = boot_delay
@@ -41,6 +42,7 @@ class InstanceAgent:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="instance-agent", daemon=True)
         self.errors = 0
+        self.on_halt = on_halt  # after a node's slurmd stops: end what else ran "on" it
 
     def start(self) -> None:
         self._thread.start()
@@ -71,6 +73,8 @@ class InstanceAgent:
             except subprocess.TimeoutExpired:
                 b.proc.kill()
                 b.proc.wait(5)
+        if self.on_halt is not None:
+            self.on_halt(node)
         log.info("agent: %s (%s) shut down", node, b.instance_id)
 
     def step(self, now: datetime) -> None:

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -53,6 +54,7 @@ class PoolSpec:
     cpus: int = 2
     policy: dict[str, Any] = field(default_factory=dict)  # overrides of the pool's policy
     fallback_pool: str | None = None
+    spot: dict[str, Any] = field(default_factory=dict)  # the pool's spot settings
 
 
 @dataclass
@@ -286,6 +288,7 @@ class LocalCluster:
                 "policy": {"min_idle_s": self.o.min_idle, "max_idle_s": self.o.max_idle,
                            **p.policy},
                 **({"fallback_pool": p.fallback_pool} if p.fallback_pool else {}),
+                **({"spot": p.spot} if p.spot else {}),
             } for p in self.o.pools],
         }
         self.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -368,6 +371,22 @@ SlurmdTimeout=120
         wait_for("slurmctld to answer", lambda: self.slurm("scontrol", "ping", check=False)
                  .count("is UP"), 60)
 
+    def _kill_job_steps(self, node: str) -> None:
+        """A terminated instance takes its jobs' processes with it; here they would outlive
+        the stopped slurmd (slurmstepd runs in its own session). They are found by the node's
+        slurmd log, which every step this node's slurmd started holds open, and killed."""
+        log_path = str(self.root / "log" / f"slurmd-{node}.log")
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if not (proc / "cmdline").read_bytes().startswith(b"slurmstepd"):
+                    continue
+                if any(os.readlink(fd) == log_path for fd in (proc / "fd").iterdir()):
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:
+                continue  # gone meanwhile
+
     def _start_slurmd(self, node: str) -> subprocess.Popen[bytes]:
         (self.root / "spool" / node).mkdir(parents=True, exist_ok=True)
         name = f"slurmd-{node}"
@@ -376,7 +395,8 @@ SlurmdTimeout=120
                                        "-N", node, "-f", str(self.conf)], env=self.env())
 
     def _start_agent(self) -> None:
-        self.agent = InstanceAgent(self.ec2(), self.name, self.o.boot_delay, self._start_slurmd)
+        self.agent = InstanceAgent(self.ec2(), self.name, self.o.boot_delay, self._start_slurmd,
+                                   on_halt=self._kill_job_steps)
         self.agent.start()
 
     def start_daemon(self) -> None:

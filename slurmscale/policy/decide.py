@@ -12,6 +12,12 @@ has been idle `min_idle_s` and the pool's recent arrivals do not forecast a use 
 `reuse_horizon_s` (a terminate-then-relaunch costs a boot), and in any case after `max_idle_s`
 (where Slurm's SuspendTime would have released it); at most `max_scale_down_per_cycle` early
 releases per decision, and never below `min_nodes`.
+
+Safety buffer (on-demand pools a spot pool falls back to): at least a share of the GPUs in use
+is kept powered up on demand, so jobs requeued by a burst of spot interruptions restart on warm
+nodes instead of waiting for a boot while spot capacity is gone. Slurm prefers the spot
+partition (higher PriorityTier), so these nodes sit idle until spot cannot take a job; what
+they cost and what they save is measured in docs/spot.md.
 """
 
 from __future__ import annotations
@@ -137,9 +143,53 @@ def _reuse_forecast(k: PoolKnobs, arrivals: list[tuple[float, int]], now: float,
     return recent * k.reuse_horizon_s / k.reuse_window_s
 
 
+def _in_use(nodes: list[NodeView], gpus_per_node: int) -> float:
+    """GPUs running jobs (nodes, for a pool without GPUs)."""
+    if gpus_per_node:
+        return float(sum(n.alloc_gpus for n in nodes if n.state in LIVE))
+    return float(sum(1 for n in nodes if n.state is NodeState.ALLOCATED))
+
+
+def buffer_nodes(k: PoolKnobs, nodes_by_pool: dict[str, list[NodeView]],
+                 gpus_by_pool: dict[str, int]) -> tuple[int, str]:
+    """How many idle (or booting) nodes of on-demand pool `k` the safety buffer keeps warm
+    for the spot pools falling back to it, and why. Busy on-demand nodes are not a buffer:
+    they cannot take a requeued job."""
+    if not k.buffer:
+        return 0, ""
+    parts: list[str] = []
+    units = 0.0
+    for r in k.buffer:
+        used = _in_use(nodes_by_pool.get(r.spot_pool, []), gpus_by_pool.get(r.spot_pool, 0))
+        units += r.fraction * used
+        unit = "GPU(s)" if gpus_by_pool.get(r.spot_pool, 0) else "busy node(s)"
+        parts.append(f"{r.fraction:.0%} of {used:g} {unit} in use on {r.spot_pool}")
+    by_share = math.ceil(units / max(1, k.gpus_per_node) - 1e-9)
+    warm = sum(r.warm_nodes for r in k.buffer)
+    want = min(k.max_nodes, max(by_share, warm))
+    why = f"on-demand safety buffer of {want} idle node(s) for {' + '.join(parts)}"
+    if warm:
+        why += f", at least {warm}"
+    return want, why
+
+
+def _warm(k: PoolKnobs, nodes: list[NodeView], want: int, why: str,
+          actions: list[Action]) -> None:
+    spare = sum(1 for n in nodes if n.state in (NodeState.IDLE, NodeState.BOOTING)
+                and n.usable and not n.held)
+    if spare >= want:
+        return
+    down = sorted((n for n in nodes if n.state is NodeState.POWERED_DOWN and n.usable
+                   and not n.held), key=lambda n: node_order_key(n.name))
+    up = tuple(n.name for n in down[:want - spare])
+    if up:
+        actions.append(Action(ActionKind.WARM, k.name, f"{why}; {spare} spare: powering up "
+                              f"{len(up)}", nodes=up, count=len(up)))
+
+
 def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, target: int,
                 arrivals: list[tuple[float, int]], now: float,
-                actions: list[Action]) -> list[str]:
+                actions: list[Action], floor: int = 0) -> list[str]:
     live = [n for n in nodes if n.state in LIVE]
     idle = sorted((n for n in nodes if n.state is NodeState.IDLE and n.usable),
                   key=lambda n: (n.idle_since if n.idle_since is not None else now, n.name))
@@ -156,7 +206,7 @@ def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, target:
     spare = avail
     forecast = _reuse_forecast(k, arrivals, now, spare)
     keep_for_reuse = math.ceil(forecast - 1e-9)
-    room = max(0, len(live) - k.min_nodes)
+    room = max(0, len(live) - max(k.min_nodes, floor))
     out: list[str] = []
     early = 0  # released before max_idle_s: these are capped per cycle
     kept_reuse: list[str] = []
@@ -183,6 +233,12 @@ def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, target:
             f"idle >= {k.min_idle_s:.0f}s with no pending job for them and a reuse forecast of "
             f"{forecast:.1f} node(s) in {k.reuse_horizon_s:.0f}s", nodes=tuple(out),
             count=len(out)))
+    if floor > k.min_nodes and len(out) == room and len(live) - room <= floor:
+        kept = [n.name for n in candidates if n.name not in out and n.name not in kept_reuse
+                and now - (n.idle_since if n.idle_since is not None else now) >= k.min_idle_s]
+        if kept:
+            actions.append(Action(ActionKind.KEEP, k.name, "kept idle as the on-demand safety "
+                                  "buffer", nodes=tuple(kept)))
     if kept_reuse:
         actions.append(Action(ActionKind.KEEP, k.name,
                               f"recent arrivals forecast {forecast:.1f} node(s) needed within "
@@ -196,8 +252,11 @@ def decide(s: Snapshot) -> Plan:
     for n in s.nodes:
         nodes_by_pool[n.pool].append(n)
     jobs_by_pool: dict[str, list[PendingJob]] = defaultdict(list)
+    also_by_pool: dict[str, list[PendingJob]] = defaultdict(list)
     for j in s.jobs:
         jobs_by_pool[j.pool].append(j)
+        for other in j.also:
+            also_by_pool[other].append(j)
     arrivals_by_pool: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for t, pool, n in s.arrivals:
         arrivals_by_pool[pool].append((t, n))
@@ -205,6 +264,7 @@ def decide(s: Snapshot) -> Plan:
     targets: dict[str, int] = {}
     memory: dict[str, PoolMemory] = {}
     demands: dict[str, PoolDemand] = {}
+    gpus_by_pool = {k.name: k.gpus_per_node for k in s.pools}
     for k in sorted(s.pools, key=lambda p: p.name):
         nodes = sorted(nodes_by_pool[k.name], key=lambda n: n.name)
         demand = pool_demand(k, jobs_by_pool[k.name], s.now)
@@ -212,12 +272,25 @@ def decide(s: Snapshot) -> Plan:
         live = sum(1 for n in nodes if n.state in LIVE)
         idle = sum(1 for n in nodes if n.state is NodeState.IDLE and n.usable and not n.held)
         mem = s.memory.get(k.name, PoolMemory(target=k.min_nodes))
+        buffer, why_buffer = buffer_nodes(k, nodes_by_pool, gpus_by_pool)
+        # live nodes the buffer keeps: the busy ones plus the idle buffer
+        floor = min(k.max_nodes, buffer + sum(
+            1 for n in nodes if n.state in (NodeState.ALLOCATED, NodeState.RESERVED))) \
+            if buffer else 0
         if k.mode is Mode.IMMEDIATE:
             mem = PoolMemory(k.max_nodes, None, mem.last_step_at)
         else:
             mem = _governed_target(k, mem, demand, live, idle, s.now, actions)
-        released = _scale_down(k, nodes, demand, mem.target, arrivals_by_pool[k.name], s.now,
-                               actions)
+            if mem.target < floor:
+                actions.append(Action(ActionKind.RAISE_TARGET, k.name, f"{why_buffer}: target "
+                                      f"{mem.target} -> {floor}", count=floor - mem.target))
+                mem = PoolMemory(floor, mem.above_since, s.now)
+        # Jobs that may also run here are about to use its idle nodes too (e.g. requeued
+        # spot jobs waiting for the on-demand buffer): they count for scale-down only.
+        near = (pool_demand(k, jobs_by_pool[k.name] + also_by_pool[k.name], s.now)
+                if also_by_pool[k.name] else demand)
+        released = _scale_down(k, nodes, near, mem.target, arrivals_by_pool[k.name], s.now,
+                               actions, floor=floor)
         if k.mode is Mode.GOVERNED and released:
             new = _clamp(min(mem.target, live - len(released)), k)
             if new < mem.target:
@@ -226,6 +299,8 @@ def decide(s: Snapshot) -> Plan:
                                       f"{mem.target} -> {new}", count=mem.target - new))
                 mem = PoolMemory(new, mem.above_since, mem.last_step_at)
         _holds(k, nodes, mem.target, actions)
+        if buffer:
+            _warm(k, nodes, buffer, why_buffer, actions)
         targets[k.name] = mem.target
         memory[k.name] = mem
     return Plan(s.now, tuple(actions), targets, memory, demands)

@@ -24,6 +24,15 @@ class NodeState(StrEnum):
     RESERVED = "reserved"  # held in a reservation for a pending job
 
 
+class BufferRule(NamedTuple):
+    """An on-demand pool keeps warm capacity for a spot pool: at least `fraction` of the GPUs
+    in use in the spot pool (and in itself), and at least `warm_nodes` nodes, powered up."""
+
+    spot_pool: str
+    fraction: float
+    warm_nodes: int = 0
+
+
 @dataclass(frozen=True)
 class PoolKnobs:
     """One pool's policy settings. Defaults are the worked example's (see docs/policy.md)."""
@@ -44,6 +53,8 @@ class PoolKnobs:
     reuse_window_s: float = 3600.0
     reuse_horizon_s: float = 600.0
     default_time_limit_s: float = 4 * 3600.0
+    # On-demand pools only: the safety buffer it keeps for the spot pools that fall back to it
+    buffer: tuple[BufferRule, ...] = ()
 
 
 class PendingJob(NamedTuple):
@@ -57,6 +68,7 @@ class PendingJob(NamedTuple):
     submit_s: float
     priority: int = 0
     actionable: bool = True  # pending for capacity (Resources/Priority), not held/dependent
+    also: tuple[str, ...] = ()  # other pools it may run in (submitted to several partitions)
 
 
 class NodeView(NamedTuple):
@@ -99,6 +111,7 @@ class ActionKind(StrEnum):
     KEEP = "keep"  # an idle node deliberately kept; recorded so `plan` explains it
     HOLD = "hold"  # drain powered-down nodes above a governed target so Slurm cannot use them
     UNHOLD = "unhold"  # undrain held nodes the target now covers
+    WARM = "warm"  # power up on-demand nodes for the safety buffer (no job asked for them)
 
 
 @dataclass(frozen=True)

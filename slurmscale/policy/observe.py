@@ -9,6 +9,7 @@ from slurmscale.config import Config, Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.model import (
+    BufferRule,
     Mode,
     NodeState,
     NodeView,
@@ -41,8 +42,15 @@ def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
     return tuple(
         PoolKnobs(name=p.name, gpus_per_node=p.gpus_per_node, max_nodes=p.max_nodes,
                   min_nodes=p.min_nodes, mode=Mode(p.policy.mode),
-                  **p.policy.model_dump(exclude={"mode"}))
+                  buffer=buffer_rules(cfg, p.name), **p.policy.model_dump(exclude={"mode"}))
         for p in cfg.pools)
+
+
+def buffer_rules(cfg: Config, pool: str) -> tuple[BufferRule, ...]:
+    """The safety buffers on-demand pool `pool` keeps for the spot pools falling back to it."""
+    return tuple(BufferRule(p.name, p.spot.on_demand_buffer, p.spot.warm_on_demand_nodes)
+                 for p in cfg.pools if p.fallback_pool == pool
+                 and (p.spot.on_demand_buffer or p.spot.warm_on_demand_nodes))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -67,20 +75,22 @@ def node_state(n: SlurmNode) -> NodeState:
     return NodeState.IDLE
 
 
-def _free_at(jobs: list[QueueJob]) -> dict[str, float]:
-    """Each node's latest running-job end (start + time limit): when it will be free at the
-    latest. Only running jobs carry an EndTime and node list."""
-    out: dict[str, float] = {}
+def _running(jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
+    """Per node, from its running jobs: the latest end (start + time limit, when it will be
+    free at the latest) and the GPUs they use. Only running jobs carry an EndTime and node
+    list. The GPUs stand in for the node's AllocTRES, which counts GPUs only where
+    AccountingStorageTRES=gres/gpu (and so slurmdbd) is configured."""
+    free_at: dict[str, float] = {}
+    gpus: dict[str, int] = {}
     for j in jobs:
-        if not j.nodelist or not j.end_time:
+        if not j.nodelist:
             continue
-        end = slurm_time(j.end_time)
-        if end is None:
-            continue
+        end = slurm_time(j.end_time) if j.end_time else None
         for name in expand(j.nodelist):
-            if end > out.get(name, 0.0):
-                out[name] = end
-    return out
+            gpus[name] = gpus.get(name, 0) + j.gpus_per_node
+            if end is not None and end > free_at.get(name, 0.0):
+                free_at[name] = end
+    return free_at, gpus
 
 
 def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
@@ -109,13 +119,16 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
 
 def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
                    memory: dict[str, PoolMemory] | None = None,
-                   arrival_log: dict[str, tuple[float, str, int]] | None = None) -> Snapshot:
+                   arrival_log: dict[str, tuple[float, str, int]] | None = None,
+                   requeued: frozenset[str] = frozenset()) -> Snapshot:
     """`jobs`: pending jobs (the demand) plus, optionally, starting/running ones (their submit
     times feed the reuse forecast, as every arrival does in the simulator). `arrival_log`, the
     daemon's memory across passes (job id -> submit, pool, nodes), is updated here and used
     for the forecast instead: a job that already finished is gone from squeue but still
-    counts as an arrival within the window."""
-    free_at = _free_at(jobs)
+    counts as an arrival within the window. `requeued`: jobs slurmscale requeued off an
+    interrupted node; while Slurm holds them back (BeginTime, or no reason yet) they are still
+    demand that is about to need capacity."""
+    free_at, job_gpus = _running(jobs)
     views = []
     for n in nodes:
         pool = cfg.pool_of(n.name)
@@ -123,22 +136,28 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
             continue
         st = node_state(n)
         held = "DRAIN" in n.flags and n.reason.startswith(HOLD_REASON)
-        usable = held or not (n.flags & UNUSABLE_FLAGS or n.base_state == "DOWN")
+        # A node powering down is in transition: nothing may be asked of it until it is down.
+        usable = held or not (n.flags & UNUSABLE_FLAGS or n.base_state == "DOWN"
+                              or "POWERING_DOWN" in n.flags)
         views.append(NodeView(n.name, pool.name, st,
                               slurm_time(n.last_busy) if st is NodeState.IDLE else None,
-                              held=held, usable=usable, alloc_gpus=n.alloc_gpus,
+                              held=held, usable=usable,
+                              alloc_gpus=n.alloc_gpus or min(job_gpus.get(n.name, 0),
+                                                             pool.gpus_per_node),
                               free_at=free_at.get(n.name) if st is NodeState.ALLOCATED
                               else None))
     by_partition = {p.partition: p for p in cfg.pools}
-    pool_of: dict[tuple[str, ...], Pool | None] = {}
+    pool_of: dict[tuple[str, ...], tuple[Pool | None, tuple[str, ...]]] = {}
     pending = []
     arrivals = []
     for j in jobs:
         if j.partitions in pool_of:
-            pool = pool_of[j.partitions]
+            pool, also = pool_of[j.partitions]
         else:
-            pool = pool_of[j.partitions] = next(
-                (by_partition[p] for p in j.partitions if p in by_partition), None)
+            mine = [by_partition[p] for p in j.partitions if p in by_partition]
+            pool = mine[0] if mine else None
+            also = tuple(p.name for p in mine[1:] if p is not pool)
+            pool_of[j.partitions] = (pool, also)
         if pool is None:
             continue
         submit = slurm_time(j.submit_time) or now
@@ -151,7 +170,8 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
             job_id=j.job_id, pool=pool.name, nodes=j.num_nodes,
             gpus_per_node=j.gpus_per_node or pool.gpus_per_node, time_limit_s=j.time_limit_s,
             submit_s=submit, priority=j.priority,
-            actionable=j.reason in CAPACITY_REASONS and j.priority > 0))
+            actionable=(j.reason in CAPACITY_REASONS or j.job_id in requeued)
+            and j.priority > 0, also=also))
     if arrival_log is not None:
         window = max((p.policy.reuse_window_s for p in cfg.pools), default=3600.0)
         for job_id in [k for k, (t, _, _) in arrival_log.items() if t < now - window]:

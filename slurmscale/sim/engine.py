@@ -6,21 +6,34 @@ nodes, all at once. A job placed on powered-down nodes powers them up (as Slurm'
 ResumeProgram does) and starts when the last of them has booted. Governed and naive pools may
 only have `target` nodes live. Simulated cloud: a boot delay, the pool cap, a price per
 node-hour from the first second of boot to release.
+
+With a SpotModel the pool is spot capacity backed by an on-demand fallback pool, as slurmscale
+deploys it: jobs are submitted to both partitions and run on spot whenever they can (Slurm's
+PriorityTier), on demand otherwise. Spot nodes are interrupted at random (a rate per node-hour)
+and in a storm (a share of the live spot nodes at once, after which spot launches fail for a
+while, as after a real reclaim); after any interruption the pool is in capacity backoff for a
+TTL, as the daemon puts it. An interrupted node's jobs are requeued, as slurmscale does on
+the warning: eligible again after Slurm's requeue delay, restarted from the beginning, moved to
+on-demand only after `max_preemptions`. Seeded: the same run gives the same result.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
+import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurmscale.policy.model import (
     ActionKind,
+    BufferRule,
     Mode,
     NodeState,
     NodeView,
     PendingJob,
+    PoolKnobs,
     PoolMemory,
     Snapshot,
 )
@@ -28,7 +41,8 @@ from slurmscale.policy.reservations import GangJob, Hold, HoldActionKind, plan_h
 from slurmscale.sim.policies import SimPolicy
 from slurmscale.sim.trace import TraceJob
 
-SUBMIT, READY, END, TICK = 0, 1, 2, 3  # same-time order: arrivals first, policy last
+# same-time order: arrivals first, policy last
+SUBMIT, ELIGIBLE, READY, END, TICK = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -44,6 +58,8 @@ class _Node:
     resv: str | None = None  # held in this reservation: only its job may use it
     free_at: float = 0.0  # latest end of its running jobs (the trace's durations stand in
     # for time limits, which the traces do not have)
+    pool: str = ""
+    spot: bool = False
 
 
 @dataclass
@@ -61,6 +77,12 @@ class SimResult:
     node_launches: int = 0
     reservations_created: int = 0
     reservation_idle_gpu_s: float = 0.0
+    spot_node_s: float = 0.0
+    preemptions: int = 0  # spot nodes interrupted
+    requeues: int = 0  # jobs requeued because their node was interrupted
+    jobs_failed: int = 0  # preempted jobs that never ran to the end
+    lost_gpu_s: float = 0.0  # GPU time of runs cut short (redone from the start)
+    restart_waits: list[float] = field(default_factory=list)  # requeue -> restart
     end_s: float = 0.0
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # t, demand, live GPUs
 
@@ -72,16 +94,54 @@ class SimCloud:
     tick_s: float = 60.0
     # With nothing running or arriving, stop when the policy has changed nothing this long.
     give_up_after_s: float = 7 * 86400.0
+    spot_price_per_node_hour: float | None = None  # spot nodes (with a SpotModel)
+
+
+@dataclass(frozen=True)
+class SpotModel:
+    on_demand_nodes: int  # the fallback pool's max_nodes
+    buffer: float = 0.0  # on-demand safety buffer: share of the GPUs in use
+    warm_nodes: int = 0
+    interruption_rate: float = 0.0  # per spot node-hour
+    storm_at_s: float | None = None
+    storm_fraction: float = 0.0  # share of the live spot nodes a storm takes
+    storm_outage_s: float = 1800.0  # spot launches fail this long after a storm
+    # after any interruption slurmscale puts the pool in capacity backoff this long
+    # (capacity.unavailable_ttl_s): no spot launches, work goes to on-demand meanwhile
+    reclaim_backoff_s: float = 180.0
+    requeue_delay_s: float = 120.0  # Slurm: a requeued batch job is eligible again after this
+    max_preemptions: int = 2
+    seed: int = 0
 
 
 class Simulation:
-    def __init__(self, jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud) -> None:
+    def __init__(self, jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
+                 spot: SpotModel | None = None) -> None:
         self.jobs = jobs
         self.p = policy
         self.k = policy.knobs
         self.cloud = cloud
-        self.nodes = [_Node(f"n{i + 1}", self.k.gpus_per_node) for i in range(self.k.max_nodes)]
+        self.spot = spot
+        self.pools: list[PoolKnobs] = [self.k]
+        self.od: PoolKnobs | None = None
+        self.nodes = [_Node(f"n{i + 1}", self.k.gpus_per_node, pool=self.k.name,
+                            spot=spot is not None) for i in range(self.k.max_nodes)]
+        if spot is not None and spot.on_demand_nodes:
+            rule = ((BufferRule(self.k.name, spot.buffer, spot.warm_nodes),)
+                    if spot.buffer or spot.warm_nodes else ())
+            # The fallback runs in immediate mode: Slurm powers up its nodes per job.
+            self.od = replace(self.k, name=f"{self.k.name}-od", max_nodes=spot.on_demand_nodes,
+                              min_nodes=0, mode=Mode.IMMEDIATE, buffer=rule)
+            self.pools.append(self.od)
+            self.nodes += [_Node(f"od{i + 1}", self.k.gpus_per_node, pool=self.od.name)
+                           for i in range(spot.on_demand_nodes)]
+        # every job is submitted to both partitions (-p spot,on-demand)
+        self.also: tuple[str, ...] = (self.od.name,) if self.od is not None else ()
+        self.nodes_of = {k.name: [n for n in self.nodes if n.pool == k.name] for k in self.pools}
         self.by_name = {n.name: n for n in self.nodes}
+        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.down_views = [NodeView(n.name, n.pool, NodeState.POWERED_DOWN)
+                           for n in self.nodes]
         self.pending: dict[int, TraceJob] = {}
         self.pending_views: dict[int, PendingJob] = {}
         self.future_events = 0  # queued events other than the policy tick
@@ -90,8 +150,8 @@ class Simulation:
         self.start: dict[int, float] = {}
         self.ev: list[tuple[float, int, int, int]] = []
         self.seq = itertools.count()
-        self.memory = PoolMemory(self.k.max_nodes if self.k.mode is Mode.IMMEDIATE
-                                 else self.k.min_nodes)
+        self.memory = {k.name: PoolMemory(k.max_nodes if k.mode is Mode.IMMEDIATE
+                                          else k.min_nodes) for k in self.pools}
         self.arrivals: deque[tuple[float, str, int]] = deque()
         self.r = SimResult(policy.name)
         self.running_gpus = 0
@@ -101,6 +161,15 @@ class Simulation:
         self.attached: dict[int, str] = {}  # pending job -> the reservation it is pointed at
         self.started_in: dict[str, str] = {}  # job id -> reservation it started in
         self.idx_of = {j.job_id: i for i, j in enumerate(jobs)}
+        # interruptions
+        self.rng = random.Random(spot.seed if spot else 0)
+        self.stormed = False
+        self.spot_down_until = -math.inf
+        self.eligible_at: dict[int, float] = {}  # requeued jobs wait for Slurm's delay
+        self.pending_since: dict[int, float] = {}  # requeued jobs: when they went back
+        self.waited: dict[int, float] = {}  # time pending so far, over all runs
+        self.preempted: dict[int, int] = {}
+        self.steered: set[int] = set()  # preempted max_preemptions times: on-demand only
 
     # --- bookkeeping ---------------------------------------------------------------------
     def _push(self, t: float, kind: int, idx: int) -> None:
@@ -108,8 +177,8 @@ class Simulation:
             self.future_events += 1
         heapq.heappush(self.ev, (t, kind, next(self.seq), idx))
 
-    def _live(self) -> int:
-        return sum(1 for n in self.nodes if n.state != "down")
+    def _live(self, pool: str) -> int:
+        return sum(1 for n in self.nodes_of[pool] if n.state != "down")
 
     def _power_up(self, n: _Node, now: float) -> None:
         n.state, n.ready_at, n.free, n.on_since = "booting", now + self.cloud.boot_s, n.gpus, now
@@ -118,29 +187,33 @@ class Simulation:
         if self.last_launch_batch != now:
             self.r.scale_up_actions += 1
             self.last_launch_batch = now
-        self._push(n.ready_at, READY, self.nodes.index(n))
+        self._push(n.ready_at, READY, self.node_index[n.name])
 
     def _power_down(self, n: _Node, now: float) -> None:
         self.r.node_on_s += now - n.on_since
+        if n.spot:
+            self.r.spot_node_s += now - n.on_since
         n.state, n.idle_since, n.jobs, n.free = "down", None, 0, 0
 
     # --- the simulated Slurm ---------------------------------------------------------------
-    def _place(self, idx: int, job: TraceJob, now: float, headroom: int) -> int:
-        """Place one job if it fits; returns the nodes powered up (-1 if not placed)."""
-        gpn = job.gpus_per_node(self.k.gpus_per_node)
-        if job.nodes > self.k.max_nodes or gpn > self.k.gpus_per_node:
+    def _place(self, idx: int, job: TraceJob, now: float, headroom: int,
+               k: PoolKnobs) -> int:
+        """Place one job in pool `k` if it fits; returns the nodes powered up (-1 if not)."""
+        gpn = job.gpus_per_node(k.gpus_per_node)
+        if job.nodes > k.max_nodes or gpn > k.gpus_per_node:
             return -1
         resv = self.attached.get(idx)
         if resv is not None:  # pointed at its reservation: runs there, on nothing else
             headroom = 0
-        live = [n for n in self.nodes if n.state != "down" and n.resv == resv]
+        pool = self.nodes_of[k.name]
+        live = [n for n in pool if n.state != "down" and n.resv == resv]
         if job.nodes == 1:
             fits = [n for n in live if n.free >= gpn]
             if fits:
                 chosen = [min(fits, key=lambda n: (n.free, n.state != "up", n.name))]
                 new: list[_Node] = []
             elif headroom >= 1:
-                chosen = new = [next(n for n in self.nodes if n.state == "down")]
+                chosen = new = [next(n for n in pool if n.state == "down")]
             else:
                 return -1
         else:
@@ -150,7 +223,7 @@ class Simulation:
             if need <= 0:
                 chosen, new = whole[:job.nodes], []
             elif need <= headroom:
-                new = [n for n in self.nodes if n.state == "down"][:need]
+                new = [n for n in pool if n.state == "down"][:need]
                 chosen = whole + new
             else:
                 return -1
@@ -164,52 +237,64 @@ class Simulation:
             n.free_at = max(n.free_at if n.jobs > 1 else 0.0, start + job.duration_s)
         self.placed[idx] = [(n, gpn) for n in chosen]
         self.start[idx] = start
+        since = self.pending_since.pop(idx, None)
+        if since is not None:  # a requeued job restarting
+            self.r.restart_waits.append(start - since)
+        self.waited[idx] = self.waited.get(idx, 0.0) + start - (
+            job.submit_s if since is None else since)
         if resv is not None:
             self.started_in[job.job_id] = self.attached.pop(idx)
         self._push(start + job.duration_s, END, idx)
         self.running_gpus += gpn * job.nodes
         return len(new)
 
+    def _pool_room(self, k: PoolKnobs, now: float) -> list[int]:
+        """[headroom, largest free GPUs on a live node, whole free nodes] outside reservations."""
+        target = self.memory[k.name].target if k.mode is Mode.GOVERNED else k.max_nodes
+        head = max(0, min(target, k.max_nodes) - self._live(k.name))
+        if k is self.k and now < self.spot_down_until:
+            head = 0  # spot launches fail: slurmscale holds the pool's powered-down nodes
+        live = [n for n in self.nodes_of[k.name] if n.state != "down" and n.resv is None]
+        return [head, max((n.free for n in live), default=0),
+                sum(1 for n in live if n.jobs == 0)]
+
     def _schedule(self, now: float) -> None:
         if not self.pending:
             return
-        target = self.memory.target if self.k.mode is Mode.GOVERNED else self.k.max_nodes
-        headroom = max(0, min(target, self.k.max_nodes) - self._live())
-
-        def capacity() -> tuple[int, int]:
-            live = [n for n in self.nodes if n.state != "down" and n.resv is None]
-            return (max((n.free for n in live), default=0),
-                    sum(1 for n in live if n.jobs == 0))
-
+        room = {k.name: self._pool_room(k, now) for k in self.pools}
+        od_only = [self.od] if self.od is not None else []
         for idx in [i for i in self.attached if i in self.pending]:
-            if self._place(idx, self.pending[idx], now, 0) >= 0:
+            if self._place(idx, self.pending[idx], now, 0, self.k) >= 0:
                 del self.pending[idx]
                 del self.pending_views[idx]
-        max_free, whole = capacity()
+                room[self.k.name] = self._pool_room(self.k, now)
         for idx, job in list(self.pending.items()):
-            if idx in self.attached:
+            if idx in self.attached or self.eligible_at.get(idx, 0.0) > now:
                 continue
-            if headroom == 0 and max_free == 0:
+            if all(r[0] == 0 and r[1] == 0 for r in room.values()):
                 return
-            gpn = job.gpus_per_node(self.k.gpus_per_node)
-            if job.nodes == 1 and gpn > max_free and headroom < 1:
-                continue
-            if job.nodes > 1 and job.nodes > whole + headroom:
-                continue
-            used = self._place(idx, job, now, headroom)
-            if used >= 0:
-                del self.pending[idx]
-                del self.pending_views[idx]
-                headroom -= used
-                max_free, whole = capacity()
+            for k in (od_only if idx in self.steered else self.pools):
+                headroom, max_free, whole = room[k.name]
+                gpn = job.gpus_per_node(k.gpus_per_node)
+                if job.nodes == 1 and gpn > max_free and headroom < 1:
+                    continue
+                if job.nodes > 1 and job.nodes > whole + headroom:
+                    continue
+                if self._place(idx, job, now, headroom, k) >= 0:
+                    del self.pending[idx]
+                    del self.pending_views[idx]
+                    self.eligible_at.pop(idx, None)
+                    room[k.name] = self._pool_room(k, now)
+                    break
 
     # --- the policy ----------------------------------------------------------------------
     def _snapshot(self, now: float) -> Snapshot:
         views = []
-        for n in self.nodes:
+        for n, down in zip(self.nodes, self.down_views, strict=True):
             if n.state == "down":
-                st = NodeState.POWERED_DOWN
-            elif n.resv is not None and not n.jobs:
+                views.append(down)  # most nodes, most of the time: one shared view each
+                continue
+            if n.resv is not None and not n.jobs:
                 st = NodeState.RESERVED
             elif n.jobs:
                 st = NodeState.ALLOCATED
@@ -217,13 +302,12 @@ class Simulation:
                 st = NodeState.BOOTING
             else:
                 st = NodeState.IDLE
-            views.append(NodeView(n.name, self.k.name, st, n.idle_since,
-                                  alloc_gpus=n.gpus - n.free if n.state != "down" else 0,
+            views.append(NodeView(n.name, n.pool, st, n.idle_since, alloc_gpus=n.gpus - n.free,
                                   free_at=n.free_at if n.jobs else None))
         jobs = tuple(self.pending_views.values())
         while self.arrivals and self.arrivals[0][0] < now - self.k.reuse_window_s:
             self.arrivals.popleft()
-        return Snapshot(now, (self.k,), tuple(views), jobs, {self.k.name: self.memory},
+        return Snapshot(now, tuple(self.pools), tuple(views), jobs, dict(self.memory),
                         tuple(self.arrivals))
 
     def _hold_pass(self, now: float, snap: Snapshot) -> bool:
@@ -233,14 +317,15 @@ class Simulation:
         # priority: earlier submit first, as the simulated Slurm schedules
         jobs = [GangJob(v.job_id, self.k.name, v.nodes, v.gpus_per_node, v.submit_s,
                         -int(v.submit_s), "user", reservation=self.attached.get(i, ""))
-                for i, v in self.pending_views.items() if v.nodes >= 2]
+                for i, v in self.pending_views.items() if v.nodes >= 2 and i not in self.steered]
         for h in self.holds:
             i = self.idx_of[h.job_id]
             if i in self.start and h.job_id in self.started_in:  # started (still running)
                 jobs.append(GangJob(h.job_id, self.k.name, h.needed, 0, 0, 0, "user",
                                     pending=False, reservation=self.started_in[h.job_id]))
         plan = plan_holds(self.p.holds, {self.k.name: self.k.gpus_per_node},
-                          {self.k.name: self.k.max_nodes}, snap.nodes, tuple(jobs),
+                          {self.k.name: self.k.max_nodes},
+                          tuple(v for v in snap.nodes if v.pool == self.k.name), tuple(jobs),
                           self.holds, frozenset(self.exhausted), now,
                           frozenset(n.name for n in self.nodes if n.resv is not None))
         before = {h.name: h for h in self.holds}
@@ -269,11 +354,14 @@ class Simulation:
         return bool(plan.actions)
 
     def _tick(self, now: float) -> None:
+        if self.spot is not None:
+            self._interruptions(now)
         snap = self._snapshot(now)
         if self.p.holds is not None and self._hold_pass(now, snap):
             snap = self._snapshot(now)  # nodes changed hands: the policy must see it
         plan = self.p.decide(snap)
-        self.memory = plan.memory.get(self.k.name, self.memory)
+        for k in self.pools:
+            self.memory[k.name] = plan.memory.get(k.name, self.memory[k.name])
         released = [a for a in plan.actions if a.kind is ActionKind.RELEASE]
         for a in released:
             for name in a.nodes:
@@ -282,15 +370,82 @@ class Simulation:
                     self._power_down(n, now)
         if released:
             self.r.scale_down_actions += 1
+        for a in plan.actions:
+            if a.kind is ActionKind.WARM:
+                for name in a.nodes:
+                    if self.by_name[name].state == "down":
+                        self._power_up(self.by_name[name], now)
         if self.p.provision_to_target:
-            for n in self.nodes:
-                if self._live() >= min(self.memory.target, self.k.max_nodes):
+            k = self.k
+            for n in self.nodes_of[k.name]:
+                if self._live(k.name) >= min(self.memory[k.name].target, k.max_nodes):
                     break
                 if n.state == "down":
                     self._power_up(n, now)
         live_gpus = sum(n.gpus for n in self.nodes if n.state != "down")
         demand = self.running_gpus + sum(j.gpus for j in self.pending.values())
         self.r.timeline.append((now, demand, live_gpus))
+
+    # --- spot interruptions ----------------------------------------------------------------
+    def _interruptions(self, now: float) -> None:
+        assert self.spot is not None
+        live = [n for n in self.nodes_of[self.k.name] if n.state != "down"]
+        hit: list[_Node] = []
+        if self.spot.interruption_rate > 0:
+            p = 1.0 - math.exp(-self.spot.interruption_rate * self.cloud.tick_s / 3600.0)
+            hit = [n for n in live if self.rng.random() < p]
+        if (self.spot.storm_at_s is not None and not self.stormed
+                and now >= self.spot.storm_at_s):
+            self.stormed = True
+            rest = [n for n in live if n not in hit]
+            take = min(len(rest), round(self.spot.storm_fraction * len(live)))
+            hit += self.rng.sample(rest, take)
+            self.spot_down_until = now + self.spot.storm_outage_s
+        for n in hit:
+            self._interrupt(n, now)
+
+    def _interrupt(self, n: _Node, now: float) -> None:
+        """The warning: slurmscale drains the node and requeues its jobs; the instance goes."""
+        assert self.spot is not None
+        self.r.preemptions += 1
+        self.spot_down_until = max(self.spot_down_until, now + self.spot.reclaim_backoff_s)
+        for idx in [i for i, placed in self.placed.items() if any(m is n for m, _ in placed)]:
+            self._requeue(idx, now)
+        n.resv = None
+        self._power_down(n, now)
+
+    def _requeue(self, idx: int, now: float) -> None:
+        assert self.spot is not None
+        job = self.jobs[idx]
+        start = self.start.pop(idx)
+        for m, g in self.placed.pop(idx):
+            m.free += g
+            m.jobs -= 1
+            if m.jobs == 0 and m.state == "up":
+                m.idle_since = now
+        g = job.gpus_per_node(self.k.gpus_per_node) * job.nodes
+        ran = max(0.0, now - start)
+        self.r.busy_gpu_s += g * ran
+        self.r.lost_gpu_s += g * ran
+        self.running_gpus -= g
+        if start > now:  # allocated but still waiting for its nodes to boot
+            self.waited[idx] -= start - now
+        self.r.requeues += 1
+        self.preempted[idx] = self.preempted.get(idx, 0) + 1
+        pool = self.k.name
+        if self.preempted[idx] >= self.spot.max_preemptions and self.od is not None:
+            self.steered.add(idx)
+            pool = self.od.name
+        self.pending_since[idx] = now
+        self.eligible_at[idx] = now + self.spot.requeue_delay_s
+        self.pending[idx] = job
+        self.pending_views[idx] = PendingJob(job.job_id, pool, job.nodes,
+                                             job.gpus_per_node(self.k.gpus_per_node),
+                                             job.duration_s, job.submit_s,
+                                             also=() if idx in self.steered else self.also)
+        # Slurm keeps a requeued job's place in priority order (here: submit order).
+        self.pending = dict(sorted(self.pending.items()))
+        self._push(now + self.spot.requeue_delay_s, ELIGIBLE, idx)
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -312,9 +467,11 @@ class Simulation:
                 self.pending[idx] = job
                 self.pending_views[idx] = PendingJob(
                     job.job_id, self.k.name, job.nodes, job.gpus_per_node(self.k.gpus_per_node),
-                    job.duration_s, job.submit_s)
+                    job.duration_s, job.submit_s, also=self.also)
                 if not job.carry_in:
                     self.arrivals.append((now, self.k.name, job.nodes))
+            elif kind == ELIGIBLE:
+                pass  # a requeued job may start again: the scheduler below sees it
             elif kind == READY:
                 n = self.nodes[idx]
                 if n.state == "booting" and n.ready_at == now:
@@ -323,6 +480,8 @@ class Simulation:
                         n.idle_since = now
             elif kind == END:
                 job = self.jobs[idx]
+                if idx not in self.placed or self.start[idx] + job.duration_s != now:
+                    continue  # a run cut short by an interruption
                 for n, g in self.placed.pop(idx):
                     n.free += g
                     n.jobs -= 1
@@ -344,27 +503,33 @@ class Simulation:
     def _tick_can_help(self) -> bool:
         """With nothing running, arriving or booting, only a policy step (a governed target
         rising) can still start a pending job; otherwise the simulation is over."""
-        return (self.k.mode is Mode.GOVERNED and self.memory.target < self.k.max_nodes
-                and any(j.nodes <= self.k.max_nodes for j in self.pending.values()))
+        return any(k.mode is Mode.GOVERNED and self.memory[k.name].target < k.max_nodes
+                   and any(j.nodes <= k.max_nodes for j in self.pending.values())
+                   for k in self.pools)
 
     def _record(self, idx: int, job: TraceJob, now: float) -> None:
         start = self.start.pop(idx)
         g = job.gpus_per_node(self.k.gpus_per_node) * job.nodes
         self.r.busy_gpu_s += g * (now - start)
+        waited = self.waited.pop(idx)
         if not job.carry_in:
             self.r.jobs_completed += 1
-            self.r.waits.append(start - job.submit_s)
+            self.r.waits.append(waited)
             if job.nodes >= 2:
-                self.r.gang_waits.append(start - job.submit_s)
+                self.r.gang_waits.append(waited)
 
     def _finish(self, now: float) -> None:
         self.r.end_s = now
         self.r.jobs = sum(1 for j in self.jobs if not j.carry_in)
-        for job in self.pending.values():  # never started: censored at the end
+        for idx, job in self.pending.items():  # never (re)started: censored at the end
+            if idx in self.preempted:
+                self.r.jobs_failed += 1  # preempted and never run to the end
             if not job.carry_in:
-                self.r.waits.append(now - job.submit_s)
+                waited = self.waited.get(idx, 0.0) + now - self.pending_since.get(
+                    idx, job.submit_s)
+                self.r.waits.append(waited)
                 if job.nodes >= 2:
-                    self.r.gang_waits.append(now - job.submit_s)
+                    self.r.gang_waits.append(waited)
         for h in self.holds:  # still holding at the end: count what it spent so far
             self.r.reservation_idle_gpu_s += h.spent_gpu_s
         for n in self.nodes:
@@ -373,5 +538,6 @@ class Simulation:
         self.r.on_gpu_s = self.r.node_on_s * self.k.gpus_per_node
 
 
-def simulate(jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud) -> SimResult:
-    return Simulation(jobs, policy, cloud).run()
+def simulate(jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
+             spot: SpotModel | None = None) -> SimResult:
+    return Simulation(jobs, policy, cloud, spot).run()

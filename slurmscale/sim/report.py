@@ -18,6 +18,11 @@ def _pct(xs: list[float], q: float) -> float | None:
 def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
     busy_h = r.busy_gpu_s / 3600
     on_h = r.on_gpu_s / 3600
+    spot_h = r.spot_node_s / 3600
+    od_h = r.node_on_s / 3600 - spot_h
+    spot_price = cloud.spot_price_per_node_hour
+    cost = od_h * cloud.price_per_node_hour + spot_h * (
+        cloud.price_per_node_hour if spot_price is None else spot_price)
     return {
         "jobs": r.jobs,
         "jobs_completed": r.jobs_completed,
@@ -27,12 +32,20 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "gang_wait_p95_s": _pct(r.gang_waits, 0.95),
         "busy_gpu_hours": round(busy_h, 1),
         "idle_gpu_hours": round(max(0.0, on_h - busy_h), 1),
-        "cost_usd": round(r.node_on_s / 3600 * cloud.price_per_node_hour, 2),
+        "cost_usd": round(cost, 2),
+        "spot_node_hours": round(spot_h, 1),
+        "on_demand_node_hours": round(od_h, 1),
         "scale_up_actions": r.scale_up_actions,
         "scale_down_actions": r.scale_down_actions,
         "node_launches": r.node_launches,
         "reservations_created": r.reservations_created,
         "reservation_idle_gpu_hours": round(r.reservation_idle_gpu_s / 3600, 1),
+        "preemptions": r.preemptions,
+        "requeues": r.requeues,
+        "jobs_failed": r.jobs_failed,
+        "lost_gpu_hours": round(r.lost_gpu_s / 3600, 1),
+        "restart_wait_p50_s": _pct(r.restart_waits, 0.5),
+        "restart_wait_p95_s": _pct(r.restart_waits, 0.95),
     }
 
 

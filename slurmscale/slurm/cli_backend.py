@@ -102,6 +102,14 @@ class SlurmCLI:
         # node powers down after it (Slurm then runs SuspendProgram as for SuspendTime).
         self.scontrol("update", f"nodename={compress(names)}", "state=POWER_DOWN")
 
+    def power_up(self, names: list[str]) -> None:
+        # Slurm runs ResumeProgram for them as for a job; they come up IDLE.
+        self.scontrol("update", f"nodename={compress(names)}", "state=POWER_UP")
+
+    def set_job_partitions(self, job_id: str, partitions: list[str]) -> None:
+        # Only a pending job can move; Slurm refuses (and says why) otherwise.
+        self.scontrol("update", f"jobid={job_id}", f"partition={','.join(partitions)}")
+
     def drain(self, names: list[str], reason: str) -> None:
         self.scontrol("update", f"nodename={compress(names)}", "state=DRAIN",
                       f"reason={reason}")

@@ -240,10 +240,13 @@ class Store:
             s.add(row)
             s.commit()
 
-    def preemptions(self, job_id: str | None = None) -> list[PreemptionRow]:
+    def preemptions(self, job_id: str | None = None,
+                    since: float | None = None) -> list[PreemptionRow]:
         q = select(PreemptionRow)
         if job_id is not None:
             q = q.where(PreemptionRow.job_id == job_id)
+        if since is not None:
+            q = q.where(PreemptionRow.at >= datetime.fromtimestamp(since, UTC))
         with self.session() as s:
             return list(s.scalars(q.order_by(PreemptionRow.id)))
 

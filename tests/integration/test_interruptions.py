@@ -6,8 +6,6 @@ foreign messages are dropped with an event."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from slurmscale.cloud.protocol import TAG_NODE
@@ -15,17 +13,9 @@ from slurmscale.daemon.interruptions import INTERRUPT_REASON
 from slurmscale.hostlists import expand
 from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.procs import wait_for
+from tests.support.ec2_events import spot_warning
 
 pytestmark = pytest.mark.slurm
-
-
-def _warning(instance_id: str) -> str:
-    return json.dumps({
-        "version": "0", "id": "1e5527d7-bb36-4607-3370-4164db56a40e",
-        "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
-        "account": "123456789012", "time": "2026-11-29T12:00:00Z", "region": "us-east-1",
-        "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}"],
-        "detail": {"instance-id": instance_id, "instance-action": "terminate"}})
 
 
 def _instance_of(c: LocalCluster, node: str) -> str:
@@ -37,15 +27,16 @@ def _instance_of(c: LocalCluster, node: str) -> str:
 
 
 def test_a_spot_warning_requeues_the_gang_which_then_completes(make_cluster) -> None:  # type: ignore[no-untyped-def]
-    c, _proxy = make_cluster()
+    # the warning puts gpu-spot in capacity backoff; this spot-only job waits it out
+    c, _proxy = make_cluster(capacity={"unavailable_ttl_s": 20, "max_unavailable_ttl_s": 40})
     job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 20")
     c.wait_job(job, {"RUNNING"}, 150)
     victim = expand(c.job(job)["NodeList"])[0]
     iid = _instance_of(c, victim)
 
     c.send_event("{this is not json")
-    c.send_event(_warning("i-00000000000000fe"))  # not ours
-    c.send_event(_warning(iid))
+    c.send_event(spot_warning("i-00000000000000fe"))  # not ours
+    c.send_event(spot_warning(iid))
 
     wait_for("the job requeued once",
              lambda: c.job(job).get("Restarts") == "1", 60)
@@ -60,6 +51,7 @@ def test_a_spot_warning_requeues_the_gang_which_then_completes(make_cluster) -> 
     kinds = [e["kind"] for e in events]
     assert kinds.count("event_dropped") == 2
     assert "job_requeued" in kinds and "node_evacuated" in kinds
+    assert kinds.count("capacity_unavailable") == 1
     dropped = " ".join(e["message"] for e in events if e["kind"] == "event_dropped")
     assert "not JSON" in dropped and "i-00000000000000fe" in dropped
     # the interrupted node came back to service once powered down

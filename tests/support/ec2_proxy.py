@@ -7,6 +7,8 @@ AWS really produces, in AWS's response shapes.
   exactly the leak a careless client would never see.
 - `none`: answer CreateFleet with no instances and the error (what MinTargetCapacity gives).
 - `api_error`: answer with an EC2 API error (e.g. RequestLimitExceeded, HTTP 503).
+- `reclaimed`: instances AWS took back without any event reaching us: DescribeInstances shows
+  them terminated with state reason Server.SpotInstanceTermination.
 Loopback only: it listens on 127.0.0.1 and forwards only to the moto URL it is given.
 """
 
@@ -45,6 +47,7 @@ class EC2Proxy:
     upstream: str
     calls: list[Call] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    reclaimed: set[str] = field(default_factory=set)
 
     def start(self) -> EC2Proxy:
         proxy = self
@@ -65,6 +68,8 @@ class EC2Proxy:
                 status, data = proxy._forward(self.path, body, dict(self.headers))
                 if fault and fault.kind == "partial" and status == 200:
                     data = _rewrite_partial(data, fault)
+                if call.action == "DescribeInstances" and proxy.reclaimed and status == 200:
+                    data = _rewrite_reclaimed(data, proxy.reclaimed)
                 self._reply(status, data, call)
 
             def _reply(self, status: int, data: bytes, call: Call) -> None:
@@ -142,3 +147,30 @@ def _rewrite_partial(data: bytes, fault: Fault) -> bytes:
         groups.append((item.findtext("e:lifecycle", default="spot", namespaces=ns),
                        item.findtext("e:instanceType", default="", namespaces=ns), kept))
     return _fleet_response(fleet_id, groups, fault)
+
+
+def _rewrite_reclaimed(data: bytes, reclaimed: set[str]) -> bytes:
+    """Show `reclaimed` instances as EC2 does after a spot reclaim."""
+    root = ET.fromstring(data)
+    uri = root.tag[1:].split("}")[0] if root.tag.startswith("{") else ""
+    ET.register_namespace("", uri)
+
+    def q(tag: str) -> str:
+        return f"{{{uri}}}{tag}" if uri else tag
+
+    for inst in root.iter(q("item")):
+        if inst.findtext(q("instanceId")) not in reclaimed:
+            continue
+        state = inst.find(q("instanceState"))
+        if state is not None:
+            for child, text in (("code", "48"), ("name", "terminated")):
+                el = state.find(q(child))
+                if el is not None:
+                    el.text = text
+        for old in inst.findall(q("stateReason")) + inst.findall(q("reason")):
+            inst.remove(old)
+        reason = ET.SubElement(inst, q("stateReason"))
+        ET.SubElement(reason, q("code")).text = "Server.SpotInstanceTermination"
+        ET.SubElement(reason, q("message")).text = (
+            "Server.SpotInstanceTermination: Spot instance termination")
+    return ET.tostring(root, xml_declaration=True, encoding="UTF-8")

@@ -108,6 +108,14 @@ class FakeSlurm:
     def power_down(self, names: list[str]) -> None:
         self._edit("power_down", names, {"POWERED_DOWN"}, set())
 
+    def power_up(self, names: list[str]) -> None:
+        self._edit("power_up", names, {"POWERING_UP"}, {"POWERED_DOWN"})
+
+    def set_job_partitions(self, job_id: str, partitions: list[str]) -> None:
+        if self.fail:
+            raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")
+        self.calls.append(("set_job_partitions", [job_id, ",".join(partitions)]))
+
     def set_node_address(self, name: str, addr: str, hostname: str) -> None:
         if self.fail:
             raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")

@@ -11,22 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmscale.cloud.events import EventError, EventKind, parse_event
+from slurmscale.cloud.protocol import CloudInstance
+from slurmscale.config import parse_config
 from slurmscale.daemon.interruptions import INTERRUPT_REASON, InterruptionPass
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import InstanceRow
+from tests.support.ec2_events import ec2_event
 from tests.support.fakes import FakeQueue, FakeSlurm
+from tests.unit.conftest import base_config
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-def ec2_event(kind: str, instance: str, **detail: str) -> str:
-    return json.dumps({
-        "version": "0", "id": "7bf73129-1428-4cd3-a780-95db273d1602", "detail-type": kind,
-        "source": "aws.ec2", "account": "123456789012", "time": "2026-11-29T12:00:00Z",
-        "region": "us-east-1", "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/"
-                                             f"{instance}"],
-        "detail": {"instance-id": instance, **detail}})
 
 
 def test_the_three_ec2_events_parse() -> None:
@@ -69,7 +64,10 @@ def test_any_message_parses_or_fails_with_an_event_error(body: str) -> None:
 
 
 @pytest.fixture
-def world(cfg):  # type: ignore[no-untyped-def]
+def world(tmp_path):  # type: ignore[no-untyped-def]
+    d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}")
+    d["pools"][0]["fallback_pool"] = "gpu-od"
+    cfg = parse_config(d)
     store = Store(cfg.store_url)
     store.upgrade()
     store.add_instances([InstanceRow(instance_id="i-0000000000000001", node="spot-1",
@@ -82,7 +80,7 @@ def world(cfg):  # type: ignore[no-untyped-def]
                             100, "alice", "RUNNING", nodelist="spot-[1-2]")]
     q = FakeQueue()
     events: list[tuple[str, str]] = []
-    p = InterruptionPass(store, slurm, q, lambda k, m, **_: events.append((k, m)))
+    p = InterruptionPass(cfg, store, slurm, q, lambda k, m, **_: events.append((k, m)))
     yield p, slurm, q, store, events
     store.close()
 
@@ -118,3 +116,64 @@ def test_rebalance_drains_only_and_foreign_or_malformed_messages_are_dropped(wor
     assert kinds == ["rebalance_drained", "event_dropped", "event_dropped"]
     assert "not an instance slurmscale launched" in events[1][1]
     assert "not JSON" in events[2][1]
+
+
+def _running_again(store: Store, slurm: FakeSlurm, instance: str) -> None:
+    """The job's next run, on a new instance of the same node."""
+    store.add_instances([InstanceRow(instance_id=instance, node="spot-1", pool="gpu-spot",
+                                     gang_id="g2", instance_type="p5.48xlarge",
+                                     lifecycle="spot", launch_template_version="3",
+                                     state="running", launched_at=T0)])
+    slurm.table["spot-1"] = SlurmNode("spot-1", "ALLOCATED+CLOUD", "127.0.0.1", "spot-1")
+    slurm.queue = [j._replace(state="RUNNING", nodelist="spot-[1-2]") for j in slurm.queue]
+
+
+def test_a_job_preempted_max_preemptions_times_moves_to_the_fallback_partition(world) -> None:  # type: ignore[no-untyped-def]
+    p, slurm, q, store, events = world
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
+    p.run(T0)
+    assert not [c for c in slurm.calls if c[0] == "set_job_partitions"], "once is not enough"
+    _running_again(store, slurm, "i-0000000000000002")
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000002"))
+    p.run(T0)
+    assert ("set_job_partitions", ["42", "gpu-od"]) in slurm.calls
+    steered = [m for k, m in events if k == "job_steered"]
+    assert len(steered) == 1 and "preempted 2 time(s)" in steered[0]
+
+
+def test_an_instance_gone_without_notice_is_found_by_the_sweep_once(world) -> None:  # type: ignore[no-untyped-def]
+    p, slurm, _q, store, events = world
+    live = CloudInstance("i-0000000000000001", "running", {})
+    assert p.sweep([live], T0) == 0 and not slurm.calls
+    gone = CloudInstance("i-0000000000000001", "terminated", {},
+                         state_reason="Server.SpotInstanceTermination")
+    assert p.sweep([gone], T0) == 1
+    assert ("requeue", ["42"]) in slurm.calls
+    assert "Server.SpotInstanceTermination" in slurm.powered_down[0][1]
+    (pre,) = store.preemptions("42")
+    assert pre.kind == "vanished:Server.SpotInstanceTermination"
+    # the store still says running until the suspend hook terminates it: not twice
+    assert p.sweep([gone], T0) == 0
+    assert [k for k, _ in events].count("job_requeued") == 1
+    # an instance the store does not know, or that EC2 no longer lists, is left alone
+    assert p.sweep([CloudInstance("i-00000000000000ff", "terminated", {})], T0) == 0
+
+
+def test_warnings_put_the_spot_pool_in_capacity_backoff_once(world) -> None:  # type: ignore[no-untyped-def]
+    from slurmscale.daemon.backoff import CapacityBackoff
+
+    p, slurm, q, store, events = world
+    p.backoff = CapacityBackoff(p.cfg, store, slurm, lambda k, m, **_: events.append((k, m)))
+    store.add_instances([InstanceRow(instance_id="i-0000000000000002", node="spot-2",
+                                     pool="gpu-spot", gang_id="g", instance_type="p5.48xlarge",
+                                     lifecycle="spot", launch_template_version="3",
+                                     state="running", launched_at=T0)])
+    slurm.table["spot-2"] = SlurmNode("spot-2", "ALLOCATED+CLOUD", "127.0.0.1", "spot-2")
+    for iid in ("i-0000000000000001", "i-0000000000000002"):
+        q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", iid))
+    p.run(T0)
+    row = store.offering("gpu-spot")
+    assert row is not None and row.repeats == 1 and row.last_code == "SpotInterruption"
+    assert row.until_s == T0.timestamp() + 180
+    unavailable = [m for k, m in events if k == "capacity_unavailable"]
+    assert len(unavailable) == 1 and "gpu-od go there meanwhile" in unavailable[0]

@@ -63,8 +63,35 @@ def test_every_config_policy_knob_reaches_the_policy() -> None:
 
     config_keys = set(PoolPolicy.model_fields)
     knob_keys = {f.name for f in fields(PoolKnobs)} - {"name", "gpus_per_node", "max_nodes",
-                                                        "min_nodes"}
+                                                        "min_nodes", "buffer"}
     assert config_keys == knob_keys
+
+
+def test_a_spot_pools_buffer_becomes_its_fallback_pools_knob() -> None:
+    from slurmscale.config import ConfigError, parse_config
+    from slurmscale.policy.model import BufferRule
+    from slurmscale.policy.observe import knobs
+
+    def cfg(spot: dict[str, object], on: str = "spot") -> dict[str, object]:
+        base = {"instance_types": ["g5.xlarge"], "subnets": ["subnet-1"],
+                "launch_template": {"name": "lt", "version": "1"}}
+        pools = [dict(base, name="spot", partition="spot", node_prefix="spot-",
+                      max_nodes=4, fallback_pool="od"),
+                 dict(base, name="od", partition="od", node_prefix="od-", max_nodes=2,
+                      capacity_type="on-demand")]
+        pools[0 if on == "spot" else 1]["spot"] = spot
+        return {"cluster_name": "c", "pools": pools}
+
+    by = {k.name: k for k in knobs(parse_config(cfg({"warm_on_demand_nodes": 1})))}
+    assert by["od"].buffer == (BufferRule("spot", 0.2, 1),)
+    assert by["spot"].buffer == ()
+    off = {k.name: k for k in knobs(parse_config(cfg({"on_demand_buffer": 0})))}
+    assert off["od"].buffer == ()
+    import pytest
+    with pytest.raises(ConfigError, match="spot settings apply only to a spot pool"):
+        parse_config(cfg({"max_preemptions": 3}, on="od"))
+    with pytest.raises(ConfigError, match="on_demand_buffer"):
+        parse_config(cfg({"on_demand_buffer": 1.5}))
 
 
 def test_running_jobs_are_arrivals_and_held_out_jobs_are_demand() -> None:
@@ -94,3 +121,65 @@ def test_the_daemons_arrival_log_remembers_finished_jobs_for_the_reuse_forecast(
     assert len(later.arrivals) == 3
     gone = build_snapshot(cfg, [], [], now + 3600, arrival_log=log)  # out of the window
     assert gone.arrivals == () and log == {}
+
+
+def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -> None:
+    from slurmscale.config import parse_config
+    from slurmscale.model import QueueJob
+    from slurmscale.policy.fallback import partition_rewrites
+    from slurmscale.policy.observe import slurm_time
+    from tests.unit.conftest import base_config
+
+    d = base_config()
+    d["pools"][0]["fallback_pool"] = "gpu-od"
+    d["pools"][0]["spot"] = {"allow_partition_rewrite": True, "fallback_after_s": 900}
+    cfg = parse_config(d)
+    submit = "2026-11-29T11:00:00"
+    t0 = slurm_time(submit)
+    assert t0 is not None
+
+    def job(jid: str, parts: tuple[str, ...], reason: str = "Resources",
+            state: str = "PENDING") -> QueueJob:
+        return QueueJob(jid, parts, 1, 8, 3600, submit, reason, 100, "alice", state)
+
+    jobs = [job("1", ("gpu-spot",)), job("2", ("gpu-spot", "gpu-od")),
+            job("3", ("gpu-spot",), reason="Dependency"), job("4", ("gpu-spot",),
+                                                                state="RUNNING")]
+    down = {"gpu-spot": t0 + 10_000}
+    (rw,) = partition_rewrites(cfg, jobs, down, t0 + 901)
+    assert (rw.job_id, rw.partitions) == ("1", ("gpu-spot", "gpu-od"))
+    assert "fallback_after_s 900" in rw.reason
+    assert partition_rewrites(cfg, jobs, down, t0 + 899) == ()  # not waited long enough
+    assert partition_rewrites(cfg, jobs, {}, t0 + 5000) == ()  # spot has capacity
+    d["pools"][0]["spot"] = {"fallback_after_s": 900}  # rewriting not allowed (default)
+    assert partition_rewrites(parse_config(d), jobs, down, t0 + 5000) == ()
+
+
+def test_a_job_submitted_to_two_pools_counts_as_near_demand_in_the_second() -> None:
+    from slurmscale.config import parse_config
+    from slurmscale.model import QueueJob
+    from slurmscale.policy.observe import build_snapshot
+    from tests.unit.conftest import base_config
+
+    cfg = parse_config(base_config())
+    jobs = [QueueJob("1", ("gpu-spot", "gpu-od"), 1, 8, 3600, "2026-11-29T11:00:00",
+                     "Resources", 100, "alice", "PENDING")]
+    (pj,) = build_snapshot(cfg, [], jobs, 0.0).jobs
+    assert (pj.pool, pj.also) == ("gpu-spot", ("gpu-od",))
+
+
+def test_gpus_in_use_come_from_running_jobs_when_alloc_tres_has_none() -> None:
+    from slurmscale.config import parse_config
+    from slurmscale.model import QueueJob, SlurmNode
+    from slurmscale.policy.observe import build_snapshot
+    from tests.unit.conftest import base_config
+
+    cfg = parse_config(base_config())
+    nodes = [SlurmNode("spot-1", "MIXED+CLOUD", "127.0.0.1", "spot-1"),
+             SlurmNode("spot-2", "ALLOCATED+CLOUD", "127.0.0.1", "spot-2", alloc_gpus=8)]
+    run = [QueueJob(str(i), ("gpu-spot",), 1, 4, 3600, "2026-11-29T11:00:00", "None", 100,
+                    "alice", "RUNNING", end_time="2026-11-29T12:00:00", nodelist="spot-1")
+           for i in (1, 2, 3)]
+    views = {v.name: v for v in build_snapshot(cfg, nodes, run, 0.0).nodes}
+    assert views["spot-1"].alloc_gpus == 8  # 3 x 4 GPUs, capped at the node's 8
+    assert views["spot-2"].alloc_gpus == 8  # AllocTRES, when Slurm reports it, wins

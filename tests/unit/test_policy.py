@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from slurmscale.policy.decide import decide
 from slurmscale.policy.model import (
     ActionKind,
+    BufferRule,
     Mode,
     NodeState,
     NodeView,
@@ -184,3 +186,100 @@ def test_idle_nodes_a_gang_will_start_on_are_kept_only_if_the_gang_can_fit() -> 
     # capped at 4 with two busy: the gang waits for them either way; the idle pair goes
     capped = replace(GOV, mode=Mode.IMMEDIATE, max_nodes=4)
     assert rel(decide(Snapshot(10_000, (capped,), idle2 + busy2, gang))) == ["n1", "n2"]
+
+
+SPOT = PoolKnobs(name="spot", gpus_per_node=8, max_nodes=10)
+ONDEMAND = PoolKnobs(name="od", gpus_per_node=8, max_nodes=4,
+                     buffer=(BufferRule("spot", 0.2),))
+
+
+def _pair(spot: list[NodeState], od: list[NodeState], od_idle_since: float = 0.0,
+          ) -> tuple[NodeView, ...]:
+    return tuple(
+        [NodeView(f"s{i + 1}", "spot", s, alloc_gpus=8 if s is NodeState.ALLOCATED else 0)
+         for i, s in enumerate(spot)]
+        + [NodeView(f"o{i + 1}", "od", s, od_idle_since if s is NodeState.IDLE else None,
+                    alloc_gpus=8 if s is NodeState.ALLOCATED else 0)
+           for i, s in enumerate(od)])
+
+
+def test_the_on_demand_buffer_powers_up_a_share_of_the_gpus_in_use() -> None:
+    # 6 busy spot nodes = 48 GPUs in use; 20 % = 9.6 GPUs = 2 on-demand nodes of 8
+    snap = Snapshot(0, (SPOT, ONDEMAND),
+                    _pair([NodeState.ALLOCATED] * 6 + [NodeState.POWERED_DOWN] * 4,
+                          [NodeState.POWERED_DOWN] * 4), ())
+    warm = [a for a in decide(snap).actions if a.kind is ActionKind.WARM]
+    assert [(a.pool, a.nodes) for a in warm] == [("od", ("o1", "o2"))]
+    assert "2 idle node(s) for 20% of 48 GPU(s) in use on spot" in warm[0].reason
+
+
+def test_buffer_nodes_are_kept_past_max_idle_and_released_when_work_ends() -> None:
+    busy = _pair([NodeState.ALLOCATED] * 6, [NodeState.IDLE] * 3, od_idle_since=0)
+    plan = decide(Snapshot(10_000, (SPOT, ONDEMAND), busy, ()))
+    released = [n for a in plan.actions if a.kind is ActionKind.RELEASE for n in a.nodes]
+    assert len(released) == 1  # 3 idle, the buffer wants 2
+    assert not [a for a in plan.actions if a.kind is ActionKind.WARM]
+    kept = [a for a in plan.actions if a.kind is ActionKind.KEEP and "buffer" in a.reason]
+    assert len(kept) == 1 and len(kept[0].nodes) == 2
+    quiet = _pair([NodeState.IDLE] * 6, [NodeState.IDLE] * 3, od_idle_since=0)
+    plan = decide(Snapshot(10_000, (SPOT, ONDEMAND), quiet, ()))
+    released = {n for a in plan.actions if a.kind is ActionKind.RELEASE for n in a.nodes}
+    assert {"o1", "o2", "o3"} <= released  # nothing in use: no buffer
+
+
+def test_warm_nodes_are_a_floor_and_the_buffer_never_exceeds_max_nodes() -> None:
+    od = replace(ONDEMAND, buffer=(BufferRule("spot", 1.0, warm_nodes=1),))
+    idle = _pair([NodeState.POWERED_DOWN] * 10, [NodeState.POWERED_DOWN] * 4)
+    warm = [a for a in decide(Snapshot(0, (SPOT, od), idle, ())).actions
+            if a.kind is ActionKind.WARM]
+    assert warm and warm[0].nodes == ("o1",)
+    full = _pair([NodeState.ALLOCATED] * 10, [NodeState.POWERED_DOWN] * 4)
+    warm = [a for a in decide(Snapshot(0, (SPOT, od), full, ())).actions
+            if a.kind is ActionKind.WARM]
+    assert warm and len(warm[0].nodes) == 4
+
+
+def test_a_governed_on_demand_pool_raises_its_target_for_the_buffer() -> None:
+    od = replace(ONDEMAND, mode=Mode.GOVERNED)
+    snap = Snapshot(0, (SPOT, od), _pair([NodeState.ALLOCATED] * 6,
+                                         [NodeState.POWERED_DOWN] * 4), (),
+                    {"od": PoolMemory(0)})
+    plan = decide(snap)
+    assert plan.targets["od"] == 2
+    assert not [a for a in plan.actions if a.kind is ActionKind.HOLD
+                and set(a.nodes) & {"o1", "o2"}]
+    assert [a.nodes for a in plan.actions if a.kind is ActionKind.WARM] == [("o1", "o2")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(spot=st.lists(st.sampled_from(list(NodeState)), min_size=0, max_size=10),
+       od=st.lists(st.sampled_from(list(NodeState)), min_size=0, max_size=4),
+       fraction=st.floats(0, 1), warm=st.integers(0, 5))
+def test_buffer_properties(spot, od, fraction, warm) -> None:  # type: ignore[no-untyped-def]
+    k = replace(ONDEMAND, buffer=(BufferRule("spot", fraction, warm),))
+    plan = decide(Snapshot(10_000, (SPOT, k), _pair(spot, od), ()))
+    warmed = [n for a in plan.actions if a.kind is ActionKind.WARM for n in a.nodes]
+    released = [n for a in plan.actions if a.kind is ActionKind.RELEASE for n in a.nodes]
+    by_name = {n.name: n for n in _pair(spot, od)}
+    # only powered-down on-demand nodes are warmed; never one that is released
+    assert all(n.startswith("o") and by_name[n].state is NodeState.POWERED_DOWN for n in warmed)
+    assert not (set(warmed) & set(released))
+    # afterwards the pool has the buffer's idle nodes, or every node it could power up
+    spare = sum(1 for s_ in od if s_ in (NodeState.IDLE, NodeState.BOOTING))
+    down = od.count(NodeState.POWERED_DOWN)
+    want = min(4, max(warm, math.ceil(round(fraction * 8 * spot.count(NodeState.ALLOCATED), 6)
+                                      / 8 - 1e-9)))
+    after = spare + len(warmed) - sum(1 for n in released if n.startswith("o"))
+    assert after >= min(want, spare + down)
+
+
+def test_idle_nodes_a_job_from_another_partition_may_use_are_not_released() -> None:
+    od = replace(ONDEMAND, buffer=())
+    nodes = _pair([NodeState.ALLOCATED] * 10, [NodeState.IDLE] * 2, od_idle_since=0)
+    job = PendingJob("9", "spot", 1, 8, 3600, 9_000, also=("od",))
+    plan = decide(Snapshot(10_000, (SPOT, od), nodes, (job,)))
+    released = [n for a in plan.actions if a.kind is ActionKind.RELEASE for n in a.nodes]
+    assert len(released) == 1  # one is about to run the spot pool's job, the other goes
+    alone = decide(Snapshot(10_000, (SPOT, od), nodes, (job._replace(also=()),)))
+    assert sorted(n for a in alone.actions if a.kind is ActionKind.RELEASE
+                  for n in a.nodes) == ["o1", "o2"]

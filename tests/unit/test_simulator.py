@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurmscale.policy.model import PoolKnobs
-from slurmscale.sim.engine import SimCloud, simulate
+from slurmscale.sim.engine import SimCloud, SpotModel, simulate
 from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
 from slurmscale.sim.report import metrics
 from slurmscale.sim.trace import TraceError, TraceJob, load_trace
@@ -94,7 +94,8 @@ def test_simulate_cli_prints_the_documented_json(tmp_path) -> None:  # type: ign
         "jobs", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
         "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd",
         "scale_up_actions", "scale_down_actions", "node_launches", "reservations_created",
-        "reservation_idle_gpu_hours"}
+        "reservation_idle_gpu_hours", "spot_node_hours", "on_demand_node_hours", "preemptions",
+        "requeues", "jobs_failed", "lost_gpu_hours", "restart_wait_p50_s", "restart_wait_p95_s"}
     bad = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace",
                           str(trace), "--policy", "magic"], capture_output=True, text=True,
                          timeout=60)
@@ -138,3 +139,51 @@ def test_accumulation_ends_a_gangs_starvation_behind_a_stream_of_small_jobs() ->
     assert on.gang_waits[0] <= 600 + 1200 + 120
     assert on.reservations_created == 1 and on.reservation_idle_gpu_s > 0
     assert on.jobs_completed == off.jobs_completed == 61
+
+
+def _storm_jobs() -> list[TraceJob]:
+    """Six single-node jobs and a 2-node gang, all running when the storm comes at 3,600 s."""
+    return ([TraceJob(f"j{i}", 0.0, 4 * 3600.0, 8, 1) for i in range(6)]
+            + [TraceJob("gang", 0.0, 4 * 3600.0, 16, 2)])
+
+
+def _storm(buffer: float, seed: int = 0) -> dict[str, object]:
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=8)
+    spot = SpotModel(on_demand_nodes=8, buffer=buffer, storm_at_s=3600.0, storm_fraction=0.5,
+                     storm_outage_s=3600.0, seed=seed)
+    cloud = SimCloud(boot_s=300.0, spot_price_per_node_hour=40.0)
+    r = simulate(_storm_jobs(), builtin_policy("slurmscale", knobs), cloud, spot)
+    return metrics(r, cloud)
+
+
+def test_a_storm_requeues_every_affected_job_and_none_fails() -> None:
+    m = _storm(0.0)
+    assert m["preemptions"] == 4  # half of the 8 live spot nodes
+    assert 3 <= m["requeues"] <= 4  # a gang hit on both nodes requeues once
+    assert m["jobs_failed"] == 0 and m["jobs_completed"] == 7
+    assert m["lost_gpu_hours"] > 0
+    # no buffer: restarts wait for Slurm's requeue delay and an on-demand boot
+    assert m["restart_wait_p50_s"] == 120.0 + 300.0
+    assert m["spot_node_hours"] > 0 and m["on_demand_node_hours"] > 0
+
+
+def test_the_on_demand_buffer_restarts_preempted_jobs_without_a_boot_and_costs_more() -> None:
+    none, half = _storm(0.0), _storm(0.5)
+    assert half["restart_wait_p95_s"] == 120.0  # only Slurm's requeue delay
+    assert half["requeues"] == none["requeues"] and half["jobs_failed"] == 0
+    assert half["cost_usd"] > none["cost_usd"]  # warm on-demand nodes are not free
+    assert half["wait_p95_s"] < none["wait_p95_s"]
+
+
+def test_interruptions_are_seeded_and_repeated_preemption_steers_to_on_demand() -> None:
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=4)
+    jobs = [TraceJob("long", 0.0, 20 * 3600.0, 8, 1)]
+    spot = SpotModel(on_demand_nodes=2, interruption_rate=0.5, max_preemptions=2, seed=7,
+                     reclaim_backoff_s=0.0)  # back to spot at once: only steering moves it
+    cloud = SimCloud(spot_price_per_node_hour=40.0)
+    a = metrics(simulate(jobs, builtin_policy("slurmscale", knobs), cloud, spot), cloud)
+    b = metrics(simulate(jobs, builtin_policy("slurmscale", knobs), cloud, spot), cloud)
+    assert a == b
+    # at 0.5 per node-hour a 20 h job is hit twice within hours, then finishes on demand
+    assert a["requeues"] == 2 and a["jobs_completed"] == 1 and a["jobs_failed"] == 0
+    assert a["on_demand_node_hours"] >= 20
