@@ -1,18 +1,17 @@
 """EC2 events from the SQS queue, acted on so that no job fails silently.
 
-- Spot interruption warning for one of our instances: the pool goes into capacity backoff
-  (as after an insufficient-capacity error: its jobs go to the on-demand fallback and its
-  warm buffer meanwhile), drain the node (reason carries the
-  notice time) so nothing new lands there, requeue every job on it (`scontrol requeue`: the
-  whole job, every node of a gang; restart count +1, never FAILED), record each preemption,
-  then power the node down (Slurm runs the suspend hook, the instance is terminated; AWS
-  would reclaim it within two minutes anyway).
+- Spot interruption warning for one of our instances: the pool goes into capacity backoff (as
+  after an insufficient-capacity error: its jobs go to the on-demand fallback and its warm
+  buffer meanwhile); drain the node (reason carries the notice time) so nothing new lands
+  there, requeue every job on it (`scontrol requeue`: the whole job, every node of a gang;
+  restart count +1, never FAILED), record each preemption, then power the node down (Slurm
+  runs the suspend hook, the instance is terminated; AWS would reclaim it within two minutes
+  anyway).
 - Rebalance recommendation: drain only, killing nothing; the node is powered down once idle.
 - State change to shutting-down/terminated/stopping/stopped: requeue what still runs there and
   power the node down.
 - A message that is malformed, not an EC2 event, or about an instance slurmscale did not
   launch is recorded as an event and deleted: it never stops the loop.
-
 - An instance that vanished with no event at all (EC2 reports it terminated, e.g. with state
   reason Server.SpotInstanceTermination, while the store still has it running) is found by
   `sweep` on the reconcile pass and handled like a state change.

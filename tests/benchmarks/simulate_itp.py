@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from slurmscale.policy.model import PoolKnobs
-from slurmscale.sim.engine import SimCloud, simulate
+from slurmscale.sim.engine import SimCloud, SpotModel, simulate
 from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
 from slurmscale.sim.trace import load_trace
 
@@ -31,6 +31,14 @@ def main() -> None:
         t0 = time.perf_counter()
         simulate(jobs, builtin_policy(name, knobs), SimCloud())
         times[name] = time.perf_counter() - t0
+    # the spot model: an on-demand fallback pool as large again, interruptions, a storm,
+    # the 20 % buffer
+    spot = SpotModel(on_demand_nodes=max_nodes, buffer=0.2, interruption_rate=0.002,
+                     storm_at_s=604800.0, storm_fraction=0.5)
+    t0 = time.perf_counter()
+    simulate(jobs, builtin_policy("slurmscale", knobs), SimCloud(spot_price_per_node_hour=40.0),
+             spot)
+    times["slurmscale+spot"] = time.perf_counter() - t0
     base = times["static"]
     print(f"ITP 14 d, {len(jobs)} jobs, max {max_nodes} nodes")
     for name, t in times.items():

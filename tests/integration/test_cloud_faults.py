@@ -33,7 +33,8 @@ def test_no_spot_capacity_falls_back_to_on_demand_until_the_ttl_ends(make_cluste
                PoolSpec("gpu-od", "od-", 2, capacity_type="on-demand")],
         capacity={"unavailable_ttl_s": 45, "max_unavailable_ttl_s": 90},
         cred_expire=15)  # the requeued job is eligible again well inside the TTL
-    proxy.faults.append(Fault("CreateFleet", "none", code="InsufficientInstanceCapacity"))
+    proxy.faults.append(Fault("CreateFleet", "none", code="InsufficientInstanceCapacity",
+                              capacity_type="spot"))
 
     def spot_fleets() -> int:
         return sum(1 for x in proxy.fleet_calls()

@@ -6,7 +6,11 @@ three spot nodes at once -> those three jobs are requeued (restart count 1, neve
 restart on the warm on-demand nodes without any new launch; all six complete.
 
 Silent reclaim: an instance that EC2 reports terminated with Server.SpotInstanceTermination,
-with no event on the queue, is found on the reconcile pass and its job requeued."""
+with no event on the queue, is found on the reconcile pass and its job requeued.
+
+Steering: a job preempted max_preemptions times runs on the on-demand partition only; a
+spot-only job stuck while spot has no capacity gets the on-demand partition added (when the
+admin allows it)."""
 
 from __future__ import annotations
 
@@ -92,3 +96,39 @@ def test_an_instance_reclaimed_without_notice_is_found_and_its_job_requeued(make
     assert c.wait_job(job, {"COMPLETED"}, 240) == "COMPLETED"
     msgs = [e["message"] for e in c.events() if e["kind"] == "node_evacuated"]
     assert len(msgs) == 1 and "Server.SpotInstanceTermination" in msgs[0] and iid in msgs[0]
+
+
+def test_a_job_preempted_max_preemptions_times_moves_to_on_demand(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    c, _proxy = make_cluster(
+        pools=[PoolSpec("gpu-spot", "spot-", 2, fallback_pool="gpu-od",
+                        spot={"max_preemptions": 1, "on_demand_buffer": 0}),
+               PoolSpec("gpu-od", "od-", 1, capacity_type="on-demand")],
+        cred_expire=10)
+    job = c.sbatch("-p", "gpu-spot", "--gres=gpu:8", "-N", "1", "--wrap", "sleep 15")
+    c.wait_job(job, {"RUNNING"}, 150)
+    c.send_event(spot_warning(_instances(c)[c.job(job)["NodeList"]]))
+    wait_for("the job moved to gpu-od", lambda: c.job(job)["Partition"] == "gpu-od", 60)
+    assert c.wait_job(job, {"COMPLETED"}, 240) == "COMPLETED"
+    info = c.job(job)
+    assert info["NodeList"].startswith("od-") and info["Restarts"] == "1", info
+    assert any(e["kind"] == "job_steered" for e in c.events())
+
+
+def test_a_spot_only_job_gets_the_fallback_partition_while_spot_is_out(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    from tests.support.ec2_proxy import Fault
+
+    c, proxy = make_cluster(
+        pools=[PoolSpec("gpu-spot", "spot-", 2, fallback_pool="gpu-od",
+                        spot={"allow_partition_rewrite": True, "fallback_after_s": 5,
+                              "on_demand_buffer": 0}),
+               PoolSpec("gpu-od", "od-", 1, capacity_type="on-demand")],
+        capacity={"unavailable_ttl_s": 600}, cred_expire=10)
+    proxy.faults.append(Fault("CreateFleet", "none", code="InsufficientInstanceCapacity",
+                              capacity_type="spot"))
+    job = c.sbatch("-p", "gpu-spot", "--gres=gpu:8", "-N", "1", "--wrap", "sleep 1")
+    wait_for("the fallback partition added",
+             lambda: c.job(job)["Partition"] == "gpu-spot,gpu-od", 120)
+    assert c.wait_job(job, {"COMPLETED"}, 180) == "COMPLETED"
+    assert c.job(job)["NodeList"].startswith("od-")
+    rewritten = [e["message"] for e in c.events() if e["kind"] == "job_partition_rewritten"]
+    assert len(rewritten) == 1 and "fallback_after_s 5" in rewritten[0]

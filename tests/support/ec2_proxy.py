@@ -33,6 +33,9 @@ class Fault:
     keep: int = 0
     status: int = 503
     times: int = 1
+    # CreateFleet only: fault launches of this capacity type alone (spot runs out, on-demand
+    # does not), None: any
+    capacity_type: str | None = None
 
 
 @dataclass
@@ -58,7 +61,7 @@ class EC2Proxy:
                 params = dict(urllib.parse.parse_qsl(body.decode()))
                 call = Call(params.get("Action", ""), params)
                 proxy.calls.append(call)
-                fault = proxy._take_fault(call.action)
+                fault = proxy._take_fault(call)
                 if fault and fault.kind == "api_error":
                     self._reply(fault.status, _api_error(fault.code, fault.message), call)
                     return
@@ -92,9 +95,12 @@ class EC2Proxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def _take_fault(self, action: str) -> Fault | None:
+    def _take_fault(self, call: Call) -> Fault | None:
+        kind = call.params.get("TargetCapacitySpecification.DefaultTargetCapacityType")
         for f in self.faults:
-            if f.action == action and f.times > 0:
+            if f.capacity_type is not None and f.capacity_type != kind:
+                continue
+            if f.action == call.action and f.times > 0:
                 f.times -= 1
                 return f
         return None
