@@ -233,6 +233,14 @@ class CapacitySettings(_Strict):
 class DaemonSettings(_Strict):
     tick_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
     batch_window_seconds: Annotated[float, Field(ge=0, le=300)] = 2.0
+    # Who may talk to the local API socket (checked by SO_PEERCRED, besides the file mode
+    # 0660): user names or uids. The daemon's own user is always allowed; names that do not
+    # exist on this machine are skipped with a warning.
+    api_users: list[str | int] = ["root", "slurm"]
+    # An instance tagged with this cluster that no node expects (not in the store as running)
+    # is terminated once it is this old: long enough for a launch in flight to be recorded, or
+    # replayed with its ClientToken by a restarted daemon.
+    leak_grace_s: Annotated[float, Field(ge=0)] = 300.0
 
 
 class Config(_Strict):
@@ -340,8 +348,14 @@ def load_config(path: str | Path | None = None) -> Config:
     p = resolve_path(path)
     try:
         text = p.read_text()
+        mode = p.stat().st_mode
     except OSError as e:
         raise ConfigError(f"cannot read config {p}: {e.strerror}") from None
+    if mode & 0o022:
+        # It decides what runs as root and which cloud account is spent: nobody but its owner
+        # may change it.
+        raise ConfigError(f"config {p} is group- or world-writable (mode {mode & 0o777:04o}); "
+                          f"refusing it: chmod go-w {p}")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -100,6 +100,34 @@ class EC2Cloud:
         return LaunchResult(instances=instances, error_code=code, error_message=message,
                             fleet_id=resp.get("FleetId", ""))
 
+    def _tagged(self, tags: dict[str, str], states: list[str] | None) -> list[dict]:
+        """DescribeInstances by tags (and states), every page; errors as CloudError."""
+        filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
+        if states:
+            filters.append({"Name": "instance-state-name", "Values": states})
+        out: list[dict] = []
+        try:
+            for page in self.client.get_paginator("describe_instances").paginate(
+                    Filters=filters):
+                for res in page.get("Reservations", []):
+                    out.extend(res.get("Instances", []))
+        except ClientError as e:
+            raise CloudError(*_code(e)) from None
+        except BotoCoreError as e:
+            raise CloudError(type(e).__name__, str(e)) from None
+        return out
+
+    def launched_with(self, tags: dict[str, str]) -> tuple[LaunchedInstance, ...]:
+        """Pending/running instances carrying all of `tags`: what a launch cut off after its
+        CreateFleet left behind (each launch tags its instances with its gang)."""
+        return tuple(sorted((LaunchedInstance(
+            instance_id=d["InstanceId"], instance_type=d.get("InstanceType", ""),
+            lifecycle=d.get("InstanceLifecycle", "on-demand"), image_id=d.get("ImageId", ""),
+            private_ip=d.get("PrivateIpAddress", ""), private_dns=d.get("PrivateDnsName", ""),
+            subnet_id=d.get("SubnetId", ""))
+            for d in self._tagged(tags, ["pending", "running"])),
+            key=lambda i: i.instance_id))
+
     def _describe(self, ids: list[str]) -> dict[str, dict]:
         out: dict[str, dict] = {}
         paginator = self.client.get_paginator("describe_instances")
@@ -125,25 +153,10 @@ class EC2Cloud:
 
     def find(self, tags: dict[str, str], include_terminated: bool = False
              ) -> list[CloudInstance]:
-        filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
-        if not include_terminated:
-            filters.append({"Name": "instance-state-name", "Values": _LIVE_STATES})
-        out: list[CloudInstance] = []
-        try:
-            for page in self.client.get_paginator("describe_instances").paginate(
-                    Filters=filters):
-                for res in page.get("Reservations", []):
-                    for inst in res.get("Instances", []):
-                        out.append(CloudInstance(
-                            instance_id=inst["InstanceId"],
-                            state=inst.get("State", {}).get("Name", ""),
-                            tags={t["Key"]: t["Value"] for t in inst.get("Tags", [])},
-                            private_ip=inst.get("PrivateIpAddress", ""),
-                            image_id=inst.get("ImageId", ""),
-                            state_reason=inst.get("StateReason", {}).get("Code", ""),
-                        ))
-        except ClientError as e:
-            raise CloudError(*_code(e)) from None
-        except BotoCoreError as e:
-            raise CloudError(type(e).__name__, str(e)) from None
-        return out
+        return [CloudInstance(
+            instance_id=inst["InstanceId"], state=inst.get("State", {}).get("Name", ""),
+            tags={t["Key"]: t["Value"] for t in inst.get("Tags", [])},
+            private_ip=inst.get("PrivateIpAddress", ""), image_id=inst.get("ImageId", ""),
+            state_reason=inst.get("StateReason", {}).get("Code", ""),
+            launched_at=inst.get("LaunchTime"))
+            for inst in self._tagged(tags, None if include_terminated else _LIVE_STATES)]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from slurmscale.config import Pool
-from slurmscale.model import LaunchResult
+from slurmscale.model import LaunchedInstance, LaunchResult
 
 TAG_CLUSTER = "slurmscale:cluster"
 TAG_POOL = "slurmscale:pool"
@@ -33,6 +34,7 @@ class CloudInstance:
     private_ip: str = ""
     image_id: str = ""
     state_reason: str = ""  # EC2's StateReason.Code, e.g. Server.SpotInstanceTermination
+    launched_at: datetime | None = None
 
 
 class CloudProvider(Protocol):
@@ -40,6 +42,8 @@ class CloudProvider(Protocol):
                tags: dict[str, str]) -> LaunchResult: ...
 
     def tag(self, instance_id: str, tags: dict[str, str]) -> None: ...
+
+    def launched_with(self, tags: dict[str, str]) -> tuple[LaunchedInstance, ...]: ...
 
     def terminate(self, instance_ids: list[str]) -> None: ...
 

@@ -1,11 +1,17 @@
-"""The daemon's local API: HTTP/1.0 on a Unix socket (mode 0660) for the hooks and the CLI."""
+"""The daemon's local API: HTTP/1.0 on a Unix socket for the hooks and the CLI.
+
+Two locks: the socket file is mode 0660, and every connection's peer uid (SO_PEERCRED, which
+the kernel fills in and the peer cannot forge) must be in the allow list; anyone else gets 403
+and a log line naming the uid."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import socket
 import socketserver
+import struct
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
@@ -18,6 +24,13 @@ log = logging.getLogger(__name__)
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     allow_reuse_address = True
+    allowed_uids: frozenset[int] = frozenset({0})
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The connecting process's uid, from the kernel (Linux SO_PEERCRED: pid, uid, gid)."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", raw)[1])
 
 
 def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) -> type:
@@ -25,6 +38,12 @@ def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) ->
         server_version = "slurmscale"
 
         def _dispatch(self, method: str) -> None:
+            uid = peer_uid(self.request)
+            if uid not in self.server.allowed_uids:
+                log.warning("API %s %s refused: peer uid %d is not allowed (daemon.api_users)",
+                            method, self.path, uid)
+                self._send(403, {"error": f"uid {uid} may not use this socket"})
+                return
             fn = routes.get((method, self.path.split("?", 1)[0]))
             if fn is None:
                 self._send(404, {"error": f"no route {method} {self.path}"})
@@ -66,9 +85,27 @@ def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) ->
     return Handler
 
 
+def resolve_uids(users: list[str | int]) -> frozenset[int]:
+    """User names/uids -> uids; the daemon's own uid always included. Unknown names are
+    skipped with a warning (a cluster without a `slurm` user runs SlurmUser=root)."""
+    import pwd
+
+    out = {os.geteuid()}
+    for u in users:
+        if isinstance(u, int):
+            out.add(u)
+            continue
+        try:
+            out.add(pwd.getpwnam(u).pw_uid)
+        except KeyError:
+            log.warning("daemon.api_users: no user %r on this machine; skipped", u)
+    return frozenset(out)
+
+
 class ApiServer:
     def __init__(self, socket_path: str,
-                 routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) -> None:
+                 routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]],
+                 allowed_uids: frozenset[int] = frozenset({0})) -> None:
         self.path = Path(socket_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.is_socket():
@@ -78,6 +115,7 @@ class ApiServer:
             self.server = _Server(str(self.path), _handler(routes))
         finally:
             os.umask(old_umask)
+        self.server.allowed_uids = allowed_uids
         os.chmod(self.path, 0o660)
         self.thread = threading.Thread(target=self.server.serve_forever, name="api",
                                        daemon=True)

@@ -20,10 +20,12 @@ from slurmscale.cloud.protocol import (
     TAG_POOL,
     TAG_REQUEST,
     CloudError,
+    CloudInstance,
     CloudProvider,
     EventQueue,
 )
 from slurmscale.config import AddressSource, Config
+from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.interruptions import InterruptionPass
@@ -43,6 +45,23 @@ Clock = Callable[[], datetime]
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def leaked_instances(seen: list[CloudInstance], cluster: str, tracked: set[str],
+                     now: datetime, grace_s: float) -> list[CloudInstance]:
+    """Instances of this cluster (by tag, checked again here) that are up, that the store does
+    not track as running, and that are older than the grace period. Anything without this
+    cluster's tag is never a leak of ours."""
+    out = []
+    for i in seen:
+        if i.tags.get(TAG_CLUSTER) != cluster or i.state not in ("pending", "running"):
+            continue
+        if i.instance_id in tracked or i.launched_at is None:
+            continue
+        launched = i.launched_at if i.launched_at.tzinfo else i.launched_at.replace(tzinfo=UTC)
+        if (now - launched).total_seconds() >= grace_s:
+            out.append(i)
+    return out
 
 
 def client_token(gid: str) -> str:
@@ -73,6 +92,7 @@ class Reconciler:
         self.clock = clock
         self.capacity = CapacityPass(cfg, store, slurm, self.event)
         self.backoff = CapacityBackoff(cfg, store, slurm, self.event)
+        self.untracked_reported: set[str] = set()
         self.interruptions = InterruptionPass(cfg, store, slurm, events, self.event,
                                               self.backoff)
 
@@ -145,6 +165,7 @@ class Reconciler:
             self.event("resume_skipped",
                        f"{compress(list(plan.already_up))} already has instances; "
                        "not launched again", node=compress(list(plan.already_up)))
+            self._readdress(list(plan.already_up))
         if plan.release:
             res.released_nodes = self.release(plan.release)
         failed_requests: dict[str, str] = {}
@@ -162,16 +183,56 @@ class Reconciler:
             self.store.finish_requests([rid], "failed", self.clock(), error=why)
 
     def _sweep_instances(self) -> None:
-        """Instances that vanished without an event (one DescribeInstances, only while the
-        store has instances running)."""
-        if not self.store.active_instances():
-            return
+        """One DescribeInstances by the cluster tag: instances that vanished without an event,
+        and instances running that no node expects (leaks)."""
         try:
             seen = self.cloud.find({TAG_CLUSTER: self.cfg.cluster_name}, include_terminated=True)
         except CloudError as e:
             log.warning("cannot list instances to look for vanished ones: %s", e)
             return
-        self.interruptions.sweep(seen, self.clock())
+        now = self.clock()
+        self.interruptions.sweep(seen, now)
+        active = self.store.active_instances()
+        leaks = leaked_instances(seen, self.cfg.cluster_name,
+                                 {i.instance_id for i in active}, now,
+                                 self.cfg.daemon.leak_grace_s)
+        if leaks:
+            leaks = self._not_in_use(leaks, {i.node for i in active})
+        if leaks:
+            self._terminate([i.instance_id for i in leaks],
+                            f"leaked: tagged for cluster {self.cfg.cluster_name}, no node "
+                            f"expects it, older than {self.cfg.daemon.leak_grace_s:g}s")
+            for i in leaks:
+                self.event("leak_terminated", f"{i.instance_id} ({i.state}, node tag "
+                           f"{i.tags.get(TAG_NODE, 'none')}, launched {i.launched_at}) was "
+                           "running untracked", node=i.tags.get(TAG_NODE))
+
+    def _not_in_use(self, leaks: list[CloudInstance], tracked_nodes: set[str]
+                    ) -> list[CloudInstance]:
+        """Of untracked instances, those Slurm cannot be using: no node tag, a node no pool
+        has, a node powered down, or a node whose tracked instance is another one. An
+        untracked instance of a node Slurm has up (a store lost or pointed elsewhere, say) is
+        never terminated on that missing information: it is reported once instead. Slurm
+        unreadable: nothing is terminated this pass."""
+        try:
+            by_name = {n.name: n for n in self.slurm.nodes()}
+        except SlurmError as e:
+            log.warning("leak check skipped: Slurm not readable: %s", e)
+            return []
+        out = []
+        for i in leaks:
+            node = i.tags.get(TAG_NODE, "")
+            n = by_name.get(node)
+            if (not node or n is None or node in tracked_nodes
+                    or ("POWERED_DOWN" in n.flags and "POWERING_UP" not in n.flags)):
+                out.append(i)
+            elif i.instance_id not in self.untracked_reported:
+                self.untracked_reported.add(i.instance_id)
+                self.event("untracked_instance", f"{i.instance_id} is tagged for node {node}, "
+                           f"which Slurm has {n.state}, but slurmscale does not track it; "
+                           "not terminated: check the store (store_url) and the node",
+                           node=node)
+        return out
 
     def _node_upkeep(self) -> None:
         """Drains slurmscale placed and must lift (or place) as time passes: nodes back from
@@ -209,12 +270,17 @@ class Reconciler:
                    gang_id=gid, node=nodes_expr)
         tags = {TAG_CLUSTER: self.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: gid,
                 TAG_REQUEST: gang.request_ids[0] if gang.request_ids else ""}
-        try:
-            result = self.cloud.launch(pool, gang.size, gang.min_capacity, token, tags)
-        except CloudError as e:
-            self._fail_gang(gang, gid, e.code, e.message, obtained=[])
-            self.backoff.launch_failed(pool.name, e.code, e.message, self.clock())
-            return False, e.code
+        crash_point("launch:before_fleet")
+        result = self._recover(gid) if existing is not None and existing.status == "launching" \
+            else None
+        if result is None:
+            try:
+                result = self.cloud.launch(pool, gang.size, gang.min_capacity, token, tags)
+            except CloudError as e:
+                self._fail_gang(gang, gid, e.code, e.message, obtained=[])
+                self.backoff.launch_failed(pool.name, e.code, e.message, self.clock())
+                return False, e.code
+        crash_point("launch:after_fleet")
         if len(result.instances) < gang.min_capacity:
             code = result.error_code or "PartialCapacity"
             msg = result.error_message or (
@@ -226,6 +292,43 @@ class Reconciler:
         self._accept(gang, gid, result)
         self.backoff.launched(pool.name, self.clock())
         return True, ""
+
+    def _readdress(self, nodes: list[str]) -> None:
+        """Nodes whose instances are recorded: tag and address them again (both idempotent),
+        in case the daemon died between recording an instance and finishing its node."""
+        for row in self.store.active_instances(nodes):
+            try:
+                self.cloud.tag(row.instance_id, {TAG_NODE: row.node,
+                                                 "Name": f"{self.cfg.cluster_name}-{row.node}"})
+            except CloudError as e:
+                self.event("tag_failed", f"{row.instance_id} ({row.node}): {e}", node=row.node)
+            if self.cfg.node_address is AddressSource.PRIVATE_DNS:
+                continue  # the store keeps no DNS name; the first launch set it
+            inst = LaunchedInstance(row.instance_id, row.instance_type, row.lifecycle,
+                                    row.image_id or "", row.private_ip or "")
+            addr, host = self._address(row.node, inst)
+            try:
+                self.slurm.set_node_address(row.node, addr, host)
+            except SlurmError as e:
+                self.event("slurm_update_failed", f"{row.node} nodeaddr={addr}: {e}",
+                           node=row.node)
+
+    def _recover(self, gid: str) -> LaunchResult | None:
+        """This gang was being launched when the daemon died: whatever its CreateFleet
+        launched carries its gang tag. Take those instead of launching again (EC2's
+        ClientToken would make a repeat idempotent too, but not every endpoint honours it)."""
+        try:
+            found = self.cloud.launched_with({TAG_CLUSTER: self.cfg.cluster_name,
+                                              TAG_GANG: gid})
+        except CloudError as e:
+            self.event("cloud_error", f"looking for instances of interrupted launch {gid}: {e}",
+                       gang_id=gid)
+            return None
+        if not found:
+            return None
+        self.event("launch_recovered", f"gang {gid}: an earlier attempt launched "
+                   f"{', '.join(i.instance_id for i in found)}; taking them", gang_id=gid)
+        return LaunchResult(instances=found, error_code="", error_message="", fleet_id="")
 
     def _accept(self, gang: Gang, gid: str, result: LaunchResult) -> None:
         pool = self.cfg.pool(gang.pool)
@@ -244,6 +347,7 @@ class Reconciler:
                         private_ip=i.private_ip, state="running", launched_at=now)
             for node, i in pairs
         ])
+        crash_point("launch:after_record")
         for node, inst in pairs:
             try:
                 self.cloud.tag(inst.instance_id, {TAG_NODE: node,
@@ -303,11 +407,13 @@ class Reconciler:
                        node=compress(nodes), gang_id=gid)
 
     def _terminate(self, instance_ids: list[str], why: str) -> None:
+        crash_point("release:before_terminate")
         try:
             self.cloud.terminate(instance_ids)
         except CloudError as e:
             self.event("terminate_failed", f"{','.join(instance_ids)} ({why}): {e}")
             return
+        crash_point("release:after_terminate")
         self.store.mark_terminated(instance_ids, self.clock())
         self.event("terminated", f"{','.join(instance_ids)} ({why})")
 

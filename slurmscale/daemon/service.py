@@ -15,7 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config
-from slurmscale.daemon.api import ApiServer
+from slurmscale.daemon.api import ApiServer, resolve_uids
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.repo import Store
@@ -87,7 +87,7 @@ class Daemon:
         self.api = ApiServer(self.cfg.socket_path, {
             ("POST", "/v1/poke"): self._poke,
             ("GET", "/v1/health"): lambda _b: (200, {"ok": True, "last_tick": self.last_tick}),
-        })
+        }, resolve_uids(self.cfg.daemon.api_users))
         self.scheduler.add_job(self._tick, "interval", id=JOB_ID,
                                seconds=self.cfg.daemon.tick_seconds, max_instances=1,
                                coalesce=True, next_run_time=datetime.now(UTC),

@@ -81,6 +81,8 @@ class ClusterOptions:
     # suspend_time (the config requires SuspendTime to outlast any hold)
     reservations: dict[str, Any] = field(default_factory=dict)
     capacity: dict[str, Any] = field(default_factory=dict)  # overrides of `capacity:`
+    daemon: dict[str, Any] = field(default_factory=dict)  # overrides of `daemon:`
+    daemon_env: dict[str, str] = field(default_factory=dict)  # the first daemon's extra env
     # Slurm keeps a requeued job ineligible for cred_expire seconds (default 120)
     cred_expire: int | None = None
 
@@ -171,7 +173,7 @@ class LocalCluster:
             self._start_slurmctld()
             self._start_agent()
             if self.o.start_daemon:
-                self.start_daemon()
+                self.start_daemon(self.o.daemon_env)
         except BaseException:
             self.stop()
             raise
@@ -274,7 +276,7 @@ class LocalCluster:
             "slurm": {"bin_dir": "/usr/bin", "command_prefix": self.prefix,
                       "conf": str(self.conf)},
             "daemon": {"tick_seconds": self.o.tick_seconds,
-                       "batch_window_seconds": self.o.batch_window},
+                       "batch_window_seconds": self.o.batch_window, **self.o.daemon},
             "power_saving": {"suspend_time": self.o.suspend_time, "suspend_timeout": 30,
                              "resume_timeout": self.o.resume_timeout},
             "reservations": {"max_hold_s": self.o.suspend_time - 1, **self.o.reservations},
@@ -292,6 +294,7 @@ class LocalCluster:
             } for p in self.o.pools],
         }
         self.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
+        os.chmod(self.cfg_path, 0o644)  # slurmscale refuses a config others may write
         self.cfg = load_config(self.cfg_path)
 
     def _write_slurm_conf(self) -> None:
@@ -399,8 +402,9 @@ SlurmdTimeout=120
                                    on_halt=self._kill_job_steps)
         self.agent.start()
 
-    def start_daemon(self) -> None:
-        env = {**os.environ, **AWS_ENV, "SLURMSCALE_CONFIG": str(self.cfg_path)}
+    def start_daemon(self, extra_env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, **AWS_ENV, "SLURMSCALE_CONFIG": str(self.cfg_path),
+               **(extra_env or {})}
         sock = self.root / "run" / "slurmscale.sock"
         sock.unlink(missing_ok=True)  # a socket left by a killed daemon proves nothing
         self.procs.start("daemon", [sys.executable, "-m", "slurmscale", "--config",

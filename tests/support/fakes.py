@@ -49,6 +49,13 @@ class FakeCloud:
             error_code="" if n == count else self.error_code,
             error_message="" if n == count else "no capacity", fleet_id="fleet-1")
 
+    def launched_with(self, tags: dict[str, str]) -> tuple[LaunchedInstance, ...]:
+        return tuple(LaunchedInstance(i.instance_id, "p5.48xlarge", "spot", i.image_id,
+                                      i.private_ip)
+                     for i in sorted(self.instances.values(), key=lambda i: i.instance_id)
+                     if i.state in ("pending", "running")
+                     and all(i.tags.get(k) == v for k, v in tags.items()))
+
     def tag(self, instance_id: str, tags: dict[str, str]) -> None:
         self.instances[instance_id].tags.update(tags)
 

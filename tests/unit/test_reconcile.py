@@ -149,3 +149,84 @@ def test_an_unreadable_spool_file_is_set_aside_with_an_event(world) -> None:  # 
     r.tick()
     assert (spool.rejected / "garbage.json").exists()
     assert "spool_rejected" in [e.kind for e in r.store.events()]
+
+
+def test_only_this_clusters_untracked_instances_past_the_grace_are_leaks() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from slurmscale.cloud.protocol import TAG_CLUSTER, CloudInstance
+    from slurmscale.daemon.reconcile import leaked_instances
+
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    old, young = now - timedelta(seconds=400), now - timedelta(seconds=100)
+    ours = {TAG_CLUSTER: "c1"}
+    seen = [
+        CloudInstance("i-leak", "running", ours, launched_at=old),
+        CloudInstance("i-young", "running", ours, launched_at=young),  # launch in flight
+        CloudInstance("i-tracked", "running", ours, launched_at=old),
+        CloudInstance("i-gone", "terminated", ours, launched_at=old),
+        CloudInstance("i-other", "running", {TAG_CLUSTER: "c2"}, launched_at=old),
+        CloudInstance("i-untagged", "running", {}, launched_at=old),
+        CloudInstance("i-naive", "pending", ours, launched_at=old.replace(tzinfo=None)),
+    ]
+    got = leaked_instances(seen, "c1", {"i-tracked"}, now, 300)
+    assert [i.instance_id for i in got] == ["i-leak", "i-naive"]
+    assert leaked_instances(seen, "c1", {"i-tracked"}, now, 500) == []
+
+
+class _Killed(BaseException):
+    """Stands in for SIGKILL: nothing after the crash point runs in this 'process'."""
+
+
+@pytest.mark.parametrize("point", ["launch:before_fleet", "launch:after_fleet",
+                                   "launch:after_record"])
+def test_a_daemon_killed_mid_launch_resumes_without_a_second_launch(world, monkeypatch,
+                                                                     point: str) -> None:  # type: ignore[no-untyped-def]
+    import slurmscale.daemon.reconcile as rec
+
+    r, cloud, slurm, clock, spool = world
+
+    def crash(name: str) -> None:
+        if name == point:
+            raise _Killed(name)
+    monkeypatch.setattr(rec, "crash_point", crash)
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    with pytest.raises(_Killed):
+        r.tick()
+    monkeypatch.setattr(rec, "crash_point", lambda _n: None)
+    # the restarted daemon: same store, same cloud, fresh memory
+    again = Reconciler(r.cfg, r.store, slurm, cloud, clock=clock)
+    clock.now += timedelta(seconds=10)
+    again.tick()
+    assert len(cloud.launches) == 1, "one CreateFleet in all"
+    assert len(cloud.running()) == 2
+    assert {i.tags.get("slurmscale:node") for i in cloud.running()} == {"spot-1", "spot-2"}
+    assert {i.instance_id for i in r.store.active_instances()} == {
+        i.instance_id for i in cloud.running()}
+    assert set(slurm.addresses) == {"spot-1", "spot-2"}
+    assert r.store.pending_requests() == []
+
+
+def test_untracked_instances_are_terminated_only_where_slurm_cannot_be_using_them(world) -> None:  # type: ignore[no-untyped-def]
+    from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudInstance
+    from slurmscale.model import SlurmNode
+
+    r, cloud, slurm, clock, _spool = world
+    old = T0 - timedelta(hours=1)
+    ours = {TAG_CLUSTER: "unit"}
+    for iid, node in (("i-nonode", ""), ("i-busy", "spot-1"), ("i-down", "spot-2")):
+        tags = {**ours, **({TAG_NODE: node} if node else {})}
+        cloud.instances[iid] = CloudInstance(iid, "running", tags, launched_at=old)
+    slurm.table = {"spot-1": SlurmNode("spot-1", "ALLOCATED+CLOUD", "10.0.0.9", "spot-1"),
+                   "spot-2": SlurmNode("spot-2", "IDLE+CLOUD+POWERED_DOWN", "spot-2",
+                                       "spot-2")}
+    r.tick()
+    r.tick()
+    assert {i.instance_id for i in cloud.running()} == {"i-busy"}
+    kinds = [e.kind for e in r.store.events(limit=100)]
+    assert kinds.count("leak_terminated") == 2
+    assert kinds.count("untracked_instance") == 1, "reported once, not every pass"
+    slurm.fail = True  # Slurm unreadable: nothing is terminated on missing information
+    cloud.instances["i-late"] = CloudInstance("i-late", "running", ours, launched_at=old)
+    r.tick()
+    assert "i-late" in {i.instance_id for i in cloud.running()}

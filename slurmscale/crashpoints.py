@@ -1,0 +1,23 @@
+"""Named points in launch and release where a test can make the daemon die with SIGKILL, to
+prove that a restart resumes correctly from what was recorded. Inert unless the process runs
+with SLURMSCALE_TEST_MODE=1; SLURMSCALE_CRASH_AT names the point."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = (
+    "launch:before_fleet",  # the gang's intent is recorded; CreateFleet not sent
+    "launch:after_fleet",  # EC2 launched the instances; nothing of them recorded
+    "launch:after_record",  # instances recorded; not yet tagged with nodes or addressed
+    "release:before_terminate",  # a suspend is being carried out; nothing terminated
+    "release:after_terminate",  # instances terminated; the store still has them running
+)
+
+
+def crash_point(name: str) -> None:
+    if os.environ.get("SLURMSCALE_TEST_MODE") != "1":
+        return
+    if os.environ.get("SLURMSCALE_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)

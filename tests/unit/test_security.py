@@ -1,0 +1,91 @@
+"""Least privilege at the daemon's edges: who may use its socket, which config it accepts."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+import yaml
+
+from slurmscale.api_client import call
+from slurmscale.config import ConfigError, load_config
+from slurmscale.daemon.api import ApiServer, resolve_uids
+from tests.unit.conftest import base_config
+
+
+@pytest.fixture
+def short_dir():  # type: ignore[no-untyped-def]
+    """Unix socket paths are limited to 108 bytes: pytest's tmp_path can be longer."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ss-sec-") as d:
+        yield d
+
+
+def _serve(path: str, uids: frozenset[int]) -> ApiServer:
+    api = ApiServer(path, {("GET", "/v1/health"): lambda _b: (200, {"ok": True})}, uids)
+    api.start()
+    return api
+
+
+def test_the_socket_answers_allowed_uids_only_and_is_0660(short_dir) -> None:  # type: ignore[no-untyped-def]
+    me = os.geteuid()
+    ok = _serve(f"{short_dir}/ok.sock", frozenset({me}))
+    no = _serve(f"{short_dir}/no.sock", frozenset({me + 4242}))
+    try:
+        assert stat.S_IMODE(os.stat(f"{short_dir}/ok.sock").st_mode) == 0o660
+        assert call(f"{short_dir}/ok.sock", "GET", "/v1/health") == (200, {"ok": True})
+        status, body = call(f"{short_dir}/no.sock", "GET", "/v1/health")
+        assert status == 403 and f"uid {me}" in body["error"]
+    finally:
+        ok.stop()
+        no.stop()
+
+
+def test_api_users_resolve_to_uids_with_the_daemons_own() -> None:
+    uids = resolve_uids(["root", "no-such-user-slurmscale", 4242])
+    assert {0, 4242, os.geteuid()} <= uids
+    assert len(uids) == len({0, 4242, os.geteuid()})
+
+
+@pytest.mark.parametrize("mode", [0o664, 0o646, 0o666])
+def test_a_config_others_can_write_is_refused(tmp_path, mode: int) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "slurmscale.yaml"
+    p.write_text(yaml.safe_dump(base_config()))
+    os.chmod(p, mode)
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert f"{mode:04o}" in str(e.value) and "chmod go-w" in str(e.value)
+    os.chmod(p, 0o640)
+    assert load_config(p).cluster_name == "unit"
+
+
+def test_the_iam_policy_grants_every_aws_call_the_code_makes_and_scopes_the_dangerous_ones(
+) -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    policy = json.loads((root / "docs" / "iam-policy.json").read_text())
+    allowed: dict[str, list[dict]] = {}
+    for st in policy["Statement"]:
+        assert st["Effect"] == "Allow"
+        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+        for a in actions:
+            allowed.setdefault(a, []).append(st)
+    # every API the cloud adapters call, by boto3 operation name
+    code = "".join(p.read_text() for p in (root / "slurmscale" / "cloud").glob("*.py"))
+    ops = set(re.findall(r'_call\("([a-z_]+)"', code))
+    ops |= set(re.findall(r'get_paginator\("([a-z_]+)"\)', code))
+    assert ops >= {"create_fleet", "create_tags", "terminate_instances", "describe_instances",
+                   "receive_message", "delete_message"}
+    for op in ops:
+        service = "sqs" if op in {"receive_message", "delete_message"} else "ec2"
+        action = f"{service}:" + "".join(w.capitalize() for w in op.split("_"))
+        assert action in allowed, f"{action} (called as {op}) is not in docs/iam-policy.json"
+    # terminating is only ever allowed on instances carrying this cluster's tag
+    for st in allowed["ec2:TerminateInstances"]:
+        assert st["Condition"]["StringEquals"]["ec2:ResourceTag/slurmscale:cluster"]
+    assert all("Condition" in st for st in allowed["ec2:CreateTags"])
