@@ -20,6 +20,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+MAX_BODY = 1 << 20  # the API's requests are tiny; anything larger is refused
+
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
@@ -36,6 +38,7 @@ def peer_uid(conn: socket.socket) -> int:
 def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) -> type:
     class Handler(BaseHTTPRequestHandler):
         server_version = "slurmscale"
+        timeout = 10  # a client that stalls mid-request loses its connection, not a thread
 
         def _dispatch(self, method: str) -> None:
             uid = peer_uid(self.request)
@@ -48,7 +51,12 @@ def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) ->
             if fn is None:
                 self._send(404, {"error": f"no route {method} {self.path}"})
                 return
-            length = int(self.headers.get("Content-Length") or 0)
+            text = self.headers.get("Content-Length") or "0"
+            if not text.isdigit() or int(text) > MAX_BODY:
+                self._send(400, {"error": f"bad Content-Length {text[:20]!r} (at most "
+                                          f"{MAX_BODY} bytes)"})
+                return
+            length = int(text)
             raw = self.rfile.read(length) if length else b""
             try:
                 body = json.loads(raw) if raw else None

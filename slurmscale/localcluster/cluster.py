@@ -368,6 +368,13 @@ SlurmdTimeout=120
         env["SLURMSCALE_CONFIG"] = str(self.cfg_path)
         (dst / "hooks.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
 
+    def stop_slurmctld(self) -> None:
+        """An outage of the controller (tests): jobs keep running on their slurmd."""
+        self.procs.stop("slurmctld")
+
+    def start_slurmctld(self) -> None:
+        self._start_slurmctld()  # state is recovered from StateSaveLocation
+
     def _start_slurmctld(self) -> None:
         self.procs.start("slurmctld", [*self.prefix, "/usr/sbin/slurmctld", "-D", "-i",
                                        "-f", str(self.conf)], env=self.env())

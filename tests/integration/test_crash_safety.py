@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slurm
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_at_each_point_then_restart(make_cluster, point: str) -> None:  # type: ignore[no-untyped-def]
     c, proxy = make_cluster(daemon_env={"SLURMSCALE_TEST_MODE": "1",
-                                        "SLURMSCALE_CRASH_AT": point})
+                                        "SLURMSCALE_CRASH_AT": point},
+                            min_idle=1.0, max_idle=3.0)  # release soon after the job
     t0 = time.monotonic()
     job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 2")
     wait_for(f"the daemon killed at {point}", lambda: not c.procs.running("daemon"), 150)

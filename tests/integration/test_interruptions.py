@@ -28,7 +28,7 @@ def _instance_of(c: LocalCluster, node: str) -> str:
 
 def test_a_spot_warning_requeues_the_gang_which_then_completes(make_cluster) -> None:  # type: ignore[no-untyped-def]
     # the warning puts gpu-spot in capacity backoff; this spot-only job waits it out
-    c, _proxy = make_cluster(capacity={"unavailable_ttl_s": 20, "max_unavailable_ttl_s": 40})
+    c, _proxy = make_cluster(capacity={"unavailable_ttl_s": 5, "max_unavailable_ttl_s": 10})
     job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 20")
     c.wait_job(job, {"RUNNING"}, 150)
     victim = expand(c.job(job)["NodeList"])[0]

@@ -85,9 +85,9 @@ def test_a_storm_requeues_onto_the_warm_on_demand_buffer(make_cluster) -> None: 
 
 def test_an_instance_reclaimed_without_notice_is_found_and_its_job_requeued(make_cluster) -> None:  # type: ignore[no-untyped-def]
     # the reclaim puts gpu-spot in capacity backoff; this spot-only job waits it out
-    c, proxy = make_cluster(cred_expire=10, capacity={"unavailable_ttl_s": 20,
-                                                      "max_unavailable_ttl_s": 40})
-    job = c.sbatch("-p", "gpu-spot", "--gres=gpu:8", "-N", "1", "--wrap", "sleep 25")
+    c, proxy = make_cluster(cred_expire=10, capacity={"unavailable_ttl_s": 5,
+                                                      "max_unavailable_ttl_s": 10})
+    job = c.sbatch("-p", "gpu-spot", "--gres=gpu:8", "-N", "1", "--wrap", "sleep 15")
     c.wait_job(job, {"RUNNING"}, 150)
     node = c.job(job)["NodeList"]
     iid = _instances(c)[node]

@@ -89,3 +89,46 @@ def test_the_iam_policy_grants_every_aws_call_the_code_makes_and_scopes_the_dang
     for st in allowed["ec2:TerminateInstances"]:
         assert st["Condition"]["StringEquals"]["ec2:ResourceTag/slurmscale:cluster"]
     assert all("Condition" in st for st in allowed["ec2:CreateTags"])
+
+
+def test_garbage_on_the_socket_gets_an_error_and_the_server_keeps_answering(short_dir) -> None:  # type: ignore[no-untyped-def]
+    import socket as _socket
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    path = f"{short_dir}/fuzz.sock"
+    api = _serve(path, frozenset({os.geteuid()}))
+
+    def send(raw: bytes) -> bytes:
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        s.settimeout(5)
+        try:
+            s.connect(path)
+            s.sendall(raw)
+            s.shutdown(_socket.SHUT_WR)
+            return s.recv(65536)
+        finally:
+            s.close()
+
+    heads = st.sampled_from([b"GET /v1/health HTTP/1.0\r\n", b"POST /v1/poke HTTP/1.0\r\n",
+                             b"BREW /coffee HTTP/1.0\r\n", b""])
+    lengths = st.sampled_from([b"", b"Content-Length: -1\r\n", b"Content-Length: x\r\n",
+                               b"Content-Length: 99999999999\r\n", b"Content-Length: 3\r\n"])
+
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(head=heads, length=lengths, body=st.binary(max_size=64))
+    def one(head: bytes, length: bytes, body: bytes) -> None:
+        reply = send(head + length + b"\r\n" + body)
+        if reply.startswith(b"HTTP/"):
+            status = int(reply.split(b" ", 2)[1])
+            assert status in (200, 202, 400, 404, 501), reply[:200]
+        else:  # no request line: the stdlib answers the HTTP/0.9 way, a bare error page
+            assert not reply or b"Error" in reply, reply[:200]
+
+    try:
+        one()
+        assert call(path, "GET", "/v1/health") == (200, {"ok": True})
+    finally:
+        api.stop()
