@@ -31,7 +31,7 @@ from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
 from slurmscale.hostlists import compress
-from slurmscale.model import Gang, LaunchedInstance, LaunchResult, RequestKind, SlurmNode
+from slurmscale.model import Gang, LaunchedInstance, LaunchResult, RequestKind
 from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.spool import Spool
@@ -243,24 +243,6 @@ class Reconciler:
             return  # the capacity pass reports an unreachable Slurm
         self.interruptions.return_powered_down_nodes(nodes)
         self.backoff.upkeep(nodes, self.clock())
-        self._reset_stale_addresses(nodes)
-
-    def _reset_stale_addresses(self, nodes: list[SlurmNode]) -> None:
-        """A powered-down node still pointing at its old instance's address (a release that
-        died before resetting it, a hand edit) would send Slurm's traffic to whatever owns
-        that address next: point it back at its own name."""
-        for n in nodes:
-            if (n.addr != n.name and "POWERED_DOWN" in n.flags
-                    and not n.flags & {"POWERING_UP", "POWERING_DOWN"}
-                    and self.cfg.pool_of(n.name) is not None):
-                try:
-                    self.slurm.set_node_address(n.name, n.name, n.name)
-                except SlurmError as e:
-                    self.event("slurm_update_failed", f"reset nodeaddr of {n.name}: {e}",
-                               node=n.name)
-                    continue
-                self.event("nodeaddr_reset", f"{n.name}: powered down but NodeAddr was "
-                           f"{n.addr}; reset to its name", node=n.name)
 
     # --- launch --------------------------------------------------------------------
     def launch_gang(self, gang: Gang) -> tuple[bool, str]:

@@ -230,17 +230,3 @@ def test_untracked_instances_are_terminated_only_where_slurm_cannot_be_using_the
     cloud.instances["i-late"] = CloudInstance("i-late", "running", ours, launched_at=old)
     r.tick()
     assert "i-late" in {i.instance_id for i in cloud.running()}
-
-
-def test_a_powered_down_node_with_a_stale_address_is_pointed_back_at_its_name(world) -> None:  # type: ignore[no-untyped-def]
-    from slurmscale.model import SlurmNode
-
-    r, _cloud, slurm, _clock, _spool = world
-    slurm.table = {
-        "spot-1": SlurmNode("spot-1", "IDLE+CLOUD+POWERED_DOWN", "10.1.2.3", "10.1.2.3"),
-        "spot-2": SlurmNode("spot-2", "IDLE+CLOUD+POWERING_UP", "10.1.2.4", "10.1.2.4"),
-        "spot-3": SlurmNode("spot-3", "IDLE+CLOUD", "10.1.2.5", "10.1.2.5"),
-        "spot-4": SlurmNode("spot-4", "IDLE+CLOUD+POWERED_DOWN", "spot-4", "spot-4")}
-    r.tick()
-    assert slurm.addresses == {"spot-1": ("spot-1", "spot-1")}
-    assert [e.kind for e in r.store.events(limit=50)].count("nodeaddr_reset") == 1
