@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Installs what slurmscale's local cluster, demo and tests need on a Debian/Ubuntu machine,
 # idempotently (as root): Slurm and munge from the distribution, a virtualenv in .venv with
-# slurmscale and its dev extras, and (with --chroot) a Debian 13 tree with Slurm 24.11.
+# slurmscale and its dev and postgres extras, and (with --tests) what only the tests use:
+# PostgreSQL's server (the HA tests) and a Debian 13 tree with Slurm 24.11.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-want_chroot=0
-[ "${1:-}" = "--chroot" ] && want_chroot=1
+for_tests=0
+[ "${1:-}" = "--tests" ] && for_tests=1
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "run as root: the local cluster starts slurmctld, slurmd and munged" >&2
   exit 1
 fi
 
-pkgs=(slurmctld slurmd slurm-client munge python3 python3-venv debootstrap)
+pkgs=(slurmctld slurmd slurm-client munge python3 python3-venv)
+[ $for_tests -eq 1 ] && pkgs+=(debootstrap postgresql)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,9 +35,9 @@ if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/python -m pip install -q -e '.[dev,postgres]'
 
-if [ $want_chroot -eq 1 ]; then
+if [ $for_tests -eq 1 ]; then
   scripts/setup-slurm-chroot.sh "${SLURMSCALE_TEST_CHROOT:-/var/cache/slurmscale/trixie}"
 fi
 echo "setup done: $(.venv/bin/slurmscale --version), $(slurmctld -V)"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs slurmscale's whole test suite: unit and property tests, then integration tests on a
 # real local Slurm 22.05 (and 24.11 in a chroot) with the moto EC2 server. As root.
-# Extra arguments go to pytest (e.g. scripts/test.sh -k gang).
+# PostgreSQL for the HA tests. Extra arguments go to pytest (e.g. scripts/test.sh -k gang).
+# The integration tests mostly wait on Slurm and EC2 state, so they run 4 at a time
+# (pytest-xdist; each test has its own cluster, ports and directory): SLURMSCALE_TEST_WORKERS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --chroot
-exec .venv/bin/python -m pytest "$@"
+scripts/setup.sh --tests
+exec .venv/bin/python -m pytest -n "${SLURMSCALE_TEST_WORKERS:-4}" "$@"

@@ -216,7 +216,7 @@ def events(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> 
 def status(ctx: click.Context, as_json: bool) -> None:
     """Pools, nodes by state, instances, pending requests, recent events, daemon health.
 
-    JSON: {"cluster", "daemon": {reachable, last_tick}, "pools": [{name, partition,
+    JSON: {"cluster", "daemon": {reachable, role, last_tick}, "pools": [{name, partition,
     capacity_type, max_nodes, instances, slurm_states: {STATE: n}}], "pending_requests":
     [{id, kind, hostlist, received_at}], "recent_events": [...], "slurm_error"}
     """
@@ -227,9 +227,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
     store = _store(cfg)
     try:
         code, health = call(cfg.socket_path, "GET", "/v1/health", timeout=2)
-        daemon_info = {"reachable": code == 200, "last_tick": (health or {}).get("last_tick")}
+        daemon_info = {"reachable": code == 200, "role": (health or {}).get("role"),
+                       "last_tick": (health or {}).get("last_tick")}
     except ApiError:
-        daemon_info = {"reachable": False, "last_tick": None}
+        daemon_info = {"reachable": False, "role": None, "last_tick": None}
     pools = []
     for p in cfg.pools:
         mine = [r for r in rows if r["pool"] == p.name]
@@ -246,7 +247,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
-    up = "up" if daemon_info["reachable"] else "NOT REACHABLE"
+    up = f"up ({daemon_info['role']})" if daemon_info["reachable"] else "NOT REACHABLE"
     click.echo(f"cluster {cfg.cluster_name}   daemon {up}")
     click.echo()
     click.echo(_table([{**p, "slurm_states": " ".join(f"{k}={v}" for k, v in

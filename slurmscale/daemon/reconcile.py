@@ -12,7 +12,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 
+from slurmscale.cloud.errors import is_transient
 from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
     TAG_GANG,
@@ -29,6 +31,7 @@ from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
 from slurmscale.hostlists import compress
 from slurmscale.model import Gang, LaunchedInstance, LaunchResult, RequestKind
@@ -70,6 +73,12 @@ def client_token(gid: str) -> str:
     return "slurmscale-" + hashlib.sha256(gid.encode()).hexdigest()[:40]
 
 
+class Outcome(StrEnum):
+    LAUNCHED = "launched"
+    FAILED = "failed"  # rolled back, nodes powered down with the reason: the job requeues
+    DEFERRED = "deferred"  # EC2 did not answer: the request stays pending, retried later
+
+
 @dataclass
 class TickResult:
     drained: int = 0
@@ -95,6 +104,7 @@ class Reconciler:
         self.untracked_reported: set[str] = set()
         self.interruptions = InterruptionPass(cfg, store, slurm, events, self.event,
                                               self.backoff)
+        self.ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
 
     # --- helpers -------------------------------------------------------------------
     def event(self, kind: str, message: str, **kw: str | None) -> None:
@@ -166,18 +176,32 @@ class Reconciler:
                        f"{compress(list(plan.already_up))} already has instances; "
                        "not launched again", node=compress(list(plan.already_up)))
             self._readdress(list(plan.already_up))
+        kept: set[str] = set()  # request ids left pending for a retry
         if plan.release:
-            res.released_nodes = self.release(plan.release)
+            res.released_nodes, unfinished = self.release(plan.release)
+            kept.update(unfinished)
         failed_requests: dict[str, str] = {}
+        received = {r.id: p.received_at for r, p in zip(rows, pending, strict=True)}
+        give_up_s = self.cfg.power_saving.resume_timeout / 2
         for gang in plan.launch:
-            ok, why = self.launch_gang(gang)
-            if ok:
+            # a request EC2 never answered is given up at half of ResumeTimeout: the job then
+            # requeues with the error as the node reason instead of a bare timeout
+            give_up_at = min(received[r] for r in gang.request_ids) + give_up_s
+            if self.ec2_retry.waiting(now.timestamp()) and now.timestamp() < give_up_at:
+                kept.update(gang.request_ids)
+                continue
+            outcome, why = self.launch_gang(gang, give_up_at)
+            if outcome is Outcome.LAUNCHED:
                 res.launched_gangs += 1
+            elif outcome is Outcome.DEFERRED:
+                kept.update(gang.request_ids)
             else:
                 res.failed_gangs += 1
                 for rid in gang.request_ids:
                     failed_requests[rid] = why
-        done_ok = [r for r in plan.done if r not in failed_requests]
+        if kept and self.ec2_retry.until:
+            res.next_due = min(res.next_due or self.ec2_retry.until, self.ec2_retry.until)
+        done_ok = [r for r in plan.done if r not in failed_requests and r not in kept]
         self.store.finish_requests(done_ok, "done", self.clock())
         for rid, why in failed_requests.items():
             self.store.finish_requests([rid], "failed", self.clock(), error=why)
@@ -198,10 +222,10 @@ class Reconciler:
                                  self.cfg.daemon.leak_grace_s)
         if leaks:
             leaks = self._not_in_use(leaks, {i.node for i in active})
-        if leaks:
-            self._terminate([i.instance_id for i in leaks],
-                            f"leaked: tagged for cluster {self.cfg.cluster_name}, no node "
-                            f"expects it, older than {self.cfg.daemon.leak_grace_s:g}s")
+        if leaks and self._terminate(
+                [i.instance_id for i in leaks],
+                f"leaked: tagged for cluster {self.cfg.cluster_name}, no node expects it, "
+                f"older than {self.cfg.daemon.leak_grace_s:g}s"):
             for i in leaks:
                 self.event("leak_terminated", f"{i.instance_id} ({i.state}, node tag "
                            f"{i.tags.get(TAG_NODE, 'none')}, launched {i.launched_at}) was "
@@ -245,8 +269,10 @@ class Reconciler:
         self.backoff.upkeep(nodes, self.clock())
 
     # --- launch --------------------------------------------------------------------
-    def launch_gang(self, gang: Gang) -> tuple[bool, str]:
-        """Launch one gang with one CreateFleet; keep all of it or none of it."""
+    def launch_gang(self, gang: Gang, give_up_at: float = float("inf")) -> tuple[Outcome, str]:
+        """Launch one gang with one CreateFleet; keep all of it or none of it. EC2 not
+        answering defers the launch (until `give_up_at`): an unanswered CreateFleet may have
+        launched, so the gang stays `launching` and the retry first looks for its tag."""
         pool = self.cfg.pool(gang.pool)
         gid = gang_id(gang)
         token = client_token(gid)
@@ -277,9 +303,18 @@ class Reconciler:
             try:
                 result = self.cloud.launch(pool, gang.size, gang.min_capacity, token, tags)
             except CloudError as e:
+                at = self.clock().timestamp()
+                if is_transient(e.code) and at < give_up_at:
+                    delay = self.ec2_retry.failed(at)
+                    self.event("launch_deferred",
+                               f"{what} {nodes_expr}: EC2 did not answer ({e.code}); retrying "
+                               f"in {delay:.0f}s, giving up in {give_up_at - at:.0f}s",
+                               gang_id=gid, node=nodes_expr)
+                    return Outcome.DEFERRED, e.code
                 self._fail_gang(gang, gid, e.code, e.message, obtained=[])
                 self.backoff.launch_failed(pool.name, e.code, e.message, self.clock())
-                return False, e.code
+                return Outcome.FAILED, e.code
+        self.ec2_retry.answered()
         crash_point("launch:after_fleet")
         if len(result.instances) < gang.min_capacity:
             code = result.error_code or "PartialCapacity"
@@ -288,10 +323,10 @@ class Reconciler:
             self._fail_gang(gang, gid, code, msg,
                             obtained=[i.instance_id for i in result.instances])
             self.backoff.launch_failed(pool.name, code, msg, self.clock())
-            return False, code
+            return Outcome.FAILED, code
         self._accept(gang, gid, result)
         self.backoff.launched(pool.name, self.clock())
-        return True, ""
+        return Outcome.LAUNCHED, ""
 
     def _readdress(self, nodes: list[str]) -> None:
         """Nodes whose instances are recorded: tag and address them again (both idempotent),
@@ -406,19 +441,24 @@ class Reconciler:
             self.event("slurm_update_failed", f"power down {compress(nodes)}: {e}",
                        node=compress(nodes), gang_id=gid)
 
-    def _terminate(self, instance_ids: list[str], why: str) -> None:
+    def _terminate(self, instance_ids: list[str], why: str) -> bool:
         crash_point("release:before_terminate")
         try:
             self.cloud.terminate(instance_ids)
         except CloudError as e:
             self.event("terminate_failed", f"{','.join(instance_ids)} ({why}): {e}")
-            return
+            return False
         crash_point("release:after_terminate")
         self.store.mark_terminated(instance_ids, self.clock())
         self.event("terminated", f"{','.join(instance_ids)} ({why})")
+        return True
 
     # --- release (suspend / resume-fail) -------------------------------------------
-    def release(self, items: tuple[tuple[str, RequestKind, str], ...]) -> int:
+    def release(self, items: tuple[tuple[str, RequestKind, str], ...]
+                ) -> tuple[int, list[str]]:
+        """Terminate the nodes' instances. Returns the nodes released and the requests to keep
+        pending: a terminate EC2 did not carry out is retried next pass, or the instance
+        would run on, tracked, under a powered-down node."""
         nodes = [n for n, _, _ in items]
         by_node: dict[str, set[str]] = {n: set() for n in nodes}
         for inst in self.store.active_instances(nodes):
@@ -432,8 +472,8 @@ class Reconciler:
             self.event("cloud_error", f"listing instances for release: {e}")
         ids = sorted({i for s in by_node.values() for i in s})
         kinds = {k.value for _, k, _ in items}
-        if ids:
-            self._terminate(ids, f"{'/'.join(sorted(kinds))} of {compress(nodes)}")
+        if ids and not self._terminate(ids, f"{'/'.join(sorted(kinds))} of {compress(nodes)}"):
+            return 0, [rid for _, _, rid in items]
         for node, kind, rid in items:
             if kind is RequestKind.RESUME_FAIL:
                 self.event("resume_failed",
@@ -445,4 +485,4 @@ class Reconciler:
                 self.event("slurm_update_failed", f"reset nodeaddr of {node}: {e}", node=node)
         self.event("released", f"{compress(nodes)} ({'/'.join(sorted(kinds))}): "
                    f"{len(ids)} instance(s) terminated", node=compress(nodes))
-        return len(nodes)
+        return len(nodes), []

@@ -16,7 +16,8 @@ from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config
 from slurmscale.daemon.api import ApiServer, resolve_uids
-from slurmscale.daemon.reconcile import Reconciler
+from slurmscale.daemon.leadership import identity, lease_for
+from slurmscale.daemon.reconcile import Reconciler, utcnow
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.repo import Store
 
@@ -29,10 +30,11 @@ class Daemon:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.store = Store(cfg.store_url)
-        events = (SqsEventQueue(cfg.aws, cfg.aws.interruption_queue_url)
-                  if cfg.aws.interruption_queue_url else None)
-        self.reconciler = Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
-                                     events=events)
+        self.lease = lease_for(cfg.store_url, cfg.cluster_name)
+        # Built when this daemon starts to lead, dropped when it stops: what a reconciler
+        # remembers between passes (backoff, evacuated instances) is only true for the
+        # leader that saw it happen.
+        self.reconciler: Reconciler | None = None
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.stopping = threading.Event()
         # A poke that lands while a pass runs would be dropped by max_instances=1; remember it
@@ -51,11 +53,45 @@ class Daemon:
         if job is not None and (job.next_run_time is None or when < job.next_run_time):
             job.modify(next_run_time=when)
 
+    @property
+    def role(self) -> str:
+        return "leader" if self.reconciler is not None else "standby"
+
+    def _new_reconciler(self) -> Reconciler:
+        cfg = self.cfg
+        events = (SqsEventQueue(cfg.aws, cfg.aws.interruption_queue_url)
+                  if cfg.aws.interruption_queue_url else None)
+        return Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
+                          events=events)
+
+    def _lead(self) -> Reconciler | None:
+        """The reconciler if this daemon leads now; None while it stands by."""
+        if not self.lease.hold():
+            if self.reconciler is not None:
+                log.error("no longer the leader of cluster %s: standing by", self.cfg.cluster_name)
+                self.reconciler = None
+            return None
+        if self.reconciler is None:
+            # the schema is the leader's to upgrade: two daemons must not race a migration
+            self.store.upgrade()
+            self.reconciler = self._new_reconciler()
+            self.reconciler.spool.ensure()
+            who = identity()
+            log.warning("leading cluster %s as %s", self.cfg.cluster_name, who)
+            self.store.add_event("leader_acquired", f"{who} leads cluster "
+                                 f"{self.cfg.cluster_name}", utcnow())
+        return self.reconciler
+
     def _tick(self) -> None:
         t0 = time.monotonic()
         self.poked.clear()
         try:
-            res = self.reconciler.tick()
+            reconciler = self._lead()
+            if reconciler is None:
+                self.last_tick = {"ok": True, "at": datetime.now(UTC).isoformat(),
+                                  "standby": True}
+                return
+            res = reconciler.tick()
         except Exception:  # noqa: BLE001 - one failed pass must not end the loop
             log.exception("reconcile pass failed; retrying next tick")
             self.last_tick = {"ok": False, "at": datetime.now(UTC).isoformat()}
@@ -77,16 +113,18 @@ class Daemon:
         # Signals first: a stop during start-up (the schema upgrade, say) must end cleanly.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
-        self.store.upgrade()
+        try:
+            self._lead()  # a leader upgrades the schema before its socket appears
+        except Exception:  # noqa: BLE001 - the database may be down: the ticks retry
+            log.exception("could not take up leadership at start; retrying every tick")
+            self.reconciler = None
         if self.stopping.is_set():
-            self.store.close()
+            self._close()
             return
-        self.reconciler.spool.ensure()
-        # The socket appears only now: hooks and tools that see it may rely on a daemon that
-        # has its store ready.
         self.api = ApiServer(self.cfg.socket_path, {
             ("POST", "/v1/poke"): self._poke,
-            ("GET", "/v1/health"): lambda _b: (200, {"ok": True, "last_tick": self.last_tick}),
+            ("GET", "/v1/health"): lambda _b: (200, {"ok": True, "role": self.role,
+                                                     "last_tick": self.last_tick}),
         }, resolve_uids(self.cfg.daemon.api_users))
         self.scheduler.add_job(self._tick, "interval", id=JOB_ID,
                                seconds=self.cfg.daemon.tick_seconds, max_instances=1,
@@ -94,11 +132,15 @@ class Daemon:
                                misfire_grace_time=None)
         self.scheduler.start()
         self.api.start()
-        log.info("slurmscale daemon up: cluster %s, %d pool(s), socket %s, store %s",
-                 self.cfg.cluster_name, len(self.cfg.pools), self.cfg.socket_path,
+        log.info("slurmscale daemon up (%s): cluster %s, %d pool(s), socket %s, store %s",
+                 self.role, self.cfg.cluster_name, len(self.cfg.pools), self.cfg.socket_path,
                  self.store.engine.url.render_as_string(hide_password=True))
         self.stopping.wait()
         log.info("stopping")
         self.api.stop()
         self.scheduler.shutdown(wait=True)
+        self._close()
+
+    def _close(self) -> None:
+        self.lease.release()
         self.store.close()

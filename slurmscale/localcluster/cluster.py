@@ -85,6 +85,7 @@ class ClusterOptions:
     daemon_env: dict[str, str] = field(default_factory=dict)  # the first daemon's extra env
     # Slurm keeps a requeued job ineligible for cred_expire seconds (default 120)
     cred_expire: int | None = None
+    store_url: str | None = None  # default: SQLite under the cluster's directory
 
 
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -183,7 +184,7 @@ class LocalCluster:
         if self.agent:
             self.agent.stop()
             self.agent = None
-        self.procs.stop_all(order=["daemon", "slurmctld", "moto", "munged"])
+        self.procs.stop_all(order=["daemon", "daemon-b", "slurmctld", "moto", "munged"])
         for m in reversed(self._mounts):
             subprocess.run(["umount", "-R", "-l", str(m)], check=False, capture_output=True)
         self._mounts.clear()
@@ -266,7 +267,7 @@ class LocalCluster:
                     "max_attempts": self.o.aws_max_attempts,
                     "interruption_queue_url": self.events_queue_url,
                     "sqs_endpoint_url": self.moto_url},
-            "store_url": f"sqlite:///{r / 'slurmscale' / 'state.db'}",
+            "store_url": self.o.store_url or f"sqlite:///{r / 'slurmscale' / 'state.db'}",
             "socket_path": str(r / "run" / "slurmscale.sock"),
             "spool_dir": str(r / "slurmscale" / "spool"),
             "log_file": str(r / "log" / "slurmscale-daemon.log"),
@@ -409,22 +410,35 @@ SlurmdTimeout=120
                                    on_halt=self._kill_job_steps)
         self.agent.start()
 
-    def start_daemon(self, extra_env: dict[str, str] | None = None) -> None:
-        env = {**os.environ, **AWS_ENV, "SLURMSCALE_CONFIG": str(self.cfg_path),
+    def start_daemon(self, extra_env: dict[str, str] | None = None, name: str = "daemon",
+                     wait: bool = True) -> Path:
+        """Start a daemon; one named other than "daemon" gets its own config copy with its own
+        socket and log (a second daemon on the same store, as an HA pair would run)."""
+        cfg_path, sock = self.cfg_path, self.root / "run" / "slurmscale.sock"
+        if name != "daemon":
+            sock = self.root / "run" / f"{name}.sock"
+            data = yaml.safe_load(self.cfg_path.read_text())
+            data.update(socket_path=str(sock),
+                        log_file=str(self.root / "log" / f"slurmscale-{name}.log"))
+            cfg_path = self.root / f"slurmscale-{name}.yaml"
+            cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
+            os.chmod(cfg_path, 0o644)
+        env = {**os.environ, **AWS_ENV, "SLURMSCALE_CONFIG": str(cfg_path),
                **(extra_env or {})}
-        sock = self.root / "run" / "slurmscale.sock"
         sock.unlink(missing_ok=True)  # a socket left by a killed daemon proves nothing
-        self.procs.start("daemon", [sys.executable, "-m", "slurmscale", "--config",
-                                    str(self.cfg_path), "daemon"], env=env)
+        self.procs.start(name, [sys.executable, "-m", "slurmscale", "--config",
+                                str(cfg_path), "daemon"], env=env)
 
         def up() -> bool:
-            if not self.procs.running("daemon"):
-                raise RuntimeError("slurmscale daemon exited; see log/daemon.out")
+            if not self.procs.running(name):
+                raise RuntimeError(f"slurmscale {name} exited; see log/{name}.out")
             return sock.is_socket()
-        wait_for("slurmscale daemon socket", up, 60)
+        if wait:
+            wait_for(f"slurmscale {name} socket", up, 60)
+        return sock
 
-    def stop_daemon(self) -> None:
-        self.procs.stop("daemon")
+    def stop_daemon(self, name: str = "daemon") -> None:
+        self.procs.stop(name)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, **AWS_ENV}

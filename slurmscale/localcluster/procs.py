@@ -20,13 +20,14 @@ class Procs:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, cmd: Sequence[str], env: dict[str, str] | None = None,
-              cwd: Path | None = None) -> subprocess.Popen[bytes]:
+              cwd: Path | None = None, user: str | None = None) -> subprocess.Popen[bytes]:
         if name in self.procs and self.procs[name].poll() is None:
             raise RuntimeError(f"{name} already running (pid {self.procs[name].pid})")
         out = open(self.log_dir / f"{name}.out", "ab")  # noqa: SIM115 - owned by the child
         p = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                             start_new_session=True)
+                             start_new_session=True, user=user, group=user,
+                             extra_groups=[] if user else None)
         out.close()
         self.procs[name] = p
         log.debug("started %s pid %d: %s", name, p.pid, " ".join(cmd))

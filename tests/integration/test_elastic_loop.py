@@ -122,7 +122,9 @@ def test_hook_records_while_daemon_is_down_and_job_runs_later(make_cluster) -> N
     assert len(spooled) == 1
     assert proxy.fleet_calls() == []
     rc, seconds = _run_hook_like_slurm(c, "suspend", "od-2")  # harmless: od-2 has nothing
-    assert rc == 0 and seconds < 1.0, (rc, seconds)
+    # a hang (waiting on the dead daemon) fails this; the speed itself is benchmarked
+    # (tests/benchmarks/hook_latency.py), not asserted under a loaded test machine
+    assert rc == 0 and seconds < 5.0, (rc, seconds)
     assert "exit status" not in (c.root / "log" / "slurmctld.log").read_text()
     c.start_daemon()
     c.wait_job(job, {"COMPLETED"}, 180)

@@ -14,7 +14,9 @@ Loopback only: it listens on 127.0.0.1 and forwards only to the moto URL it is g
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -43,6 +45,7 @@ class Call:
     action: str
     params: dict[str, str]
     status: int = 0
+    at: float = field(default_factory=time.time)  # when the proxy received it (wall clock)
 
 
 @dataclass
@@ -51,6 +54,9 @@ class EC2Proxy:
     calls: list[Call] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     reclaimed: set[str] = field(default_factory=set)
+    # the endpoint down: every request's connection is closed unanswered (botocore raises
+    # ConnectionClosedError after its retries, as for a load balancer dropping connections)
+    refusing: bool = False
 
     def start(self) -> EC2Proxy:
         proxy = self
@@ -61,6 +67,11 @@ class EC2Proxy:
                 params = dict(urllib.parse.parse_qsl(body.decode()))
                 call = Call(params.get("Action", ""), params)
                 proxy.calls.append(call)
+                if proxy.refusing:
+                    call.status = -1
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 fault = proxy._take_fault(call)
                 if fault and fault.kind == "api_error":
                     self._reply(fault.status, _api_error(fault.code, fault.message), call)
@@ -116,7 +127,8 @@ class EC2Proxy:
             return e.code, e.read()
 
     def fleet_calls(self) -> list[Call]:
-        return [c for c in self.calls if c.action == "CreateFleet"]
+        """CreateFleet calls that reached EC2 (not those the proxy refused)."""
+        return [c for c in self.calls if c.action == "CreateFleet" and c.status != -1]
 
 
 def _api_error(code: str, message: str) -> bytes:

@@ -26,6 +26,8 @@ class FakeCloud:
     error: CloudError | None = None
     error_code: str = "InsufficientInstanceCapacity"
     hidden_extra: bool = False  # like EC2 launching more than its answer lists
+    down: CloudError | None = None  # every call fails like this (the endpoint unreachable)
+    answers_lost: int = 0  # this many launches happen but their answer never arrives
     instances: dict[str, CloudInstance] = field(default_factory=dict)
     launches: list[dict] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
@@ -34,6 +36,7 @@ class FakeCloud:
                tags: dict[str, str]) -> LaunchResult:
         self.launches.append({"pool": pool.name, "count": count, "min": min_count,
                               "token": client_token, "tags": dict(tags)})
+        self._up()
         if self.error:
             raise self.error
         n = count if self.give is None else min(self.give, count)
@@ -43,13 +46,21 @@ class FakeCloud:
             self.instances[iid] = CloudInstance(iid, "running", dict(tags), "10.0.0.1", "ami-1")
             made.append(iid)
         listed = made[:n]
+        if self.answers_lost:
+            self.answers_lost -= 1
+            raise CloudError("ReadTimeoutError", "Read timeout on endpoint URL")
         return LaunchResult(
             instances=tuple(LaunchedInstance(i, pool.instance_types[0], "spot", "ami-1",
                                              "10.0.0.1") for i in listed),
             error_code="" if n == count else self.error_code,
             error_message="" if n == count else "no capacity", fleet_id="fleet-1")
 
+    def _up(self) -> None:
+        if self.down is not None:
+            raise self.down
+
     def launched_with(self, tags: dict[str, str]) -> tuple[LaunchedInstance, ...]:
+        self._up()
         return tuple(LaunchedInstance(i.instance_id, "p5.48xlarge", "spot", i.image_id,
                                       i.private_ip)
                      for i in sorted(self.instances.values(), key=lambda i: i.instance_id)
@@ -57,15 +68,18 @@ class FakeCloud:
                      and all(i.tags.get(k) == v for k, v in tags.items()))
 
     def tag(self, instance_id: str, tags: dict[str, str]) -> None:
+        self._up()
         self.instances[instance_id].tags.update(tags)
 
     def terminate(self, instance_ids: list[str]) -> None:
+        self._up()
         for i in instance_ids:
             old = self.instances[i]
             self.instances[i] = CloudInstance(i, "terminated", old.tags)
 
     def find(self, tags: dict[str, str], include_terminated: bool = False
              ) -> list[CloudInstance]:
+        self._up()
         return [i for i in self.instances.values()
                 if all(i.tags.get(k) == v for k, v in tags.items())
                 and (include_terminated or i.state != "terminated")]

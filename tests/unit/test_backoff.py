@@ -23,7 +23,9 @@ T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     ("RequestLimitExceeded", ErrorClass.THROTTLE),
     ("UnauthorizedOperation", ErrorClass.CONFIG),
     ("InvalidLaunchTemplateName.NotFoundException", ErrorClass.CONFIG),
-    ("InternalError", ErrorClass.OTHER),
+    ("InternalError", ErrorClass.TRANSIENT),
+    ("EndpointConnectionError", ErrorClass.TRANSIENT),
+    ("SomethingNew", ErrorClass.OTHER),
 ])
 def test_error_codes_are_classified(code: str, cls: ErrorClass) -> None:
     assert classify(code) is cls

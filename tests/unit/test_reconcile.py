@@ -230,3 +230,64 @@ def test_untracked_instances_are_terminated_only_where_slurm_cannot_be_using_the
     cloud.instances["i-late"] = CloudInstance("i-late", "running", ours, launched_at=old)
     r.tick()
     assert "i-late" in {i.instance_id for i in cloud.running()}
+
+
+UNREACHABLE = CloudError("EndpointConnectionError",
+                         'Could not connect to the endpoint URL: "https://ec2.example"')
+
+
+def test_ec2_unreachable_defers_the_launch_and_catches_up_without_a_requeue(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    cloud.down = UNREACHABLE
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    res = r.tick()
+    assert res.failed_gangs == 0 and slurm.powered_down == [], "the job is not requeued"
+    assert [q.status for q in r.store.requests()] == ["pending"]
+    assert res.next_due is not None and res.next_due > clock.now.timestamp()
+    r.tick()  # a poke before the retry is due asks EC2 nothing
+    assert len(cloud.launches) == 1
+    cloud.down = None
+    clock.now += timedelta(seconds=60)
+    assert r.tick().launched_gangs == 1
+    assert len(cloud.running()) == 2 and r.store.pending_requests() == []
+    kinds = [e.kind for e in r.store.events()]
+    assert kinds.count("launch_deferred") == 1 and "launch_failed" not in kinds
+
+
+def test_a_launch_whose_answer_was_lost_is_recovered_not_repeated(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    cloud.answers_lost = 1  # EC2 launched both, the response timed out
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    clock.now += timedelta(seconds=60)
+    r.tick()
+    assert len(cloud.launches) == 1, "the retry found the gang's instances by tag"
+    assert len(cloud.running()) == 2 and len(r.store.active_instances()) == 2
+    assert "launch_recovered" in [e.kind for e in r.store.events()]
+
+
+def test_ec2_down_past_half_the_resume_timeout_fails_the_gang_with_the_error(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    cloud.down = UNREACHABLE
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    clock.now += timedelta(seconds=r.cfg.power_saving.resume_timeout / 2 + 1)
+    assert r.tick().failed_gangs == 1
+    assert "EndpointConnectionError" in slurm.powered_down[0][1]
+    assert r.store.requests()[0].status == "failed"
+
+
+def test_a_terminate_ec2_did_not_carry_out_is_retried_until_it_is(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1"]})
+    clock.now += timedelta(seconds=5)
+    r.tick()
+    cloud.down = UNREACHABLE
+    hook(spool, clock, RequestKind.SUSPEND, {0: ["spot-1"]})
+    r.tick()
+    assert len(cloud.running()) == 1 and len(r.store.active_instances()) == 1
+    assert [q.status for q in r.store.requests() if q.kind == "suspend"] == ["pending"]
+    cloud.down = None
+    r.tick()
+    assert cloud.running() == [] and r.store.active_instances() == []
+    assert r.store.pending_requests() == []

@@ -1,0 +1,161 @@
+"""Which daemon acts. Several daemons may share a store (PostgreSQL for HA, or by mistake two
+on one SQLite file); exactly one of them may launch, terminate or touch Slurm, or gangs would
+launch twice. The lease is something the operating system or the database takes back by
+itself when its holder dies, so a SIGKILLed leader never blocks its successor:
+
+- PostgreSQL: a session-level advisory lock on a connection of its own. The server drops it
+  the moment the holder's connection closes (a killed process closes its sockets at once;
+  a vanished host is noticed by TCP keepalives within ~15 s).
+- SQLite: flock(2) on a file beside the database, released by the kernel on exit.
+
+`hold()` is called at the start of every pass: the leader re-checks that its lease is alive,
+a standby tries to take it, so a standby takes over on its first pass after the leader died.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine.url import make_url
+from sqlalchemy.pool import NullPool
+
+log = logging.getLogger(__name__)
+
+# libpq settings for the lock's connection: a leader cut off from the database must notice
+# (and stop acting) about as soon as the server drops its lock.
+PG_LEASE_CONNECT_ARGS = {"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 5,
+                         "keepalives_interval": 2, "keepalives_count": 3,
+                         "tcp_user_timeout": 10000, "application_name": "slurmscale-lease"}
+
+
+def identity() -> str:
+    """Who holds the lease, for logs and events: host and PID."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Lease(Protocol):
+    def hold(self) -> bool:
+        """True while this daemon leads: takes the lease if free, re-checks it if held."""
+        ...
+
+    def release(self) -> None:
+        ...
+
+
+def lock_key(cluster_name: str) -> int:
+    """A signed 64-bit advisory-lock key per cluster, so clusters may share one database."""
+    digest = hashlib.sha256(f"slurmscale-leader:{cluster_name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class PgAdvisoryLease:
+    def __init__(self, url: str, cluster_name: str) -> None:
+        self.key = lock_key(cluster_name)
+        self.engine: Engine = create_engine(url, poolclass=NullPool,
+                                            connect_args=PG_LEASE_CONNECT_ARGS)
+        self.conn: Connection | None = None
+
+    def hold(self) -> bool:
+        if self.conn is not None:
+            try:
+                self.conn.execute(text("SELECT 1"))
+                return True
+            except Exception as e:  # noqa: BLE001 - any failure means the lock may be gone
+                log.error("lost the leader lease: its database connection failed (%s)",
+                          type(e).__name__)
+                self._drop()
+                return False
+        try:
+            conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        except Exception as e:  # noqa: BLE001 - the database is down: stand by, retry
+            log.warning("cannot reach the database for the leader lease (%s)", type(e).__name__)
+            return False
+        try:
+            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
+                                    {"k": self.key}).scalar())
+        except Exception as e:  # noqa: BLE001
+            log.warning("leader lease query failed (%s)", type(e).__name__)
+            conn.close()
+            return False
+        if not got:
+            conn.close()
+            return False
+        self.conn = conn
+        return True
+
+    def _drop(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.invalidate()
+                conn.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+
+    def release(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
+            except Exception:  # noqa: BLE001 - closing the session releases it anyway
+                pass
+        self._drop()
+        self.engine.dispose()
+
+
+class FileLease:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def hold(self) -> bool:
+        if self.fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{identity()}\n".encode())
+        self.fd = fd
+        return True
+
+    def holder(self) -> str:
+        try:
+            return self.path.read_text().strip() or "unknown"
+        except OSError:
+            return "unknown"
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+
+class SoleLease:
+    """An in-memory store has one process by construction."""
+
+    def hold(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+
+def lease_for(store_url: str, cluster_name: str) -> Lease:
+    url = make_url(store_url)
+    if url.get_backend_name() == "postgresql":
+        return PgAdvisoryLease(store_url, cluster_name)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return FileLease(Path(f"{url.database}.leader"))
+    return SoleLease()

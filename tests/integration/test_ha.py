@@ -1,0 +1,112 @@
+"""HA on PostgreSQL: two daemons share one store; one leads (advisory lock), the other stands
+by. Killing the leader in the middle of a launch hands over within two ticks, and the new
+leader recovers that launch instead of launching again. The database restarting costs a
+pause, never a termination, and the daemon catches up."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from slurmscale.api_client import call
+from slurmscale.localcluster.postgres import LocalPostgres, pg_bin_dir
+from slurmscale.localcluster.procs import wait_for
+
+pytestmark = pytest.mark.slurm
+
+TICK = 3.0
+
+
+@pytest.fixture
+def postgres() -> Iterator[LocalPostgres]:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        psycopg = None  # type: ignore[assignment]
+    if pg_bin_dir() is None or psycopg is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the HA tests: PostgreSQL server or psycopg missing")
+        pytest.skip("needs Debian's postgresql and slurmscale[postgres]")
+    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="ss-pg-"))).start()
+    yield pg
+    pg.remove()
+
+
+def _role(sock: Path) -> str | None:
+    code, body = call(str(sock), "GET", "/v1/health", timeout=2)
+    return body.get("role") if code == 200 else None
+
+
+def _at(event: dict) -> float:
+    return datetime.fromisoformat(event["at"]).timestamp()
+
+
+def test_killing_the_leader_mid_launch_hands_over_without_a_second_launch(
+        make_cluster, postgres: LocalPostgres) -> None:  # type: ignore[no-untyped-def]
+    # daemon A leads and dies with SIGKILL right after CreateFleet, before recording it
+    c, proxy = make_cluster(store_url=postgres.url, tick_seconds=TICK,
+                            daemon_env={"SLURMSCALE_TEST_MODE": "1",
+                                        "SLURMSCALE_CRASH_AT": "launch:after_fleet"})
+    sock_a = c.root / "run" / "slurmscale.sock"
+    sock_b = c.start_daemon(name="daemon-b")
+    assert _role(sock_a) == "leader" and _role(sock_b) == "standby"
+
+    job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 2")
+    wait_for("the leader killed after CreateFleet", lambda: not c.procs.running("daemon"), 120)
+    killed_at = proxy.fleet_calls()[0].at  # the crash point fires as CreateFleet returns
+    wait_for("the standby to take over", lambda: _role(sock_b) == "leader", 6 * TICK)
+
+    assert c.wait_job(job, {"COMPLETED"}, 240) == "COMPLETED"
+    assert len(proxy.fleet_calls()) == 1, "the new leader recovered the launch, no second one"
+    events = c.events()
+    kinds = [e["kind"] for e in events]
+    assert "launch_recovered" in kinds
+    took_over = [e for e in events if e["kind"] == "leader_acquired"][-1]
+    handover = _at(took_over) - killed_at
+    assert 0 < handover <= 2 * TICK, f"handover took {handover:.1f}s (tick {TICK}s)"
+
+    # the old leader comes back as the standby: the lease is B's until B dies
+    c.start_daemon()
+    wait_for("the restarted daemon to tick", lambda: _role(sock_a) == "standby", 3 * TICK)
+    assert _role(sock_b) == "leader"
+    assert kinds.count("leader_acquired") == 2
+    print(f"HA: leader SIGKILLed after CreateFleet, standby led {handover:.1f}s later "
+          f"(tick {TICK:.0f}s), 1 CreateFleet, job COMPLETED")
+
+
+def test_the_database_restarting_pauses_the_daemon_and_terminates_nothing(
+        make_cluster, postgres: LocalPostgres) -> None:  # type: ignore[no-untyped-def]
+    c, proxy = make_cluster(store_url=postgres.url, tick_seconds=TICK)
+    sock = c.root / "run" / "slurmscale.sock"
+    first = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 600")
+    c.wait_job(first, {"RUNNING"}, 150)
+    running = {i["InstanceId"] for i in c.cluster_instances()}
+    assert len(running) == 2
+
+    postgres.stop()
+    wait_for("the daemon to stand by without its database",
+             lambda: _role(sock) == "standby", 6 * TICK)
+    # a request arrives while the store is down: the hook spools it, nothing is lost
+    second = c.sbatch("-N", "1", "--gres=gpu:8", "-p", "gpu-od", "--wrap", "sleep 1")
+    hook_log = c.root / "log" / "slurmscale-hooks.log"
+    wait_for("the resume hook to spool the request",
+             lambda: hook_log.exists() and "od-1" in hook_log.read_text(), 60)
+    assert c.procs.running("daemon"), "the daemon died with its database"
+    assert {i["InstanceId"] for i in c.cluster_instances()} == running, \
+        "nothing terminated while the store was down"
+    assert len(proxy.fleet_calls()) == 1, "nothing launched without the store"
+
+    postgres.restart()
+    wait_for("the daemon to lead again", lambda: _role(sock) == "leader", 6 * TICK)
+    assert c.wait_job(second, {"COMPLETED"}, 180) == "COMPLETED"
+    assert c.job_state(first) == "RUNNING"
+    assert running <= {i["InstanceId"] for i in c.cluster_instances()}
+    c.slurm("scancel", str(first))
+    print("database restart: daemon stood by, 0 instances terminated, the request spooled "
+          "meanwhile launched after the restart")
+
