@@ -241,6 +241,10 @@ class DaemonSettings(_Strict):
     # is terminated once it is this old: long enough for a launch in flight to be recorded, or
     # replayed with its ClientToken by a restarted daemon.
     leak_grace_s: Annotated[float, Field(ge=0)] = 300.0
+    # A cloud node Slurm has up (not powered down, not powering up or down) for which neither
+    # EC2 nor the store has an instance this long is powered down (its jobs requeue), so it
+    # does not sit DOWN forever taking jobs it cannot run.
+    lost_node_grace_s: Annotated[float, Field(ge=0)] = 60.0
 
 
 class Config(_Strict):

@@ -31,10 +31,11 @@ from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.lost_nodes import LOST_REASON, LostNodes, nodes_without_instances
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
 from slurmscale.hostlists import compress
-from slurmscale.model import Gang, LaunchedInstance, LaunchResult, RequestKind
+from slurmscale.model import Gang, LaunchedInstance, LaunchResult, RequestKind, SlurmNode
 from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.spool import Spool
@@ -105,6 +106,7 @@ class Reconciler:
         self.interruptions = InterruptionPass(cfg, store, slurm, events, self.event,
                                               self.backoff)
         self.ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
+        self.lost = LostNodes(cfg.daemon.lost_node_grace_s)
 
     # --- helpers -------------------------------------------------------------------
     def event(self, kind: str, message: str, **kw: str | None) -> None:
@@ -147,8 +149,13 @@ class Reconciler:
         self.handle_requests(res)
         # interruptions before the capacity pass: a node about to vanish is not capacity
         res.events = self.interruptions.run(self.clock())
-        self._sweep_instances()
-        self._node_upkeep()
+        try:
+            nodes: list[SlurmNode] | None = self.slurm.nodes()
+        except SlurmError:
+            nodes = None  # the capacity pass reports an unreachable Slurm
+        self._sweep_instances(nodes)
+        if nodes is not None:
+            self._node_upkeep(nodes)
         p = self.capacity.run(self.clock())
         if p is not None:
             res.policy_actions = len(p.holds.actions) + sum(
@@ -206,9 +213,10 @@ class Reconciler:
         for rid, why in failed_requests.items():
             self.store.finish_requests([rid], "failed", self.clock(), error=why)
 
-    def _sweep_instances(self) -> None:
+    def _sweep_instances(self, nodes: list[SlurmNode] | None) -> None:
         """One DescribeInstances by the cluster tag: instances that vanished without an event,
-        and instances running that no node expects (leaks)."""
+        instances running that no node expects (leaks), and nodes Slurm has up with no
+        instance at all. `nodes`: Slurm's nodes this pass, None when Slurm was unreadable."""
         try:
             seen = self.cloud.find({TAG_CLUSTER: self.cfg.cluster_name}, include_terminated=True)
         except CloudError as e:
@@ -221,7 +229,7 @@ class Reconciler:
                                  {i.instance_id for i in active}, now,
                                  self.cfg.daemon.leak_grace_s)
         if leaks:
-            leaks = self._not_in_use(leaks, {i.node for i in active})
+            leaks = self._not_in_use(leaks, {i.node for i in active}, nodes)
         if leaks and self._terminate(
                 [i.instance_id for i in leaks],
                 f"leaked: tagged for cluster {self.cfg.cluster_name}, no node expects it, "
@@ -230,19 +238,38 @@ class Reconciler:
                 self.event("leak_terminated", f"{i.instance_id} ({i.state}, node tag "
                            f"{i.tags.get(TAG_NODE, 'none')}, launched {i.launched_at}) was "
                            "running untracked", node=i.tags.get(TAG_NODE))
+        if nodes is not None:
+            self._power_down_lost(nodes, seen, {i.node for i in active}, now)
 
-    def _not_in_use(self, leaks: list[CloudInstance], tracked_nodes: set[str]
-                    ) -> list[CloudInstance]:
+    def _power_down_lost(self, nodes: list[SlurmNode], seen: list[CloudInstance],
+                         tracked: set[str], now: datetime) -> None:
+        lost = nodes_without_instances(nodes, lambda n: self.cfg.pool_of(n) is not None,
+                                       seen, tracked)
+        due = self.lost.due(lost, now)
+        if not due:
+            return
+        try:
+            self.slurm.power_down_force(due, LOST_REASON)
+        except SlurmError as e:
+            self.event("slurm_update_failed", f"power down {compress(due)}: {e}",
+                       node=compress(due))
+            return
+        self.event("node_without_instance",
+                   f"{compress(due)}: up in Slurm, but neither EC2 nor the store has an "
+                   f"instance for {self.cfg.daemon.lost_node_grace_s:g}s; powered down (jobs "
+                   "requeue)", node=compress(due))
+
+    def _not_in_use(self, leaks: list[CloudInstance], tracked_nodes: set[str],
+                    nodes: list[SlurmNode] | None) -> list[CloudInstance]:
         """Of untracked instances, those Slurm cannot be using: no node tag, a node no pool
         has, a node powered down, or a node whose tracked instance is another one. An
         untracked instance of a node Slurm has up (a store lost or pointed elsewhere, say) is
         never terminated on that missing information: it is reported once instead. Slurm
         unreadable: nothing is terminated this pass."""
-        try:
-            by_name = {n.name: n for n in self.slurm.nodes()}
-        except SlurmError as e:
-            log.warning("leak check skipped: Slurm not readable: %s", e)
+        if nodes is None:
+            log.warning("leak check skipped: Slurm not readable")
             return []
+        by_name = {n.name: n for n in nodes}
         out = []
         for i in leaks:
             node = i.tags.get(TAG_NODE, "")
@@ -258,13 +285,9 @@ class Reconciler:
                            node=node)
         return out
 
-    def _node_upkeep(self) -> None:
+    def _node_upkeep(self, nodes: list[SlurmNode]) -> None:
         """Drains slurmscale placed and must lift (or place) as time passes: nodes back from
         an interruption, pools whose capacity TTL started or ended."""
-        try:
-            nodes = self.slurm.nodes()
-        except SlurmError:
-            return  # the capacity pass reports an unreachable Slurm
         self.interruptions.return_powered_down_nodes(nodes)
         self.backoff.upkeep(nodes, self.clock())
 

@@ -291,3 +291,43 @@ def test_a_terminate_ec2_did_not_carry_out_is_retried_until_it_is(world) -> None
     r.tick()
     assert cloud.running() == [] and r.store.active_instances() == []
     assert r.store.pending_requests() == []
+
+
+def test_a_node_up_without_any_instance_is_powered_down_after_the_grace(world) -> None:  # type: ignore[no-untyped-def]
+    from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudInstance
+    from slurmscale.daemon.lost_nodes import LOST_REASON
+    from slurmscale.model import SlurmNode
+
+    r, cloud, slurm, clock, _spool = world
+    node = lambda name, state: SlurmNode(name, state, name, name)  # noqa: E731
+    slurm.table = {"spot-1": node("spot-1", "ALLOCATED+CLOUD"),  # its instance is gone
+                   "spot-2": node("spot-2", "IDLE+CLOUD"),  # untracked instance in EC2
+                   "spot-3": node("spot-3", "IDLE+CLOUD+POWERING_UP"),  # booting
+                   "spot-4": node("spot-4", "IDLE+CLOUD+POWERED_DOWN"),
+                   "login": node("login", "IDLE")}  # not a cloud node of any pool
+    cloud.instances["i-2"] = CloudInstance("i-2", "running",
+                                           {TAG_CLUSTER: "unit", TAG_NODE: "spot-2"},
+                                           launched_at=T0)
+    r.tick()
+    grace = r.cfg.daemon.lost_node_grace_s
+    clock.now += timedelta(seconds=grace - 1)
+    r.tick()
+    assert slurm.powered_down == [], "not before the grace has passed"
+    slurm.fail = True  # a pass that cannot read Slurm decides nothing
+    clock.now += timedelta(seconds=2)
+    r.tick()
+    assert slurm.powered_down == []
+    slurm.fail = False
+    r.tick()
+    assert slurm.powered_down == [(["spot-1"], LOST_REASON)]
+    assert [e.kind for e in r.store.events()].count("node_without_instance") == 1
+
+
+def test_a_node_seen_with_an_instance_again_starts_its_grace_over() -> None:
+    from slurmscale.daemon.lost_nodes import LostNodes
+
+    lost = LostNodes(60)
+    assert lost.due({"a"}, T0) == []
+    assert lost.due(set(), T0 + timedelta(seconds=30)) == []  # it came back
+    assert lost.due({"a"}, T0 + timedelta(seconds=70)) == []
+    assert lost.due({"a"}, T0 + timedelta(seconds=130)) == ["a"]

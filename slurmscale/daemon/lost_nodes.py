@@ -1,0 +1,48 @@
+"""Nodes Slurm has up with no instance behind them: an instance terminated by hand, or one
+the store never learnt of and EC2 has since forgotten. Slurm would only notice when the node
+stops answering, set it DOWN, and leave it there; slurmscale powers it down instead (Slurm
+requeues its jobs and the next resume launches a fresh instance).
+
+Both EC2 and the store must agree there is nothing: an instance EC2 still lists under the
+node's tag (untracked, say, after a lost store) keeps the node up. Nothing is decided on a
+pass where either could not be read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from slurmscale.cloud.protocol import TAG_NODE, CloudInstance
+from slurmscale.model import SlurmNode
+
+TRANSITIONS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "POWER_DOWN"})
+LOST_REASON = "slurmscale: node has no instance"
+
+
+def nodes_without_instances(nodes: Iterable[SlurmNode], is_cloud_node: Callable[[str], bool],
+                            seen: Iterable[CloudInstance], tracked_nodes: set[str]
+                            ) -> set[str]:
+    """Cloud nodes that Slurm has up and for which no instance is pending or running in EC2
+    (by node tag) or in the store."""
+    in_ec2 = {i.tags.get(TAG_NODE) for i in seen if i.state in ("pending", "running")}
+    return {n.name for n in nodes
+            if is_cloud_node(n.name) and not (n.flags & TRANSITIONS)
+            and n.name not in in_ec2 and n.name not in tracked_nodes}
+
+
+class LostNodes:
+    """Remembers since when each node has been without an instance; a node is acted on only
+    after `grace_s` of passes that all saw it so (a node that finishes booting between two
+    reads is never caught)."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.since: dict[str, datetime] = {}
+
+    def due(self, lost_now: set[str], now: datetime) -> list[str]:
+        self.since = {n: self.since.get(n, now) for n in lost_now}
+        out = sorted(n for n, t in self.since.items()
+                     if (now - t).total_seconds() >= self.grace_s)
+        for n in out:
+            del self.since[n]
+        return out
