@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from slurmscale import __version__
-from slurmscale.cli_common import _load, _store, _table
+from slurmscale.cli_common import _db_url, _load, _store, _table
 from slurmscale.config import Config
 from slurmscale.model import RequestKind
 
@@ -58,6 +58,7 @@ def cli(ctx: click.Context, config: str | None) -> None:
 def daemon(ctx: click.Context, verbose: bool) -> None:
     """Run the reconcile loop and the local API (foreground)."""
     cfg = _load(ctx)
+    _db_url(cfg)  # an unreadable password file is a config error, before any logging
     _setup_daemon_logging(cfg, verbose)
     from slurmscale.daemon.service import Daemon
 
@@ -117,7 +118,7 @@ def db_upgrade(ctx: click.Context) -> None:
     from slurmscale.store.repo import Store
 
     cfg = _load(ctx.find_root())
-    Store(cfg.store_url).upgrade()
+    Store(_db_url(cfg)).upgrade()
     click.echo("schema is at the latest version")
 
 

@@ -34,10 +34,18 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
     return "\n".join(out)
 
 
+def _db_url(cfg: Config) -> str:
+    try:
+        return cfg.database_url()
+    except ConfigError as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        sys.exit(2)
+
+
 def _store(cfg: Config):  # type: ignore[no-untyped-def]
     from slurmscale.store.repo import Store
 
-    s = Store(cfg.store_url)
+    s = Store(_db_url(cfg))
     problem = s.schema_problem()
     if problem:
         click.echo(f"slurmscale: {problem}", err=True)

@@ -251,6 +251,9 @@ class Config(_Strict):
     cluster_name: Annotated[str, Field(pattern=_NAME, max_length=64)]
     aws: AwsSettings = AwsSettings()
     store_url: str = "sqlite:////var/lib/slurmscale/slurmscale.db"
+    # The store's password, kept out of this file (which SlurmUser's hooks must read): a file
+    # only its owner may read, holding the password alone. Used with a store_url without one.
+    store_password_file: str | None = None
     socket_path: str = "/run/slurmscale/slurmscale.sock"
     spool_dir: str = "/var/spool/slurmscale"
     log_file: str | None = "/var/log/slurmscale/slurmscale.log"
@@ -301,6 +304,25 @@ class Config(_Strict):
                     "slurmscale releases idle nodes itself and SuspendTime is the backstop "
                     "for when its daemon is down")
         return self
+
+    def database_url(self) -> str:
+        """store_url with the password from store_password_file, for the daemon and the CLI
+        to connect with; never logged (logs render the URL with the password hidden)."""
+        if self.store_password_file is None:
+            return self.store_url
+        from sqlalchemy.engine.url import make_url
+
+        path = Path(self.store_password_file)
+        try:
+            mode = path.stat().st_mode
+            secret = path.read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"cannot read store_password_file {path}: {e.strerror}") from None
+        if mode & 0o077:
+            raise ConfigError(f"store_password_file {path} is readable or writable by others "
+                              f"(mode {mode & 0o777:04o}); refusing it: chmod 600 {path}")
+        return make_url(self.store_url).set(password=secret).render_as_string(
+            hide_password=False)
 
     def pool_of(self, node: str) -> Pool | None:
         for p in self.pools:
@@ -364,4 +386,19 @@ def load_config(path: str | Path | None = None) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"config {p} is not valid YAML: {e}") from None
-    return parse_config(data, p)
+    cfg = parse_config(data, p)
+    if mode & 0o004 and _has_password(cfg.store_url):
+        raise ConfigError(f"config {p} is world-readable and its store_url carries a password; "
+                          "move the password to store_password_file (mode 0600) or "
+                          f"chmod o-r {p}")
+    return cfg
+
+
+def _has_password(url: str) -> bool:
+    from sqlalchemy.engine.url import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return bool(make_url(url).password)
+    except ArgumentError:
+        return False

@@ -21,6 +21,8 @@ def expand(expr: str) -> list[str]:
         names = _hostlist.expand_hostlist(text)
     except _hostlist.BadHostlist as e:
         raise HostlistError(f"unparsable hostlist {expr!r}: {e}") from None
+    if not names:
+        raise HostlistError(f"hostlist {expr!r} names no nodes")
     for n in names:
         if not n or any(c.isspace() for c in n) or any(c in n for c in "[],"):
             raise HostlistError(f"unparsable hostlist {expr!r}: bad node name {n!r}")

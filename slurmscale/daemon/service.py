@@ -29,8 +29,9 @@ JOB_ID = "reconcile"
 class Daemon:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.store = Store(cfg.store_url)
-        self.lease = lease_for(cfg.store_url, cfg.cluster_name)
+        url = cfg.database_url()
+        self.store = Store(url)
+        self.lease = lease_for(url, cfg.cluster_name)
         # Built when this daemon starts to lead, dropped when it stops: what a reconciler
         # remembers between passes (backoff, evacuated instances) is only true for the
         # leader that saw it happen.

@@ -30,7 +30,7 @@ import yaml
 
 from slurmscale.config import Config, Pool, load_config
 from slurmscale.localcluster.agent import InstanceAgent
-from slurmscale.localcluster.procs import Procs, free_port_range, wait_for
+from slurmscale.localcluster.procs import Procs, free_port_range, release_port_range, wait_for
 from slurmscale.slurm.kv import parse_oneliner
 from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
 
@@ -105,6 +105,7 @@ class LocalCluster:
         self.conf = self.root / "etc" / "slurm.conf"
         self._mounts: list[Path] = []
         self.cfg: Config | None = None
+        self._ports: list[tuple[int, int]] = []  # claimed (base, n), released at stop
 
     # --- commands --------------------------------------------------------------------
     @property
@@ -188,6 +189,9 @@ class LocalCluster:
         for m in reversed(self._mounts):
             subprocess.run(["umount", "-R", "-l", str(m)], check=False, capture_output=True)
         self._mounts.clear()
+        for base, n in self._ports:
+            release_port_range(base, n)
+        self._ports.clear()
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -226,8 +230,13 @@ class LocalCluster:
                                     f"--seed-file={m / 'munged.seed'}"])
         wait_for("munged socket", self.munge_socket.exists, 20)
 
+    def _free_ports(self, n: int) -> int:
+        base = free_port_range(n)
+        self._ports.append((base, n))
+        return base
+
     def _start_moto(self) -> None:
-        port = free_port_range(1)
+        port = self._free_ports(1)
         self.moto_url = f"http://127.0.0.1:{port}"
         self.procs.start("moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
                                   "-p", str(port)], env={**os.environ, **AWS_ENV})
@@ -302,7 +311,7 @@ class LocalCluster:
         assert self.cfg
         r = self.root
         total = sum(p.max_nodes for p in self.cfg.pools)
-        base = free_port_range(total + 1)
+        base = self._free_ports(total + 1)
         self.ctld_port = base
         ports: dict[str, str] = {}
         nxt = base + 1

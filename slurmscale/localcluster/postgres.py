@@ -11,7 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from slurmscale.localcluster.procs import Procs, free_port_range, wait_for
+from slurmscale.localcluster.procs import Procs, free_port_range, release_port_range, wait_for
 
 DB_USER = "slurmscale"
 
@@ -102,4 +102,6 @@ class LocalPostgres:
 
     def remove(self) -> None:
         self.stop()
+        if self.port:
+            release_port_range(self.port, 1)
         shutil.rmtree(self.root, ignore_errors=True)

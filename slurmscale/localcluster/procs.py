@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,21 +54,75 @@ class Procs:
             self.stop(name)
 
 
-def free_port_range(n: int, lo: int = 20000, hi: int = 60000) -> int:
-    """First port of `n` consecutive free loopback ports."""
+PORT_CLAIMS = Path(tempfile.gettempdir()) / "slurmscale-ports"
+
+
+def _ephemeral_low() -> int:
+    """Where the kernel's ephemeral ports start: every outgoing connection takes one, so a
+    port chosen there may be gone by the time a slurmd boots and binds it."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _claim(port: int) -> bool:
+    """One file per port, created exclusively and naming its owner's PID: clusters started
+    side by side (pytest-xdist) never pick the same port, even one not bound yet."""
+    PORT_CLAIMS.mkdir(mode=0o755, exist_ok=True)
+    path = PORT_CLAIMS / str(port)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = int(path.read_text() or "0")
+                os.kill(owner, 0)
+                return False  # its owner lives
+            except (ProcessLookupError, ValueError):
+                path.unlink(missing_ok=True)  # a dead owner's claim
+                continue
+            except OSError:
+                return False
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+    return False
+
+
+def release_port_range(base: int, n: int) -> None:
+    for port in range(base, base + n):
+        path = PORT_CLAIMS / str(port)
+        try:
+            if path.read_text() == str(os.getpid()):
+                path.unlink()
+        except OSError:
+            pass
+
+
+def free_port_range(n: int, lo: int = 10000, hi: int | None = None) -> int:
+    """First port of `n` consecutive free loopback ports below the ephemeral range, claimed
+    for this process until release_port_range."""
     import random
 
+    hi = min(hi or 60000, _ephemeral_low())
     rng = random.Random(os.getpid() ^ time.time_ns())
     for _ in range(200):
         base = rng.randrange(lo, hi - n)
+        claimed: list[int] = []
         socks = []
         try:
             for port in range(base, base + n):
+                if not _claim(port):
+                    raise OSError(f"port {port} claimed")
+                claimed.append(port)
                 s = socket.socket()
                 s.bind(("127.0.0.1", port))
                 socks.append(s)
             return base
         except OSError:
+            for port in claimed:
+                release_port_range(port, 1)
             continue
         finally:
             for s in socks:

@@ -79,9 +79,15 @@ def test_killing_the_leader_mid_launch_hands_over_without_a_second_launch(
           f"(tick {TICK:.0f}s), 1 CreateFleet, job COMPLETED")
 
 
+SECRET = "s3cr3t-Pw0rd"
+
+
 def test_the_database_restarting_pauses_the_daemon_and_terminates_nothing(
         make_cluster, postgres: LocalPostgres) -> None:  # type: ignore[no-untyped-def]
-    c, proxy = make_cluster(store_url=postgres.url, tick_seconds=TICK)
+    # the test server trusts loopback, so any password works: it is here to be looked for in
+    # every log and output afterwards, connection failures included
+    url = postgres.url.replace("slurmscale@", f"slurmscale:{SECRET}@")
+    c, proxy = make_cluster(store_url=url, tick_seconds=TICK)
     sock = c.root / "run" / "slurmscale.sock"
     first = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 600")
     c.wait_job(first, {"RUNNING"}, 150)
@@ -107,6 +113,13 @@ def test_the_database_restarting_pauses_the_daemon_and_terminates_nothing(
     assert c.job_state(first) == "RUNNING"
     assert running <= {i["InstanceId"] for i in c.cluster_instances()}
     c.slurm("scancel", str(first))
+    outputs = [c.cli(*args).stdout for args in (("status", "--json"), ("events", "--json"),
+                                                 ("status",), ("plan",))]
+    logs = [f.read_text(errors="replace") for f in (c.root / "log").iterdir() if f.is_file()]
+    daemon_log = (c.root / "log" / "slurmscale-daemon.log").read_text()
+    assert "lost the leader lease" in daemon_log, "the outage is in the log searched"
+    leaked = [t[:200] for t in outputs + logs if SECRET in t]
+    assert not leaked, f"the store password appeared in: {leaked}"
     print("database restart: daemon stood by, 0 instances terminated, the request spooled "
           "meanwhile launched after the restart")
 

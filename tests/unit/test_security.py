@@ -132,3 +132,49 @@ def test_garbage_on_the_socket_gets_an_error_and_the_server_keeps_answering(shor
         assert call(path, "GET", "/v1/health") == (200, {"ok": True})
     finally:
         api.stop()
+
+
+PG = "postgresql+psycopg://slurmscale@db.internal:5432/slurmscale"
+
+
+def _write(tmp_path, data: dict, mode: int):  # type: ignore[no-untyped-def]
+    p = tmp_path / "slurmscale.yaml"
+    p.write_text(yaml.safe_dump(data))
+    os.chmod(p, mode)
+    return p
+
+
+def test_the_store_password_comes_from_a_private_file_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pw = tmp_path / "db-password"
+    pw.write_text("s3cr3t\n")
+    os.chmod(pw, 0o600)
+    cfg = load_config(_write(tmp_path, base_config(store_url=PG, store_password_file=str(pw)),
+                             0o644))
+    assert cfg.database_url() == ("postgresql+psycopg://slurmscale:s3cr3t@db.internal:5432/"
+                                  "slurmscale")
+    os.chmod(pw, 0o640)
+    with pytest.raises(ConfigError, match="readable or writable by others.*chmod 600"):
+        cfg.database_url()
+    pw.unlink()
+    with pytest.raises(ConfigError, match="cannot read store_password_file"):
+        cfg.database_url()
+
+
+def test_a_password_in_a_world_readable_config_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    inline = PG.replace("slurmscale@", "slurmscale:s3cr3t@")
+    with pytest.raises(ConfigError) as e:
+        load_config(_write(tmp_path, base_config(store_url=inline), 0o644))
+    assert "store_password_file" in str(e.value) and "s3cr3t" not in str(e.value)
+    assert load_config(_write(tmp_path, base_config(store_url=inline), 0o600))
+
+
+def test_the_cli_reports_an_unreadable_password_file_without_a_traceback(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from slurmscale.cli import cli
+
+    conf = _write(tmp_path, base_config(store_url=PG, store_password_file=str(tmp_path / "x")),
+                  0o644)
+    r = CliRunner().invoke(cli, ["--config", str(conf), "events"])
+    assert r.exit_code == 2 and "cannot read store_password_file" in r.output
+    assert "Traceback" not in r.output
