@@ -2,7 +2,8 @@
 # Installs what slurmscale's local cluster, demo and tests need on a Debian/Ubuntu machine,
 # idempotently (as root): Slurm and munge from the distribution, a virtualenv in .venv with
 # slurmscale and its dev and postgres extras, and (with --tests) what only the tests use:
-# PostgreSQL's server (the HA tests) and a Debian 13 tree with Slurm 24.11.
+# PostgreSQL's server (the HA tests), Chromium (renders the HTML report), docker-compose
+# (validates docker-compose.slurm.yml) and a Debian 13 tree with Slurm 24.11.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for_tests=0
@@ -15,6 +16,14 @@ fi
 
 pkgs=(slurmctld slurmd slurm-client munge python3 python3-venv)
 [ $for_tests -eq 1 ] && pkgs+=(debootstrap postgresql)
+if [ $for_tests -eq 1 ]; then
+  # Debian packages these; where a distribution does not (Ubuntu's chromium is a snap), the
+  # tests that need them say so and skip outside CI
+  [ -n "$(apt-cache search --names-only '^chromium$' 2>/dev/null)" ] || apt-get update -qq
+  for opt in chromium docker-compose; do
+    if [ -n "$(apt-cache search --names-only "^${opt}\$" 2>/dev/null)" ]; then pkgs+=("$opt"); fi
+  done
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,23 +5,36 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
 from slurmscale import __version__
-from slurmscale.cli_common import _db_url, _load, _store, _table
+from slurmscale.cli_common import _db_url, _load, _parse_since, _store, _table
 from slurmscale.config import Config
 from slurmscale.model import RequestKind
 
 log = logging.getLogger("slurmscale")
 
 
+class JsonLines(logging.Formatter):
+    """One JSON object per line (log_format: json), for journald/Loki/Elasticsearch."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"at": datetime.fromtimestamp(record.created, UTC).isoformat(
+                   timespec="milliseconds"),
+               "level": record.levelname.lower(), "logger": record.name,
+               "message": record.getMessage()}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
 def _setup_daemon_logging(cfg: Config, verbose: bool) -> None:
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fmt: logging.Formatter = (JsonLines() if cfg.log_format == "json" else
+                              logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
@@ -178,20 +191,6 @@ def _event_dict(e: Any) -> dict[str, Any]:
             "request_id": e.request_id, "gang_id": e.gang_id, "message": e.message}
 
 
-def _parse_since(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if text[-1:] in units and text[:-1].isdigit():
-        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither a duration (30m, 24h, 7d) nor an "
-                                 "ISO date", param_hint="--since") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
 @cli.command()
 @click.option("--since", default=None, help="Duration (30m, 24h, 7d) or ISO date.")
 @click.option("--limit", default=200, show_default=True, type=click.IntRange(1, 100000))
@@ -209,60 +208,6 @@ def events(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> 
         click.echo(json.dumps({"events": rows}, indent=2))
         return
     click.echo(_table(rows, ["at", "kind", "node", "message"]))
-
-
-@cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
-    """Pools, nodes by state, instances, pending requests, recent events, daemon health.
-
-    JSON: {"cluster", "daemon": {reachable, role, last_tick}, "pools": [{name, partition,
-    capacity_type, max_nodes, instances, slurm_states: {STATE: n}}], "pending_requests":
-    [{id, kind, hostlist, received_at}], "recent_events": [...], "slurm_error"}
-    """
-    from slurmscale.api_client import ApiError, call
-
-    cfg = _load(ctx)
-    rows, err = _node_rows(cfg)
-    store = _store(cfg)
-    try:
-        code, health = call(cfg.socket_path, "GET", "/v1/health", timeout=2)
-        daemon_info = {"reachable": code == 200, "role": (health or {}).get("role"),
-                       "last_tick": (health or {}).get("last_tick")}
-    except ApiError:
-        daemon_info = {"reachable": False, "role": None, "last_tick": None}
-    pools = []
-    for p in cfg.pools:
-        mine = [r for r in rows if r["pool"] == p.name]
-        states = Counter((r["slurm_state"] or "UNKNOWN") for r in mine)
-        pools.append({"name": p.name, "partition": p.partition,
-                      "capacity_type": p.capacity_type.value, "max_nodes": p.max_nodes,
-                      "instances": sum(1 for r in mine if r["instance_id"]),
-                      "slurm_states": dict(sorted(states.items()))})
-    pending = [{"id": r.id, "kind": r.kind, "hostlist": r.hostlist,
-                "received_at": _iso(r.received_at)} for r in store.pending_requests()]
-    recent = [_event_dict(e) for e in store.events(limit=10)]
-    data = {"cluster": cfg.cluster_name, "daemon": daemon_info, "pools": pools,
-            "pending_requests": pending, "recent_events": recent, "slurm_error": err}
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
-    up = f"up ({daemon_info['role']})" if daemon_info["reachable"] else "NOT REACHABLE"
-    click.echo(f"cluster {cfg.cluster_name}   daemon {up}")
-    click.echo()
-    click.echo(_table([{**p, "slurm_states": " ".join(f"{k}={v}" for k, v in
-                                                       p["slurm_states"].items())}
-                       for p in pools],
-                      ["name", "partition", "capacity_type", "max_nodes", "instances",
-                       "slurm_states"]))
-    click.echo(f"\npending requests: {len(pending)}")
-    for r in pending:
-        click.echo(f"  {r['received_at']}  {r['kind']:<11} {r['hostlist']}")
-    click.echo("\nrecent events:")
-    click.echo(_table(recent, ["at", "kind", "message"]))
-    if err:
-        click.echo(f"\nwarning: Slurm not readable: {err}", err=True)
 
 
 @cli.command()
@@ -512,9 +457,15 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
 
 
-from slurmscale.cli_reservations import reservations  # noqa: E402 - a subgroup of cli
+from slurmscale.cli_check import check  # noqa: E402 - commands in modules of their own
+from slurmscale.cli_report import report  # noqa: E402
+from slurmscale.cli_reservations import reservations  # noqa: E402
+from slurmscale.cli_status import status  # noqa: E402
 
 cli.add_command(reservations)
+cli.add_command(report)
+cli.add_command(check)
+cli.add_command(status)
 
 
 def main() -> None:

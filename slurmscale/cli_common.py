@@ -4,6 +4,7 @@ opening the store read-only-safely, plain tables."""
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -53,3 +54,17 @@ def _store(cfg: Config):  # type: ignore[no-untyped-def]
     return s
 
 
+
+
+def _parse_since(text: str | None, param: str = "--since") -> datetime | None:
+    if not text:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[-1:] in units and text[:-1].isdigit():
+        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither a duration (30m, 24h, 7d) nor an "
+                                 "ISO date", param_hint=param) from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)

@@ -136,6 +136,9 @@ class Pool(_Strict):
     launch_template: LaunchTemplate
     subnets: Annotated[list[str], Field(min_length=1)]
     features: list[str] = []
+    # Launch to slurmd registered, for this pool's AMI and type: `slurmscale check` wants
+    # ResumeTimeout longer than this
+    boot_time_s: Annotated[float, Field(gt=0)] = 300.0
     policy: PoolPolicy = PoolPolicy()
     # An on-demand pool that takes this pool's work while its capacity is unavailable: jobs
     # submitted to both partitions (-p spot,on-demand) run there meanwhile.
@@ -247,6 +250,13 @@ class DaemonSettings(_Strict):
     lost_node_grace_s: Annotated[float, Field(ge=0)] = 60.0
 
 
+class MetricsSettings(_Strict):
+    """The Prometheus endpoint (http://address:port/metrics); port 0 turns it off."""
+
+    address: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 0
+
+
 class Config(_Strict):
     cluster_name: Annotated[str, Field(pattern=_NAME, max_length=64)]
     aws: AwsSettings = AwsSettings()
@@ -257,6 +267,7 @@ class Config(_Strict):
     socket_path: str = "/run/slurmscale/slurmscale.sock"
     spool_dir: str = "/var/spool/slurmscale"
     log_file: str | None = "/var/log/slurmscale/slurmscale.log"
+    log_format: Literal["text", "json"] = "text"  # json: one object per line
     hook_log_file: str = "/var/log/slurmscale/hooks.log"
     hooks_dir: str = "/usr/local/lib/slurmscale/resume_suspend"
     node_address: AddressSource = AddressSource.PRIVATE_IP
@@ -265,6 +276,10 @@ class Config(_Strict):
     power_saving: PowerSaving = PowerSaving()
     reservations: ReservationSettings = ReservationSettings()
     capacity: CapacitySettings = CapacitySettings()
+    metrics: MetricsSettings = MetricsSettings()
+    # USD per instance-hour by instance type and capacity type, for the reports' cost
+    # estimate, e.g. {p5.48xlarge: {on-demand: 98.32, spot: 39.0}}; unpriced types show no cost
+    prices: dict[str, dict[CapacityType, Annotated[float, Field(ge=0)]]] = {}
     pools: Annotated[list[Pool], Field(min_length=1)]
 
     @model_validator(mode="after")
@@ -395,10 +410,10 @@ def load_config(path: str | Path | None = None) -> Config:
 
 
 def _has_password(url: str) -> bool:
-    from sqlalchemy.engine.url import make_url
-    from sqlalchemy.exc import ArgumentError
+    """Without SQLAlchemy: the hooks load the config too, and import nothing heavy."""
+    from urllib.parse import urlsplit
 
     try:
-        return bool(make_url(url).password)
-    except ArgumentError:
+        return bool(urlsplit(url).password)
+    except ValueError:
         return False

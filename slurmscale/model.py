@@ -47,6 +47,7 @@ class QueueJob(NamedTuple):
     reservation: str = ""
     end_time: str = ""  # running jobs: start + time limit
     nodelist: str = ""  # running jobs: their nodes (a hostlist)
+    start_time: str = ""  # running jobs: when they started (after their nodes booted)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from slurmscale.config import Config
+from slurmscale.daemon.ledger import Ledger, OnStart, PoolNow
 from slurmscale.hostlists import compress
-from slurmscale.model import SlurmReservation
+from slurmscale.model import QueueJob, SlurmReservation
 from slurmscale.policy.decide import decide
 from slurmscale.policy.fallback import Rewrite, partition_rewrites
-from slurmscale.policy.model import Action, ActionKind, NodeState, Plan
+from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
 from slurmscale.policy.observe import HOLD_REASON, build_snapshot, gang_jobs
 from slurmscale.policy.reservations import HoldPlan
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
@@ -55,6 +56,8 @@ class PassPlan:
     gone: tuple[str, ...]  # holds whose reservation vanished from Slurm
     reservations: tuple[SlurmReservation, ...]
     rewrites: tuple[Rewrite, ...] = ()  # spot-only jobs given the on-demand partition too
+    snapshot: Snapshot | None = None  # what the decisions were made from
+    jobs: tuple[QueueJob, ...] = ()  # the queue as read this pass
 
 
 def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
@@ -76,11 +79,12 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
             for n in snap.nodes))
     unavailable = {r.pool: r.until_s for r in store.offerings()}
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
-                    partition_rewrites(cfg, jobs, unavailable, now))
+                    partition_rewrites(cfg, jobs, unavailable, now), snap, tuple(jobs))
 
 
 class CapacityPass:
-    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, event: Event) -> None:
+    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, event: Event,
+                 on_job_start: OnStart | None = None) -> None:
         from slurmscale.daemon.holds import HoldPass
 
         self.cfg = cfg
@@ -90,6 +94,8 @@ class CapacityPass:
         self.holds = HoldPass(cfg, store, slurm, event)
         self.arrival_log: dict[str, tuple[float, str, int]] = {}
         self._read_failing = False
+        self.ledger = Ledger(cfg, store, on_job_start)
+        self.pools_now: list[PoolNow] = []  # the last pass's capacity and demand (metrics)
 
     def run(self, now: datetime) -> PassPlan | None:
         try:
@@ -117,6 +123,8 @@ class CapacityPass:
             self.event("job_partition_rewritten", f"job {rw.job_id} -> partition "
                        f"{','.join(rw.partitions)}: {rw.reason}")
         self.store.save_pool_memory(p.capacity.memory, now)
+        if p.snapshot is not None:
+            self.pools_now = self.ledger.observe(p.snapshot, list(p.jobs), now)
         return p
 
     def _apply(self, a: Action) -> None:

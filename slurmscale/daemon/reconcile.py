@@ -26,12 +26,13 @@ from slurmscale.cloud.protocol import (
     CloudProvider,
     EventQueue,
 )
-from slurmscale.config import AddressSource, Config
+from slurmscale.config import AddressSource, Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.lost_nodes import LOST_REASON, LostNodes, nodes_without_instances
+from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
 from slurmscale.hostlists import compress
@@ -93,14 +94,17 @@ class TickResult:
 
 class Reconciler:
     def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, cloud: CloudProvider,
-                 clock: Clock = utcnow, events: EventQueue | None = None) -> None:
+                 clock: Clock = utcnow, events: EventQueue | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.cfg = cfg
+        self.metrics = metrics
         self.store = store
         self.slurm = slurm
         self.cloud = cloud
         self.spool = Spool(cfg.spool_dir)
         self.clock = clock
-        self.capacity = CapacityPass(cfg, store, slurm, self.event)
+        self.capacity = CapacityPass(cfg, store, slurm, self.event,
+                                     metrics.job_started if metrics else None)
         self.backoff = CapacityBackoff(cfg, store, slurm, self.event)
         self.untracked_reported: set[str] = set()
         self.interruptions = InterruptionPass(cfg, store, slurm, events, self.event,
@@ -112,6 +116,12 @@ class Reconciler:
     def event(self, kind: str, message: str, **kw: str | None) -> None:
         log.info("%s: %s", kind, message)
         self.store.add_event(kind, message, self.clock(), **kw)
+        if self.metrics is not None:
+            self.metrics.event(kind)
+
+    def _count_launch(self, pool: Pool, outcome: Outcome, code: str = "") -> None:
+        if self.metrics is not None:
+            self.metrics.launched(pool.name, pool.capacity_type.value, outcome.value, code)
 
     def _pool_name(self, node: str) -> str | None:
         p = self.cfg.pool_of(node)
@@ -329,6 +339,7 @@ class Reconciler:
                 at = self.clock().timestamp()
                 if is_transient(e.code) and at < give_up_at:
                     delay = self.ec2_retry.failed(at)
+                    self._count_launch(pool, Outcome.DEFERRED, e.code)
                     self.event("launch_deferred",
                                f"{what} {nodes_expr}: EC2 did not answer ({e.code}); retrying "
                                f"in {delay:.0f}s, giving up in {give_up_at - at:.0f}s",
@@ -336,6 +347,7 @@ class Reconciler:
                     return Outcome.DEFERRED, e.code
                 self._fail_gang(gang, gid, e.code, e.message, obtained=[])
                 self.backoff.launch_failed(pool.name, e.code, e.message, self.clock())
+                self._count_launch(pool, Outcome.FAILED, e.code)
                 return Outcome.FAILED, e.code
         self.ec2_retry.answered()
         crash_point("launch:after_fleet")
@@ -346,9 +358,11 @@ class Reconciler:
             self._fail_gang(gang, gid, code, msg,
                             obtained=[i.instance_id for i in result.instances])
             self.backoff.launch_failed(pool.name, code, msg, self.clock())
+            self._count_launch(pool, Outcome.FAILED, code)
             return Outcome.FAILED, code
         self._accept(gang, gid, result)
         self.backoff.launched(pool.name, self.clock())
+        self._count_launch(pool, Outcome.LAUNCHED)
         return Outcome.LAUNCHED, ""
 
     def _readdress(self, nodes: list[str]) -> None:

@@ -17,6 +17,7 @@ from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config
 from slurmscale.daemon.api import ApiServer, resolve_uids
 from slurmscale.daemon.leadership import identity, lease_for
+from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.reconcile import Reconciler, utcnow
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.repo import Store
@@ -36,6 +37,7 @@ class Daemon:
         # remembers between passes (backoff, evacuated instances) is only true for the
         # leader that saw it happen.
         self.reconciler: Reconciler | None = None
+        self.metrics = Metrics() if cfg.metrics.port else None
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.stopping = threading.Event()
         # A poke that lands while a pass runs would be dropped by max_instances=1; remember it
@@ -63,7 +65,7 @@ class Daemon:
         events = (SqsEventQueue(cfg.aws, cfg.aws.interruption_queue_url)
                   if cfg.aws.interruption_queue_url else None)
         return Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
-                          events=events)
+                          events=events, metrics=self.metrics)
 
     def _lead(self) -> Reconciler | None:
         """The reconciler if this daemon leads now; None while it stands by."""
@@ -88,6 +90,8 @@ class Daemon:
         self.poked.clear()
         try:
             reconciler = self._lead()
+            if self.metrics is not None:
+                self.metrics.leader.set(1 if reconciler is not None else 0)
             if reconciler is None:
                 self.last_tick = {"ok": True, "at": datetime.now(UTC).isoformat(),
                                   "standby": True}
@@ -99,6 +103,8 @@ class Daemon:
             return
         self.last_tick = {"ok": True, "at": datetime.now(UTC).isoformat(),
                           "seconds": round(time.monotonic() - t0, 3)}
+        if self.metrics is not None:
+            self._export(reconciler, time.monotonic() - t0)
         if (res.drained or res.launched_gangs or res.failed_gangs or res.released_nodes
                 or res.policy_actions or res.events):
             log.info("tick: %d new requests, %d gangs launched, %d failed, %d nodes released, "
@@ -109,6 +115,17 @@ class Daemon:
             self.run_soon(datetime.now(UTC))
         if res.next_due is not None:
             self.run_soon(datetime.fromtimestamp(res.next_due, UTC) + timedelta(milliseconds=50))
+
+    def _export(self, reconciler: Reconciler, seconds: float) -> None:
+        m = self.metrics
+        assert m is not None
+        m.tick.observe(seconds)
+        m.last_ok.set(time.time())
+        m.pools(reconciler.capacity.pools_now)
+        spent: dict[str, float] = {}
+        for h in self.store.holds(("active", "releasing")):
+            spent[h.pool] = spent.get(h.pool, 0.0) + h.spent_gpu_s
+        m.holds(spent, [p.name for p in self.cfg.pools])
 
     def run(self) -> None:
         # Signals first: a stop during start-up (the schema upgrade, say) must end cleanly.
@@ -133,6 +150,8 @@ class Daemon:
                                misfire_grace_time=None)
         self.scheduler.start()
         self.api.start()
+        if self.metrics is not None:
+            self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
         log.info("slurmscale daemon up (%s): cluster %s, %d pool(s), socket %s, store %s",
                  self.role, self.cfg.cluster_name, len(self.cfg.pools), self.cfg.socket_path,
                  self.store.engine.url.render_as_string(hide_password=True))
@@ -140,6 +159,8 @@ class Daemon:
         log.info("stopping")
         self.api.stop()
         self.scheduler.shutdown(wait=True)
+        if self.metrics is not None:
+            self.metrics.stop()
         self._close()
 
     def _close(self) -> None:

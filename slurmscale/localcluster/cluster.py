@@ -86,6 +86,9 @@ class ClusterOptions:
     # Slurm keeps a requeued job ineligible for cred_expire seconds (default 120)
     cred_expire: int | None = None
     store_url: str | None = None  # default: SQLite under the cluster's directory
+    metrics: bool = False  # serve Prometheus metrics on a free loopback port (metrics_url)
+    extra_config: dict[str, Any] = field(default_factory=dict)  # top-level config keys
+    moto_url: str | None = None  # an EC2 server already running (the dev cluster's); else own
 
 
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -106,6 +109,7 @@ class LocalCluster:
         self._mounts: list[Path] = []
         self.cfg: Config | None = None
         self._ports: list[tuple[int, int]] = []  # claimed (base, n), released at stop
+        self.metrics_url = ""
 
     # --- commands --------------------------------------------------------------------
     @property
@@ -235,16 +239,32 @@ class LocalCluster:
         self._ports.append((base, n))
         return base
 
-    def _start_moto(self) -> None:
+    def _metrics_port(self) -> int:
         port = self._free_ports(1)
-        self.moto_url = f"http://127.0.0.1:{port}"
-        self.procs.start("moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                  "-p", str(port)], env={**os.environ, **AWS_ENV})
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+        return port
+
+    def scrape(self) -> str:
+        """The daemon's Prometheus metrics, as a scraper reads them."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
+            return str(r.read().decode())
+
+    def _start_moto(self) -> None:
+        if self.o.moto_url:
+            self.moto_url = self.o.moto_url.rstrip("/")
+            host, port = self.moto_url.split("//", 1)[1].rsplit(":", 1)
+        else:
+            host, port = "127.0.0.1", str(self._free_ports(1))
+            self.moto_url = f"http://{host}:{port}"
+            self.procs.start("moto", [sys.executable, "-m", "moto.server", "-H", host,
+                                      "-p", port], env={**os.environ, **AWS_ENV})
 
         def up() -> bool:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            with socket.create_connection((host, int(port)), timeout=1):
                 return True
-        wait_for("moto server", up, 30)
+        wait_for("moto server", up, 60)
         ec2 = self.ec2()
         vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
         self.subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.77.1.0/24",
@@ -291,12 +311,16 @@ class LocalCluster:
                              "resume_timeout": self.o.resume_timeout},
             "reservations": {"max_hold_s": self.o.suspend_time - 1, **self.o.reservations},
             "capacity": dict(self.o.capacity),
+            **({"metrics": {"address": "127.0.0.1", "port": self._metrics_port()}}
+               if self.o.metrics else {}),
+            **self.o.extra_config,
             "pools": [{
                 "name": p.name, "partition": p.name, "node_prefix": p.prefix,
                 "max_nodes": p.max_nodes, "gpus_per_node": p.gpus, "cpus_per_node": p.cpus,
                 "instance_types": [p.instance_type], "capacity_type": p.capacity_type,
                 "launch_template": {"name": self.lt_name, "version": "1"},
                 "subnets": [self.subnet],
+                "boot_time_s": max(10.0, self.o.boot_delay * 5),  # slurmd up in boot_delay
                 "policy": {"min_idle_s": self.o.min_idle, "max_idle_s": self.o.max_idle,
                            **p.policy},
                 **({"fallback_pool": p.fallback_pool} if p.fallback_pool else {}),

@@ -25,6 +25,7 @@ def parse_oneliner(line: str) -> dict[str, str]:
 SQUEUE_FIELDS = (
     "JobID", "Partition", "NumNodes", "tres-per-node", "TimeLimit", "SubmitTime", "Reason",
     "PriorityLong", "UserName", "State", "Account", "Reservation", "EndTime", "NodeList",
+    "StartTime",
 )
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in SQUEUE_FIELDS)
 
@@ -104,5 +105,5 @@ def parse_squeue_fixed(text: str) -> list[QueueJob]:
             parse_time_limit(f[4]), f[5], f[6],
             int(prio) if prio.lstrip("-").isdigit() else 0, f[8], state,
             "" if acct == "(null)" else acct, "" if resv == "(null)" else resv,
-            "" if pending else f[12], "" if pending else f[13]))
+            "" if pending else f[12], "" if pending else f[13], "" if pending else f[14]))
     return jobs

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import create_engine, event, select, update
+from sqlalchemy import create_engine, delete, event, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,10 +21,12 @@ from slurmscale.store.tables import (
     GangRow,
     HoldRow,
     InstanceRow,
+    JobRow,
     OfferingRow,
     PoolStateRow,
     PreemptionRow,
     RequestRow,
+    SampleRow,
 )
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
@@ -269,3 +271,68 @@ class Store:
         with self.session() as s:
             rows = list(s.scalars(q.order_by(EventRow.id.desc()).limit(limit)))
         return list(reversed(rows))
+
+    # jobs and samples (reports, metrics) --------------------------------------------------
+    def add_job_starts(self, rows: Sequence[JobRow]) -> None:
+        """Insert the jobs not recorded yet (a restarted daemon sees running jobs again)."""
+        if not rows:
+            return
+        with self.session() as s:
+            known = set(s.scalars(select(JobRow.job_id).where(
+                JobRow.job_id.in_([r.job_id for r in rows]))))
+            s.add_all([r for r in rows if r.job_id not in known])
+            s.commit()
+
+    def end_jobs(self, job_ids: Iterable[str], now: datetime) -> None:
+        ids = list(job_ids)
+        if not ids:
+            return
+        with self.session() as s:
+            s.execute(update(JobRow).where(JobRow.job_id.in_(ids), JobRow.ended_at.is_(None))
+                      .values(ended_at=now))
+            s.commit()
+
+    def running_job_ids(self) -> set[str]:
+        with self.session() as s:
+            return set(s.scalars(select(JobRow.job_id).where(JobRow.ended_at.is_(None))))
+
+    def jobs(self, since: datetime, until: datetime) -> list[JobRow]:
+        """Jobs that started before `until` and had not ended by `since`."""
+        with self.session() as s:
+            return list(s.scalars(select(JobRow).where(
+                JobRow.started_at < until,
+                or_(JobRow.ended_at.is_(None), JobRow.ended_at >= since))
+                .order_by(JobRow.started_at)))
+
+    def add_samples(self, rows: Sequence[SampleRow]) -> None:
+        with self.session() as s:
+            s.add_all(rows)
+            s.commit()
+
+    def samples(self, since: datetime, until: datetime) -> list[SampleRow]:
+        with self.session() as s:
+            return list(s.scalars(select(SampleRow).where(
+                SampleRow.at >= since, SampleRow.at < until).order_by(SampleRow.at)))
+
+    def prune_samples(self, before: datetime) -> None:
+        with self.session() as s:
+            s.execute(delete(SampleRow).where(SampleRow.at < before))
+            s.commit()
+
+    def instances_between(self, since: datetime, until: datetime) -> list[InstanceRow]:
+        """Instances that ran for some of [since, until)."""
+        with self.session() as s:
+            return list(s.scalars(select(InstanceRow).where(
+                InstanceRow.launched_at < until,
+                or_(InstanceRow.terminated_at.is_(None), InstanceRow.terminated_at >= since))))
+
+    def gangs_between(self, since: datetime, until: datetime) -> list[GangRow]:
+        with self.session() as s:
+            return list(s.scalars(select(GangRow).where(
+                GangRow.created_at >= since, GangRow.created_at < until)
+                .order_by(GangRow.created_at)))
+
+    def events_between(self, since: datetime, until: datetime) -> list[EventRow]:
+        with self.session() as s:
+            return list(s.scalars(select(EventRow).where(
+                EventRow.at >= since, EventRow.at < until).order_by(EventRow.id)))

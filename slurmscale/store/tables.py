@@ -144,3 +144,33 @@ class OfferingRow(Base):
     repeats: Mapped[int] = mapped_column(Integer)
     last_code: Mapped[str] = mapped_column(String(128))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class JobRow(Base):
+    """A job slurmscale saw start: its queue wait (started - submitted) and, once it is gone
+    from the queue, its run (ended). The first start only: requeues are preemption rows."""
+
+    __tablename__ = "jobs"
+    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    user_name: Mapped[str] = mapped_column(String(64))
+    num_nodes: Mapped[int] = mapped_column(Integer)
+    gpus_per_node: Mapped[int] = mapped_column(Integer)
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class SampleRow(Base):
+    """One pool's capacity and demand at one moment (once a minute)."""
+
+    __tablename__ = "samples"
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    nodes_up: Mapped[int] = mapped_column(Integer)
+    nodes_busy: Mapped[int] = mapped_column(Integer)
+    nodes_booting: Mapped[int] = mapped_column(Integer)
+    nodes_held: Mapped[int] = mapped_column(Integer)
+    pending_gpus: Mapped[int] = mapped_column(Integer)
+    pending_gpu_hours: Mapped[float] = mapped_column(Float)
+    pending_gangs: Mapped[int] = mapped_column(Integer)

@@ -85,9 +85,13 @@ SECRET = "s3cr3t-Pw0rd"
 def test_the_database_restarting_pauses_the_daemon_and_terminates_nothing(
         make_cluster, postgres: LocalPostgres) -> None:  # type: ignore[no-untyped-def]
     # the test server trusts loopback, so any password works: it is here to be looked for in
-    # every log and output afterwards, connection failures included
-    url = postgres.url.replace("slurmscale@", f"slurmscale:{SECRET}@")
-    c, proxy = make_cluster(store_url=url, tick_seconds=TICK)
+    # every log and output afterwards, connection failures included. It reaches the daemon
+    # the recommended way, from a 0600 file, and goes into every connection URL from there.
+    secret_file = postgres.root / "db-password"
+    secret_file.write_text(SECRET + "\n")
+    os.chmod(secret_file, 0o600)
+    c, proxy = make_cluster(store_url=postgres.url, tick_seconds=TICK,
+                            extra_config={"store_password_file": str(secret_file)})
     sock = c.root / "run" / "slurmscale.sock"
     first = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 600")
     c.wait_job(first, {"RUNNING"}, 150)

@@ -33,3 +33,13 @@ def test_pending_jobs_and_nodes_parse_on_real_slurm(make_cluster, flavor: str) -
     assert len(nodes) == 10
     assert "POWERED_DOWN" in nodes["spot-1"].flags and "CLOUD" in nodes["spot-1"].flags
     assert nodes["od-2"].partitions == ("gpu-od",)
+
+    if flavor != "22.05":
+        return
+    # `slurmscale check` on the same live cluster: what the local cluster renders agrees
+    chk = c.cli("check")
+    assert chk.returncode == 0, chk.stdout + chk.stderr
+    hook = c.root / "hooks" / "slurmscale-resume"
+    hook.chmod(0o644)  # a hook slurmctld cannot run
+    chk = c.cli("check")
+    assert chk.returncode == 1 and "hook_not_executable" in chk.stdout, chk.stdout

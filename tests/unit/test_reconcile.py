@@ -331,3 +331,29 @@ def test_a_node_seen_with_an_instance_again_starts_its_grace_over() -> None:
     assert lost.due(set(), T0 + timedelta(seconds=30)) == []  # it came back
     assert lost.due({"a"}, T0 + timedelta(seconds=70)) == []
     assert lost.due({"a"}, T0 + timedelta(seconds=130)) == ["a"]
+
+
+def test_metrics_count_launches_by_outcome_and_every_event(cfg) -> None:  # type: ignore[no-untyped-def]
+    from slurmscale.daemon.metrics import Metrics
+
+    store = Store(cfg.store_url)
+    store.upgrade()
+    cloud, slurm, clock = FakeCloud(), FakeSlurm(), Clock()
+    m = Metrics()
+    r = Reconciler(cfg, store, slurm, cloud, clock=clock, metrics=m)
+    spool = Spool(cfg.spool_dir)
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    cloud.give = 1
+    hook(spool, clock, RequestKind.RESUME, {2: ["spot-3", "spot-4"]})
+    r.tick()
+    m.job_started("gpu-spot", 2, 90.0)
+    text = m.text()
+    store.close()
+    assert ('slurmscale_launches_total{capacity_type="spot",code="",pool="gpu-spot",'
+            'result="launched"} 1.0') in text
+    assert ('slurmscale_launches_total{capacity_type="spot",'
+            'code="InsufficientInstanceCapacity",pool="gpu-spot",result="failed"} 1.0') in text
+    assert 'slurmscale_events_total{kind="launch_failed"} 1.0' in text
+    assert 'slurmscale_gang_time_to_start_seconds_count{pool="gpu-spot"} 1.0' in text
+    assert 'slurmscale_gang_time_to_start_seconds_bucket{le="120.0",pool="gpu-spot"} 1.0' in text

@@ -24,9 +24,10 @@ def test_scontrol_oneliner_keeps_values_with_spaces() -> None:
 def test_squeue_fixed_fields_for_22_05_and_24_11() -> None:
     assert SQUEUE_FORMAT.startswith("JobID:|,Partition:|,")
     text = ("12|gpu-spot,gpu-od|4|gres:gpu:8|1-00:00:00|2026-11-29T10:00:00|Resources|"
-            "4294901|alice|PENDING|(null)|(null)|2026-11-30T10:00:00|(null)|\n"
+            "4294901|alice|PENDING|(null)|(null)|2026-11-30T10:00:00|(null)|2026-11-30T08:00:00|\n"
             "13|gpu-spot|1|gres/gpu:h100:4|UNLIMITED|2026-11-29T10:00:01|None|10|bob|"
-            "RUNNING|proj-a|slurmscale-gang-13|2026-11-29T14:00:00|spot-[3-4]|\n")
+            "RUNNING|proj-a|slurmscale-gang-13|2026-11-29T14:00:00|spot-[3-4]|"
+            "2026-11-29T10:00:00|\n")
     a, b = parse_squeue_fixed(text)
     assert (a.job_id, a.partitions, a.num_nodes, a.gpus_per_node, a.time_limit_s) == (
         "12", ("gpu-spot", "gpu-od"), 4, 8, 86400)
@@ -35,6 +36,7 @@ def test_squeue_fixed_fields_for_22_05_and_24_11() -> None:
         "", "", "proj-a", "slurmscale-gang-13")
     assert (a.end_time, a.nodelist) == ("", ""), "a pending job's estimates are not kept"
     assert (b.end_time, b.nodelist) == ("2026-11-29T14:00:00", "spot-[3-4]")
+    assert (a.start_time, b.start_time) == ("", "2026-11-29T10:00:00")
 
 
 def test_reservations_parse_with_flags_and_node_lists() -> None:

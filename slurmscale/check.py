@@ -1,0 +1,205 @@
+"""`slurmscale check`: the config against the running Slurm, one line per problem.
+
+What it compares: every pool's partition and CLOUD nodes exist; slurm.conf's power-saving
+hooks are slurmscale's and SlurmUser may run them; SlurmUser may read the config and write the
+spool; ResumeTimeout outlasts every pool's boot time (and matches the config, whose daemon
+gives up on a silent EC2 at half of it); SuspendTime is the backstop behind the policy's idle
+limits; the settings slurmscale relies on (JobRequeue, idle_on_node_suspend) are on.
+
+The checks are pure functions of what Slurm printed and what the filesystem says, so each
+misconfiguration has a unit test; `gather` reads the real thing."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmscale.config import Config
+from slurmscale.hostlists import expand
+from slurmscale.slurm.kv import parse_oneliner
+
+HOOKS = {"ResumeProgram": "slurmscale-resume", "SuspendProgram": "slurmscale-suspend",
+         "ResumeFailProgram": "slurmscale-resume-fail"}
+R, W, X = 4, 2, 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str  # error | warning
+    code: str
+    message: str
+
+    def line(self) -> str:
+        return f"{self.severity.upper():<7} {self.code}: {self.message}"
+
+
+@dataclass(frozen=True)
+class SlurmView:
+    """What `scontrol show config`, `show partition -o` and `show node -o` printed."""
+
+    config: dict[str, str]
+    partitions: set[str]
+    nodes: dict[str, str]  # name -> State
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    uid: int
+    gids: frozenset[int]
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def seconds(value: str) -> int | None:
+    """"180 sec" -> 180; "NONE", "INFINITE", "" -> None."""
+    m = re.match(r"^(-?\d+)", value)
+    return int(m.group(1)) if m else None
+
+
+def slurm_user(cfg_value: str) -> User | None:
+    """SlurmUser as `scontrol show config` prints it: "slurm(64030)"."""
+    name = cfg_value.split("(")[0].strip()
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return User(name, pw.pw_uid, frozenset(os.getgrouplist(name, pw.pw_gid)))
+
+
+def may(user: User, path: Path, want: int) -> str | None:
+    """None if `user` may access `path` with `want` (R/W/X bits, as for "other"), else why
+    not. Every directory on the way must be searchable. Root may do anything but execute a
+    file no one may execute."""
+    try:
+        parts = [*reversed(path.parents), path]
+        for i, p in enumerate(parts):
+            st = p.stat()
+            bits = want if i == len(parts) - 1 else X
+            if user.uid == 0:
+                if bits & X and not st.st_mode & 0o111 and not stat.S_ISDIR(st.st_mode):
+                    return f"{p} is executable by no one"
+                continue
+            if st.st_uid == user.uid:
+                have = (st.st_mode >> 6) & 7
+            elif st.st_gid in user.gids:
+                have = (st.st_mode >> 3) & 7
+            else:
+                have = st.st_mode & 7
+            if have & bits != bits:
+                return (f"{p} (mode {st.st_mode & 0o777:04o}, owner "
+                        f"{_name(st.st_uid)}:{_group(st.st_gid)}) denies it")
+    except OSError as e:
+        return f"{e.filename}: {e.strerror}"
+    return None
+
+
+def _name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
+    out: list[Problem] = []
+
+    def err(code: str, msg: str) -> None:
+        out.append(Problem("error", code, msg))
+
+    def warn(code: str, msg: str) -> None:
+        out.append(Problem("warning", code, msg))
+
+    c = view.config
+    for p in cfg.pools:
+        if p.partition not in view.partitions:
+            err("partition_missing", f"pool {p.name}: partition {p.partition} is not in "
+                "Slurm (add `slurmscale slurm-conf` output to slurm.conf)")
+        names = expand(p.node_range())
+        missing = [n for n in names if n not in view.nodes]
+        if missing:
+            err("nodes_missing", f"pool {p.name}: {len(missing)} of {len(names)} nodes are not "
+                f"in Slurm (first: {missing[0]})")
+        not_cloud = [n for n in names if n in view.nodes and "CLOUD" not in view.nodes[n]]
+        if not_cloud:
+            err("nodes_not_cloud", f"pool {p.name}: {not_cloud[0]} is not State=CLOUD "
+                f"({view.nodes[not_cloud[0]]}); Slurm will not power it up or down")
+
+    user = slurm_user(c.get("SlurmUser", "slurm"))
+    if user is None:
+        err("slurm_user", f"SlurmUser {c.get('SlurmUser', '?')!r} does not exist here")
+    for key, script in HOOKS.items():
+        want = str(Path(cfg.hooks_dir) / script)
+        got = c.get(key, "(null)")
+        if got != want:
+            err("hook_program", f"{key} is {got}, expected {want}")
+        elif user is not None and (why := may(user, Path(want), X | R)):
+            err("hook_not_executable", f"{key} {want}: SlurmUser {user.name} cannot run it: "
+                f"{why}")
+    if user is not None:
+        if why := may(user, config_path, R):
+            err("config_unreadable", f"SlurmUser {user.name} cannot read {config_path} (the "
+                f"hooks load it): {why}")
+        spool = Path(cfg.spool_dir)
+        target = spool if spool.exists() else spool.parent
+        if why := may(user, target, W | X):
+            err("spool_not_writable", f"SlurmUser {user.name} cannot write {target} (the "
+                f"hooks record requests there): {why}")
+
+    resume = seconds(c.get("ResumeTimeout", ""))
+    slowest = max(cfg.pools, key=lambda p: p.boot_time_s)
+    if resume is None or resume <= slowest.boot_time_s:
+        err("resume_timeout", f"ResumeTimeout {c.get('ResumeTimeout', 'unset')} is not longer "
+            f"than pool {slowest.name}'s boot time ({slowest.boot_time_s:g} s): Slurm would "
+            "give up on nodes still booting")
+    elif resume != cfg.power_saving.resume_timeout:
+        warn("resume_timeout_mismatch", f"Slurm's ResumeTimeout is {resume} s, the config's "
+             f"power_saving.resume_timeout {cfg.power_saving.resume_timeout} s (the daemon "
+             "paces its EC2 retries by the config's): render slurm.conf again")
+    suspend = seconds(c.get("SuspendTime", ""))
+    longest = max(p.policy.max_idle_s for p in cfg.pools)
+    if suspend is None or suspend < 0:
+        err("suspend_time", f"SuspendTime is {c.get('SuspendTime', 'unset')}: power saving "
+            "is off, Slurm will never run SuspendProgram")
+    elif suspend <= longest:
+        err("suspend_time", f"SuspendTime {suspend} s is not longer than the longest "
+            f"policy.max_idle_s ({longest:g} s): Slurm would power nodes down before the "
+            "policy decides")
+    if c.get("JobRequeue", "1") != "1":
+        warn("job_requeue", f"JobRequeue is {c.get('JobRequeue')}: jobs on a failed launch or "
+             "an interrupted spot node fail instead of requeueing")
+    if "idle_on_node_suspend" not in c.get("SlurmctldParameters", ""):
+        warn("idle_on_node_suspend", "SlurmctldParameters lacks idle_on_node_suspend: nodes "
+             "powered down after a failure stay DOWN")
+    return out
+
+
+def gather(cfg: Config) -> SlurmView:
+    """Read the running Slurm (raises SlurmError when it does not answer)."""
+    from slurmscale.slurm.cli_backend import SlurmCLI
+
+    s = SlurmCLI(cfg.slurm)
+    config = parse_show_config(s.scontrol("show", "config"))
+    parts = {parse_oneliner(line).get("PartitionName", "")
+             for line in s.scontrol("show", "partition", "-o").splitlines() if line.strip()}
+    nodes = {n.name: n.state for n in s.nodes()}
+    return SlurmView(config, parts - {""}, nodes)

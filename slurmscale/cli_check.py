@@ -1,0 +1,44 @@
+"""`slurmscale check`: validate the config against the running Slurm."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from slurmscale.cli_common import _load
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def check(ctx: click.Context, as_json: bool) -> None:
+    """Check the config against the running Slurm: partitions and CLOUD nodes exist, the
+    power-saving hooks are slurmscale's and SlurmUser may run them, read the config and write
+    the spool, ResumeTimeout outlasts boot, SuspendTime backs the policy up. One line per
+    problem; exit 0 with none (warnings allowed), 1 with errors, 2 if Slurm cannot be read.
+
+    JSON: {"ok": bool, "problems": [{severity, code, message}]}"""
+    from slurmscale.check import check as run_check
+    from slurmscale.check import gather
+    from slurmscale.config import resolve_path
+    from slurmscale.slurm.protocol import SlurmError
+
+    cfg = _load(ctx.find_root())
+    try:
+        view = gather(cfg)
+    except SlurmError as e:
+        click.echo(f"slurmscale check: cannot read Slurm: {e}", err=True)
+        sys.exit(2)
+    problems = run_check(cfg, view, resolve_path(ctx.find_root().obj.get("config")))
+    errors = [p for p in problems if p.severity == "error"]
+    if as_json:
+        click.echo(json.dumps({"ok": not errors, "problems": [p.__dict__ for p in problems]},
+                              indent=2))
+    else:
+        for p in problems:
+            click.echo(p.line())
+        click.echo(f"{len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
+                   if problems else "ok: the config and the running Slurm agree")
+    sys.exit(1 if errors else 0)

@@ -1,0 +1,145 @@
+"""`slurmscale status`: the one screen an admin opens first. Read-only: Slurm's nodes and
+queue, the store, and the daemon's health; fits 80 columns."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+
+from slurmscale.cli_common import _load, _store, _table
+from slurmscale.config import Config
+
+ERROR_KINDS = frozenset({
+    "launch_failed", "launch_deferred", "launch_quota_error", "launch_config_error",
+    "terminate_failed", "slurm_update_failed", "slurm_read_failed", "cloud_error",
+    "leak_terminated", "node_without_instance", "resume_failed", "untracked_instance",
+    "requeue_failed", "steer_failed", "reservation_failed", "spool_rejected", "tag_failed",
+})
+
+
+def gather(cfg: Config) -> dict[str, Any]:
+    from slurmscale.api_client import ApiError, call
+    from slurmscale.daemon.ledger import pools_now
+    from slurmscale.policy.observe import build_snapshot
+    from slurmscale.slurm.cli_backend import SlurmCLI
+    from slurmscale.slurm.protocol import SlurmError
+
+    now = datetime.now(UTC)
+    store = _store(cfg)
+    try:
+        code, health = call(cfg.socket_path, "GET", "/v1/health", timeout=2)
+        daemon = {"reachable": code == 200, "role": (health or {}).get("role"),
+                  "last_tick": (health or {}).get("last_tick")}
+    except ApiError:
+        daemon = {"reachable": False, "role": None, "last_tick": None}
+    memory = store.pool_memory()
+    slurm_error = None
+    try:
+        s = SlurmCLI(cfg.slurm)
+        snap = build_snapshot(cfg, s.nodes(), s.active_jobs(), now.timestamp(), memory)
+        current = {p.pool: p for p in pools_now(snap)}
+    except SlurmError as e:
+        current, slurm_error = {}, str(e)
+    instances = store.active_instances()
+    pools = []
+    for p in cfg.pools:
+        c = current.get(p.name)
+        mem = memory.get(p.name)
+        pools.append({
+            "name": p.name, "capacity_type": p.capacity_type.value, "mode": str(p.policy.mode),
+            "target": mem.target if mem and str(p.policy.mode) == "governed" else None,
+            "max_nodes": p.max_nodes,
+            "instances": sum(1 for i in instances if i.pool == p.name),
+            **({k: getattr(c, k) for k in ("nodes_up", "nodes_busy", "nodes_booting",
+                                          "nodes_held", "nodes_idle", "pending_gpus",
+                                          "pending_gpu_hours", "pending_gangs")} if c else {}),
+        })
+    holds = [{"name": h.name, "pool": h.pool, "job_id": h.job_id, "state": h.state,
+              "nodes_held": len(json.loads(h.nodes or "[]")), "nodes_needed": h.needed,
+              "idle_gpu_hours": round(h.spent_gpu_s / 3600, 2)}
+             for h in store.holds(("active", "releasing"))]
+    backoff = [{"pool": o.pool, "until": datetime.fromtimestamp(o.until_s, UTC).isoformat(
+                timespec="seconds"), "code": o.last_code, "repeats": o.repeats}
+               for o in store.offerings() if o.until_s > now.timestamp()]
+    errors = [{"at": e.at.isoformat(timespec="seconds"), "kind": e.kind, "message": e.message}
+              for e in store.events(since=now - timedelta(hours=1), limit=500)
+              if e.kind in ERROR_KINDS][-8:]
+    pending = [{"id": r.id, "kind": r.kind, "hostlist": r.hostlist,
+                "received_at": r.received_at.isoformat(timespec="seconds")}
+               for r in store.pending_requests()]
+    store.close()
+    return {"cluster": cfg.cluster_name, "at": now.isoformat(timespec="seconds"),
+            "daemon": daemon, "pools": pools, "reservations": holds, "backoff": backoff,
+            "pending_requests": pending, "recent_errors": errors, "slurm_error": slurm_error}
+
+
+def render(d: dict[str, Any]) -> str:
+    dm = d["daemon"]
+    up = f"up, {dm['role']}" if dm["reachable"] else "NOT REACHABLE"
+    last = (dm.get("last_tick") or {}).get("at", "-")
+    out = [f"cluster {d['cluster']}  daemon {up}  last pass {str(last)[11:19] or '-'}", ""]
+    rows = [{"pool": p["name"][:12], "type": "od" if p["capacity_type"] == "on-demand"
+             else p["capacity_type"][:4],
+             "tgt": p["target"] if p["target"] is not None else "-",
+             "up": p.get("nodes_up", "?"), "busy": p.get("nodes_busy", "?"),
+             "boot": p.get("nodes_booting", "?"), "held": p.get("nodes_held", "?"),
+             "idle": p.get("nodes_idle", "?"), "max": p["max_nodes"],
+             "q_gpus": p.get("pending_gpus", "?"), "gangs": p.get("pending_gangs", "?")}
+            for p in d["pools"]]
+    out.append(_table(rows, list(rows[0]) if rows else ["pool"]))
+    if d["reservations"]:
+        out += ["", "reservations (holds for starving gangs):",
+                _table([{"name": h["name"][:24], "job": h["job_id"], "state": h["state"],
+                         "held": f"{h['nodes_held']}/{h['nodes_needed']}",
+                         "idle_gpu_h": h["idle_gpu_hours"]} for h in d["reservations"]],
+                       ["name", "job", "state", "held", "idle_gpu_h"])]
+    if d["backoff"]:
+        out += ["", "pools in capacity backoff:",
+                *(f"  {b['pool']} until {b['until'][11:19]} UTC ({b['code']}, x{b['repeats']})"
+                  for b in d["backoff"])]
+    if d["pending_requests"]:
+        out += ["", f"pending requests: {len(d['pending_requests'])}",
+                *(f"  {r['received_at'][11:19]} {r['kind']:<11} {r['hostlist']}"[:80]
+                  for r in d["pending_requests"][:5])]
+    out += ["", "recent errors (1h):" if d["recent_errors"] else "recent errors (1h): none",
+            *(f"  {e['at'][11:19]} {e['kind']}: {e['message']}"[:80]
+              for e in d["recent_errors"])]
+    if d["slurm_error"]:
+        out += ["", f"Slurm not readable: {d['slurm_error']}"[:80]]
+    return "\n".join(out)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--watch", type=float, default=None, is_flag=False, flag_value=5.0,
+              help="Redraw every N seconds (default 5) until Ctrl-C.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
+    """Pools (target, nodes up/busy/booting/held/idle, pending GPUs and gangs), reservations
+    held for starving gangs, pools in capacity backoff, pending hook requests, the last
+    hour's errors, and the daemon's health and role.
+
+    JSON: {"cluster", "at", "daemon": {reachable, role, last_tick}, "pools": [{name,
+    capacity_type, mode, target, max_nodes, instances, nodes_up, nodes_busy, nodes_booting,
+    nodes_held, nodes_idle, pending_gpus, pending_gpu_hours, pending_gangs}],
+    "reservations": [...], "backoff": [{pool, until, code, repeats}], "pending_requests":
+    [...], "recent_errors": [{at, kind, message}], "slurm_error"}"""
+    cfg = _load(ctx.find_root())
+    while True:
+        d = gather(cfg)
+        text = json.dumps(d, indent=2) if as_json else render(d)
+        if watch is None:
+            click.echo(text)
+            if d["slurm_error"] and not as_json:
+                click.echo("warning: Slurm not readable", err=True)
+            return
+        click.clear()
+        click.echo(text)
+        try:
+            time.sleep(watch)
+        except KeyboardInterrupt:
+            return

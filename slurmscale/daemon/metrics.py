@@ -1,0 +1,98 @@
+"""Prometheus metrics (`metrics.port`; off by default). One registry per daemon, so tests can
+run several. Names and labels are kept few and stable: a Grafana dashboard
+(docs/grafana-dashboard.json) is built on them.
+
+Gauges are set after every pass from what the pass read (pools, holds); counters and the
+histograms are fed where the thing happens (a launch, a job's first start, a pass's end).
+`slurmscale_events_total{kind}` counts every audit-log event, so any decision or failure the
+audit log shows (node_evacuated, job_requeued, leak_terminated, ...) can be graphed or alerted
+on without a metric of its own."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.exposition import generate_latest
+
+from slurmscale.daemon.ledger import PoolNow
+
+log = logging.getLogger(__name__)
+
+WAIT_BUCKETS = (30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
+TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.pending_gpu_hours = Gauge("slurmscale_pending_gpu_hours",
+                                       "GPU-hours of jobs pending for capacity", ["pool"],
+                                       registry=r)
+        self.pending_gpus = Gauge("slurmscale_pending_gpus", "GPUs pending jobs ask for",
+                                  ["pool"], registry=r)
+        self.pending_gangs = Gauge("slurmscale_pending_gangs",
+                                   "pending jobs of two or more nodes", ["pool"], registry=r)
+        self.nodes = Gauge("slurmscale_nodes", "nodes by state (up = not powered down)",
+                           ["pool", "state"], registry=r)
+        self.launches = Counter("slurmscale_launches", "gang launches (one CreateFleet each)",
+                                ["pool", "capacity_type", "result", "code"], registry=r)
+        self.gang_start = Histogram("slurmscale_gang_time_to_start_seconds",
+                                    "submission to first start of jobs of 2+ nodes",
+                                    ["pool"], buckets=WAIT_BUCKETS, registry=r)
+        self.job_start = Histogram("slurmscale_job_time_to_start_seconds",
+                                   "submission to first start, every job", ["pool"],
+                                   buckets=WAIT_BUCKETS, registry=r)
+        self.events = Counter("slurmscale_events", "audit-log events by kind", ["kind"],
+                              registry=r)
+        self.hold_gpu_hours = Gauge("slurmscale_reservation_hold_gpu_hours",
+                                    "idle GPU-hours spent by active reservation holds",
+                                    ["pool"], registry=r)
+        self.tick = Histogram("slurmscale_tick_duration_seconds", "one reconcile pass",
+                              buckets=TICK_BUCKETS, registry=r)
+        self.last_ok = Gauge("slurmscale_last_successful_reconcile_timestamp_seconds",
+                             "Unix time the last pass completed", registry=r)
+        self.leader = Gauge("slurmscale_leader", "1 while this daemon leads its cluster",
+                            registry=r)
+        self._server: Any = None
+
+    def serve(self, address: str, port: int) -> None:
+        server = start_http_server(port, addr=address, registry=self.registry)
+        self._server = server[0] if isinstance(server, tuple) else server
+        log.info("metrics on http://%s:%d/metrics", address, port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server = None
+
+    def text(self) -> str:
+        return generate_latest(self.registry).decode()
+
+    # --- fed by the daemon ---------------------------------------------------------------
+    def event(self, kind: str) -> None:
+        self.events.labels(kind).inc()
+
+    def launched(self, pool: str, capacity_type: str, result: str, code: str = "") -> None:
+        self.launches.labels(pool, capacity_type, result, code).inc()
+
+    def job_started(self, pool: str, nodes: int, wait_s: float) -> None:
+        self.job_start.labels(pool).observe(wait_s)
+        if nodes >= 2:
+            self.gang_start.labels(pool).observe(wait_s)
+
+    def pools(self, current: Iterable[PoolNow]) -> None:
+        for p in current:
+            self.pending_gpu_hours.labels(p.pool).set(p.pending_gpu_hours)
+            self.pending_gpus.labels(p.pool).set(p.pending_gpus)
+            self.pending_gangs.labels(p.pool).set(p.pending_gangs)
+            for state, n in (("up", p.nodes_up), ("busy", p.nodes_busy),
+                             ("booting", p.nodes_booting), ("held", p.nodes_held),
+                             ("idle", p.nodes_idle)):
+                self.nodes.labels(p.pool, state).set(n)
+
+    def holds(self, spent_gpu_s_by_pool: dict[str, float], pools: Iterable[str]) -> None:
+        for pool in pools:
+            self.hold_gpu_hours.labels(pool).set(spent_gpu_s_by_pool.get(pool, 0.0) / 3600)

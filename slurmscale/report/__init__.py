@@ -1,0 +1,1 @@
+"""`slurmscale report`: what capacity was bought, used and waited for, for cron."""

@@ -1,0 +1,198 @@
+"""The report's numbers, computed from the store alone (so a cron job on any host with the
+store can make it): instances for provisioned capacity and cost, the jobs table for busy time
+and queue waits, events, gangs, preemptions and holds for everything else.
+
+Conventions, so anyone can recompute a number: time is clipped to the window; a GPU-hour is
+one GPU for one hour of an instance's life (launch to terminate, or to the window's end);
+busy GPU-hours are the running jobs' nodes x GPUs per node x run time; idle = provisioned -
+busy (never below zero); percentiles are nearest-rank over the jobs that started in the
+window; a job's wait is its first start minus its submission (boot time included, as its
+user saw it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from slurmscale.config import CapacityType, Config
+from slurmscale.store.repo import Store, utc
+from slurmscale.store.tables import InstanceRow, JobRow
+
+SIZE_BUCKETS = (("1 node", 1, 1), ("2-7 nodes", 2, 7), ("8+ nodes", 8, 10**9))
+SCALE_KINDS = ("launched", "released", "target_raised", "target_lowered", "scale_down",
+               "buffer_warmed")
+ANOMALY_KINDS = ("leak_terminated", "node_without_instance", "resume_failed",
+                 "untracked_instance", "launch_deferred", "terminate_failed",
+                 "slurm_read_failed", "spool_rejected", "event_dropped")
+FALLBACK_KINDS = ("capacity_unavailable", "job_partition_rewritten", "job_steered")
+
+
+class PoolUsage(BaseModel):
+    pool: str
+    capacity_type: str
+    instances: int
+    node_hours: float
+    gpu_hours_provisioned: float
+    gpu_hours_busy: float
+    gpu_hours_idle: float
+    est_cost_usd: float | None  # None: some instance type has no price configured
+
+
+class Wait(BaseModel):
+    size: str
+    jobs: int
+    p50_s: float | None
+    p95_s: float | None
+    max_s: float | None
+
+
+class CapacityError(BaseModel):
+    pool: str
+    code: str
+    gangs: int
+
+
+class HoldSummary(BaseModel):
+    name: str
+    pool: str
+    job_id: str
+    needed: int
+    state: str
+    idle_gpu_hours: float
+
+
+class Anomaly(BaseModel):
+    at: str
+    kind: str
+    message: str
+
+
+class Report(BaseModel):
+    cluster: str
+    since: str
+    until: str
+    pools: list[PoolUsage]
+    totals: PoolUsage
+    waits: list[Wait]
+    gang_time_to_start: Wait
+    preemptions: int
+    requeues: int
+    launches: int
+    launch_failures: int
+    capacity_errors: list[CapacityError]
+    fallbacks: dict[str, int]
+    reservations: list[HoldSummary]  # holds alive in the window; idle cost over their life
+    reservation_idle_gpu_hours: float
+    scale_actions: dict[str, int]
+    anomalies: dict[str, int]
+    recent_anomalies: list[Anomaly]
+    unpriced: list[str]  # instance type/capacity type pairs without a price
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest rank: the smallest value with at least q% of the values at or below it."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def overlap_h(start: datetime, end: datetime | None, since: datetime, until: datetime) -> float:
+    a, b = max(start, since), min(end or until, until)
+    return max(0.0, (b - a).total_seconds() / 3600)
+
+
+def _wait(size: str, waits: list[float]) -> Wait:
+    return Wait(size=size, jobs=len(waits), p50_s=percentile(waits, 50),
+                p95_s=percentile(waits, 95), max_s=max(waits) if waits else None)
+
+
+def _cost(cfg: Config, inst: InstanceRow, hours: float, unpriced: set[str]) -> float | None:
+    try:
+        ctype = CapacityType(inst.lifecycle)
+    except ValueError:
+        ctype = CapacityType.SPOT if inst.lifecycle == "spot" else CapacityType.ON_DEMAND
+    price = cfg.prices.get(inst.instance_type, {}).get(ctype)
+    if price is None:
+        unpriced.add(f"{inst.instance_type}/{ctype.value}")
+        return None
+    return hours * price
+
+
+def _usage(cfg: Config, pool: str, ctype: str, insts: list[InstanceRow], jobs: list[JobRow],
+           since: datetime, until: datetime, unpriced: set[str]) -> PoolUsage:
+    gpn = {p.name: p.gpus_per_node for p in cfg.pools}
+    node_h = gpu_h = 0.0
+    cost: float | None = 0.0
+    for i in insts:
+        h = overlap_h(utc(i.launched_at), utc(i.terminated_at), since, until)  # type: ignore[arg-type]
+        node_h += h
+        gpu_h += h * gpn.get(i.pool, 0)
+        c = _cost(cfg, i, h, unpriced)
+        cost = None if c is None or cost is None else cost + c
+    busy = sum(overlap_h(utc(j.started_at), utc(j.ended_at), since, until)  # type: ignore[arg-type]
+               * j.num_nodes * j.gpus_per_node for j in jobs)
+    return PoolUsage(pool=pool, capacity_type=ctype, instances=len(insts),
+                     node_hours=round(node_h, 4), gpu_hours_provisioned=round(gpu_h, 4),
+                     gpu_hours_busy=round(busy, 4),
+                     gpu_hours_idle=round(max(0.0, gpu_h - busy), 4),
+                     est_cost_usd=None if cost is None else round(cost, 2))
+
+
+def build_report(cfg: Config, store: Store, since: datetime, until: datetime) -> Report:
+    insts = store.instances_between(since, until)
+    jobs = store.jobs(since, until)
+    unpriced: set[str] = set()
+    pools = [_usage(cfg, p.name, p.capacity_type.value,
+                    [i for i in insts if i.pool == p.name],
+                    [j for j in jobs if j.pool == p.name], since, until, unpriced)
+             for p in cfg.pools]
+    costs = [p.est_cost_usd for p in pools]
+    totals = PoolUsage(
+        pool="all", capacity_type="all", instances=sum(p.instances for p in pools),
+        node_hours=round(sum(p.node_hours for p in pools), 4),
+        gpu_hours_provisioned=round(sum(p.gpu_hours_provisioned for p in pools), 4),
+        gpu_hours_busy=round(sum(p.gpu_hours_busy for p in pools), 4),
+        gpu_hours_idle=round(sum(p.gpu_hours_idle for p in pools), 4),
+        est_cost_usd=None if any(c is None for c in costs) else round(sum(
+            c for c in costs if c is not None), 2))
+
+    started = [j for j in jobs if since <= utc(j.started_at) < until]  # type: ignore[operator]
+    wait_of = {j.job_id: (utc(j.started_at) - utc(j.submitted_at)).total_seconds()  # type: ignore[operator]
+               for j in started}
+    waits = [_wait(name, [wait_of[j.job_id] for j in started if lo <= j.num_nodes <= hi])
+             for name, lo, hi in SIZE_BUCKETS]
+    gang = _wait("gangs (2+ nodes)", [wait_of[j.job_id] for j in started if j.num_nodes >= 2])
+
+    events = store.events_between(since, until)
+    kinds = Counter(e.kind for e in events)
+    gangs = store.gangs_between(since, until)
+    errors = Counter((g.pool, g.error_code or "unknown") for g in gangs if g.status == "failed")
+    holds = [h for h in store.holds() if h.created_s < until.timestamp()
+             and (h.released_s is None or h.released_s >= since.timestamp())]
+    anomalies = [e for e in events if e.kind in ANOMALY_KINDS]
+    return Report(
+        cluster=cfg.cluster_name, since=since.isoformat(timespec="seconds"),
+        until=until.isoformat(timespec="seconds"), pools=pools, totals=totals, waits=waits,
+        gang_time_to_start=gang,
+        preemptions=sum(1 for p in store.preemptions(since=since.timestamp())
+                        if utc(p.at) < until),  # type: ignore[operator]
+        requeues=kinds["job_requeued"],
+        launches=sum(1 for g in gangs if g.status == "launched"),
+        launch_failures=sum(1 for g in gangs if g.status == "failed"),
+        capacity_errors=[CapacityError(pool=p, code=c, gangs=n)
+                         for (p, c), n in sorted(errors.items())],
+        fallbacks={k: kinds[k] for k in FALLBACK_KINDS},
+        reservations=[HoldSummary(name=h.name, pool=h.pool, job_id=h.job_id, needed=h.needed,
+                                  state=h.state, idle_gpu_hours=round(h.spent_gpu_s / 3600, 4))
+                      for h in holds],
+        reservation_idle_gpu_hours=round(sum(h.spent_gpu_s for h in holds) / 3600, 4),
+        scale_actions={k: kinds[k] for k in SCALE_KINDS},
+        anomalies={k: kinds[k] for k in ANOMALY_KINDS},
+        recent_anomalies=[Anomaly(at=utc(e.at).isoformat(timespec="seconds"),  # type: ignore[union-attr]
+                                  kind=e.kind, message=e.message) for e in anomalies[-20:]],
+        unpriced=sorted(unpriced))

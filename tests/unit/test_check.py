@@ -1,0 +1,121 @@
+"""`slurmscale check`: each misconfiguration it knows, caught with a message naming it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmscale.check import HOOKS, SlurmView, check, parse_show_config, seconds
+from slurmscale.config import Config, load_config
+from slurmscale.hostlists import expand
+from tests.unit.conftest import base_config
+
+SHOW_CONFIG = """Configuration data as of 2026-11-29T18:39:18
+ResumeFailProgram       = {hooks}/slurmscale-resume-fail
+ResumeProgram           = {hooks}/slurmscale-resume
+ResumeRate              = 0 nodes/min
+ResumeTimeout           = 900 sec
+SlurmUser               = nobody(65534)
+SlurmctldParameters     = idle_on_node_suspend
+SuspendProgram          = {hooks}/slurmscale-suspend
+SuspendTime             = 6000 sec
+SuspendTimeout          = 120 sec
+JobRequeue              = 1
+"""
+
+
+@pytest.fixture
+def world() -> Iterator[tuple[Config, SlurmView, Path]]:
+    """A setup that passes: hooks 0755, config 0644, spool 0777-sticky, all reachable by
+    `nobody` (SlurmUser here), Slurm printing what `slurmscale slurm-conf` renders."""
+    d = Path(tempfile.mkdtemp(prefix="ss-check-"))
+    os.chmod(d, 0o755)
+    hooks = d / "hooks"
+    hooks.mkdir(mode=0o755)
+    for script in HOOKS.values():
+        (hooks / script).write_text("#!/bin/sh\n")
+        os.chmod(hooks / script, 0o755)
+    spool = d / "spool"
+    spool.mkdir()
+    os.chmod(spool, 0o1777)
+    conf = d / "slurmscale.yaml"
+    conf.write_text(yaml.safe_dump(base_config(hooks_dir=str(hooks), spool_dir=str(spool))))
+    os.chmod(conf, 0o644)
+    cfg = load_config(conf)
+    nodes = {n: "IDLE+CLOUD+POWERED_DOWN" for p in cfg.pools for n in expand(p.node_range())}
+    view = SlurmView(parse_show_config(SHOW_CONFIG.format(hooks=hooks)),
+                     {p.partition for p in cfg.pools}, nodes)
+    yield cfg, view, conf
+    shutil.rmtree(d)
+
+
+def codes(cfg: Config, view: SlurmView, conf: Path) -> list[str]:
+    return [p.code for p in check(cfg, view, conf)]
+
+
+def test_a_consistent_setup_has_no_problems(world) -> None:  # type: ignore[no-untyped-def]
+    assert check(*world) == []
+
+
+def test_parsing_scontrol_show_config() -> None:
+    c = parse_show_config(SHOW_CONFIG.format(hooks="/h"))
+    assert c["ResumeProgram"] == "/h/slurmscale-resume" and c["SlurmUser"] == "nobody(65534)"
+    assert (seconds(c["ResumeTimeout"]), seconds("NONE"), seconds("-1")) == (900, None, -1)
+
+
+def test_a_partition_or_nodes_missing_or_not_cloud(world) -> None:  # type: ignore[no-untyped-def]
+    cfg, view, conf = world
+    v = replace(view, partitions={"gpu-od"})
+    assert codes(cfg, v, conf) == ["partition_missing"]
+    nodes = dict(view.nodes)
+    del nodes["spot-8"]
+    nodes["od-1"] = "IDLE"
+    assert codes(cfg, replace(view, nodes=nodes), conf) == ["nodes_missing", "nodes_not_cloud"]
+
+
+def test_hooks_that_are_not_slurmscales_or_not_runnable_by_slurmuser(world) -> None:  # type: ignore[no-untyped-def]
+    cfg, view, conf = world
+    v = replace(view, config={**view.config, "SuspendProgram": "/usr/local/bin/old-suspend"})
+    (p,) = check(cfg, v, conf)
+    assert p.code == "hook_program" and "/usr/local/bin/old-suspend" in p.message
+    os.chmod(Path(cfg.hooks_dir) / "slurmscale-resume", 0o750)
+    (p,) = check(cfg, view, conf)
+    assert p.code == "hook_not_executable" and "nobody" in p.message and "0750" in p.message
+
+
+def test_slurmuser_must_read_the_config_and_write_the_spool(world) -> None:  # type: ignore[no-untyped-def]
+    cfg, view, conf = world
+    os.chmod(conf, 0o600)
+    os.chmod(cfg.spool_dir, 0o755)
+    assert codes(cfg, view, conf) == ["config_unreadable", "spool_not_writable"]
+
+
+def test_resume_timeout_shorter_than_boot_or_differing_from_the_config(world) -> None:  # type: ignore[no-untyped-def]
+    cfg, view, conf = world
+    short = replace(view, config={**view.config, "ResumeTimeout": "240 sec"})
+    (p,) = check(cfg, short, conf)
+    assert p.code == "resume_timeout" and "300 s" in p.message
+    other = replace(view, config={**view.config, "ResumeTimeout": "1200 sec"})
+    assert [(p.severity, p.code) for p in check(cfg, other, conf)] == [
+        ("warning", "resume_timeout_mismatch")]
+
+
+def test_suspend_time_off_or_shorter_than_the_policy(world) -> None:  # type: ignore[no-untyped-def]
+    cfg, view, conf = world
+    for value, needle in (("NONE", "power saving is off"), ("300 sec", "max_idle_s")):
+        (p,) = check(cfg, replace(view, config={**view.config, "SuspendTime": value}), conf)
+        assert p.code == "suspend_time" and needle in p.message
+
+
+def test_requeue_and_idle_on_node_suspend_are_warnings(world) -> None:  # type: ignore[no-untyped-def]
+    cfg, view, conf = world
+    v = replace(view, config={**view.config, "JobRequeue": "0", "SlurmctldParameters": ""})
+    assert [(p.severity, p.code) for p in check(cfg, v, conf)] == [
+        ("warning", "job_requeue"), ("warning", "idle_on_node_suspend")]

@@ -1,0 +1,70 @@
+"""What ships for real clusters: systemd units whose commands this slurmscale accepts, and
+JSON-lines logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+from pathlib import Path
+
+import click
+
+from slurmscale.cli import JsonLines, cli
+
+UNITS = Path(__file__).resolve().parents[2] / "slurm_conf" / "systemd"
+
+
+def _exec_lines(unit: Path) -> list[list[str]]:
+    return [shlex.split(line.split("=", 1)[1]) for line in unit.read_text().splitlines()
+            if line.startswith(("ExecStart=", "ExecStartPre="))]
+
+
+def test_every_unit_command_is_a_valid_slurmscale_invocation() -> None:
+    units = sorted(UNITS.glob("*.service"))
+    assert [u.name for u in units] == ["slurmscale-report.service", "slurmscale.service"]
+    seen = []
+    for unit in units:
+        text = unit.read_text()
+        assert "[Service]" in text and "SLURMSCALE_CONFIG=" in text
+        for argv in _exec_lines(unit):
+            assert argv[0].endswith("/bin/slurmscale"), argv
+            ctx = click.Context(cli, info_name="slurmscale", obj={})
+            _, cmd, rest = cli.resolve_command(ctx, argv[1:])
+            assert cmd is not None, argv
+            if isinstance(cmd, click.Group):
+                _, cmd, rest = cmd.resolve_command(ctx, rest)
+                assert cmd is not None, argv
+            cmd.make_context(argv[1], rest, parent=ctx)  # raises on a bad option
+            seen.append(" ".join(argv[1:3]))
+    assert "daemon" in seen and "db upgrade" in seen and "report --since" in seen
+    timer = (UNITS / "slurmscale-report.timer").read_text()
+    assert "OnCalendar=" in timer and "Persistent=true" in timer
+
+
+def test_json_log_lines_parse_and_carry_the_exception() -> None:
+    rec = logging.LogRecord("slurmscale.daemon", logging.ERROR, __file__, 1, "pass %s failed",
+                            ("7",), None)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        import sys
+        rec.exc_info = sys.exc_info()
+    out = json.loads(JsonLines().format(rec))
+    assert (out["level"], out["logger"], out["message"]) == ("error", "slurmscale.daemon",
+                                                             "pass 7 failed")
+    assert "RuntimeError: boom" in out["exception"] and out["at"].endswith("+00:00")
+
+
+def test_the_grafana_dashboard_graphs_only_metrics_the_daemon_exports() -> None:
+    import re
+
+    from slurmscale.daemon.metrics import Metrics
+
+    dash = json.loads((UNITS.parents[1] / "docs" / "grafana-dashboard.json").read_text())
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
+                "gauge": ("",)}
+    exported = {f.name + s for f in Metrics().registry.collect() for s in suffixes[f.type]}
+    used = {m for p in dash["panels"] for t in p["targets"]
+            for m in re.findall(r"slurmscale_[a-z_]+", t["expr"])}
+    assert used and used <= exported, used - exported
