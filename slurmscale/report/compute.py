@@ -168,13 +168,12 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
              for name, lo, hi in SIZE_BUCKETS]
     gang = _wait("gangs (2+ nodes)", [wait_of[j.job_id] for j in started if j.num_nodes >= 2])
 
-    events = store.events_between(since, until)
-    kinds = Counter(e.kind for e in events)
+    kinds = Counter(store.event_counts(since, until))
     gangs = store.gangs_between(since, until)
     errors = Counter((g.pool, g.error_code or "unknown") for g in gangs if g.status == "failed")
     holds = [h for h in store.holds() if h.created_s < until.timestamp()
              and (h.released_s is None or h.released_s >= since.timestamp())]
-    anomalies = [e for e in events if e.kind in ANOMALY_KINDS]
+    anomalies = store.last_events(ANOMALY_KINDS, since, until, 20)
     return Report(
         cluster=cfg.cluster_name, since=since.isoformat(timespec="seconds"),
         until=until.isoformat(timespec="seconds"), pools=pools, totals=totals, waits=waits,
@@ -194,5 +193,5 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         scale_actions={k: kinds[k] for k in SCALE_KINDS},
         anomalies={k: kinds[k] for k in ANOMALY_KINDS},
         recent_anomalies=[Anomaly(at=utc(e.at).isoformat(timespec="seconds"),  # type: ignore[union-attr]
-                                  kind=e.kind, message=e.message) for e in anomalies[-20:]],
+                                  kind=e.kind, message=e.message) for e in anomalies],
         unpriced=sorted(unpriced))

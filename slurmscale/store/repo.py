@@ -9,7 +9,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import create_engine, delete, event, or_, select, update
+from sqlalchemy import create_engine, delete, event, func, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -332,7 +332,17 @@ class Store:
                 GangRow.created_at >= since, GangRow.created_at < until)
                 .order_by(GangRow.created_at)))
 
-    def events_between(self, since: datetime, until: datetime) -> list[EventRow]:
+    def event_counts(self, since: datetime, until: datetime) -> dict[str, int]:
         with self.session() as s:
-            return list(s.scalars(select(EventRow).where(
-                EventRow.at >= since, EventRow.at < until).order_by(EventRow.id)))
+            return {k: n for k, n in s.execute(
+                select(EventRow.kind, func.count()).where(
+                    EventRow.at >= since, EventRow.at < until).group_by(EventRow.kind))}
+
+    def last_events(self, kinds: Iterable[str], since: datetime, until: datetime,
+                    limit: int) -> list[EventRow]:
+        """The newest `limit` events of these kinds in the window, oldest first."""
+        with self.session() as s:
+            rows = list(s.scalars(select(EventRow).where(
+                EventRow.kind.in_(list(kinds)), EventRow.at >= since, EventRow.at < until)
+                .order_by(EventRow.id.desc()).limit(limit)))
+        return list(reversed(rows))

@@ -201,3 +201,14 @@ def test_status_runs_without_slurm_or_daemon_and_says_so(filled, tmp_path) -> No
     assert [p["name"] for p in d["pools"]] == ["gpu-spot", "gpu-od"]
     text = CliRunner().invoke(cli, ["--config", conf, "status"]).output
     assert "daemon NOT REACHABLE" in text and "Slurm not readable" in text
+
+
+def test_a_month_of_samples_draws_at_most_max_points_per_line() -> None:
+    from slurmscale.report.render import MAX_POINTS, _downsample
+
+    xs = [float(i * 60) for i in range(43_200)]
+    ys = [float(i % 100) for i in range(43_200)]
+    dx, dy = _downsample(xs, {"up": ys})
+    assert len(dx) == len(dy["up"]) == MAX_POINTS
+    assert dx[0] == sum(xs[:60]) / 60 and max(dy["up"]) <= 99
+    assert _downsample(xs[:10], {"up": ys[:10]}) == (xs[:10], {"up": ys[:10]})
