@@ -149,22 +149,25 @@ class InterruptionPass:
         if inst.instance_id in self.evacuated:
             return
         node = inst.node
-        try:
-            self.slurm.drain([node], reason)
-        except SlurmError as e:
-            self.event("slurm_update_failed", f"drain {node}: {e}", node=node)
+        # The jobs first: draining a node that is still powering up makes Slurm requeue its
+        # configuring job at once, and it would no longer be listed on the node.
         try:
             jobs = self.slurm.jobs_on_node(node)
         except SlurmError as e:
             self.event("slurm_read_failed", f"jobs on {node}: {e}; not powering it down "
                        "until they can be requeued", node=node)
             return
+        try:
+            self.slurm.drain([node], reason)
+        except SlurmError as e:
+            self.event("slurm_update_failed", f"drain {node}: {e}", node=node)
         for job in jobs:
             try:
                 self.slurm.requeue(job)
             except SlurmError as e:
-                self.event("requeue_failed", f"job {job} on {node}: {e}", node=node)
-                continue
+                if not self._requeued_already(job):
+                    self.event("requeue_failed", f"job {job} on {node}: {e}", node=node)
+                    continue
             self.store.add_preemption(PreemptionRow(
                 at=now, job_id=job, node=node, instance_id=inst.instance_id, pool=inst.pool,
                 instance_type=inst.instance_type, lifecycle=inst.lifecycle,
@@ -179,6 +182,13 @@ class InterruptionPass:
         self.evacuated.add(inst.instance_id)
         self.event("node_evacuated", f"{node} ({inst.instance_id}): {reason}; "
                    f"{len(jobs)} job(s) requeued, node powered down", node=node)
+
+    def _requeued_already(self, job: str) -> bool:
+        """Slurm requeued it itself (a configuring job on a node drained while booting)."""
+        try:
+            return self.slurm.job(job).get("JobState") == "PENDING"
+        except SlurmError:
+            return False
 
     def _steer(self, job: str, pool_name: str, node: str) -> None:
         """After `max_preemptions` the job runs on the on-demand fallback only."""

@@ -195,7 +195,8 @@ class FakeSlurm:
         return list(self.queue)
 
     def job(self, job_id: int | str) -> dict[str, str]:
-        return {}
+        return next(({"JobId": j.job_id, "JobState": j.state} for j in self.queue
+                     if j.job_id == str(job_id)), {})
 
 
 @dataclass

@@ -15,6 +15,7 @@ from slurmscale.cloud.protocol import CloudInstance
 from slurmscale.config import parse_config
 from slurmscale.daemon.interruptions import INTERRUPT_REASON, InterruptionPass
 from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.slurm.protocol import SlurmError
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import InstanceRow
 from tests.support.ec2_events import ec2_event
@@ -177,3 +178,29 @@ def test_warnings_put_the_spot_pool_in_capacity_backoff_once(world) -> None:  # 
     assert row.until_s == T0.timestamp() + 180
     unavailable = [m for k, m in events if k == "capacity_unavailable"]
     assert len(unavailable) == 1 and "gpu-od go there meanwhile" in unavailable[0]
+
+
+def test_a_warning_for_a_node_still_booting_records_its_job_even_if_slurm_requeues_it(
+        world) -> None:  # type: ignore[no-untyped-def]
+    """Slurm 22.05 requeues a configuring job itself when its booting node is drained: the
+    jobs are read before the drain, and a job Slurm already requeued counts as preempted."""
+    p, slurm, q, store, events = world
+    drain = slurm.drain
+
+    def drain_like_slurm(names: list[str], reason: str) -> None:
+        drain(names, reason)
+        slurm.requeue("42")  # what slurmctld does to the configuring job
+
+    def requeue_pending(job_id: str) -> None:
+        if slurm.job(job_id).get("JobState") == "PENDING":
+            raise SlurmError(["scontrol"], 1, "Job is pending execution")
+        slurm.queue = [j._replace(state="PENDING") if j.job_id == job_id else j
+                       for j in slurm.queue]
+
+    slurm.drain = drain_like_slurm  # type: ignore[method-assign]
+    slurm.requeue = requeue_pending  # type: ignore[method-assign]
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001",
+                              **{"instance-action": "terminate"}))
+    p.run(T0)
+    assert [pre.job_id for pre in store.preemptions()] == ["42"]
+    assert [k for k, _ in events] == ["job_requeued", "node_evacuated"]
