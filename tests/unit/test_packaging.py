@@ -37,7 +37,7 @@ def test_every_unit_command_is_a_valid_slurmscale_invocation() -> None:
                 assert cmd is not None, argv
             cmd.make_context(argv[1], rest, parent=ctx)  # raises on a bad option
             seen.append(" ".join(argv[1:3]))
-    assert "daemon" in seen and "db upgrade" in seen and "report --since" in seen
+    assert "daemon" in seen and "report --since" in seen
     timer = (UNITS / "slurmscale-report.timer").read_text()
     assert "OnCalendar=" in timer and "Persistent=true" in timer
 
