@@ -63,8 +63,7 @@ def leaked_instances(seen: list[CloudInstance], cluster: str, tracked: set[str],
             continue
         if i.instance_id in tracked or i.launched_at is None:
             continue
-        launched = i.launched_at if i.launched_at.tzinfo else i.launched_at.replace(tzinfo=UTC)
-        if (now - launched).total_seconds() >= grace_s:
+        if (now - utc(i.launched_at)).total_seconds() >= grace_s:  # type: ignore[operator]
             out.append(i)
     return out
 
@@ -369,21 +368,30 @@ class Reconciler:
         """Nodes whose instances are recorded: tag and address them again (both idempotent),
         in case the daemon died between recording an instance and finishing its node."""
         for row in self.store.active_instances(nodes):
-            try:
-                self.cloud.tag(row.instance_id, {TAG_NODE: row.node,
-                                                 "Name": f"{self.cfg.cluster_name}-{row.node}"})
-            except CloudError as e:
-                self.event("tag_failed", f"{row.instance_id} ({row.node}): {e}", node=row.node)
-            if self.cfg.node_address is AddressSource.PRIVATE_DNS:
-                continue  # the store keeps no DNS name; the first launch set it
             inst = LaunchedInstance(row.instance_id, row.instance_type, row.lifecycle,
                                     row.image_id or "", row.private_ip or "")
-            addr, host = self._address(row.node, inst)
-            try:
-                self.slurm.set_node_address(row.node, addr, host)
-            except SlurmError as e:
-                self.event("slurm_update_failed", f"{row.node} nodeaddr={addr}: {e}",
-                           node=row.node)
+            # the store keeps no DNS name: with private-dns the first launch's address stands
+            self._finish_node(row.node, inst,
+                              address=self.cfg.node_address is not AddressSource.PRIVATE_DNS)
+
+    def _finish_node(self, node: str, inst: LaunchedInstance, address: bool,
+                     gid: str | None = None) -> None:
+        """Tag the instance with its node and point Slurm's NodeAddr at it; failures are
+        events (the resume is replayed, and both steps are idempotent)."""
+        try:
+            self.cloud.tag(inst.instance_id, {TAG_NODE: node,
+                                              "Name": f"{self.cfg.cluster_name}-{node}"})
+        except CloudError as e:
+            self.event("tag_failed", f"{inst.instance_id} ({node}): {e}", node=node,
+                       gang_id=gid)
+        if not address:
+            return
+        addr, host = self._address(node, inst)
+        try:
+            self.slurm.set_node_address(node, addr, host)
+        except SlurmError as e:
+            self.event("slurm_update_failed", f"{node} nodeaddr={addr}: {e}", node=node,
+                       gang_id=gid)
 
     def _recover(self, gid: str) -> LaunchResult | None:
         """This gang was being launched when the daemon died: whatever its CreateFleet
@@ -421,18 +429,7 @@ class Reconciler:
         ])
         crash_point("launch:after_record")
         for node, inst in pairs:
-            try:
-                self.cloud.tag(inst.instance_id, {TAG_NODE: node,
-                                                  "Name": f"{self.cfg.cluster_name}-{node}"})
-            except CloudError as e:
-                self.event("tag_failed", f"{inst.instance_id} ({node}): {e}", node=node,
-                           gang_id=gid)
-            addr, host = self._address(node, inst)
-            try:
-                self.slurm.set_node_address(node, addr, host)
-            except SlurmError as e:
-                self.event("slurm_update_failed", f"{node} nodeaddr={addr}: {e}", node=node,
-                           gang_id=gid)
+            self._finish_node(node, inst, address=True, gid=gid)
         missing = list(gang.nodes[len(pairs):])
         images = sorted({i.image_id for _, i in pairs if i.image_id})
         self.store.update_gang(gid, status="launched", fleet_id=result.fleet_id,

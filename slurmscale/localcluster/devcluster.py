@@ -14,17 +14,23 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster
 from slurmscale.localcluster.postgres import LocalPostgres
 
 
-def _until_stopped() -> None:
-    stop = threading.Event()
+def _serve(stop: Callable[[], None]) -> int:
+    """Run until SIGTERM/SIGINT (docker stop, Ctrl-C), then `stop` what was started."""
+    stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+        signal.signal(sig, lambda *_: stopping.set())
+    try:
+        stopping.wait()
+    finally:
+        stop()
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -51,11 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         pg.port = args.port
         pg.start()
         print(f"postgres ready: {pg.url}", flush=True)
-        try:
-            _until_stopped()
-        finally:
-            pg.stop()
-        return 0
+        return _serve(pg.stop)
     args.root.mkdir(parents=True, exist_ok=True)
     extra = ({"metrics": {"address": "127.0.0.1", "port": args.metrics_port}}
              if args.metrics_port else {})
@@ -64,11 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                                                extra_config=extra))
     c.start()
     print(f"cluster {c.name} up in {args.root}: config {c.cfg_path}", flush=True)
-    try:
-        _until_stopped()
-    finally:
-        c.stop()
-    return 0
+    return _serve(c.stop)
 
 
 if __name__ == "__main__":

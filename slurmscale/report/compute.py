@@ -112,10 +112,8 @@ def _wait(size: str, waits: list[float]) -> Wait:
 
 
 def _cost(cfg: Config, inst: InstanceRow, hours: float, unpriced: set[str]) -> float | None:
-    try:
-        ctype = CapacityType(inst.lifecycle)
-    except ValueError:
-        ctype = CapacityType.SPOT if inst.lifecycle == "spot" else CapacityType.ON_DEMAND
+    # EC2's lifecycle is "spot" or, for on-demand, "on-demand"/"normal"/absent
+    ctype = CapacityType.SPOT if inst.lifecycle == "spot" else CapacityType.ON_DEMAND
     price = cfg.prices.get(inst.instance_type, {}).get(ctype)
     if price is None:
         unpriced.add(f"{inst.instance_type}/{ctype.value}")

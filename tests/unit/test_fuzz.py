@@ -23,11 +23,10 @@ from slurmscale.hooks import EXIT_BAD_INPUT, EXIT_OK, BadInput, build_request, r
 from slurmscale.hostlists import HostlistError, expand
 from slurmscale.model import QueueJob, RequestKind, SlurmNode
 from slurmscale.slurm.resume_file import ResumeFileError, parse_resume_file
-from slurmscale.store.repo import Store
-from slurmscale.store.tables import InstanceRow
 from tests.support.ec2_events import ec2_event
 from tests.support.fakes import FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
+from tests.unit.test_interruptions import store_with_spot_instance
 
 FIXTURE_OK = [HealthCheck.function_scoped_fixture]
 
@@ -171,12 +170,7 @@ T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 def interruption_world(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("fuzz-sqs")
     cfg = parse_config(base_config(store_url=f"sqlite:///{tmp / 'state.db'}"))
-    store = Store(cfg.store_url)
-    store.upgrade()
-    store.add_instances([InstanceRow(instance_id="i-0000000000000001", node="spot-1",
-                                     pool="gpu-spot", gang_id="g", instance_type="p5.48xlarge",
-                                     lifecycle="spot", launch_template_version="3",
-                                     state="running", launched_at=T0)])
+    store = store_with_spot_instance(cfg.store_url)
     yield cfg, store
     store.close()
 

@@ -64,17 +64,23 @@ def test_any_message_parses_or_fails_with_an_event_error(body: str) -> None:
         pass
 
 
-@pytest.fixture
-def world(tmp_path):  # type: ignore[no-untyped-def]
-    d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}")
-    d["pools"][0]["fallback_pool"] = "gpu-od"
-    cfg = parse_config(d)
-    store = Store(cfg.store_url)
+def store_with_spot_instance(url: str) -> Store:
+    """A store tracking one running spot instance, i-0000000000000001 on spot-1."""
+    store = Store(url)
     store.upgrade()
     store.add_instances([InstanceRow(instance_id="i-0000000000000001", node="spot-1",
                                      pool="gpu-spot", gang_id="g", instance_type="p5.48xlarge",
                                      lifecycle="spot", launch_template_version="3",
                                      state="running", launched_at=T0)])
+    return store
+
+
+@pytest.fixture
+def world(tmp_path):  # type: ignore[no-untyped-def]
+    d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}")
+    d["pools"][0]["fallback_pool"] = "gpu-od"
+    cfg = parse_config(d)
+    store = store_with_spot_instance(cfg.store_url)
     slurm = FakeSlurm(table={"spot-1": SlurmNode("spot-1", "ALLOCATED+CLOUD", "127.0.0.1",
                                                  "spot-1")})
     slurm.queue = [QueueJob("42", ("gpu-spot",), 2, 8, 3600, "2026-11-29T11:00:00", "None",
