@@ -48,10 +48,10 @@ def _setup_daemon_logging(cfg: Config, verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _iso(dt: datetime | None) -> str | None:
+def _iso(dt: datetime | None, timespec: str = "seconds") -> str | None:
     if dt is None:
         return None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).isoformat(timespec="seconds")
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).isoformat(timespec=timespec)
 
 
 @click.group()
@@ -186,8 +186,8 @@ def nodes(ctx: click.Context, as_json: bool, show_all: bool) -> None:
         click.echo(f"warning: Slurm not readable: {err}", err=True)
 
 
-def _event_dict(e: Any) -> dict[str, Any]:
-    return {"id": e.id, "at": _iso(e.at), "kind": e.kind, "node": e.node,
+def _event_dict(e: Any, timespec: str = "seconds") -> dict[str, Any]:
+    return {"id": e.id, "at": _iso(e.at, timespec), "kind": e.kind, "node": e.node,
             "request_id": e.request_id, "gang_id": e.gang_id, "message": e.message}
 
 
@@ -199,11 +199,13 @@ def _event_dict(e: Any) -> dict[str, Any]:
 def events(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> None:
     """The audit log: every decision and failure, with its reason.
 
-    JSON: {"events": [{id, at, kind, node, request_id, gang_id, message}]}
+    JSON: {"events": [{id, at, kind, node, request_id, gang_id, message}]}; `at` to the
+    millisecond there (scripts order and time events within a second), to the second in the table.
     """
     since_dt = _parse_since(since)
     cfg = _load(ctx)
-    rows = [_event_dict(e) for e in _store(cfg).events(since_dt, limit)]
+    found = _store(cfg).events(since_dt, limit)
+    rows = [_event_dict(e, "milliseconds" if as_json else "seconds") for e in found]
     if as_json:
         click.echo(json.dumps({"events": rows}, indent=2))
         return

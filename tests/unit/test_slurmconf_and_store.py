@@ -60,3 +60,30 @@ def test_a_schema_upgrade_killed_half_way_leaves_nothing_behind(cfg, monkeypatch
     assert inspect(store.engine).get_table_names() == []
     store.upgrade()
     assert store.schema_problem() is None
+
+
+def test_events_json_times_events_to_the_millisecond(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Scripts (and the HA test) measure handovers shorter than a second from `events --json`;
+    the table keeps whole seconds for width."""
+    import json
+    import os
+    from datetime import UTC, datetime
+
+    import yaml
+    from click.testing import CliRunner
+
+    from slurmscale.cli import cli
+
+    from .conftest import base_config
+
+    conf = tmp_path / "slurmscale.yaml"
+    conf.write_text(yaml.safe_dump(base_config(store_url=f"sqlite:///{tmp_path / 's.db'}")))
+    os.chmod(conf, 0o600)
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    store.upgrade()
+    store.add_event("leader_acquired", "x", datetime(2026, 11, 29, 20, 29, 30, 987654, UTC))
+    r = CliRunner().invoke(cli, ["--config", str(conf), "events", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["events"][0]["at"] == "2026-11-29T20:29:30.987+00:00"
+    r = CliRunner().invoke(cli, ["--config", str(conf), "events"])
+    assert "2026-11-29T20:29:30+00:00" in r.output
