@@ -4,7 +4,8 @@ What it compares: every pool's partition and CLOUD nodes exist; slurm.conf's pow
 hooks are slurmscale's and SlurmUser may run them; SlurmUser may read the config and write the
 spool; ResumeTimeout outlasts every pool's boot time (and matches the config, whose daemon
 gives up on a silent EC2 at half of it); SuspendTime is the backstop behind the policy's idle
-limits; the settings slurmscale relies on (JobRequeue, idle_on_node_suspend) are on.
+limits; the settings slurmscale relies on (JobRequeue, idle_on_node_suspend) are on, and
+Slurm remembers ended jobs long enough for the reports (MinJobAge).
 
 The checks are pure functions of what Slurm printed and what the filesystem says, so each
 misconfiguration has a unit test; `gather` reads the real thing."""
@@ -26,6 +27,7 @@ from slurmscale.slurm.kv import parse_oneliner
 HOOKS = {"ResumeProgram": "slurmscale-resume", "SuspendProgram": "slurmscale-suspend",
          "ResumeFailProgram": "slurmscale-resume-fail"}
 R, W, X = 4, 2, 1
+MIN_JOB_AGE_S = 120  # two of the ledger's once-a-minute reads of ended jobs
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,11 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
     if "idle_on_node_suspend" not in c.get("SlurmctldParameters", ""):
         warn("idle_on_node_suspend", "SlurmctldParameters lacks idle_on_node_suspend: nodes "
              "powered down after a failure stay DOWN")
+    age = seconds(c.get("MinJobAge", ""))
+    if age is not None and age < MIN_JOB_AGE_S:
+        warn("min_job_age", f"MinJobAge is {age} s: Slurm forgets an ended job before the "
+             f"reports' once-a-minute read (keep it >= {MIN_JOB_AGE_S} s, 300 by default) "
+             "and jobs shorter than a pass go uncounted")
     return out
 
 

@@ -94,7 +94,7 @@ class CapacityPass:
         self.holds = HoldPass(cfg, store, slurm, event)
         self.arrival_log: dict[str, tuple[float, str, int]] = {}
         self._read_failing = False
-        self.ledger = Ledger(cfg, store, on_job_start)
+        self.ledger = Ledger(cfg, store, on_job_start, slurm.ended_jobs)
         self.pools_now: list[PoolNow] = []  # the last pass's capacity and demand (metrics)
 
     def run(self, now: datetime) -> PassPlan | None:

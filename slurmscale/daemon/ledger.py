@@ -3,11 +3,18 @@ needed): when each job started and ended, and each pool's capacity and demand on
 
 Both come from the squeue read the capacity pass makes anyway: a job is recorded the first
 pass it is RUNNING (its StartTime is Slurm's, after its nodes booted) and ended the first pass
-it is gone from the queue (so an end is late by up to one tick).
+it is gone from the queue (so an end is late by up to one tick). A job that started and ended
+between two passes is never seen RUNNING; Slurm remembers it for MinJobAge (300 s by
+default), so the ledger also reads the ended jobs and records those it missed, with Slurm's
+start and end times: on a pass where a job left the queue without being seen running (at
+most every 10 s), and once a minute for jobs submitted and ended between two passes. A job
+cancelled before it was seen running is not counted as started: Slurm gives a job cancelled
+while its nodes booted a StartTime too.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,10 +23,16 @@ from slurmscale.config import Config
 from slurmscale.model import QueueJob
 from slurmscale.policy.model import NodeState, Snapshot
 from slurmscale.policy.observe import slurm_time
+from slurmscale.slurm.protocol import SlurmError
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import JobRow, SampleRow
 
+log = logging.getLogger(__name__)
+
 SAMPLE_EVERY_S = 60.0
+# Users cancelling pending jobs make "gone unseen" frequent on a busy cluster: the ended-jobs
+# read (a second squeue of the whole job table) runs at most this often for it.
+ENDED_READ_MIN_S = 10.0
 KEEP_SAMPLES = timedelta(days=35)  # a month of reports, and some
 
 
@@ -60,17 +73,59 @@ def pools_now(snap: Snapshot) -> list[PoolNow]:
 
 
 OnStart = Callable[[str, int, float], None]  # pool, nodes, seconds waited
+EndedJobs = Callable[[], list[QueueJob]]  # SlurmClient.ended_jobs
 
 
 class Ledger:
-    def __init__(self, cfg: Config, store: Store, on_start: OnStart | None = None) -> None:
+    def __init__(self, cfg: Config, store: Store, on_start: OnStart | None = None,
+                 ended_jobs: EndedJobs | None = None) -> None:
         self.cfg = cfg
         self.store = store
         self.on_start = on_start
+        self.ended_jobs = ended_jobs
         self.by_partition = {p.partition: p for p in cfg.pools}
         self.running: set[str] | None = None  # loaded from the store on the first pass
+        self.ended_seen: set[str] = set()  # ended jobs already looked at (Slurm still lists)
+        self.last_active: set[str] = set()  # the queue's job ids last pass
+        self.gone_unseen = False  # a job left the queue unseen running since the last read
+        self.last_ended_read = datetime.min.replace(tzinfo=UTC)
         self.last_sample: datetime | None = None
         self.last_prune: datetime | None = None
+
+    def _row(self, j: QueueJob, now: datetime) -> JobRow | None:
+        pool = next((self.by_partition[p] for p in j.partitions if p in self.by_partition),
+                    None)
+        if pool is None:
+            return None
+        started = slurm_time(j.start_time) or now.timestamp()
+        submitted = min(slurm_time(j.submit_time) or started, started)
+        return JobRow(job_id=j.job_id, pool=pool.name, user_name=j.user,
+                      num_nodes=j.num_nodes, gpus_per_node=j.gpus_per_node or pool.gpus_per_node,
+                      submitted_at=datetime.fromtimestamp(submitted, UTC),
+                      started_at=datetime.fromtimestamp(started, UTC))
+
+    def _missed(self, now: datetime) -> list[JobRow]:
+        """Jobs that ran entirely between two passes, from Slurm's memory of ended jobs."""
+        if self.ended_jobs is None:
+            return []
+        try:
+            ended = self.ended_jobs()
+        except SlurmError as e:  # the next minute's read catches up (MinJobAge permitting)
+            log.warning("ended jobs not read: %s", e)
+            return []
+        assert self.running is not None
+        rows = []
+        for j in ended:
+            if j.job_id in self.ended_seen or j.job_id in self.running \
+                    or j.state == "CANCELLED":
+                continue
+            row = self._row(j, now)
+            stop = slurm_time(j.end_time)
+            if row is not None and stop is not None:
+                row.ended_at = max(datetime.fromtimestamp(stop, UTC), row.started_at)
+                rows.append(row)
+        self.ended_seen = {j.job_id for j in ended}
+        return rows
 
     def observe(self, snap: Snapshot, jobs: list[QueueJob], now: datetime) -> list[PoolNow]:
         if self.running is None:
@@ -81,29 +136,30 @@ class Ledger:
             active.add(j.job_id)
             if j.state != "RUNNING" or j.job_id in self.running:
                 continue
-            pool = next((self.by_partition[p] for p in j.partitions
-                         if p in self.by_partition), None)
-            if pool is None:
-                continue
-            started = slurm_time(j.start_time) or now.timestamp()
-            submitted = min(slurm_time(j.submit_time) or started, started)
-            starts.append(JobRow(
-                job_id=j.job_id, pool=pool.name, user_name=j.user, num_nodes=j.num_nodes,
-                gpus_per_node=j.gpus_per_node or pool.gpus_per_node,
-                submitted_at=datetime.fromtimestamp(submitted, UTC),
-                started_at=datetime.fromtimestamp(started, UTC)))
-        self.store.add_job_starts(starts)
-        self.running |= {r.job_id for r in starts}
-        if self.on_start is not None:
-            for r in starts:
-                self.on_start(r.pool, r.num_nodes,
-                              (r.started_at - r.submitted_at).total_seconds())
+            row = self._row(j, now)
+            if row is not None:
+                starts.append(row)
         ended = self.running - active
         self.store.end_jobs(ended, now)
         self.running -= ended
+        self.running |= {r.job_id for r in starts}
+        self.gone_unseen |= bool(self.last_active - active - ended)
+        self.last_active = active
+        sample = self.last_sample is None or \
+            (now - self.last_sample).total_seconds() >= SAMPLE_EVERY_S
+        missed: list[JobRow] = []
+        if sample or (self.gone_unseen and (now - self.last_ended_read).total_seconds()
+                      >= ENDED_READ_MIN_S):
+            missed = self._missed(now)
+            self.gone_unseen, self.last_ended_read = False, now
+        # the store skips jobs it has (a restarted daemon reads Slurm's ended jobs again)
+        new = self.store.add_job_starts(starts + missed)
+        if self.on_start is not None:
+            for r in new:
+                self.on_start(r.pool, r.num_nodes,
+                              (r.started_at - r.submitted_at).total_seconds())
         current = pools_now(snap)
-        if self.last_sample is None or (now - self.last_sample).total_seconds() >= \
-                SAMPLE_EVERY_S:
+        if sample:
             self.last_sample = now
             self.store.add_samples([SampleRow(
                 at=now, pool=p.pool, nodes_up=p.nodes_up, nodes_busy=p.nodes_busy,

@@ -26,6 +26,9 @@ from slurmscale.slurm.protocol import SlurmError
 
 log = logging.getLogger(__name__)
 
+# squeue -t: the states of a job that has ended (a requeued job is PENDING again, not here)
+ENDED_STATES = "CD,CA,F,TO,OOM,NF,PR,DL"
+
 
 def _alloc_gpus(tres: str) -> int:
     """AllocTRES=cpu=2,gres/gpu=4 (typed GPUs add gres/gpu:h100=4 beside it) -> 4."""
@@ -158,6 +161,11 @@ class SlurmCLI:
         # Pending (demand) and starting/running (recent arrivals, for the reuse forecast) in
         # one fixed-field read.
         return self._jobs("PD,CF,R")
+
+    def ended_jobs(self) -> list[QueueJob]:
+        # Slurm keeps an ended job for MinJobAge (300 s by default): a job that started and
+        # ended between two passes is found here. Those that never got nodes are left out.
+        return [j for j in self._jobs(ENDED_STATES) if j.nodelist and j.start_time]
 
     def job(self, job_id: int | str) -> dict[str, str]:
         out = self.scontrol("show", "job", "-o", str(job_id))

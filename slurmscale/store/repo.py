@@ -273,15 +273,18 @@ class Store:
         return list(reversed(rows))
 
     # jobs and samples (reports, metrics) --------------------------------------------------
-    def add_job_starts(self, rows: Sequence[JobRow]) -> None:
-        """Insert the jobs not recorded yet (a restarted daemon sees running jobs again)."""
+    def add_job_starts(self, rows: Sequence[JobRow]) -> list[JobRow]:
+        """Insert the jobs not recorded yet (a restarted daemon sees running jobs again);
+        returns those inserted."""
         if not rows:
-            return
+            return []
         with self.session() as s:
             known = set(s.scalars(select(JobRow.job_id).where(
                 JobRow.job_id.in_([r.job_id for r in rows]))))
-            s.add_all([r for r in rows if r.job_id not in known])
-            s.commit()
+            new = [r for r in rows if r.job_id not in known]
+            s.add_all(new)
+            s.commit()  # the session keeps their loaded values (expire_on_commit=False)
+        return new
 
     def end_jobs(self, job_ids: Iterable[str], now: datetime) -> None:
         ids = list(job_ids)

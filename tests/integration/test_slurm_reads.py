@@ -33,6 +33,12 @@ def test_pending_jobs_and_nodes_parse_on_real_slurm(make_cluster, flavor: str) -
     assert len(nodes) == 10
     assert "POWERED_DOWN" in nodes["spot-1"].flags and "CLOUD" in nodes["spot-1"].flags
     assert nodes["od-2"].partitions == ("gpu-od",)
+    # the ended-jobs read (its state list) is accepted; a job cancelled while pending never
+    # got nodes, so it is not one that ran unseen
+    c.slurm("scancel", str(held))
+    assert c.job(held).get("JobState") == "CANCELLED"
+    assert [j.job_id for j in slurm.ended_jobs()] == []
+    assert str(held) in c.slurm("squeue", "-h", "-t", "CA", "-o", "%i")
 
     if flavor != "22.05":
         return

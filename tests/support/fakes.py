@@ -192,7 +192,13 @@ class FakeSlurm:
         return [j for j in self.queue if j.state == "PENDING"]
 
     def active_jobs(self) -> list[QueueJob]:
-        return list(self.queue)
+        return [j for j in self.queue if j.state in {"PENDING", "CONFIGURING", "RUNNING"}]
+
+    def ended_jobs(self) -> list[QueueJob]:
+        if self.fail:
+            raise SlurmError(["squeue"], 1, "slurm_load_jobs error")
+        return [j for j in self.queue if j.state not in {"PENDING", "CONFIGURING", "RUNNING"}
+                and j.nodelist and j.start_time]
 
     def job(self, job_id: int | str) -> dict[str, str]:
         return next(({"JobId": j.job_id, "JobState": j.state} for j in self.queue

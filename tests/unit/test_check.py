@@ -28,6 +28,7 @@ SuspendProgram          = {hooks}/slurmscale-suspend
 SuspendTime             = 6000 sec
 SuspendTimeout          = 120 sec
 JobRequeue              = 1
+MinJobAge               = 300 sec
 """
 
 
@@ -116,6 +117,8 @@ def test_suspend_time_off_or_shorter_than_the_policy(world) -> None:  # type: ig
 
 def test_requeue_and_idle_on_node_suspend_are_warnings(world) -> None:  # type: ignore[no-untyped-def]
     cfg, view, conf = world
-    v = replace(view, config={**view.config, "JobRequeue": "0", "SlurmctldParameters": ""})
+    v = replace(view, config={**view.config, "JobRequeue": "0", "SlurmctldParameters": "",
+                              "MinJobAge": "2 sec"})
     assert [(p.severity, p.code) for p in check(cfg, v, conf)] == [
-        ("warning", "job_requeue"), ("warning", "idle_on_node_suspend")]
+        ("warning", "job_requeue"), ("warning", "idle_on_node_suspend"),
+        ("warning", "min_job_age")]

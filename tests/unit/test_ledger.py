@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from slurmscale.daemon.ledger import Ledger
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.observe import build_snapshot
-from slurmscale.store.repo import Store
+from slurmscale.store.repo import Store, utc
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -47,4 +47,75 @@ def test_starts_ends_and_samples(cfg) -> None:  # type: ignore[no-untyped-def]
     assert len({s.at for s in samples}) == 2, "one sample a minute (310 s and 400 s)"
     # a restarted daemon knows which jobs it saw running
     assert Ledger(cfg, store).store.running_job_ids() == set()
+    store.close()
+
+
+def test_a_job_that_ran_between_two_passes_is_recorded_from_slurms_ended_jobs(cfg) -> None:  # type: ignore[no-untyped-def]
+    store = Store(cfg.store_url)
+    store.upgrade()
+    seen: list[tuple[str, int, float]] = []
+
+    def at(s: float) -> str:
+        return datetime.fromtimestamp(T0.timestamp() + s).isoformat(timespec="seconds")
+
+    def ended(jid: str, state: str) -> QueueJob:
+        return QueueJob(jid, ("gpu-spot",), 1, 8, 3600, at(0), "None", 100, "bob", state,
+                        end_time=at(130), nodelist="spot-3", start_time=at(120))
+
+    slurm_ended = [ended("7", "COMPLETED"), ended("8", "CANCELLED"), ended("9", "FAILED")]
+    ledger = Ledger(cfg, store, lambda *a: seen.append(a), lambda: slurm_ended)
+    nodes = [SlurmNode("spot-3", "IDLE+CLOUD", "a", "a")]
+
+    def observe(s: float) -> None:
+        ledger.observe(build_snapshot(cfg, nodes, [], T0.timestamp() + s), [],
+                       T0 + timedelta(seconds=s))
+
+    observe(200)
+    rows = {r.job_id: r for r in store.jobs(T0, T0 + timedelta(hours=1))}
+    assert set(rows) == {"7", "9"}, "a job cancelled before it was seen running did not start"
+    assert utc(rows["7"].started_at) == T0 + timedelta(seconds=120), "Slurm's times"
+    assert utc(rows["7"].ended_at) == T0 + timedelta(seconds=130)
+    assert seen == [("gpu-spot", 1, 120.0), ("gpu-spot", 1, 120.0)]
+    observe(300)  # a minute on, Slurm still lists them: nothing recorded twice
+    assert len(seen) == 2
+    # a restarted daemon reads them again: the store keeps one row each
+    Ledger(cfg, store, lambda *a: seen.append(a), lambda: slurm_ended).observe(
+        build_snapshot(cfg, nodes, [], T0.timestamp() + 400), [], T0 + timedelta(seconds=400))
+    assert len(seen) == 2 and len(store.jobs(T0, T0 + timedelta(hours=1))) == 2
+    store.close()
+
+
+def test_a_job_gone_unseen_is_looked_up_at_once_not_a_minute_later(cfg) -> None:  # type: ignore[no-untyped-def]
+    store = Store(cfg.store_url)
+    store.upgrade()
+    reads: list[int] = []
+    slurm_ended: list[QueueJob] = []
+
+    def ended_jobs() -> list[QueueJob]:
+        reads.append(1)
+        return list(slurm_ended)
+
+    ledger = Ledger(cfg, store, None, ended_jobs)
+    nodes = [SlurmNode("spot-1", "IDLE+CLOUD", "a", "a")]
+
+    def observe(s: float, js: list[QueueJob]) -> None:
+        ledger.observe(build_snapshot(cfg, nodes, js, T0.timestamp() + s), js,
+                       T0 + timedelta(seconds=s))
+
+    observe(0, [_job("5", "PENDING", 1)])  # the first pass samples (and reads)
+    observe(5, [_job("5", "PENDING", 1)])
+    assert len(reads) == 1, "nothing gone: no extra squeue"
+    ran = datetime.fromtimestamp(T0.timestamp() + 7).isoformat(timespec="seconds")
+    slurm_ended.append(_job("5", "COMPLETED", 1)._replace(
+        start_time=ran, end_time=ran, nodelist="spot-1"))
+    observe(10, [])  # it ran between the passes
+    assert len(reads) == 2
+    (row,) = store.jobs(T0, T0 + timedelta(hours=1))
+    assert row.job_id == "5" and utc(row.started_at) == T0 + timedelta(seconds=7)
+    # users cancelling pending jobs: at most one extra squeue every 10 s, none missed
+    observe(12, [_job("6", "PENDING", 1)])
+    observe(14, [])
+    assert len(reads) == 2, "read 4 s ago"
+    observe(20, [])
+    assert len(reads) == 3, "the job gone at 14 s is looked up once 10 s have passed"
     store.close()
