@@ -299,6 +299,38 @@ class Reconciler:
         an interruption, pools whose capacity TTL started or ended."""
         self.interruptions.return_powered_down_nodes(nodes)
         self.backoff.upkeep(nodes, self.clock())
+        self._reset_stale_addresses(nodes)
+
+    def _reset_stale_addresses(self, nodes: list[SlurmNode]) -> None:
+        """A powered-down node still addressed at its released instance (the reset at release
+        failed because slurmctld did not answer) is pointed back at its own name, as release
+        does, so Slurm never keeps the address of an instance that is gone. Only an address
+        slurmscale itself gave the node's last instance counts as stale: a NodeAddr from
+        slurm.conf is the admin's. Nodes in transition or with an instance tracked are left
+        alone; with private_dns addressing slurmscale never sets NodeAddr at all."""
+        if self.cfg.node_address is AddressSource.PRIVATE_DNS:
+            return
+        candidates = {n.name: n for n in nodes if self.cfg.pool_of(n.name) is not None
+                      and "POWERED_DOWN" in n.flags
+                      and not {"POWERING_UP", "POWERING_DOWN"} & n.flags
+                      and n.addr != n.name}
+        if not candidates:
+            return
+        tracked = {i.node for i in self.store.active_instances(candidates)}
+        for name, last in self.store.last_instances(candidates).items():
+            n = candidates[name]
+            given = ("127.0.0.1" if self.cfg.node_address is AddressSource.LOOPBACK
+                     else last.private_ip)
+            if name in tracked or not given or n.addr != given:
+                continue
+            try:
+                self.slurm.set_node_address(name, name, name)
+            except SlurmError as e:
+                log.warning("cannot reset the address of %s: %s", name, e)
+                continue
+            self.event("node_address_reset", f"{name} is powered down and its instance "
+                       f"{last.instance_id} gone, but Slurm still addressed it at {n.addr}: "
+                       "reset to its name", node=name)
 
     # --- launch --------------------------------------------------------------------
     def launch_gang(self, gang: Gang, give_up_at: float = float("inf")) -> tuple[Outcome, str]:

@@ -27,7 +27,8 @@ SCALE_KINDS = ("launched", "released", "target_raised", "target_lowered", "scale
                "buffer_warmed")
 ANOMALY_KINDS = ("leak_terminated", "node_without_instance", "resume_failed",
                  "untracked_instance", "launch_deferred", "terminate_failed",
-                 "slurm_read_failed", "spool_rejected", "event_dropped")
+                 "slurm_read_failed", "spool_rejected", "event_dropped",
+                 "node_address_reset")
 FALLBACK_KINDS = ("capacity_unavailable", "job_partition_rewritten", "job_steered")
 
 

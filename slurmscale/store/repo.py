@@ -174,6 +174,13 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q.order_by(InstanceRow.node)))
 
+    def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]:
+        """Each node's most recently launched instance, whatever its state."""
+        with self.session() as s:
+            rows = s.scalars(select(InstanceRow).where(InstanceRow.node.in_(list(nodes)))
+                             .order_by(InstanceRow.launched_at))
+            return {r.node: r for r in rows}
+
     def instances(self, limit: int = 1000) -> list[InstanceRow]:
         with self.session() as s:
             return list(s.scalars(select(InstanceRow).order_by(InstanceRow.launched_at.desc())

@@ -66,6 +66,17 @@ def four_node_gang_scenario(c: LocalCluster, proxy) -> None:  # type: ignore[no-
     assert all(c.node(f"spot-{n}").get("NodeAddr") == f"spot-{n}" for n in range(1, 5))
     kinds = [e["kind"] for e in c.events()]
     assert kinds.count("launched") == 1 and "released" in kinds
+
+    # a powered-down node left addressed at its gone instance (as when slurmctld refused the
+    # reset at release) is pointed back at its name by the daemon's upkeep; a node's address
+    # from slurm.conf (spot-8 never had an instance) is left as the admin set it
+    configured = c.node("spot-8").get("NodeAddr")
+    c.slurm("scontrol", "update", "nodename=spot-2", "nodeaddr=127.0.0.1")
+    wait_for("the stale address reset", lambda: (c.node("spot-2").get("NodeAddr"),
+             c.node("spot-2").get("NodeHostName")) == ("spot-2", "spot-2"), 30)
+    assert "POWERED_DOWN" in c.node("spot-2").get("State", "")
+    assert [e["node"] for e in c.events() if e["kind"] == "node_address_reset"] == ["spot-2"]
+    assert c.node("spot-8").get("NodeAddr") == configured
     print(f"4-node gang: sbatch -> RUNNING in {t_running:.1f}s")
 
 

@@ -141,6 +141,8 @@ class FakeSlurm:
         if self.fail:
             raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")
         self.addresses[name] = (addr, hostname)
+        if name in self.table:
+            self.table[name] = replace(self.table[name], addr=addr, hostname=hostname)
 
     def power_down_force(self, names: list[str], reason: str) -> None:
         if self.fail:

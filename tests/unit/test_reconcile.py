@@ -323,6 +323,47 @@ def test_a_node_up_without_any_instance_is_powered_down_after_the_grace(world) -
     assert [e.kind for e in r.store.events()].count("node_without_instance") == 1
 
 
+def test_a_node_left_addressed_at_a_released_instance_is_reset_once_slurm_answers(world) -> None:  # type: ignore[no-untyped-def]
+    from slurmscale.model import SlurmNode
+    from slurmscale.slurm.protocol import SlurmError
+
+    r, cloud, slurm, clock, spool = world
+    node = lambda name, state: SlurmNode(name, state, name, name)  # noqa: E731
+    slurm.table = {"spot-1": node("spot-1", "IDLE+CLOUD+POWERING_UP"),
+                   "spot-2": node("spot-2", "IDLE+CLOUD+POWERING_UP")}
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    assert slurm.table["spot-1"].addr == "10.0.0.1" and slurm.table["spot-2"].addr != "spot-2"
+    # Slurm powers spot-1 down; slurmctld stops answering updates just as it is released
+    slurm.table["spot-1"] = SlurmNode("spot-1", "IDLE+CLOUD+POWERED_DOWN", "10.0.0.1", "spot-1")
+    # in transition
+    slurm.table["spot-2"] = SlurmNode("spot-2", "IDLE+CLOUD+POWERING_DOWN", "10.0.0.2", "spot-2")
+    # an address from slurm.conf (the admin's, never an instance's) is not slurmscale's to reset
+    slurm.table["spot-3"] = SlurmNode("spot-3", "IDLE+CLOUD+POWERED_DOWN", "10.9.9.9", "spot-3")
+    real, refusals = slurm.set_node_address, [2]
+
+    def flaky(name: str, addr: str, hostname: str) -> None:
+        if refusals[0] > 0:
+            refusals[0] -= 1
+            raise SlurmError(["scontrol"], 1, "Unable to contact slurm controller")
+        real(name, addr, hostname)
+    slurm.set_node_address = flaky  # type: ignore[method-assign]
+    hook(spool, clock, RequestKind.SUSPEND, {0: ["spot-1"]})
+    clock.now += timedelta(seconds=5)
+    r.tick()
+    assert [i.state for i in cloud.instances.values()].count("terminated") == 1
+    assert slurm.table["spot-1"].addr == "10.0.0.1", "both resets refused"
+    clock.now += timedelta(seconds=5)
+    r.tick()
+    assert (slurm.table["spot-1"].addr, slurm.table["spot-1"].hostname) == ("spot-1", "spot-1")
+    assert slurm.table["spot-2"].addr == "10.0.0.2", "a node in transition is left alone"
+    assert slurm.table["spot-3"].addr == "10.9.9.9"
+    (e,) = [e for e in r.store.events() if e.kind == "node_address_reset"]
+    assert e.node == "spot-1" and "10.0.0.1" in e.message
+    r.tick()
+    assert [e.kind for e in r.store.events()].count("node_address_reset") == 1
+
+
 def test_a_node_seen_with_an_instance_again_starts_its_grace_over() -> None:
     from slurmscale.daemon.lost_nodes import LostNodes
 
