@@ -106,6 +106,9 @@ class Reconciler:
                                      metrics.job_started if metrics else None)
         self.backoff = CapacityBackoff(cfg, store, slurm, self.event)
         self.untracked_reported: set[str] = set()
+        # powered-down nodes whose NodeAddr was judged not slurmscale's (slurm.conf's): not
+        # looked up again until the node powers up or its address changes
+        self.addr_kept: dict[str, str] = {}
         self.interruptions = InterruptionPass(cfg, store, slurm, events, self.event,
                                               self.backoff)
         self.ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
@@ -310,18 +313,25 @@ class Reconciler:
         alone; with private_dns addressing slurmscale never sets NodeAddr at all."""
         if self.cfg.node_address is AddressSource.PRIVATE_DNS:
             return
-        candidates = {n.name: n for n in nodes if self.cfg.pool_of(n.name) is not None
-                      and "POWERED_DOWN" in n.flags
-                      and not {"POWERING_UP", "POWERING_DOWN"} & n.flags
-                      and n.addr != n.name}
+        candidates = {}
+        for n in nodes:
+            if ("POWERED_DOWN" not in n.flags or {"POWERING_UP", "POWERING_DOWN"} & n.flags
+                    or n.addr == n.name or self.cfg.pool_of(n.name) is None):
+                self.addr_kept.pop(n.name, None)
+            elif self.addr_kept.get(n.name) != n.addr:
+                candidates[n.name] = n
         if not candidates:
             return
         tracked = {i.node for i in self.store.active_instances(candidates)}
-        for name, last in self.store.last_instances(candidates).items():
-            n = candidates[name]
+        last_of = self.store.last_instances(candidates)
+        for name, n in candidates.items():
+            last = last_of.get(name)
+            if name in tracked:
+                continue  # its release is pending; that resets the address
             given = ("127.0.0.1" if self.cfg.node_address is AddressSource.LOOPBACK
-                     else last.private_ip)
-            if name in tracked or not given or n.addr != given:
+                     else last.private_ip if last else "")
+            if last is None or not given or n.addr != given:
+                self.addr_kept[name] = n.addr
                 continue
             try:
                 self.slurm.set_node_address(name, name, name)

@@ -176,9 +176,12 @@ class Store:
 
     def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]:
         """Each node's most recently launched instance, whatever its state."""
+        latest = (select(InstanceRow.node, func.max(InstanceRow.launched_at).label("at"))
+                  .where(InstanceRow.node.in_(list(nodes))).group_by(InstanceRow.node)
+                  .subquery())
         with self.session() as s:
-            rows = s.scalars(select(InstanceRow).where(InstanceRow.node.in_(list(nodes)))
-                             .order_by(InstanceRow.launched_at))
+            rows = s.scalars(select(InstanceRow).join(latest, (InstanceRow.node == latest.c.node)
+                                                      & (InstanceRow.launched_at == latest.c.at)))
             return {r.node: r for r in rows}
 
     def instances(self, limit: int = 1000) -> list[InstanceRow]:

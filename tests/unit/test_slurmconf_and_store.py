@@ -87,3 +87,22 @@ def test_events_json_times_events_to_the_millisecond(tmp_path) -> None:  # type:
     assert json.loads(r.output)["events"][0]["at"] == "2026-11-29T20:29:30.987+00:00"
     r = CliRunner().invoke(cli, ["--config", str(conf), "events"])
     assert "2026-11-29T20:29:30+00:00" in r.output
+
+
+def test_last_instances_is_each_nodes_newest_whatever_its_state(cfg) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime, timedelta
+
+    from slurmscale.store.tables import InstanceRow
+
+    store = Store(cfg.store_url)
+    store.upgrade()
+    t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    store.add_instances([
+        InstanceRow(instance_id=f"i-{k}", node=node, pool="gpu-spot", gang_id="g",
+                    instance_type="p5.48xlarge", lifecycle="spot", launch_template_version="3",
+                    private_ip=f"10.0.0.{k}", state=state, launched_at=t0 + timedelta(hours=k))
+        for k, node, state in ((1, "spot-1", "terminated"), (3, "spot-1", "terminated"),
+                               (2, "spot-1", "terminated"), (4, "spot-2", "running"))])
+    last = store.last_instances(["spot-1", "spot-2", "spot-3"])
+    assert {n: r.instance_id for n, r in last.items()} == {"spot-1": "i-3", "spot-2": "i-4"}
+    store.close()
