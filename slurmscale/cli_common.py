@@ -54,8 +54,6 @@ def _store(cfg: Config):  # type: ignore[no-untyped-def]
     return s
 
 
-
-
 def _parse_since(text: str | None, param: str = "--since") -> datetime | None:
     if not text:
         return None

@@ -66,8 +66,7 @@ def gather(cfg: Config) -> dict[str, Any]:
                 timespec="seconds"), "code": o.last_code, "repeats": o.repeats}
                for o in store.offerings() if o.until_s > now.timestamp()]
     errors = [{"at": e.at.isoformat(timespec="seconds"), "kind": e.kind, "message": e.message}
-              for e in store.events(since=now - timedelta(hours=1), limit=500)
-              if e.kind in ERROR_KINDS][-8:]
+              for e in store.events(since=now - timedelta(hours=1), limit=8, kinds=ERROR_KINDS)]
     pending = [{"id": r.id, "kind": r.kind, "hostlist": r.hostlist,
                 "received_at": r.received_at.isoformat(timespec="seconds")}
                for r in store.pending_requests()]

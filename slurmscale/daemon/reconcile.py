@@ -74,6 +74,12 @@ def client_token(gid: str) -> str:
     return "slurmscale-" + hashlib.sha256(gid.encode()).hexdigest()[:40]
 
 
+def _launched(row: InstanceRow) -> LaunchedInstance:
+    """A recorded instance as a launch returned it (the store keeps no DNS name)."""
+    return LaunchedInstance(row.instance_id, row.instance_type, row.lifecycle,
+                            row.image_id or "", row.private_ip or "")
+
+
 class Outcome(StrEnum):
     LAUNCHED = "launched"
     FAILED = "failed"  # rolled back, nodes powered down with the reason: the job requeues
@@ -325,12 +331,11 @@ class Reconciler:
         tracked = {i.node for i in self.store.active_instances(candidates)}
         last_of = self.store.last_instances(candidates)
         for name, n in candidates.items():
-            last = last_of.get(name)
             if name in tracked:
                 continue  # its release is pending; that resets the address
-            given = ("127.0.0.1" if self.cfg.node_address is AddressSource.LOOPBACK
-                     else last.private_ip if last else "")
-            if last is None or not given or n.addr != given:
+            last = last_of.get(name)
+            given = self._address(name, _launched(last))[0] if last else ""
+            if not given or n.addr != given:
                 self.addr_kept[name] = n.addr
                 continue
             try:
@@ -410,10 +415,8 @@ class Reconciler:
         """Nodes whose instances are recorded: tag and address them again (both idempotent),
         in case the daemon died between recording an instance and finishing its node."""
         for row in self.store.active_instances(nodes):
-            inst = LaunchedInstance(row.instance_id, row.instance_type, row.lifecycle,
-                                    row.image_id or "", row.private_ip or "")
             # the store keeps no DNS name: with private-dns the first launch's address stands
-            self._finish_node(row.node, inst,
+            self._finish_node(row.node, _launched(row),
                               address=self.cfg.node_address is not AddressSource.PRIVATE_DNS)
 
     def _finish_node(self, node: str, inst: LaunchedInstance, address: bool,

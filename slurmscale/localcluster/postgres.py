@@ -86,15 +86,7 @@ class LocalPostgres:
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT): clients are disconnected at once, like a restart."""
-        p = self.procs.procs.pop("postgres", None)
-        if p is None or p.poll() is not None:
-            return
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
+        self.procs.stop("postgres", timeout=30, sig=signal.SIGINT)
 
     def restart(self) -> None:
         """After stop(): the same data directory and port."""

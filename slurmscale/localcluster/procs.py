@@ -38,11 +38,12 @@ class Procs:
         p = self.procs.get(name)
         return p is not None and p.poll() is None
 
-    def stop(self, name: str, timeout: float = 15.0) -> None:
+    def stop(self, name: str, timeout: float = 15.0,
+             sig: signal.Signals = signal.SIGTERM) -> None:
         p = self.procs.pop(name, None)
         if p is None or p.poll() is not None:
             return
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(sig)
         try:
             p.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -172,7 +172,7 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
     errors = Counter((g.pool, g.error_code or "unknown") for g in gangs if g.status == "failed")
     holds = [h for h in store.holds() if h.created_s < until.timestamp()
              and (h.released_s is None or h.released_s >= since.timestamp())]
-    anomalies = store.last_events(ANOMALY_KINDS, since, until, 20)
+    anomalies = store.events(since, 20, until=until, kinds=ANOMALY_KINDS)
     return Report(
         cluster=cfg.cluster_name, since=since.isoformat(timespec="seconds"),
         until=until.isoformat(timespec="seconds"), pools=pools, totals=totals, waits=waits,

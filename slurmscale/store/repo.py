@@ -274,10 +274,17 @@ class Store:
                            gang_id=gang_id, message=message))
             s.commit()
 
-    def events(self, since: datetime | None = None, limit: int = 200) -> list[EventRow]:
+    def events(self, since: datetime | None = None, limit: int = 200, *,
+               until: datetime | None = None,
+               kinds: Iterable[str] | None = None) -> list[EventRow]:
+        """The newest `limit` events (of these kinds, in [since, until)), oldest first."""
         q = select(EventRow)
         if since is not None:
             q = q.where(EventRow.at >= since)
+        if until is not None:
+            q = q.where(EventRow.at < until)
+        if kinds is not None:
+            q = q.where(EventRow.kind.in_(list(kinds)))
         with self.session() as s:
             rows = list(s.scalars(q.order_by(EventRow.id.desc()).limit(limit)))
         return list(reversed(rows))
@@ -350,12 +357,3 @@ class Store:
             return {k: n for k, n in s.execute(
                 select(EventRow.kind, func.count()).where(
                     EventRow.at >= since, EventRow.at < until).group_by(EventRow.kind))}
-
-    def last_events(self, kinds: Iterable[str], since: datetime, until: datetime,
-                    limit: int) -> list[EventRow]:
-        """The newest `limit` events of these kinds in the window, oldest first."""
-        with self.session() as s:
-            rows = list(s.scalars(select(EventRow).where(
-                EventRow.kind.in_(list(kinds)), EventRow.at >= since, EventRow.at < until)
-                .order_by(EventRow.id.desc()).limit(limit)))
-        return list(reversed(rows))
