@@ -27,6 +27,39 @@ CONFIG_ENV = "SLURMSCALE_CONFIG"
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
+# The shape Slurm's node line must fit, per EC2 GPU instance type: (GPUs, vCPUs, GiB of
+# memory), from AWS's instance type pages. A pool may list several types only when they share
+# one shape (e.g. p5.48xlarge and p5e.48xlarge): one NodeName line describes them all.
+GPU_SHAPES: dict[str, tuple[int, int, int]] = {
+    "p5.48xlarge": (8, 192, 2048), "p5e.48xlarge": (8, 192, 2048),
+    "p5en.48xlarge": (8, 192, 2048), "p5.4xlarge": (1, 16, 256),
+    "p6-b200.48xlarge": (8, 192, 2048), "p4d.24xlarge": (8, 96, 1152),
+    "p4de.24xlarge": (8, 96, 1152), "p3dn.24xlarge": (8, 96, 768),
+    "g6e.48xlarge": (8, 192, 1536), "g6.48xlarge": (8, 192, 768),
+    "g5.48xlarge": (8, 192, 768), "g6e.12xlarge": (4, 48, 384),
+    "g6.12xlarge": (4, 48, 192), "g5.12xlarge": (4, 48, 192),
+    "g6e.xlarge": (1, 4, 32), "g6.xlarge": (1, 4, 16), "g5.xlarge": (1, 4, 16),
+    "trn1.32xlarge": (16, 128, 512), "trn2.48xlarge": (16, 192, 2048),
+}
+
+
+def shape_mismatch(types: list[str]) -> str | None:
+    """Why these instance types cannot share one Slurm node definition, or None."""
+    if len(types) < 2:
+        return None
+    unknown = [t for t in types if t not in GPU_SHAPES]
+    if unknown:
+        return (f"instance type {unknown[0]!r} has no shape known to slurmscale, so it cannot "
+                "be mixed with others in one pool (give it a pool of its own)")
+    first = GPU_SHAPES[types[0]]
+    for t in types[1:]:
+        if GPU_SHAPES[t] != first:
+            g, c, m = GPU_SHAPES[t]
+            return (f"instance types {types[0]!r} ({first[0]} GPUs, {first[1]} vCPUs, "
+                    f"{first[2]} GiB) and {t!r} ({g} GPUs, {c} vCPUs, {m} GiB) differ in shape;"
+                    " one Slurm node definition must fit every type of a pool")
+    return None
+
 
 class ConfigError(Exception):
     """The configuration file is missing, unreadable or invalid; the message says where."""
@@ -35,6 +68,26 @@ class ConfigError(Exception):
 class CapacityType(StrEnum):
     SPOT = "spot"
     ON_DEMAND = "on-demand"
+
+
+class ReservationPreference(StrEnum):
+    """How a pool uses its On-Demand Capacity Reservations (already paid for).
+
+    use_first: a gang that fits WHOLE in the reservations' free capacity launches there; any
+    other gang launches on the pool's normal capacity (never half inside, half outside).
+    only: a gang that does not fit whole in the reservations is not launched (it requeues).
+    none: the reservations are read and shown, never launched into."""
+
+    USE_FIRST = "use_first"
+    ONLY = "only"
+    NONE = "none"
+
+
+class Placement(StrEnum):
+    """Where a gang's instances are placed: one cluster placement group per gang (created
+    before its first fleet, deleted once its instances are gone)."""
+
+    PER_GANG = "per-gang"
 
 
 class AddressSource(StrEnum):
@@ -53,6 +106,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def pinned_version(v: Any) -> str:
+    s = str(v).strip()
+    if not s.isascii() or not s.isdigit() or int(s) < 1:
+        raise ValueError(
+            f"launch template version must be a pinned version number, got {v!r} "
+            "($Latest/$Default would let a pool's fleet drift between AMIs)"
+        )
+    return s
+
+
 class LaunchTemplate(_Strict):
     """A launch template pinned to one version: the AMI and GPU driver live on the host,
     so a pool's fleet must be uniform and `$Latest`/`$Default` would let it drift."""
@@ -64,19 +127,43 @@ class LaunchTemplate(_Strict):
     @field_validator("version", mode="before")
     @classmethod
     def _pinned(cls, v: Any) -> str:
-        s = str(v).strip()
-        if not s.isdigit() or int(s) < 1:
-            raise ValueError(
-                f"launch template version must be a pinned version number, got {v!r} "
-                "($Latest/$Default would let a pool's fleet drift between AMIs)"
-            )
-        return s
+        return pinned_version(v)
 
     @model_validator(mode="after")
     def _one_ref(self) -> LaunchTemplate:
         if (self.name is None) == (self.id is None):
             raise ValueError("give exactly one of launch_template.name or launch_template.id")
         return self
+
+
+class CapacityReservations(_Strict):
+    """A pool's On-Demand Capacity Reservations. EC2 Fleet takes targeted reservations only
+    through the launch template (`CapacityReservationSpecification`, by resource group or
+    `open`), so reserved launches use `launch_template_version`, a version of the pool's
+    template that targets these reservations; the pool's own version must not (docs/capacity.md).
+    `ids` are what slurmscale reads each pass (state and free count) to decide whether a gang
+    fits whole."""
+
+    ids: Annotated[list[Annotated[str, Field(pattern=r"^cr-[0-9a-f]{8,17}$")]],
+                   Field(min_length=1, max_length=100)]
+    preference: ReservationPreference = ReservationPreference.USE_FIRST
+    launch_template_version: str
+    # Reserved capacity is paid whether used or not: an idle node on it is kept (releasing it
+    # saves nothing and a relaunch costs a boot) unless this is true.
+    release_idle: bool = False
+
+    @field_validator("launch_template_version", mode="before")
+    @classmethod
+    def _pinned(cls, v: Any) -> str:
+        return pinned_version(v)
+
+    @field_validator("ids")
+    @classmethod
+    def _unique_ids(cls, v: list[str]) -> list[str]:
+        dup = sorted({i for i in v if v.count(i) > 1})
+        if dup:
+            raise ValueError(f"capacity reservation {dup[0]!r} is listed twice")
+        return v
 
 
 class PoolPolicy(_Strict):
@@ -144,6 +231,14 @@ class Pool(_Strict):
     # submitted to both partitions (-p spot,on-demand) run there meanwhile.
     fallback_pool: str | None = None
     spot: SpotSettings = SpotSettings()
+    capacity_reservations: CapacityReservations | None = None
+    # A cluster placement group every gang of this pool launches into (created, tagged with
+    # the cluster, if missing), or `placement: per-gang`: a group of its own per gang.
+    placement_group: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")] \
+        | None = None
+    placement: Placement | None = None
+    # The launch template gives the nodes EFA interfaces: `slurmscale check` verifies it.
+    efa: bool = False
 
     @field_validator("instance_types")
     @classmethod
@@ -151,6 +246,12 @@ class Pool(_Strict):
         for t in v:
             if not re.fullmatch(r"[a-z0-9-]+\.[a-z0-9]+", t):
                 raise ValueError(f"not an EC2 instance type: {t!r}")
+        dup = sorted({t for t in v if v.count(t) > 1})
+        if dup:
+            raise ValueError(f"instance type {dup[0]!r} is listed twice")
+        mismatch = shape_mismatch(v)
+        if mismatch:
+            raise ValueError(mismatch)
         return v
 
     @model_validator(mode="after")
@@ -159,6 +260,15 @@ class Pool(_Strict):
             raise ValueError(
                 f"min_nodes ({self.min_nodes}) is larger than max_nodes ({self.max_nodes})"
             )
+        if self.placement_group is not None and self.placement is not None:
+            raise ValueError(f"give placement_group ({self.placement_group!r}) or placement "
+                             f"({self.placement.value!r}), not both")
+        cr = self.capacity_reservations
+        if cr is not None and cr.launch_template_version == self.launch_template.version:
+            raise ValueError(
+                f"capacity_reservations.launch_template_version ({cr.launch_template_version})"
+                " must differ from launch_template.version: the pool's own version launches "
+                "the gangs that do not fit the reservations, and must not target them")
         return self
 
     def node_names(self) -> list[str]:
@@ -180,6 +290,9 @@ class AwsSettings(_Strict):
     region: str = "us-east-1"
     endpoint_url: str | None = None
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 5
+    # EC2 caps an instant fleet's MinTargetCapacity at 1,000: a larger gang is launched as
+    # several fleets of at most this many, all-or-nothing across them.
+    max_instances_per_fleet: Annotated[int, Field(ge=1, le=1000)] = 1000
     # The SQS queue an EventBridge rule fills with EC2 events (spot interruption warnings,
     # rebalance recommendations, state changes); unset: no event handling.
     interruption_queue_url: str | None = None

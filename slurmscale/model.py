@@ -103,6 +103,28 @@ class LaunchedInstance:
     private_ip: str = ""
     private_dns: str = ""
     subnet_id: str = ""
+    capacity_reservation_id: str = ""  # the ODCR / Capacity Block it runs in, if any
+
+
+@dataclass(frozen=True)
+class CapacityReservation:
+    """One EC2 capacity reservation as DescribeCapacityReservations reports it. `state`:
+    active, expired, cancelled, pending, failed, scheduled, payment-pending, payment-failed,
+    assessing, delayed, unsupported (AWS's list); only an active one takes instances."""
+
+    id: str
+    instance_type: str
+    availability_zone: str
+    total: int
+    available: int
+    state: str
+    reservation_type: str = "default"  # or capacity-block
+    start: float | None = None  # Unix seconds
+    end: float | None = None  # None: open-ended
+
+    @property
+    def active(self) -> bool:
+        return self.state == "active"
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,34 @@ permission/config problems come back as API errors (raised as CloudError).
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from slurmscale.cloud.protocol import CloudError, CloudInstance
+from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec
 from slurmscale.config import AwsSettings, CapacityType, Pool
-from slurmscale.model import LaunchedInstance, LaunchResult
+from slurmscale.model import CapacityReservation, LaunchedInstance, LaunchResult
 
 log = logging.getLogger(__name__)
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+
+
+def _launched(d: dict, iid: str, itype: str = "", life: str = "") -> LaunchedInstance:
+    """A LaunchedInstance from DescribeInstances' item `d` (empty if the describe lagged) and
+    what CreateFleet's answer said of it."""
+    return LaunchedInstance(
+        instance_id=iid, instance_type=itype or d.get("InstanceType", ""),
+        lifecycle=life or d.get("InstanceLifecycle", "on-demand"),
+        image_id=d.get("ImageId", ""), private_ip=d.get("PrivateIpAddress", ""),
+        private_dns=d.get("PrivateDnsName", ""), subnet_id=d.get("SubnetId", ""),
+        capacity_reservation_id=d.get("CapacityReservationId", ""))
+
+
+def _seconds(t: object) -> float | None:
+    return t.timestamp() if isinstance(t, datetime) else None
 
 
 def _code(e: ClientError) -> tuple[str, str]:
@@ -44,15 +60,25 @@ class EC2Cloud:
             raise CloudError(type(e).__name__, str(e)) from None
 
     def fleet_request(self, pool: Pool, count: int, min_count: int, client_token: str,
-                      tags: dict[str, str]) -> dict:
-        lt: dict[str, str] = {"Version": pool.launch_template.version}
+                      tags: dict[str, str], spec: FleetSpec | None = None) -> dict:
+        spec = spec or FleetSpec.of(pool)
+        lt: dict[str, str] = {"Version": spec.launch_template_version}
         if pool.launch_template.id:
             lt["LaunchTemplateId"] = pool.launch_template.id
         else:
             lt["LaunchTemplateName"] = pool.launch_template.name or ""
-        overrides = [{"InstanceType": t, "SubnetId": s}
-                     for t in pool.instance_types for s in pool.subnets]
-        spot = pool.capacity_type is CapacityType.SPOT
+        several = len(spec.instance_types) > 1
+        overrides = []
+        for rank, t in enumerate(spec.instance_types):
+            for s in spec.subnets:
+                o: dict = {"InstanceType": t, "SubnetId": s}
+                if several:  # the pool's types in preference order: 0 is the first choice
+                    o["Priority"] = float(rank)
+                if spec.placement_group:
+                    o["Placement"] = {"GroupName": spec.placement_group}
+                overrides.append(o)
+        # Reserved capacity is on-demand whatever the pool's own capacity type.
+        spot = pool.capacity_type is CapacityType.SPOT and not spec.reserved
         options = {"MinTargetCapacity": min_count, "SingleInstanceType": True,
                    "SingleAvailabilityZone": True}
         req: dict = {
@@ -69,15 +95,21 @@ class EC2Cloud:
                                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
         }
         if spot:
-            req["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized", **options}
+            strategy = "capacity-optimized-prioritized" if several else "price-capacity-optimized"
+            req["SpotOptions"] = {"AllocationStrategy": strategy, **options}
         else:
-            req["OnDemandOptions"] = {"AllocationStrategy": "lowest-price", **options}
+            od: dict = {"AllocationStrategy": "prioritized" if several else "lowest-price",
+                        **options}
+            if spec.reserved:
+                od["CapacityReservationOptions"] = {
+                    "UsageStrategy": "use-capacity-reservations-first"}
+            req["OnDemandOptions"] = od
         return req
 
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
-               tags: dict[str, str]) -> LaunchResult:
-        resp = self._call("create_fleet",
-                          **self.fleet_request(pool, count, min_count, client_token, tags))
+               tags: dict[str, str], spec: FleetSpec | None = None) -> LaunchResult:
+        resp = self._call("create_fleet", **self.fleet_request(pool, count, min_count,
+                                                               client_token, tags, spec))
         ids: list[tuple[str, str, str]] = []
         for group in resp.get("Instances", []):
             for iid in group.get("InstanceIds", []):
@@ -88,12 +120,7 @@ class EC2Cloud:
         details = {i[0]: i for i in ids}
         described = self._describe([i[0] for i in ids]) if ids else {}
         instances = tuple(
-            LaunchedInstance(
-                instance_id=iid, instance_type=itype or d.get("InstanceType", ""),
-                lifecycle=life or d.get("InstanceLifecycle", "on-demand"),
-                image_id=d.get("ImageId", ""), private_ip=d.get("PrivateIpAddress", ""),
-                private_dns=d.get("PrivateDnsName", ""), subnet_id=d.get("SubnetId", ""),
-            )
+            _launched(d, iid, itype, life)
             for iid, (_, itype, life) in details.items()
             for d in [described.get(iid, {})]
         )
@@ -120,13 +147,9 @@ class EC2Cloud:
     def launched_with(self, tags: dict[str, str]) -> tuple[LaunchedInstance, ...]:
         """Pending/running instances carrying all of `tags`: what a launch cut off after its
         CreateFleet left behind (each launch tags its instances with its gang)."""
-        return tuple(sorted((LaunchedInstance(
-            instance_id=d["InstanceId"], instance_type=d.get("InstanceType", ""),
-            lifecycle=d.get("InstanceLifecycle", "on-demand"), image_id=d.get("ImageId", ""),
-            private_ip=d.get("PrivateIpAddress", ""), private_dns=d.get("PrivateDnsName", ""),
-            subnet_id=d.get("SubnetId", ""))
-            for d in self._tagged(tags, ["pending", "running"])),
-            key=lambda i: i.instance_id))
+        return tuple(sorted((_launched(d, d["InstanceId"])
+                             for d in self._tagged(tags, ["pending", "running"])),
+                            key=lambda i: i.instance_id))
 
     def _describe(self, ids: list[str]) -> dict[str, dict]:
         out: dict[str, dict] = {}
@@ -160,3 +183,55 @@ class EC2Cloud:
             state_reason=inst.get("StateReason", {}).get("Code", ""),
             launched_at=inst.get("LaunchTime"))
             for inst in self._tagged(tags, None if include_terminated else _LIVE_STATES)]
+
+    # --- capacity reservations and placement groups --------------------------------
+    def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]:
+        """The reservations' state and free count, every page of one call for all ids."""
+        out: list[CapacityReservation] = []
+        try:
+            for page in self.client.get_paginator("describe_capacity_reservations").paginate(
+                    CapacityReservationIds=ids):
+                for r in page.get("CapacityReservations", []):
+                    out.append(CapacityReservation(
+                        id=r["CapacityReservationId"], instance_type=r.get("InstanceType", ""),
+                        availability_zone=r.get("AvailabilityZone", ""),
+                        total=int(r.get("TotalInstanceCount", 0)),
+                        available=int(r.get("AvailableInstanceCount", 0)),
+                        state=r.get("State", ""),
+                        reservation_type=r.get("ReservationType", "default"),
+                        start=_seconds(r.get("StartDate")), end=_seconds(r.get("EndDate"))))
+        except ClientError as e:
+            raise CloudError(*_code(e)) from None
+        except BotoCoreError as e:
+            raise CloudError(type(e).__name__, str(e)) from None
+        return out
+
+    def subnet_zones(self, subnets: list[str]) -> dict[str, str]:
+        resp = self._call("describe_subnets", SubnetIds=subnets)
+        return {s["SubnetId"]: s.get("AvailabilityZone", "") for s in resp.get("Subnets", [])}
+
+    def ensure_placement_group(self, name: str, tags: dict[str, str]) -> None:
+        """A cluster placement group of this name, created (tagged) if it does not exist."""
+        try:
+            self._call("describe_placement_groups", GroupNames=[name])
+            return
+        except CloudError as e:
+            if e.code not in ("InvalidPlacementGroup.Unknown", "InvalidGroup.NotFound"):
+                raise
+        try:
+            self._call("create_placement_group", GroupName=name, Strategy="cluster",
+                       TagSpecifications=[{"ResourceType": "placement-group", "Tags": [
+                           {"Key": k, "Value": v} for k, v in tags.items()]}])
+        except CloudError as e:
+            if e.code != "InvalidPlacementGroup.Duplicate":  # made meanwhile: fine
+                raise
+
+    def placement_groups(self, tags: dict[str, str]) -> dict[str, dict[str, str]]:
+        """Placement groups carrying all of `tags`: name -> its tags."""
+        resp = self._call("describe_placement_groups", Filters=[
+            {"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()])
+        return {g["GroupName"]: {t["Key"]: t["Value"] for t in g.get("Tags", [])}
+                for g in resp.get("PlacementGroups", [])}
+
+    def delete_placement_group(self, name: str) -> None:
+        self._call("delete_placement_group", GroupName=name)

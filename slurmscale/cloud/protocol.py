@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Protocol
 
 from slurmscale.config import Pool
-from slurmscale.model import LaunchedInstance, LaunchResult
+from slurmscale.model import CapacityReservation, LaunchedInstance, LaunchResult
 
 TAG_CLUSTER = "slurmscale:cluster"
 TAG_POOL = "slurmscale:pool"
@@ -37,9 +37,29 @@ class CloudInstance:
     launched_at: datetime | None = None
 
 
+@dataclass(frozen=True)
+class FleetSpec:
+    """Where one fleet may launch: the instance types (preference order) and subnets it may
+    choose from, the launch template version, whether it fills the pool's capacity
+    reservations first (on-demand, the version targeting them), and its placement group.
+    The later fleets of a gang too large for one are pinned to the first one's type and
+    subnet, so the whole gang shares one AZ, one type and one placement group."""
+
+    instance_types: tuple[str, ...]
+    subnets: tuple[str, ...]
+    launch_template_version: str
+    reserved: bool = False
+    placement_group: str | None = None
+
+    @classmethod
+    def of(cls, pool: Pool) -> FleetSpec:
+        return cls(tuple(pool.instance_types), tuple(pool.subnets),
+                   pool.launch_template.version)
+
+
 class CloudProvider(Protocol):
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
-               tags: dict[str, str]) -> LaunchResult: ...
+               tags: dict[str, str], spec: FleetSpec | None = None) -> LaunchResult: ...
 
     def tag(self, instance_id: str, tags: dict[str, str]) -> None: ...
 
@@ -49,6 +69,16 @@ class CloudProvider(Protocol):
 
     def find(self, tags: dict[str, str], include_terminated: bool = False
              ) -> list[CloudInstance]: ...
+
+    def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]: ...
+
+    def subnet_zones(self, subnets: list[str]) -> dict[str, str]: ...
+
+    def ensure_placement_group(self, name: str, tags: dict[str, str]) -> None: ...
+
+    def placement_groups(self, tags: dict[str, str]) -> dict[str, dict[str, str]]: ...
+
+    def delete_placement_group(self, name: str) -> None: ...
 
 
 @dataclass(frozen=True)

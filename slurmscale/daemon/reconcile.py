@@ -30,6 +30,7 @@ from slurmscale.config import AddressSource, Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
+from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.lost_nodes import LOST_REASON, LostNodes, nodes_without_instances
 from slurmscale.daemon.metrics import Metrics
@@ -38,6 +39,7 @@ from slurmscale.gangs import PendingRequest, gang_id, plan_requests
 from slurmscale.hostlists import compress
 from slurmscale.model import Gang, LaunchedInstance, LaunchResult, RequestKind, SlurmNode
 from slurmscale.policy.model import ActionKind
+from slurmscale.policy.routing import NO_RESERVED_FIT, Route, RouteKind, fleet_parts
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.spool import Spool
 from slurmscale.store.repo import Store, utc
@@ -119,6 +121,8 @@ class Reconciler:
                                               self.backoff)
         self.ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
         self.lost = LostNodes(cfg.daemon.lost_node_grace_s)
+        self.reserved = ReservedCapacity(cfg, cloud, self.event)
+        self.fleets = GangFleets(cfg, cloud, client_token)
 
     # --- helpers -------------------------------------------------------------------
     def event(self, kind: str, message: str, **kw: str | None) -> None:
@@ -258,6 +262,8 @@ class Reconciler:
                            "running untracked", node=i.tags.get(TAG_NODE))
         if nodes is not None:
             self._power_down_lost(nodes, seen, {i.node for i in active}, now)
+        for name in self.fleets.sweep_groups(self.store.live_gangs()):
+            self.event("placement_group_deleted", f"{name}: its gang's instances are gone")
 
     def _power_down_lost(self, nodes: list[SlurmNode], seen: list[CloudInstance],
                          tracked: set[str], now: datetime) -> None:
@@ -358,29 +364,42 @@ class Reconciler:
         now = self.clock()
         nodes_expr = compress(list(gang.nodes))
         existing = self.store.get_gang(gid)
+        recovering = existing is not None and existing.status == "launching"
+        route = self.reserved.route(pool, gang, now.timestamp())
+        spec = self.fleets.spec(pool, route, gid)
         if existing is None:
             self.store.add_gang(GangRow(
                 id=gid, pool=gang.pool, nodes=nodes_expr, size=gang.size,
                 job_ids=json.dumps(list(gang.job_ids)),
                 request_ids=json.dumps(list(gang.request_ids)), coalesced=gang.coalesced,
                 status="launching", client_token=token,
-                launch_template_version=pool.launch_template.version,
+                launch_template_version=spec.launch_template_version,
                 created_at=now, updated_at=now,
             ))
         what = (f"job {gang.job_ids[0]} gang" if gang.job_ids else "batch of single nodes")
+        if route.kind is RouteKind.REFUSED and not recovering:
+            self._fail_gang(gang, gid, NO_RESERVED_FIT, route.reason, obtained=[])
+            self._count_launch(pool, Outcome.FAILED, NO_RESERVED_FIT)
+            return Outcome.FAILED, NO_RESERVED_FIT
+        parts = fleet_parts(gang.size, self.cfg.aws.max_instances_per_fleet)
         self.event("launch_requested",
-                   f"{what} {nodes_expr}: CreateFleet instant x{gang.size} "
-                   f"(min {gang.min_capacity}, {pool.capacity_type.value}, "
-                   f"{','.join(pool.instance_types)}, LT v{pool.launch_template.version})",
+                   f"{what} {nodes_expr}: CreateFleet instant x{gang.size}"
+                   + (f" in {len(parts)} fleets ({'+'.join(map(str, parts))})"
+                      if len(parts) > 1 else "")
+                   + f" (min {gang.min_capacity}, "
+                   + (f"reserved: {route.reason}" if route.kind is RouteKind.RESERVED
+                      else pool.capacity_type.value)
+                   + f", {','.join(spec.instance_types)}, LT v{spec.launch_template_version}"
+                   + (f", placement group {spec.placement_group}" if spec.placement_group
+                      else "") + ")",
                    gang_id=gid, node=nodes_expr)
         tags = {TAG_CLUSTER: self.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: gid,
                 TAG_REQUEST: gang.request_ids[0] if gang.request_ids else ""}
         crash_point("launch:before_fleet")
-        result = self._recover(gid) if existing is not None and existing.status == "launching" \
-            else None
+        result = self._recover(gid) if recovering else None
         if result is None:
             try:
-                result = self.cloud.launch(pool, gang.size, gang.min_capacity, token, tags)
+                result = self.fleets.launch(pool, gang, gid, tags, spec)
             except CloudError as e:
                 at = self.clock().timestamp()
                 if is_transient(e.code) and at < give_up_at:
@@ -406,10 +425,16 @@ class Reconciler:
             self.backoff.launch_failed(pool.name, code, msg, self.clock())
             self._count_launch(pool, Outcome.FAILED, code)
             return Outcome.FAILED, code
-        self._accept(gang, gid, result)
+        self._accept(gang, gid, result, spec.launch_template_version)
+        self._count_reserved(route, result)
         self.backoff.launched(pool.name, self.clock())
         self._count_launch(pool, Outcome.LAUNCHED)
         return Outcome.LAUNCHED, ""
+
+    def _count_reserved(self, route: Route, result: LaunchResult) -> None:
+        """Gangs routed later this pass must not count the capacity this one took."""
+        if route.kind is RouteKind.RESERVED:
+            self.reserved.launched(route.reservation_ids, len(result.instances))
 
     def _readdress(self, nodes: list[str]) -> None:
         """Nodes whose instances are recorded: tag and address them again (both idempotent),
@@ -455,7 +480,7 @@ class Reconciler:
                    f"{', '.join(i.instance_id for i in found)}; taking them", gang_id=gid)
         return LaunchResult(instances=found, error_code="", error_message="", fleet_id="")
 
-    def _accept(self, gang: Gang, gid: str, result: LaunchResult) -> None:
+    def _accept(self, gang: Gang, gid: str, result: LaunchResult, lt_version: str) -> None:
         pool = self.cfg.pool(gang.pool)
         now = self.clock()
         pairs = list(zip(gang.nodes, sorted(result.instances, key=lambda i: i.instance_id),
@@ -467,8 +492,8 @@ class Reconciler:
         self.store.add_instances([
             InstanceRow(instance_id=i.instance_id, node=node, pool=pool.name, gang_id=gid,
                         instance_type=i.instance_type, lifecycle=i.lifecycle,
-                        image_id=i.image_id,
-                        launch_template_version=pool.launch_template.version,
+                        image_id=i.image_id, launch_template_version=lt_version,
+                        capacity_reservation_id=i.capacity_reservation_id,
                         private_ip=i.private_ip, state="running", launched_at=now)
             for node, i in pairs
         ])
@@ -483,7 +508,10 @@ class Reconciler:
         self.event("launched",
                    f"{compress([n for n, _ in pairs])}: "
                    + ", ".join(f"{n}={i.instance_id}" for n, i in pairs)
-                   + f" (AMI {','.join(images) or '?'}, LT v{pool.launch_template.version})",
+                   + f" (AMI {','.join(images) or '?'}, LT v{lt_version}"
+                   + "".join(sorted({f", {i.instance_type} in {i.capacity_reservation_id}"
+                                     for _, i in pairs if i.capacity_reservation_id}))
+                   + ")",
                    gang_id=gid, node=compress([n for n, _ in pairs]))
         if missing:
             self._power_down(missing, result.error_code or "PartialCapacity", gid)

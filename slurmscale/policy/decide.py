@@ -193,6 +193,13 @@ def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, target:
     live = [n for n in nodes if n.state in LIVE]
     idle = sorted((n for n in nodes if n.state is NodeState.IDLE and n.usable),
                   key=lambda n: (n.idle_since if n.idle_since is not None else now, n.name))
+    if not k.release_paid_idle:
+        paid = [n.name for n in idle if n.paid]
+        if paid:
+            actions.append(Action(ActionKind.KEEP, k.name, "idle on reserved capacity, paid "
+                                  "whether used or not: releasing it saves nothing and a "
+                                  "relaunch costs a boot", nodes=tuple(paid)))
+            idle = [n for n in idle if not n.paid]
     # Idle capacity a pending job is about to use is not idle: Slurm will place it there, with
     # powered-down nodes under the target for the rest of a gang. A gang that fits in neither
     # is not about to use them: it waits for running jobs to end (holding nodes for it is what

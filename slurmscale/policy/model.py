@@ -53,6 +53,9 @@ class PoolKnobs:
     reuse_window_s: float = 3600.0
     reuse_horizon_s: float = 600.0
     default_time_limit_s: float = 4 * 3600.0
+    # False: an idle node on capacity paid whether used or not (a capacity reservation) is
+    # kept, as releasing it saves nothing and a relaunch costs a boot
+    release_paid_idle: bool = True
     # On-demand pools only: the safety buffer it keeps for the spot pools that fall back to it
     buffer: tuple[BufferRule, ...] = ()
 
@@ -82,6 +85,7 @@ class NodeView(NamedTuple):
     usable: bool = True  # False: drained or down by someone else; never touched
     alloc_gpus: int = 0  # GPUs its running jobs use (a held node's idle cost is the rest)
     free_at: float | None = None  # when its last running job hits its time limit
+    paid: bool = False  # its instance runs in a capacity reservation (paid used or not)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,10 @@ def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
     return tuple(
         PoolKnobs(name=p.name, gpus_per_node=p.gpus_per_node, max_nodes=p.max_nodes,
                   min_nodes=p.min_nodes, mode=Mode(p.policy.mode),
-                  buffer=buffer_rules(cfg, p.name), **p.policy.model_dump(exclude={"mode"}))
+                  buffer=buffer_rules(cfg, p.name),
+                  release_paid_idle=(p.capacity_reservations is None
+                                     or p.capacity_reservations.release_idle),
+                  **p.policy.model_dump(exclude={"mode"}))
         for p in cfg.pools)
 
 
@@ -120,14 +123,16 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
 def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
                    memory: dict[str, PoolMemory] | None = None,
                    arrival_log: dict[str, tuple[float, str, int]] | None = None,
-                   requeued: frozenset[str] = frozenset()) -> Snapshot:
+                   requeued: frozenset[str] = frozenset(),
+                   paid: frozenset[str] = frozenset()) -> Snapshot:
     """`jobs`: pending jobs (the demand) plus, optionally, starting/running ones (their submit
     times feed the reuse forecast, as every arrival does in the simulator). `arrival_log`, the
     daemon's memory across passes (job id -> submit, pool, nodes), is updated here and used
     for the forecast instead: a job that already finished is gone from squeue but still
     counts as an arrival within the window. `requeued`: jobs slurmscale requeued off an
     interrupted node; while Slurm holds them back (BeginTime, or no reason yet) they are still
-    demand that is about to need capacity."""
+    demand that is about to need capacity. `paid`: nodes whose instance runs in a capacity
+    reservation."""
     free_at, job_gpus = _running(jobs)
     views = []
     for n in nodes:
@@ -145,7 +150,7 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
                               alloc_gpus=n.alloc_gpus or min(job_gpus.get(n.name, 0),
                                                              pool.gpus_per_node),
                               free_at=free_at.get(n.name) if st is NodeState.ALLOCATED
-                              else None))
+                              else None, paid=n.name in paid))
     by_partition = {p.partition: p for p in cfg.pools}
     pool_of: dict[tuple[str, ...], tuple[Pool | None, tuple[str, ...]]] = {}
     pending = []

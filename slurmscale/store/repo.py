@@ -184,6 +184,14 @@ class Store:
                                                       & (InstanceRow.launched_at == latest.c.at)))
             return {r.node: r for r in rows}
 
+    def live_gangs(self) -> set[str]:
+        """Gangs with an instance up or a launch in flight (their placement group is in use)."""
+        with self.session() as s:
+            up = s.scalars(select(InstanceRow.gang_id).where(
+                InstanceRow.state.in_(ACTIVE_INSTANCE_STATES)).distinct())
+            launching = s.scalars(select(GangRow.id).where(GangRow.status == "launching"))
+            return set(up) | set(launching)
+
     def instances(self, limit: int = 1000) -> list[InstanceRow]:
         with self.session() as s:
             return list(s.scalars(select(InstanceRow).order_by(InstanceRow.launched_at.desc())

@@ -63,6 +63,9 @@ class InstanceRow(Base):
     image_id: Mapped[str] = mapped_column(String(64), default="")
     launch_template_version: Mapped[str] = mapped_column(String(16))
     private_ip: Mapped[str] = mapped_column(String(64), default="")
+    # the capacity reservation it runs in ("": none): paid for whether used or not
+    capacity_reservation_id: Mapped[str] = mapped_column(String(64), default="",
+                                                         server_default="")
     state: Mapped[str] = mapped_column(String(16), index=True)
     launched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     terminated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),

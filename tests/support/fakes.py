@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 
-from slurmscale.cloud.protocol import CloudError, CloudInstance, QueueMessage
+from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
 from slurmscale.config import Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import (
+    CapacityReservation,
     LaunchedInstance,
     LaunchResult,
     QueueJob,
@@ -30,16 +31,33 @@ class FakeCloud:
     answers_lost: int = 0  # this many launches happen but their answer never arrives
     instances: dict[str, CloudInstance] = field(default_factory=dict)
     launches: list[dict] = field(default_factory=list)
+    fail_launch_no: int | None = None  # this launch (1-based) gives nothing
+    reservations: dict[str, CapacityReservation] = field(default_factory=dict)
+    describes: int = 0  # capacity reservation reads
+    zones: dict[str, str] = field(default_factory=dict)  # subnet -> AZ (default us-east-1a)
+    groups: dict[str, dict[str, str]] = field(default_factory=dict)  # placement groups
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
-               tags: dict[str, str]) -> LaunchResult:
+               tags: dict[str, str], spec: FleetSpec | None = None) -> LaunchResult:
+        spec = spec or FleetSpec.of(pool)
         self.launches.append({"pool": pool.name, "count": count, "min": min_count,
-                              "token": client_token, "tags": dict(tags)})
+                              "token": client_token, "tags": dict(tags), "spec": spec})
         self._up()
         if self.error:
             raise self.error
-        n = count if self.give is None else min(self.give, count)
+        if self.fail_launch_no is not None and len(self.launches) == self.fail_launch_no:
+            n = 0
+        else:
+            n = count if self.give is None else min(self.give, count)
+        itype, subnet = spec.instance_types[0], spec.subnets[0]
+        in_cr = ""
+        if spec.reserved:
+            cr = next((r for r in self.reservations.values()
+                       if r.instance_type == itype and r.available >= n), None)
+            if cr is not None:
+                in_cr = cr.id
+                self.reservations[cr.id] = replace(cr, available=cr.available - n)
         made = []
         for _ in range(count if self.hidden_extra else n):
             iid = f"i-{next(self._ids):08x}"
@@ -50,10 +68,37 @@ class FakeCloud:
             self.answers_lost -= 1
             raise CloudError("ReadTimeoutError", "Read timeout on endpoint URL")
         return LaunchResult(
-            instances=tuple(LaunchedInstance(i, pool.instance_types[0], "spot", "ami-1",
-                                             "10.0.0.1") for i in listed),
+            instances=tuple(LaunchedInstance(i, itype, "spot", "ami-1", "10.0.0.1",
+                                             subnet_id=subnet, capacity_reservation_id=in_cr)
+                            for i in listed),
             error_code="" if n == count else self.error_code,
             error_message="" if n == count else "no capacity", fleet_id="fleet-1")
+
+    def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]:
+        self._up()
+        self.describes += 1
+        unknown = [i for i in ids if i not in self.reservations]
+        if unknown:
+            raise CloudError("InvalidCapacityReservationId.NotFound",
+                             f"The capacity reservation ID '{unknown[0]}' does not exist")
+        return [self.reservations[i] for i in ids]
+
+    def subnet_zones(self, subnets: list[str]) -> dict[str, str]:
+        self._up()
+        return {s: self.zones.get(s, "us-east-1a") for s in subnets}
+
+    def ensure_placement_group(self, name: str, tags: dict[str, str]) -> None:
+        self._up()
+        self.groups.setdefault(name, dict(tags))
+
+    def placement_groups(self, tags: dict[str, str]) -> dict[str, dict[str, str]]:
+        self._up()
+        return {n: t for n, t in self.groups.items()
+                if all(t.get(k) == v for k, v in tags.items())}
+
+    def delete_placement_group(self, name: str) -> None:
+        self._up()
+        self.groups.pop(name)
 
     def _up(self) -> None:
         if self.down is not None:

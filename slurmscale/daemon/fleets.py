@@ -1,0 +1,208 @@
+"""A gang's fleets: where they launch (reserved or normal capacity, which placement group)
+and, for a gang larger than one fleet may be, several CreateFleet calls pinned to the first
+one's instance type, subnet (so AZ) and placement group, all or nothing across them.
+
+The reservations are read with one DescribeCapacityReservations for every pool's ids, at
+most every `RESERVATIONS_TTL_S` (and counted down locally as gangs launch into them), so a
+burst of gangs costs one describe. The pools' subnets' AZs are read once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from slurmscale.cloud.protocol import (
+    TAG_CLUSTER,
+    TAG_GANG,
+    CloudError,
+    CloudProvider,
+    FleetSpec,
+)
+from slurmscale.config import Config, Placement, Pool, ReservationPreference
+from slurmscale.model import CapacityReservation, Gang, LaunchedInstance, LaunchResult
+from slurmscale.policy.routing import Route, RouteKind, fleet_parts, route_gang, take
+
+log = logging.getLogger(__name__)
+
+Event = Callable[..., None]
+Token = Callable[[str], str]
+
+RESERVATIONS_TTL_S = 30.0
+
+
+def gang_placement_group(cluster: str, gid: str) -> str:
+    """The per-gang placement group's name: the cluster's, then a hash of the gang id."""
+    return f"slurmscale-{cluster}-{hashlib.sha256(gid.encode()).hexdigest()[:16]}"
+
+
+class ReservedCapacity:
+    """The pools' capacity reservations as EC2 last reported them."""
+
+    def __init__(self, cfg: Config, cloud: CloudProvider, event: Event) -> None:
+        self.cfg = cfg
+        self.cloud = cloud
+        self.event = event
+        self.ids = sorted({i for p in cfg.pools if p.capacity_reservations
+                           for i in p.capacity_reservations.ids})
+        self._read_at: float | None = None
+        self._by_id: dict[str, CapacityReservation] = {}
+        self._zones: dict[str, str] = {}
+        self._failing = False
+        self._missing: list[str] = []
+
+    def reservations(self, now: float) -> dict[str, CapacityReservation]:
+        """id -> reservation; those EC2 did not return are missing (an event says so once)."""
+        if not self.ids:
+            return {}
+        if self._read_at is not None and now - self._read_at < RESERVATIONS_TTL_S:
+            return self._by_id
+        try:
+            found = self.cloud.capacity_reservations(self.ids)
+        except CloudError as e:
+            if not e.code.startswith("InvalidCapacityReservationId"):
+                if not self._failing:
+                    self.event("cloud_error", f"reading capacity reservations: {e}; gangs "
+                               "launch on normal capacity until they can be read")
+                self._failing = True
+                return {}
+            # one bad id fails the whole call: read them one by one, skip the bad ones
+            found = []
+            for i in self.ids:
+                try:
+                    found += self.cloud.capacity_reservations([i])
+                except CloudError as e1:
+                    log.warning("capacity reservation %s: %s", i, e1)
+        missing = sorted(set(self.ids) - {r.id for r in found})
+        if missing and (self._read_at is None or set(missing) - set(self._missing)):
+            self.event("capacity_reservation_missing", f"EC2 does not know capacity "
+                       f"reservation(s) {', '.join(missing)}: not used (check "
+                       "pools[].capacity_reservations.ids)")
+        self._missing = missing
+        self._failing = False
+        self._by_id = {r.id: r for r in found}
+        self._read_at = now
+        return self._by_id
+
+    def of_pool(self, pool: Pool, now: float) -> list[CapacityReservation]:
+        cr = pool.capacity_reservations
+        if cr is None:
+            return []
+        by_id = self.reservations(now)
+        return [by_id[i] for i in cr.ids if i in by_id]
+
+    def launched(self, ids: tuple[str, ...], n: int) -> None:
+        """`n` instances went into `ids`: count them down until the next read."""
+        after = take(list(self._by_id.values()), ids, n)
+        self._by_id = {r.id: r for r in after}
+
+    def zones(self, pool: Pool) -> dict[str, str]:
+        """The pool's subnets (config order) -> AZ; {} if EC2 cannot say (no reserved route)."""
+        if not all(s in self._zones for s in pool.subnets):
+            try:
+                self._zones.update(self.cloud.subnet_zones(list(pool.subnets)))
+            except CloudError as e:
+                log.warning("cannot read the AZs of %s's subnets: %s", pool.name, e)
+                return {}
+        return {s: self._zones[s] for s in pool.subnets if s in self._zones}
+
+    def route(self, pool: Pool, gang: Gang, now: float) -> Route:
+        cr = pool.capacity_reservations
+        if cr is None:
+            return Route(RouteKind.NORMAL, "no reservations")
+        if cr.preference is ReservationPreference.NONE:
+            return Route(RouteKind.NORMAL, "reservations not used (preference none)")
+        return route_gang(gang.size, pool.instance_types, self.zones(pool),
+                          self.of_pool(pool, now), cr.preference)
+
+
+@dataclass
+class GangFleets:
+    """Launches one gang as one or several fleets."""
+
+    cfg: Config
+    cloud: CloudProvider
+    token: Token  # gang id (+ part) -> EC2 ClientToken
+    _groups_made: set[str] | None = None
+
+    def spec(self, pool: Pool, route: Route, gid: str) -> FleetSpec:
+        spec = FleetSpec.of(pool)
+        if route.kind is RouteKind.RESERVED:
+            assert pool.capacity_reservations is not None
+            spec = replace(spec, instance_types=route.instance_types, subnets=route.subnets,
+                           reserved=True,
+                           launch_template_version=(
+                               pool.capacity_reservations.launch_template_version))
+        group = self.placement_group(pool, gid)
+        return replace(spec, placement_group=group) if group else spec
+
+    def placement_group(self, pool: Pool, gid: str) -> str | None:
+        if pool.placement is Placement.PER_GANG:
+            return gang_placement_group(self.cfg.cluster_name, gid)
+        return pool.placement_group
+
+    def _ensure_group(self, name: str, gid: str | None) -> None:
+        made = self._groups_made = self._groups_made or set()
+        if name in made:
+            return
+        tags = {TAG_CLUSTER: self.cfg.cluster_name, **({TAG_GANG: gid} if gid else {})}
+        self.cloud.ensure_placement_group(name, tags)
+        if gid is None:  # a pool's group lives on; a gang's is deleted with the gang
+            made.add(name)
+
+    def launch(self, pool: Pool, gang: Gang, gid: str, tags: dict[str, str],
+               spec: FleetSpec) -> LaunchResult:
+        """All parts of the gang, stopping at the first that falls short (the caller rolls
+        back everything carrying the gang's tag). Raises CloudError as `launch` does."""
+        if spec.placement_group:
+            self._ensure_group(spec.placement_group,
+                               gid if pool.placement is Placement.PER_GANG else None)
+        parts = fleet_parts(gang.size, self.cfg.aws.max_instances_per_fleet)
+        got: list[LaunchedInstance] = []
+        fleets: list[str] = []
+        code = message = ""
+        for i, n in enumerate(parts):
+            need = 1 if gang.coalesced else n
+            token = self.token(gid if i == 0 else f"{gid}#{i}")
+            r = self.cloud.launch(pool, n, need, token, tags, spec)
+            got += r.instances
+            fleets.append(r.fleet_id)
+            if len(r.instances) < n:
+                code = r.error_code or "PartialCapacity"
+                message = r.error_message or (f"fleet {i + 1} of {len(parts)} gave "
+                                              f"{len(r.instances)} of {n} instances")
+                if not gang.coalesced:  # all or nothing: the rest is not even asked for
+                    break
+            if i == 0 and len(parts) > 1 and r.instances:
+                # the rest of the gang goes where the first fleet went
+                first = r.instances[0]
+                spec = replace(spec, instance_types=(first.instance_type,)
+                               if first.instance_type else spec.instance_types,
+                               subnets=(first.subnet_id,) if first.subnet_id else spec.subnets)
+        return LaunchResult(tuple(got), code, message, ",".join(f for f in fleets if f))
+
+    def sweep_groups(self, live_gangs: set[str]) -> list[str]:
+        """Per-gang placement groups whose gang has no instance left: deleted (EC2 refuses
+        while an instance is still shutting down; tried again next pass). Returns those
+        deleted."""
+        if not any(p.placement is Placement.PER_GANG for p in self.cfg.pools):
+            return []
+        try:
+            groups = self.cloud.placement_groups({TAG_CLUSTER: self.cfg.cluster_name})
+        except CloudError as e:
+            log.warning("cannot list placement groups: %s", e)
+            return []
+        done = []
+        for name, tags in sorted(groups.items()):
+            gid = tags.get(TAG_GANG)
+            if not gid or gid in live_gangs:
+                continue
+            try:
+                self.cloud.delete_placement_group(name)
+            except CloudError as e:
+                log.info("placement group %s not deleted yet: %s", name, e)
+                continue
+            done.append(name)
+        return done

@@ -1,0 +1,250 @@
+"""Capacity the way AWS sells it, against in-memory Slurm and EC2: gangs go whole into
+capacity reservations or not at all, gangs larger than one fleet launch as several fleets
+pinned together and roll back together, placement groups per pool or per gang."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurmscale.cloud.ec2 import EC2Cloud
+from slurmscale.cloud.protocol import FleetSpec
+from slurmscale.config import AwsSettings, ConfigError, ReservationPreference, parse_config
+from slurmscale.daemon.reconcile import Reconciler
+from slurmscale.model import CapacityReservation, RequestKind
+from slurmscale.policy.decide import decide
+from slurmscale.policy.model import NodeState, NodeView, PoolKnobs, Snapshot
+from slurmscale.policy.routing import RouteKind, fleet_parts, route_gang
+from slurmscale.spool import Spool
+from slurmscale.store.repo import Store
+from tests.support.fakes import FakeCloud, FakeSlurm
+from tests.unit.conftest import base_config
+from tests.unit.test_reconcile import Clock, hook
+
+
+def _cr(id_: str, free: int, total: int = 8, itype: str = "p5.48xlarge",
+        az: str = "us-east-1a", state: str = "active") -> CapacityReservation:
+    return CapacityReservation(id_, itype, az, total, free, state)
+
+
+# --- the pure routing -----------------------------------------------------------------------
+ZONES = {"subnet-a": "us-east-1a", "subnet-b": "us-east-1b"}
+
+
+def test_a_gang_that_fits_whole_goes_to_the_reservation_of_its_type_and_az() -> None:
+    r = route_gang(4, ["p5.48xlarge"], ZONES, [_cr("cr-0000000b", 6, az="us-east-1b")],
+                   ReservationPreference.USE_FIRST)
+    assert r.kind is RouteKind.RESERVED
+    assert r.subnets == ("subnet-b",) and r.instance_types == ("p5.48xlarge",)
+    assert r.reservation_ids == ("cr-0000000b",)
+
+
+def test_a_gang_larger_than_the_free_reserved_capacity_is_not_split() -> None:
+    rs = [_cr("cr-0000000a", 2), _cr("cr-0000000b", 3, az="us-east-1b")]
+    use_first = route_gang(4, ["p5.48xlarge"], ZONES, rs, ReservationPreference.USE_FIRST)
+    assert use_first.kind is RouteKind.NORMAL and "at most 3" in use_first.reason
+    only = route_gang(4, ["p5.48xlarge"], ZONES, rs, ReservationPreference.ONLY)
+    assert only.kind is RouteKind.REFUSED
+
+
+def test_reservations_of_one_type_and_az_add_up_and_inactive_ones_do_not_count() -> None:
+    rs = [_cr("cr-0000000a", 2), _cr("cr-0000000c", 2),
+          _cr("cr-0000000d", 8, state="expired")]
+    r = route_gang(4, ["p5.48xlarge"], ZONES, rs, ReservationPreference.USE_FIRST)
+    assert r.kind is RouteKind.RESERVED and r.reservation_ids == ("cr-0000000a", "cr-0000000c")
+    none = route_gang(1, ["p5.48xlarge"], ZONES, rs, ReservationPreference.NONE)
+    assert none.kind is RouteKind.NORMAL
+
+
+@given(size=st.integers(1, 20),
+       rs=st.lists(st.tuples(st.sampled_from(["p5.48xlarge", "p5e.48xlarge"]),
+                             st.sampled_from(["us-east-1a", "us-east-1b", "us-east-1c"]),
+                             st.integers(0, 10),
+                             st.sampled_from(["active", "expired", "scheduled"])),
+                   max_size=6),
+       pref=st.sampled_from(list(ReservationPreference)))
+def test_routing_never_splits_a_gang(size: int, rs: list[tuple[str, str, int, str]],
+                                     pref: ReservationPreference) -> None:
+    crs = [_cr(f"cr-{i:08x}", free, 10, t, az, state)
+           for i, (t, az, free, state) in enumerate(rs)]
+    r = route_gang(size, ["p5.48xlarge", "p5e.48xlarge"], ZONES, crs, pref)
+    fits = {(t, az) for t in ("p5.48xlarge", "p5e.48xlarge") for az in ZONES.values()
+            if sum(c.available for c in crs if c.active and (c.instance_type, c.availability_zone)
+                   == (t, az)) >= size}
+    if r.kind is RouteKind.RESERVED:
+        chosen = {c for c in crs if c.id in r.reservation_ids}
+        assert len({(c.instance_type, c.availability_zone) for c in chosen}) == 1
+        assert sum(c.available for c in chosen) >= size and all(c.active for c in chosen)
+        assert pref is not ReservationPreference.NONE
+    else:
+        assert not fits or pref is ReservationPreference.NONE
+        assert (r.kind is RouteKind.REFUSED) == (pref is ReservationPreference.ONLY
+                                                 and bool(crs))
+
+
+@given(size=st.integers(1, 5000), cap=st.integers(1, 1000))
+def test_fleet_parts_cover_the_gang_in_as_few_fleets_as_allowed(size: int, cap: int) -> None:
+    parts = fleet_parts(size, cap)
+    assert sum(parts) == size and all(1 <= p <= cap for p in parts)
+    assert len(parts) == -(-size // cap)
+
+
+# --- the config -----------------------------------------------------------------------------
+def _pool(**over: Any) -> dict[str, Any]:
+    p = dict(base_config()["pools"][1])
+    p.update(over)
+    return p
+
+
+@pytest.mark.parametrize(("over", "words"), [
+    ({"instance_types": ["p5.48xlarge", "p4d.24xlarge"]}, "differ in shape"),
+    ({"instance_types": ["p5.48xlarge", "x9.huge"]}, "no shape known"),
+    ({"instance_types": ["p5.48xlarge", "p5.48xlarge"]}, "listed twice"),
+    ({"placement_group": "pg", "placement": "per-gang"}, "not both"),
+    ({"capacity_reservations": {"ids": ["cr-00000001"], "launch_template_version": 2}},
+     "must differ"),
+    ({"capacity_reservations": {"ids": ["cr-1"], "launch_template_version": 5}}, "cr-1"),
+    ({"capacity_reservations": {"ids": ["cr-00000001", "cr-00000001"],
+                                "launch_template_version": 5}}, "listed twice"),
+    ({"capacity_reservations": {"ids": ["cr-00000001"], "launch_template_version": "$Latest"}},
+     "pinned"),
+])
+def test_capacity_config_is_refused_with_the_key_and_value(over: dict, words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        parse_config(base_config(pools=[_pool(**over)]))
+
+
+def test_types_of_one_shape_share_a_pool() -> None:
+    cfg = parse_config(base_config(pools=[_pool(instance_types=["p5.48xlarge",
+                                                                "p5e.48xlarge"])]))
+    assert cfg.pools[0].instance_types == ["p5.48xlarge", "p5e.48xlarge"]
+
+
+# --- the fleet request EC2 gets ---------------------------------------------------------------
+def test_the_fleet_request_targets_reservations_and_placement_the_documented_way() -> None:
+    cfg = parse_config(base_config(pools=[_pool(
+        instance_types=["p5.48xlarge", "p5e.48xlarge"], placement_group="pg-1",
+        capacity_reservations={"ids": ["cr-00000001"], "launch_template_version": 7})]))
+    pool = cfg.pools[0]
+    ec2 = EC2Cloud(AwsSettings(endpoint_url="http://127.0.0.1:9"))
+    normal = ec2.fleet_request(pool, 4, 4, "t", {}, FleetSpec.of(pool))
+    assert normal["OnDemandOptions"]["AllocationStrategy"] == "prioritized"
+    assert "CapacityReservationOptions" not in normal["OnDemandOptions"]
+    assert [o["Priority"] for o in normal["LaunchTemplateConfigs"][0]["Overrides"]] == [
+        0.0, 0.0, 1.0, 1.0]
+    reserved = ec2.fleet_request(pool, 4, 4, "t", {}, FleetSpec(
+        ("p5.48xlarge",), ("subnet-2",), "7", reserved=True, placement_group="pg-1"))
+    od = reserved["OnDemandOptions"]
+    assert od["CapacityReservationOptions"] == {
+        "UsageStrategy": "use-capacity-reservations-first"}
+    assert od["MinTargetCapacity"] == 4 and od["SingleAvailabilityZone"] is True
+    assert reserved["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["Version"] == "7"
+    assert reserved["LaunchTemplateConfigs"][0]["Overrides"] == [
+        {"InstanceType": "p5.48xlarge", "SubnetId": "subnet-2",
+         "Placement": {"GroupName": "pg-1"}}]
+    assert reserved["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "on-demand"
+
+
+# --- the reconcile pass -----------------------------------------------------------------------
+def _world(tmp_path, **pool_over: Any):  # type: ignore[no-untyped-def]
+    d = base_config(spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
+                    hook_log_file=str(tmp_path / "hooks.log"),
+                    store_url=f"sqlite:///{tmp_path / 'state.db'}",
+                    aws={"max_instances_per_fleet": pool_over.pop("max_per_fleet", 1000)})
+    d["pools"][1].update(max_nodes=8, **pool_over)
+    cfg = parse_config(d)
+    store = Store(cfg.store_url)
+    store.upgrade()
+    cloud, slurm, clock = FakeCloud(), FakeSlurm(), Clock()
+    return Reconciler(cfg, store, slurm, cloud, clock=clock), cloud, slurm, clock, \
+        Spool(cfg.spool_dir)
+
+
+RESERVED = {"capacity_reservations": {"ids": ["cr-0000000a"], "launch_template_version": 5}}
+
+
+def test_one_gang_fills_the_reservation_the_next_goes_whole_to_normal_capacity(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, _, clock, spool = _world(tmp_path, **RESERVED)
+    cloud.reservations["cr-0000000a"] = _cr("cr-0000000a", 6, total=6)
+    hook(spool, clock, RequestKind.RESUME, {1: [f"od-{i}" for i in range(1, 5)],
+                                            2: [f"od-{i}" for i in range(5, 9)]})
+    res = r.tick()
+    assert res.launched_gangs == 2
+    first, second = (x["spec"] for x in cloud.launches)
+    assert first.reserved and first.launch_template_version == "5"
+    assert not second.reserved and second.launch_template_version == "2"
+    assert cloud.reservations["cr-0000000a"].available == 2, "never split: 2 left unused"
+    assert cloud.describes == 1, "one read for the pass, counted down locally"
+    rows = {i.node: i for i in r.store.active_instances()}
+    assert {n for n, i in rows.items() if i.capacity_reservation_id} == {
+        "od-1", "od-2", "od-3", "od-4"}
+    assert rows["od-1"].launch_template_version == "5"
+    assert rows["od-5"].launch_template_version == "2"
+
+
+def test_only_reserved_capacity_refuses_a_gang_that_does_not_fit(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = _world(tmp_path, capacity_reservations={
+        **RESERVED["capacity_reservations"], "preference": "only"})
+    cloud.reservations["cr-0000000a"] = _cr("cr-0000000a", 2)
+    hook(spool, clock, RequestKind.RESUME, {1: ["od-1", "od-2", "od-3"]})
+    res = r.tick()
+    assert res.failed_gangs == 1 and cloud.launches == []
+    (nodes, reason), = slurm.powered_down
+    assert nodes == ["od-1", "od-2", "od-3"] and "ReservedCapacityTooSmall" in reason
+
+
+def test_an_unknown_reservation_id_does_not_stop_the_others(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, _, clock, spool = _world(tmp_path, capacity_reservations={
+        "ids": ["cr-0000000a", "cr-0000000f"], "launch_template_version": 5})
+    cloud.reservations["cr-0000000a"] = _cr("cr-0000000a", 4)
+    hook(spool, clock, RequestKind.RESUME, {1: ["od-1", "od-2"]})
+    assert r.tick().launched_gangs == 1
+    assert cloud.launches[0]["spec"].reserved
+    kinds = [e.kind for e in r.store.events()]
+    assert kinds.count("capacity_reservation_missing") == 1
+
+
+def test_a_gang_larger_than_one_fleet_is_several_fleets_pinned_together(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, _, clock, spool = _world(tmp_path, max_per_fleet=2, placement="per-gang")
+    hook(spool, clock, RequestKind.RESUME, {1: [f"od-{i}" for i in range(1, 6)]})
+    assert r.tick().launched_gangs == 1
+    assert [(x["count"], x["min"]) for x in cloud.launches] == [(2, 2), (2, 2), (1, 1)]
+    specs = [x["spec"] for x in cloud.launches]
+    assert specs[0].subnets == ("subnet-1", "subnet-2")
+    assert all(s.subnets == ("subnet-1",) for s in specs[1:]), "pinned to the first's subnet"
+    assert len({s.placement_group for s in specs}) == 1 and specs[0].placement_group
+    assert len({x["token"] for x in cloud.launches}) == 3, "each fleet its own idempotency"
+    assert len(r.store.active_instances()) == 5
+    assert list(cloud.groups) == [specs[0].placement_group]
+
+
+def test_a_short_last_fleet_rolls_back_every_part_of_the_gang(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = _world(tmp_path, max_per_fleet=2, placement="per-gang")
+    cloud.fail_launch_no = 3
+    hook(spool, clock, RequestKind.RESUME, {1: [f"od-{i}" for i in range(1, 6)]})
+    assert r.tick().failed_gangs == 1
+    assert len(cloud.launches) == 3
+    assert cloud.running() == [] and r.store.active_instances() == []
+    (nodes, reason), = slurm.powered_down
+    assert len(nodes) == 5 and "InsufficientInstanceCapacity" in reason
+    # the gang's placement group goes once nothing of the gang is left
+    clock.now += timedelta(seconds=10)
+    r.tick()
+    assert cloud.groups == {}
+    assert "placement_group_deleted" in [e.kind for e in r.store.events()]
+
+
+def test_an_idle_node_on_paid_capacity_is_kept_unless_told_otherwise() -> None:
+    def plan(release: bool) -> list[str]:
+        k = PoolKnobs("p", 8, 4, min_idle_s=10, max_idle_s=100, release_paid_idle=release)
+        nodes = (NodeView("p-1", "p", NodeState.IDLE, 0.0, paid=True),
+                 NodeView("p-2", "p", NodeState.IDLE, 0.0))
+        p = decide(Snapshot(now=1000.0, pools=(k,), nodes=nodes, jobs=()))
+        return [n for a in p.actions if a.kind.value == "release" for n in a.nodes]
+    assert plan(release=False) == ["p-2"]
+    assert sorted(plan(release=True)) == ["p-1", "p-2"]
