@@ -388,7 +388,8 @@ class Reconciler:
                       if len(parts) > 1 else "")
                    + f" (min {gang.min_capacity}, "
                    + (f"reserved: {route.reason}" if route.kind is RouteKind.RESERVED
-                      else pool.capacity_type.value)
+                      else pool.capacity_type.value + (f": {route.reason}"
+                                                       if pool.capacity_reservations else ""))
                    + f", {','.join(spec.instance_types)}, LT v{spec.launch_template_version}"
                    + (f", placement group {spec.placement_group}" if spec.placement_group
                       else "") + ")",

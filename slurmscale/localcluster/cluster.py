@@ -55,6 +55,8 @@ class PoolSpec:
     policy: dict[str, Any] = field(default_factory=dict)  # overrides of the pool's policy
     fallback_pool: str | None = None
     spot: dict[str, Any] = field(default_factory=dict)  # the pool's spot settings
+    # other keys of the pool's config (capacity_reservations, placement_group, ...)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,6 +90,7 @@ class ClusterOptions:
     store_url: str | None = None  # default: SQLite under the cluster's directory
     metrics: bool = False  # serve Prometheus metrics on a free loopback port (metrics_url)
     extra_config: dict[str, Any] = field(default_factory=dict)  # top-level config keys
+    aws: dict[str, Any] = field(default_factory=dict)  # overrides of `aws:`
     moto_url: str | None = None  # an EC2 server already running (the dev cluster's); else own
 
 
@@ -295,7 +298,7 @@ class LocalCluster:
                                      if self.o.daemon_ec2_endpoint else self.moto_url),
                     "max_attempts": self.o.aws_max_attempts,
                     "interruption_queue_url": self.events_queue_url,
-                    "sqs_endpoint_url": self.moto_url},
+                    "sqs_endpoint_url": self.moto_url, **self.o.aws},
             "store_url": self.o.store_url or f"sqlite:///{r / 'slurmscale' / 'state.db'}",
             "socket_path": str(r / "run" / "slurmscale.sock"),
             "spool_dir": str(r / "slurmscale" / "spool"),
@@ -325,6 +328,7 @@ class LocalCluster:
                            **p.policy},
                 **({"fallback_pool": p.fallback_pool} if p.fallback_pool else {}),
                 **({"spot": p.spot} if p.spot else {}),
+                **p.extra,
             } for p in self.o.pools],
         }
         self.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))

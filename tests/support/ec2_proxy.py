@@ -9,6 +9,7 @@ AWS really produces, in AWS's response shapes.
 - `api_error`: answer with an EC2 API error (e.g. RequestLimitExceeded, HTTP 503).
 - `reclaimed`: instances AWS took back without any event reaching us: DescribeInstances shows
   them terminated with state reason Server.SpotInstanceTermination.
+- capacity reservations and placement groups, which moto lacks (`capacity`, ec2_capacity.py).
 Loopback only: it listens on 127.0.0.1 and forwards only to the moto URL it is given.
 """
 
@@ -23,6 +24,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.support.ec2_capacity import CapacityModel
+
 NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 
 
@@ -35,6 +38,7 @@ class Fault:
     keep: int = 0
     status: int = 503
     times: int = 1
+    skip: int = 0  # let this many matching calls through first (e.g. fail a gang's 3rd fleet)
     # CreateFleet only: fault launches of this capacity type alone (spot runs out, on-demand
     # does not), None: any
     capacity_type: str | None = None
@@ -57,6 +61,10 @@ class EC2Proxy:
     # the endpoint down: every request's connection is closed unanswered (botocore raises
     # ConnectionClosedError after its retries, as for a load balancer dropping connections)
     refusing: bool = False
+    capacity: CapacityModel = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.capacity = CapacityModel(upstream=lambda: self.upstream)
 
     def start(self) -> EC2Proxy:
         proxy = self
@@ -72,6 +80,14 @@ class EC2Proxy:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
+                if call.action in proxy.capacity.SERVED:
+                    self._reply(*proxy.capacity.serve(call.action, params), call)
+                    return
+                refused = (proxy.capacity.refuse_fleet(params)
+                           if call.action == "CreateFleet" else None)
+                if refused:
+                    self._reply(*refused, call)
+                    return
                 fault = proxy._take_fault(call)
                 if fault and fault.kind == "api_error":
                     self._reply(fault.status, _api_error(fault.code, fault.message), call)
@@ -80,6 +96,12 @@ class EC2Proxy:
                     self._reply(200, _fleet_response("fleet-00000000-injected", [], fault), call)
                     return
                 status, data = proxy._forward(self.path, body, dict(self.headers))
+                if call.action == "CreateFleet" and status == 200:
+                    proxy.capacity.fleet_launched(params, _fleet_instances(data))
+                if call.action == "TerminateInstances" and status == 200:
+                    proxy.capacity.terminated(params)
+                if call.action == "DescribeInstances" and status == 200:
+                    data = _rewrite_reservations(data, proxy.capacity.in_reservation())
                 if fault and fault.kind == "partial" and status == 200:
                     data = _rewrite_partial(data, fault)
                 if call.action == "DescribeInstances" and proxy.reclaimed and status == 200:
@@ -112,6 +134,9 @@ class EC2Proxy:
             if f.capacity_type is not None and f.capacity_type != kind:
                 continue
             if f.action == call.action and f.times > 0:
+                if f.skip > 0:
+                    f.skip -= 1
+                    continue
                 f.times -= 1
                 return f
         return None
@@ -191,4 +216,29 @@ def _rewrite_reclaimed(data: bytes, reclaimed: set[str]) -> bytes:
         ET.SubElement(reason, q("code")).text = "Server.SpotInstanceTermination"
         ET.SubElement(reason, q("message")).text = (
             "Server.SpotInstanceTermination: Spot instance termination")
+    return ET.tostring(root, xml_declaration=True, encoding="UTF-8")
+
+
+def _fleet_instances(data: bytes) -> list[str]:
+    """The instance ids in a CreateFleet answer (moto's namespace lacks EC2's final slash)."""
+    root = ET.fromstring(data)
+    return [i.text for i in root.iter() if i.tag.rsplit("}", 1)[-1] == "item"
+            and i.text and i.text.startswith("i-")]
+
+
+def _rewrite_reservations(data: bytes, where: dict[str, str]) -> bytes:
+    """Instances inside a capacity reservation carry its id, as EC2 shows them."""
+    if not where:
+        return data
+    root = ET.fromstring(data)
+    uri = root.tag[1:].split("}")[0] if root.tag.startswith("{") else ""
+    ET.register_namespace("", uri)
+
+    def q(tag: str) -> str:
+        return f"{{{uri}}}{tag}" if uri else tag
+
+    for inst in root.iter(q("item")):
+        cr = where.get(inst.findtext(q("instanceId")) or "")
+        if cr and inst.find(q("capacityReservationId")) is None:
+            ET.SubElement(inst, q("capacityReservationId")).text = cr
     return ET.tostring(root, xml_declaration=True, encoding="UTF-8")

@@ -1,0 +1,139 @@
+"""Capacity the way AWS sells it, on a real Slurm, with EC2's capacity reservations and
+placement groups served by the test proxy in EC2's shapes (moto has neither): a gang goes
+whole into a reservation or wholly elsewhere, and a gang larger than one fleet is several
+fleets in one placement group and AZ, rolled back together."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurmscale.hostlists import expand
+from slurmscale.localcluster.cluster import LocalCluster, PoolSpec
+from slurmscale.localcluster.procs import wait_for
+from tests.support.ec2_capacity import Reservation
+from tests.support.ec2_proxy import Call, EC2Proxy, Fault
+
+pytestmark = pytest.mark.slurm
+
+CR = "cr-0a1b2c3d4e5f60001"
+GROUP_ARN = "arn:aws:resource-groups:us-east-1:123456789012:group/slurmscale-odcr"
+
+
+def _reserved_version(c: LocalCluster) -> None:
+    """The pool's launch template version 2: targets the reservations' resource group (the way
+    EC2 Fleet takes targeted reservations); version 1 targets nothing."""
+    c.ec2().create_launch_template_version(
+        LaunchTemplateName=c.lt_name, LaunchTemplateData={
+            "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
+            "CapacityReservationSpecification": {"CapacityReservationTarget": {
+                "CapacityReservationResourceGroupArn": GROUP_ARN}}})
+
+
+def _reserved(call: Call) -> bool:
+    return (call.params.get("OnDemandOptions.CapacityReservationOptions.UsageStrategy")
+            == "use-capacity-reservations-first")
+
+
+def _lt_version(call: Call) -> str:
+    return call.params.get("LaunchTemplateConfigs.1.LaunchTemplateSpecification.Version", "")
+
+
+def _job_instances(c: LocalCluster, job: int) -> set[str]:
+    nodes = set(expand(c.job(job)["NodeList"]))
+    return {i["InstanceId"] for i in c.cluster_instances()
+            if {t["Key"]: t["Value"] for t in i.get("Tags", [])}.get("slurmscale:node")
+            in nodes}
+
+
+def test_a_gang_goes_whole_into_the_reservation_and_the_next_wholly_elsewhere(
+        make_cluster) -> None:  # type: ignore[no-untyped-def]
+    # Slurm's own SuspendTime (the backstop for a daemon that is down) well past the test
+    c, proxy = make_cluster(suspend_time=120, pools=[PoolSpec(
+        "gpu-od", "od-", 8, capacity_type="on-demand",
+        extra={"capacity_reservations": {"ids": [CR], "launch_template_version": "2"}})])
+    proxy.capacity.add(Reservation(CR, "p5.48xlarge", total=6, resource_group_arn=GROUP_ARN))
+    _reserved_version(c)
+    gang = ("-N", "4", "--gres=gpu:8", "-p", "gpu-od", "--wrap")
+    first = c.sbatch(*gang, "sleep 25")
+    c.wait_job(first, {"RUNNING"}, 150)
+    # 2 reserved nodes left free: a 4-node gang must not be split across them
+    second = c.sbatch(*gang, "sleep 1")
+    c.wait_job(second, {"COMPLETED"}, 150)
+    c.wait_job(first, {"COMPLETED"}, 150)
+
+    fleets = proxy.fleet_calls()
+    assert [(_reserved(f), _lt_version(f)) for f in fleets] == [(True, "2"), (False, "1")]
+    inside = proxy.capacity.in_reservation()
+    assert _job_instances(c, first) <= set(inside), "the whole first gang is reserved"
+    assert not _job_instances(c, second) & set(inside), "nothing of the second gang is"
+    assert proxy.capacity.reservations[CR].available == 2
+    # the daemon read the free count through DescribeCapacityReservations
+    assert any(x.action == "DescribeCapacityReservations" and x.status == 200
+               for x in proxy.calls)
+    events = c.events()
+    requested = [e["message"] for e in events if e["kind"] == "launch_requested"]
+    assert "reserved: fits whole" in requested[0]
+    assert "the gang needs 4" in requested[1]
+
+    # Reserved capacity is paid whether used or not: the normal nodes are released once idle,
+    # the reserved ones kept (until Slurm's own SuspendTime backstop).
+    second_nodes = set(expand(c.job(second)["NodeList"]))
+    first_nodes = set(expand(c.job(first)["NodeList"]))
+
+    def normal_released() -> bool:
+        return all("POWERED_DOWN" in c.node(n).get("State", "") for n in second_nodes)
+    wait_for("the normal-capacity nodes released", normal_released, 120)
+    assert not any("POWER" in c.node(n).get("State", "") for n in first_nodes), \
+        [c.node(n).get("State") for n in first_nodes]
+    released = [e["node"] for e in c.events() if e["kind"] == "scale_down"]
+    assert not {n for r in released for n in expand(r)} & first_nodes, released
+    plan = json.loads(c.cli("plan", "--json").stdout)
+    kept = [a for a in plan["actions"] if a["kind"] == "keep"
+            and "reserved capacity" in a["reason"]]
+    assert kept and set(kept[0]["nodes"]) == first_nodes, plan["actions"]
+
+
+def _placement(call: Call) -> tuple[str, str]:
+    o = "LaunchTemplateConfigs.1.Overrides."
+    groups = {v for k, v in call.params.items()
+              if k.startswith(o) and k.endswith(".Placement.GroupName")}
+    subnets = {v for k, v in call.params.items() if k.startswith(o) and k.endswith(".SubnetId")}
+    assert len(groups) == 1 and len(subnets) == 1, call.params
+    return groups.pop(), subnets.pop()
+
+
+def test_a_gang_larger_than_one_fleet_shares_one_group_and_rolls_back_whole(
+        make_cluster) -> None:  # type: ignore[no-untyped-def]
+    c, proxy = make_cluster(
+        pools=[PoolSpec("gpu-od", "od-", 6, capacity_type="on-demand",
+                        extra={"placement": "per-gang"})],
+        aws={"max_instances_per_fleet": 2}, cred_expire=15)
+    proxy.faults.append(Fault("CreateFleet", "none", code="InsufficientInstanceCapacity",
+                              skip=2))
+    job = c.sbatch("-N", "5", "--gres=gpu:8", "-p", "gpu-od", "--wrap", "sleep 1")
+    wait_for("the first attempt rolled back",
+             lambda: any(e["kind"] == "launch_failed" for e in c.events()), 120)
+    first = proxy.fleet_calls()
+    assert [x.params["TargetCapacitySpecification.TotalTargetCapacity"] for x in first] == [
+        "2", "2", "1"]
+    assert len({_placement(x) for x in first}) == 1, "one placement group, one subnet (AZ)"
+    wait_for("every instance of the first attempt terminated",
+             lambda: not c.cluster_instances(), 60)
+
+    c.wait_job(job, {"COMPLETED"}, 300)
+    assert c.job(job)["Restarts"] == "1", c.job(job)
+    calls = proxy.fleet_calls()
+    assert len(calls) == 6, [x.status for x in calls]
+    assert len({_placement(x) for x in calls[3:]}) == 1
+    _assert_groups_cleaned(c, proxy)
+
+
+def _assert_groups_cleaned(c: LocalCluster, proxy: EC2Proxy) -> None:
+    """Each per-gang placement group goes once its gang's instances are gone."""
+    wait_for("all instances terminated", lambda: not c.cluster_instances(), 150)
+    wait_for("the per-gang placement groups deleted", lambda: not proxy.capacity.groups, 60)
+    made = {x.params["GroupName"] for x in proxy.calls
+            if x.action == "CreatePlacementGroup" and x.status == 200}
+    assert len(made) == 2, "each launch attempt (a new resume request) has its own group"

@@ -1,0 +1,247 @@
+"""What moto lacks of EC2's capacity model, served by the test proxy in EC2's XML shapes (the
+daemon's botocore parses them): capacity reservations and placement groups.
+
+Reservations follow AWS's documented behaviour for EC2 Fleet: a fleet with
+`OnDemandOptions.CapacityReservationOptions.UsageStrategy = use-capacity-reservations-first`
+whose launch template version targets a Capacity Reservation resource group (read from moto,
+as EC2 reads the template) fills the group's matching reservations (instance type and AZ)
+first and launches the remainder as ordinary on-demand; a reservation's free count is its
+total less the live instances in it (an instance leaves it when terminated);
+DescribeInstances shows `capacityReservationId` on instances inside one. Placement groups:
+create (tags), describe (by name or tag filter), delete (refused while an instance of it is
+live), and a fleet naming an unknown group is refused, as EC2 does.
+Not reproduced: `open` reservations matched by attributes alone, instance platform and tenancy
+matching, reservation expiry on its own (a test sets `state`), partition/spread strategies.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from xml.sax.saxutils import escape
+
+import boto3
+
+NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+ACCOUNT = "123456789012"
+
+
+@dataclass
+class Reservation:
+    id: str
+    instance_type: str
+    total: int
+    availability_zone: str = "us-east-1a"
+    resource_group_arn: str = ""  # the group a launch template targets it through
+    state: str = "active"
+    reservation_type: str = "default"
+    start: datetime = field(default_factory=lambda: datetime.now(UTC))
+    end: datetime | None = None
+    members: set[str] = field(default_factory=set)  # live instances in it
+
+    @property
+    def available(self) -> int:
+        return max(0, self.total - len(self.members))
+
+
+@dataclass
+class Group:
+    name: str
+    strategy: str
+    tags: dict[str, str]
+    id: str
+    members: set[str] = field(default_factory=set)
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _indexed(params: dict[str, str], prefix: str) -> list[str]:
+    """Values of `prefix.1`, `prefix.2`, ... in order (EC2's query list encoding)."""
+    out, i = [], 1
+    while f"{prefix}.{i}" in params:
+        out.append(params[f"{prefix}.{i}"])
+        i += 1
+    return out
+
+
+def _response(action: str, body: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<{action}Response xmlns="{NS}">'
+            f"<requestId>00000000-0000-0000-0000-0000000000c1</requestId>{body}"
+            f"</{action}Response>").encode()
+
+
+def _error(code: str, message: str) -> tuple[int, bytes]:
+    return 400, (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error>'
+                 f"<Code>{code}</Code><Message>{escape(message)}</Message></Error></Errors>"
+                 "<RequestID>00000000-0000-0000-0000-0000000000c2</RequestID></Response>"
+                 ).encode()
+
+
+def _tags(tags: dict[str, str]) -> str:
+    return "<tagSet>" + "".join(f"<item><key>{escape(k)}</key><value>{escape(v)}</value>"
+                                "</item>" for k, v in tags.items()) + "</tagSet>"
+
+
+@dataclass
+class CapacityModel:
+    """Reservations and placement groups; `upstream()` gives moto's URL (for templates)."""
+
+    upstream: Callable[[], str]
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    groups: dict[str, Group] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, r: Reservation) -> Reservation:
+        self.reservations[r.id] = r
+        return r
+
+    # --- answered here, never forwarded -------------------------------------------------
+    SERVED = frozenset({"DescribeCapacityReservations", "CreatePlacementGroup",
+                        "DescribePlacementGroups", "DeletePlacementGroup"})
+
+    def serve(self, action: str, params: dict[str, str]) -> tuple[int, bytes]:
+        with self.lock:
+            return getattr(self, f"_{action}")(params)  # type: ignore[no-any-return]
+
+    def _DescribeCapacityReservations(self, params: dict[str, str]) -> tuple[int, bytes]:  # noqa: N802
+        ids = _indexed(params, "CapacityReservationId") or list(self.reservations)
+        unknown = [i for i in ids if i not in self.reservations]
+        if unknown:
+            return _error("InvalidCapacityReservationId.NotFound",
+                          f"The capacity reservation ID '{unknown[0]}' does not exist")
+        items = []
+        for i in ids:
+            r = self.reservations[i]
+            end = (f"<endDate>{_iso(r.end)}</endDate><endDateType>limited</endDateType>"
+                   if r.end else "<endDateType>unlimited</endDateType>")
+            items.append(
+                f"<item><capacityReservationId>{r.id}</capacityReservationId>"
+                f"<ownerId>{ACCOUNT}</ownerId><capacityReservationArn>arn:aws:ec2:us-east-1:"
+                f"{ACCOUNT}:capacity-reservation/{r.id}</capacityReservationArn>"
+                f"<instanceType>{r.instance_type}</instanceType>"
+                "<instancePlatform>Linux/UNIX</instancePlatform>"
+                f"<availabilityZone>{r.availability_zone}</availabilityZone>"
+                "<tenancy>default</tenancy>"
+                f"<totalInstanceCount>{r.total}</totalInstanceCount>"
+                f"<availableInstanceCount>{r.available}</availableInstanceCount>"
+                "<ebsOptimized>true</ebsOptimized><ephemeralStorage>false</ephemeralStorage>"
+                f"<state>{r.state}</state><startDate>{_iso(r.start)}</startDate>{end}"
+                "<instanceMatchCriteria>targeted</instanceMatchCriteria>"
+                f"<createDate>{_iso(r.start)}</createDate><tagSet/>"
+                f"<reservationType>{r.reservation_type}</reservationType></item>")
+        return 200, _response("DescribeCapacityReservations",
+                              f"<capacityReservationSet>{''.join(items)}"
+                              "</capacityReservationSet>")
+
+    def _CreatePlacementGroup(self, params: dict[str, str]) -> tuple[int, bytes]:  # noqa: N802
+        name = params.get("GroupName", "")
+        if name in self.groups:
+            return _error("InvalidPlacementGroup.Duplicate",
+                          f"The placement group '{name}' already exists.")
+        tags = {}
+        j = 1
+        while f"TagSpecification.1.Tag.{j}.Key" in params:
+            tags[params[f"TagSpecification.1.Tag.{j}.Key"]] = params.get(
+                f"TagSpecification.1.Tag.{j}.Value", "")
+            j += 1
+        g = self.groups[name] = Group(name, params.get("Strategy", "cluster"), tags,
+                                      f"pg-{len(self.groups) + 1:017x}")
+        return 200, _response("CreatePlacementGroup",
+                              f"<return>true</return>{self._item(g, 'placementGroup')}")
+
+    def _item(self, g: Group, tag: str = "item") -> str:
+        return (f"<{tag}><groupName>{escape(g.name)}</groupName><state>available</state>"
+                f"<strategy>{g.strategy}</strategy><groupId>{g.id}</groupId>"
+                f"<groupArn>arn:aws:ec2:us-east-1:{ACCOUNT}:placement-group/{g.name}</groupArn>"
+                f"{_tags(g.tags)}</{tag}>")
+
+    def _DescribePlacementGroups(self, params: dict[str, str]) -> tuple[int, bytes]:  # noqa: N802
+        names = _indexed(params, "GroupName")
+        unknown = [n for n in names if n not in self.groups]
+        if unknown:
+            return _error("InvalidPlacementGroup.Unknown",
+                          f"The Placement Group '{unknown[0]}' is unknown.")
+        found = [self.groups[n] for n in names] if names else list(self.groups.values())
+        i = 1
+        while f"Filter.{i}.Name" in params:
+            key = params[f"Filter.{i}.Name"].removeprefix("tag:")
+            values = _indexed(params, f"Filter.{i}.Value")
+            found = [g for g in found if g.tags.get(key) in values]
+            i += 1
+        return 200, _response("DescribePlacementGroups", "<placementGroupSet>" + "".join(
+            self._item(g) for g in found) + "</placementGroupSet>")
+
+    def _DeletePlacementGroup(self, params: dict[str, str]) -> tuple[int, bytes]:  # noqa: N802
+        name = params.get("GroupName", "")
+        g = self.groups.get(name)
+        if g is None:
+            return _error("InvalidPlacementGroup.Unknown",
+                          f"The Placement Group '{name}' is unknown.")
+        if g.members:
+            return _error("InvalidPlacementGroup.InUse",
+                          f"There are instances in placement group {name}")
+        del self.groups[name]
+        return 200, _response("DeletePlacementGroup", "<return>true</return>")
+
+    # --- around forwarded calls ---------------------------------------------------------
+    def refuse_fleet(self, params: dict[str, str]) -> tuple[int, bytes] | None:
+        """A fleet naming a placement group that does not exist is refused, as EC2 does."""
+        group = params.get("LaunchTemplateConfigs.1.Overrides.1.Placement.GroupName")
+        if group and group not in self.groups:
+            return _error("InvalidPlacementGroup.Unknown",
+                          f"The Placement Group '{group}' is unknown.")
+        return None
+
+    def fleet_launched(self, params: dict[str, str], instance_ids: list[str]) -> None:
+        """Put a fleet's new instances in its placement group and, reservations first, into
+        the reservations its template version targets."""
+        with self.lock:
+            group = params.get("LaunchTemplateConfigs.1.Overrides.1.Placement.GroupName")
+            if group in self.groups:
+                self.groups[group].members.update(instance_ids)
+            if params.get("OnDemandOptions.CapacityReservationOptions.UsageStrategy") != \
+                    "use-capacity-reservations-first":
+                return
+        target, itype, az = self._fleet_target(params)
+        with self.lock:
+            left = list(instance_ids)
+            for r in self.reservations.values():
+                if (r.resource_group_arn and r.resource_group_arn == target
+                        and r.state == "active" and r.instance_type == itype
+                        and r.availability_zone == az):
+                    take, left = left[:r.available], left[r.available:]
+                    r.members.update(take)
+
+    def _fleet_target(self, params: dict[str, str]) -> tuple[str, str, str]:
+        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=self.upstream(),
+                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        spec = "LaunchTemplateConfigs.1.LaunchTemplateSpecification."
+        ref = ({"LaunchTemplateId": params[spec + "LaunchTemplateId"]}
+               if spec + "LaunchTemplateId" in params
+               else {"LaunchTemplateName": params.get(spec + "LaunchTemplateName", "")})
+        version = ec2.describe_launch_template_versions(
+            **ref, Versions=[params.get(spec + "Version", "$Default")]
+        )["LaunchTemplateVersions"][0]
+        target = (version["LaunchTemplateData"].get("CapacityReservationSpecification", {})
+                  .get("CapacityReservationTarget", {}))
+        o = "LaunchTemplateConfigs.1.Overrides.1."
+        subnet = params.get(o + "SubnetId", "")
+        az = (ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]["AvailabilityZone"]
+              if subnet else "")
+        return (target.get("CapacityReservationResourceGroupArn", ""),
+                params.get(o + "InstanceType", ""), az)
+
+    def terminated(self, params: dict[str, str]) -> None:
+        gone = set(_indexed(params, "InstanceId"))
+        with self.lock:
+            for holder in [*self.reservations.values(), *self.groups.values()]:
+                holder.members -= gone
+
+    def in_reservation(self) -> dict[str, str]:
+        """instance id -> the reservation it runs in."""
+        with self.lock:
+            return {i: r.id for r in self.reservations.values() for i in r.members}
