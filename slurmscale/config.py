@@ -68,6 +68,9 @@ class ConfigError(Exception):
 class CapacityType(StrEnum):
     SPOT = "spot"
     ON_DEMAND = "on-demand"
+    # a Capacity Block for ML: a reservation with a start and an end, paid in advance; the
+    # pool's nodes are usable only inside its window (docs/capacity.md)
+    CAPACITY_BLOCK = "capacity-block"
 
 
 class ReservationPreference(StrEnum):
@@ -142,20 +145,22 @@ class CapacityReservations(_Strict):
     `open`), so reserved launches use `launch_template_version`, a version of the pool's
     template that targets these reservations; the pool's own version must not (docs/capacity.md).
     `ids` are what slurmscale reads each pass (state and free count) to decide whether a gang
-    fits whole."""
+    fits whole. In a `capacity-block` pool the ids are the blocks' and the pool's own template
+    version targets them (no `launch_template_version` here): a gang launches only inside a
+    block, whole."""
 
     ids: Annotated[list[Annotated[str, Field(pattern=r"^cr-[0-9a-f]{8,17}$")]],
                    Field(min_length=1, max_length=100)]
     preference: ReservationPreference = ReservationPreference.USE_FIRST
-    launch_template_version: str
+    launch_template_version: str | None = None
     # Reserved capacity is paid whether used or not: an idle node on it is kept (releasing it
     # saves nothing and a relaunch costs a boot) unless this is true.
     release_idle: bool = False
 
     @field_validator("launch_template_version", mode="before")
     @classmethod
-    def _pinned(cls, v: Any) -> str:
-        return pinned_version(v)
+    def _pinned(cls, v: Any) -> str | None:
+        return None if v is None else pinned_version(v)
 
     @field_validator("ids")
     @classmethod
@@ -264,6 +269,22 @@ class Pool(_Strict):
             raise ValueError(f"give placement_group ({self.placement_group!r}) or placement "
                              f"({self.placement.value!r}), not both")
         cr = self.capacity_reservations
+        if self.capacity_type is CapacityType.CAPACITY_BLOCK:
+            if cr is None:
+                raise ValueError("a capacity-block pool needs capacity_reservations.ids (its "
+                                 "blocks' reservation ids)")
+            if cr.launch_template_version is not None:
+                raise ValueError("a capacity-block pool launches with its own launch_template "
+                                 "version (which targets the block); drop capacity_reservations"
+                                 f".launch_template_version ({cr.launch_template_version})")
+            if "preference" in cr.model_fields_set and cr.preference is not \
+                    ReservationPreference.ONLY:
+                raise ValueError("a capacity-block pool launches only into its blocks: "
+                                 f"capacity_reservations.preference {cr.preference.value!r} "
+                                 "does not apply (leave it out)")
+        elif cr is not None and cr.launch_template_version is None:
+            raise ValueError("capacity_reservations.launch_template_version is required: the "
+                             "version of the pool's template that targets the reservations")
         if cr is not None and cr.launch_template_version == self.launch_template.version:
             raise ValueError(
                 f"capacity_reservations.launch_template_version ({cr.launch_template_version})"
@@ -338,6 +359,18 @@ class ReservationSettings(_Strict):
     drain_busy: bool = True
 
 
+class CapacityBlockSettings(_Strict):
+    """Capacity-block pools (docs/capacity.md): outside its blocks' windows a pool's nodes sit
+    in a Slurm reservation named `prefix` + pool name (+ -before / -after), so jobs pend and
+    Slurm starts none whose time limit runs past a block's end less `end_margin_s`; jobs still
+    running then are requeued and the nodes powered down before EC2 takes the block back."""
+
+    prefix: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*-$", max_length=40)] = (
+        "slurmscale-block-")
+    # default: power_saving.suspend_timeout + 300 s (time to requeue and power down cleanly)
+    end_margin_s: Annotated[float, Field(ge=0)] | None = None
+
+
 class CapacitySettings(_Strict):
     """After an insufficient-capacity error a pool's offerings are unavailable for a TTL that
     doubles with each repeat (capped), persisted in the store."""
@@ -389,6 +422,7 @@ class Config(_Strict):
     power_saving: PowerSaving = PowerSaving()
     reservations: ReservationSettings = ReservationSettings()
     capacity: CapacitySettings = CapacitySettings()
+    capacity_blocks: CapacityBlockSettings = CapacityBlockSettings()
     metrics: MetricsSettings = MetricsSettings()
     # USD per instance-hour by instance type and capacity type, for the reports' cost
     # estimate, e.g. {p5.48xlarge: {on-demand: 98.32, spot: 39.0}}; unpriced types show no cost
@@ -418,6 +452,11 @@ class Config(_Strict):
             if fb.capacity_type is not CapacityType.ON_DEMAND:
                 raise ValueError(f"pool {p.name!r} fallback_pool {p.fallback_pool!r} must be "
                                  f"an on-demand pool (it is {fb.capacity_type.value})")
+        if self.capacity_blocks.prefix.startswith(self.reservations.prefix) or \
+                self.reservations.prefix.startswith(self.capacity_blocks.prefix):
+            raise ValueError(f"capacity_blocks.prefix ({self.capacity_blocks.prefix!r}) and "
+                             f"reservations.prefix ({self.reservations.prefix!r}) must not "
+                             "overlap: each names its own reservations")
         hold = self.reservations
         if hold.enabled and self.power_saving.suspend_time <= hold.max_hold_s:
             raise ValueError(
@@ -432,6 +471,10 @@ class Config(_Strict):
                     "slurmscale releases idle nodes itself and SuspendTime is the backstop "
                     "for when its daemon is down")
         return self
+
+    def block_end_margin_s(self) -> float:
+        m = self.capacity_blocks.end_margin_s
+        return self.power_saving.suspend_timeout + 300.0 if m is None else m
 
     def database_url(self) -> str:
         """store_url with the password from store_password_file, for the daemon and the CLI

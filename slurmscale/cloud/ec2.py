@@ -78,7 +78,8 @@ class EC2Cloud:
                     o["Placement"] = {"GroupName": spec.placement_group}
                 overrides.append(o)
         # Reserved capacity is on-demand whatever the pool's own capacity type.
-        spot = pool.capacity_type is CapacityType.SPOT and not spec.reserved
+        spot = (pool.capacity_type is CapacityType.SPOT and not spec.reserved
+                and not spec.capacity_block)
         options = {"MinTargetCapacity": min_count, "SingleInstanceType": True,
                    "SingleAvailabilityZone": True}
         req: dict = {
@@ -94,6 +95,13 @@ class EC2Cloud:
             "TagSpecifications": [{"ResourceType": "instance",
                                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
         }
+        if spec.capacity_block:
+            # EC2's Capacity Blocks tutorial: instant fleets only, DefaultTargetCapacityType
+            # capacity-block with no On-Demand/Spot target and no CapacityReservationOptions.
+            # A block fills "as much as it can": MinTargetCapacity's effect there is not
+            # documented, so the caller checks the count and rolls back (all or nothing).
+            req["TargetCapacitySpecification"] = {"TotalTargetCapacity": count,
+                                                  "DefaultTargetCapacityType": "capacity-block"}
         if spot:
             strategy = "capacity-optimized-prioritized" if several else "price-capacity-optimized"
             req["SpotOptions"] = {"AllocationStrategy": strategy, **options}

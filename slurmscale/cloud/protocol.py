@@ -50,6 +50,8 @@ class FleetSpec:
     launch_template_version: str
     reserved: bool = False
     placement_group: str | None = None
+    # into a Capacity Block (market type capacity-block; the template targets the block)
+    capacity_block: bool = False
 
     @classmethod
     def of(cls, pool: Pool) -> FleetSpec:

@@ -21,7 +21,7 @@ from slurmscale.cloud.protocol import (
     CloudProvider,
     FleetSpec,
 )
-from slurmscale.config import Config, Placement, Pool, ReservationPreference
+from slurmscale.config import CapacityType, Config, Placement, Pool, ReservationPreference
 from slurmscale.model import CapacityReservation, Gang, LaunchedInstance, LaunchResult
 from slurmscale.policy.routing import Route, RouteKind, fleet_parts, route_gang, take
 
@@ -31,6 +31,11 @@ Event = Callable[..., None]
 Token = Callable[[str], str]
 
 RESERVATIONS_TTL_S = 30.0
+# A block past its start that EC2 still called scheduled is read again this soon: the pass
+# that opens a window must see the block active, or its first gangs would be refused.
+STATE_DUE_TTL_S = 2.0
+# States a reservation leaves by itself when its start comes
+BEFORE_START = frozenset({"scheduled", "pending", "payment-pending", "assessing", "delayed"})
 
 
 def gang_placement_group(cluster: str, gid: str) -> str:
@@ -52,12 +57,13 @@ class ReservedCapacity:
         self._zones: dict[str, str] = {}
         self._failing = False
         self._missing: list[str] = []
+        self.readable = True  # the last read answered
 
     def reservations(self, now: float) -> dict[str, CapacityReservation]:
         """id -> reservation; those EC2 did not return are missing (an event says so once)."""
         if not self.ids:
             return {}
-        if self._read_at is not None and now - self._read_at < RESERVATIONS_TTL_S:
+        if self._read_at is not None and now - self._read_at < self._ttl(now):
             return self._by_id
         try:
             found = self.cloud.capacity_reservations(self.ids)
@@ -67,6 +73,7 @@ class ReservedCapacity:
                     self.event("cloud_error", f"reading capacity reservations: {e}; gangs "
                                "launch on normal capacity until they can be read")
                 self._failing = True
+                self.readable = False
                 return {}
             # one bad id fails the whole call: read them one by one, skip the bad ones
             found = []
@@ -82,9 +89,15 @@ class ReservedCapacity:
                        "pools[].capacity_reservations.ids)")
         self._missing = missing
         self._failing = False
+        self.readable = True
         self._by_id = {r.id: r for r in found}
         self._read_at = now
         return self._by_id
+
+    def _ttl(self, now: float) -> float:
+        due = any(r.state in BEFORE_START and r.start is not None and r.start <= now
+                  for r in self._by_id.values())
+        return STATE_DUE_TTL_S if due else RESERVATIONS_TTL_S
 
     def of_pool(self, pool: Pool, now: float) -> list[CapacityReservation]:
         cr = pool.capacity_reservations
@@ -112,10 +125,12 @@ class ReservedCapacity:
         cr = pool.capacity_reservations
         if cr is None:
             return Route(RouteKind.NORMAL, "no reservations")
-        if cr.preference is ReservationPreference.NONE:
+        block = pool.capacity_type is CapacityType.CAPACITY_BLOCK
+        if cr.preference is ReservationPreference.NONE and not block:
             return Route(RouteKind.NORMAL, "reservations not used (preference none)")
         return route_gang(gang.size, pool.instance_types, self.zones(pool),
-                          self.of_pool(pool, now), cr.preference)
+                          self.of_pool(pool, now),
+                          ReservationPreference.ONLY if block else cr.preference)
 
 
 @dataclass
@@ -129,7 +144,10 @@ class GangFleets:
 
     def spec(self, pool: Pool, route: Route, gid: str) -> FleetSpec:
         spec = FleetSpec.of(pool)
-        if route.kind is RouteKind.RESERVED:
+        if route.kind is RouteKind.RESERVED and pool.capacity_type is CapacityType.CAPACITY_BLOCK:
+            spec = replace(spec, instance_types=route.instance_types, subnets=route.subnets,
+                           capacity_block=True)
+        elif route.kind is RouteKind.RESERVED:
             assert pool.capacity_reservations is not None
             spec = replace(spec, instance_types=route.instance_types, subnets=route.subnets,
                            reserved=True,

@@ -29,6 +29,7 @@ from slurmscale.cloud.protocol import (
 from slurmscale.config import AddressSource, Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.backoff import CapacityBackoff
+from slurmscale.daemon.blocks import BlockPass
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.interruptions import InterruptionPass
@@ -123,6 +124,7 @@ class Reconciler:
         self.lost = LostNodes(cfg.daemon.lost_node_grace_s)
         self.reserved = ReservedCapacity(cfg, cloud, self.event)
         self.fleets = GangFleets(cfg, cloud, client_token)
+        self.blocks = BlockPass(cfg, slurm, self.reserved, self.event)
 
     # --- helpers -------------------------------------------------------------------
     def event(self, kind: str, message: str, **kw: str | None) -> None:
@@ -177,6 +179,7 @@ class Reconciler:
             nodes = None  # the capacity pass reports an unreachable Slurm
         self._sweep_instances(nodes)
         if nodes is not None:
+            self.blocks.run(nodes, self.clock())
             self._node_upkeep(nodes)
         p = self.capacity.run(self.clock())
         if p is not None:

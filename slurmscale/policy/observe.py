@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 
-from slurmscale.config import Config, Pool
+from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.model import (
@@ -100,7 +100,9 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
               also: frozenset[str] = frozenset()) -> tuple[GangJob, ...]:
     """Jobs the reservation planner considers: multi-node jobs, and any job in `also` (the
     jobs slurmscale already holds nodes for, whatever their state)."""
-    by_partition = {p.partition: p for p in cfg.pools}
+    # a capacity-block pool's gangs wait for its block's window, never for a hold
+    by_partition = {p.partition: p for p in cfg.pools
+                    if p.capacity_type is not CapacityType.CAPACITY_BLOCK}
     out = []
     for j in jobs:
         if j.num_nodes < min_nodes and j.job_id not in also:

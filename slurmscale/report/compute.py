@@ -114,7 +114,9 @@ def _wait(size: str, waits: list[float]) -> Wait:
 
 def _cost(cfg: Config, inst: InstanceRow, hours: float, unpriced: set[str]) -> float | None:
     # EC2's lifecycle is "spot" or, for on-demand, "on-demand"/"normal"/absent
-    ctype = CapacityType.SPOT if inst.lifecycle == "spot" else CapacityType.ON_DEMAND
+    ctype = (CapacityType.SPOT if inst.lifecycle == "spot"
+             else CapacityType.CAPACITY_BLOCK if inst.lifecycle == "capacity-block"
+             else CapacityType.ON_DEMAND)
     price = cfg.prices.get(inst.instance_type, {}).get(ctype)
     if price is None:
         unpriced.add(f"{inst.instance_type}/{ctype.value}")

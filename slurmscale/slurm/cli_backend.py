@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
 from slurmscale.config import SlurmSettings
@@ -134,6 +135,18 @@ class SlurmCLI:
         # deleting it must never leave its job held.
         self.scontrol("create", "reservation", f"ReservationName={name}", "StartTime=now",
                       f"Duration={max(1, round(duration_s / 60))}", f"Nodes={compress(nodes)}",
+                      f"Users={','.join(users)}", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER")
+
+    def create_window_reservation(self, name: str, nodes: list[str], users: list[str],
+                                  start_s: float | None, end_s: float) -> None:
+        """A reservation over a time window (Unix seconds; start None: now), in slurmctld's
+        local time as scontrol takes it. IGNORE_JOBS: running jobs are requeued by
+        slurmscale at the window's start, the reservation must not wait for them."""
+        def local(t: float) -> str:
+            return datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S")
+        self.scontrol("create", "reservation", f"ReservationName={name}",
+                      "StartTime=now" if start_s is None else f"StartTime={local(start_s)}",
+                      f"EndTime={local(end_s)}", f"Nodes={compress(nodes)}",
                       f"Users={','.join(users)}", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER")
 
     def set_reservation_nodes(self, name: str, nodes: list[str]) -> None:

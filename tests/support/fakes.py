@@ -146,6 +146,7 @@ class FakeSlurm:
     resv: dict[str, SlurmReservation] = field(default_factory=dict)
     job_resv: dict[str, str] = field(default_factory=dict)
     busy_reservations: set[str] = field(default_factory=set)  # deletes refused (job runs)
+    now_text: str = "2026-11-29T12:00:00"  # what "now" means for StartTime=now
     fail: bool = False
 
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
@@ -207,6 +208,17 @@ class FakeSlurm:
         self.calls.append(("create_reservation", [name, *nodes]))
         self.resv[name] = SlurmReservation(name, tuple(nodes), tuple(users),
                                            start_time="2026-11-29T12:00:00")
+
+    def create_window_reservation(self, name: str, nodes: list[str], users: list[str],
+                                  start_s: float | None, end_s: float) -> None:
+        from datetime import datetime
+
+        self.calls.append(("create_window_reservation", [name, *nodes]))
+        self.resv[name] = SlurmReservation(
+            name, tuple(nodes), tuple(users),
+            start_time=self.now_text if start_s is None
+            else datetime.fromtimestamp(start_s).isoformat(timespec="seconds"),
+            end_time=datetime.fromtimestamp(end_s).isoformat(timespec="seconds"))
 
     def set_reservation_nodes(self, name: str, nodes: list[str]) -> None:
         self.calls.append(("set_reservation_nodes", [name, *nodes]))

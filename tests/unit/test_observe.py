@@ -62,8 +62,10 @@ def test_every_config_policy_knob_reaches_the_policy() -> None:
     from slurmscale.policy.model import PoolKnobs
 
     config_keys = set(PoolPolicy.model_fields)
+    # release_paid_idle comes from the pool's capacity_reservations.release_idle
     knob_keys = {f.name for f in fields(PoolKnobs)} - {"name", "gpus_per_node", "max_nodes",
-                                                        "min_nodes", "buffer"}
+                                                        "min_nodes", "buffer",
+                                                        "release_paid_idle"}
     assert config_keys == knob_keys
 
 

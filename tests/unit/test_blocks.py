@@ -1,0 +1,168 @@
+"""Capacity Blocks as windows: the pure plan, and the block pass against in-memory Slurm and
+EC2 from before a block opens to after it ends."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurmscale.config import parse_config
+from slurmscale.daemon.reconcile import Reconciler
+from slurmscale.model import CapacityReservation, QueueJob, RequestKind, SlurmNode
+from slurmscale.policy.blocks import FOREVER_S, plan_block, starts_at_open, windows
+from slurmscale.policy.observe import slurm_time
+from slurmscale.spool import Spool
+from slurmscale.store.repo import Store
+from tests.support.fakes import FakeCloud, FakeSlurm
+from tests.unit.conftest import base_config
+from tests.unit.test_reconcile import Clock, hook
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+S = T0.timestamp() + 3600  # the block opens in an hour
+E = S + 4 * 3600  # for four hours
+M = 600.0  # margin
+
+
+def _block(id_: str = "cr-0000000000000b01", start: float = S, end: float = E,
+           total: int = 4, free: int | None = None, state: str = "scheduled"
+           ) -> CapacityReservation:
+    return CapacityReservation(id_, "p5.48xlarge", "us-east-1a", total,
+                               total if free is None else free, state, "capacity-block",
+                               start, end)
+
+
+def test_before_the_block_the_pool_is_closed_until_its_start() -> None:
+    p = plan_block("cb", "slurmscale-block-", [_block()], T0.timestamp(), M)
+    assert p.reservation == "slurmscale-block-cb" and not p.is_open
+    assert (p.closed_from, p.closed_until) == (None, S)
+    assert "waiting for block" in p.reason
+
+
+def test_during_the_block_the_pool_closes_at_end_less_the_margin_until_further_notice() -> None:
+    p = plan_block("cb", "slurmscale-block-", [_block(state="active")], S + 60, M)
+    assert p.is_open and p.closed_from == E - M and p.closed_until >= E - M + FOREVER_S
+    after = plan_block("cb", "slurmscale-block-", [_block(state="active")], E - M + 1, M)
+    assert not after.is_open and after.next is None
+
+
+def test_touching_blocks_are_one_window_and_gone_ones_do_not_count() -> None:
+    b1, b2 = _block("cr-00000000000000a1", S, E), _block("cr-00000000000000a2", E, E + 3600)
+    (w,) = windows([b1, b2, _block("cr-00000000000000a3", state="cancelled")], M)
+    assert (w.start, w.close, w.end) == (S, E + 3600 - M, E + 3600)
+    later = _block("cr-00000000000000a4", E + 7200, E + 9000)
+    p = plan_block("cb", "x-", [b1, later], S + 1, M)
+    assert (p.closed_from, p.closed_until) == (E - M, E + 7200), "closed between the blocks"
+
+
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 20)), max_size=5),
+       st.integers(0, 60), st.integers(0, 5))
+def test_the_pool_is_open_exactly_inside_a_window(spans: list[tuple[int, int]], t: int,
+                                                  margin: int) -> None:
+    hour = 3600.0
+    blocks = [_block(f"cr-{i:016x}", s * hour, (s + d) * hour, state="active")
+              for i, (s, d) in enumerate(spans)]
+    now, m = t * hour, margin * hour
+    p = plan_block("cb", "x-", blocks, now, m)
+    inside = any(s * hour <= now < (s + d) * hour - m for s, d in spans)
+    # (a window that touches the next is merged: inside either counts as inside)
+    merged_inside = any(w.start <= now < w.close for w in windows(blocks, m))
+    assert p.is_open == merged_inside
+    if inside:
+        assert p.is_open
+    if p.is_open:
+        assert p.closed_from is not None and p.closed_from > now
+    else:
+        assert p.closed_from is None and p.closed_until > now
+
+
+def test_plan_says_which_pending_gangs_start_when_the_block_opens() -> None:
+    p = plan_block("cb", "x-", [_block(total=4)], T0.timestamp(), M)
+    said = dict(starts_at_open(p, [("1", 4, 3600.0), ("2", 2, 3600.0),
+                                   ("3", 1, 5 * 3600.0)]))
+    assert said["1"].startswith("starts when block")
+    assert "0 left" in said["2"]
+    assert "runs past the window's close" in said["3"]
+
+
+# --- the pass -------------------------------------------------------------------------------
+def _world(tmp_path):  # type: ignore[no-untyped-def]
+    d = base_config(spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
+                    hook_log_file=str(tmp_path / "hooks.log"),
+                    store_url=f"sqlite:///{tmp_path / 'state.db'}",
+                    capacity_blocks={"end_margin_s": M})
+    d["pools"].append({
+        "name": "gpu-cb", "partition": "gpu-cb", "node_prefix": "cb-", "max_nodes": 4,
+        "instance_types": ["p5.48xlarge"], "capacity_type": "capacity-block",
+        "launch_template": {"name": "gpu-cb", "version": 9}, "subnets": ["subnet-1"],
+        "capacity_reservations": {"ids": ["cr-0000000000000b01"]}})
+    cfg = parse_config(d)
+    store = Store(cfg.store_url)
+    store.upgrade()
+    cloud, slurm, clock = FakeCloud(), FakeSlurm(), Clock()
+    for i in range(1, 5):
+        slurm.table[f"cb-{i}"] = SlurmNode(f"cb-{i}", "IDLE+CLOUD+POWERED_DOWN", f"cb-{i}",
+                                           f"cb-{i}", partitions=("gpu-cb",))
+    r = Reconciler(cfg, store, slurm, cloud, clock=clock)
+    return r, cloud, slurm, clock, Spool(cfg.spool_dir)
+
+
+def _set_block(cloud: FakeCloud, now: float, **kw: object) -> None:
+    state = "scheduled" if now < S else "active" if now < E else "expired"
+    cloud.reservations["cr-0000000000000b01"] = _block(state=state, **kw)  # type: ignore[arg-type]
+
+
+def test_a_block_pool_from_before_its_start_to_after_its_end(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = _world(tmp_path)
+    _set_block(cloud, clock.now.timestamp())
+    slurm.now_text = datetime.fromtimestamp(clock.now.timestamp()).isoformat(timespec="seconds")
+    r.tick()
+    (res,) = slurm.resv.values()
+    assert res.name == "slurmscale-block-gpu-cb" and set(res.nodes) == {
+        "cb-1", "cb-2", "cb-3", "cb-4"}
+    assert abs((slurm_time(res.end_time) or 0) - S) < 1
+    r.tick()
+    assert sum(1 for c in slurm.calls if c[0] == "create_window_reservation") == 1, \
+        "the same window is not made again"
+
+    # a resume before the start is refused (EC2 would answer insufficient capacity)
+    hook(spool, clock, RequestKind.RESUME, {7: ["cb-1", "cb-2"]})
+    assert r.tick().failed_gangs == 1 and cloud.launches == []
+
+    # the block opens: the reservation now starts at end - margin
+    clock.now = datetime.fromtimestamp(S + 5, UTC)
+    _set_block(cloud, S + 5)
+    r.tick()
+    (res,) = slurm.resv.values()
+    assert abs((slurm_time(res.start_time) or 0) - (E - M)) < 1
+    hook(spool, clock, RequestKind.RESUME, {8: ["cb-1", "cb-2"]})
+    assert r.tick().launched_gangs == 1
+    spec = cloud.launches[-1]["spec"]
+    assert spec.capacity_block and spec.launch_template_version == "9"
+
+    # the window closes with job 8 still running: requeued, then the nodes powered down
+    for n in ("cb-1", "cb-2"):
+        slurm.table[n] = SlurmNode(n, "ALLOCATED+CLOUD", "10.0.0.1", n, partitions=("gpu-cb",))
+    slurm.queue = [QueueJob("8", ("gpu-cb",), 2, 8, 3600, "", "", 1, "u", "RUNNING",
+                            nodelist="cb-[1-2]")]
+    clock.now = datetime.fromtimestamp(E - M + 1, UTC)
+    r.tick()
+    assert ("requeue", ["8"]) in slurm.calls
+    kinds = [e.kind for e in r.store.events()]
+    assert kinds.count("block_job_requeued") == 1
+    for n in ("cb-1", "cb-2"):
+        slurm.table[n] = SlurmNode(n, "IDLE+CLOUD", "10.0.0.1", n, partitions=("gpu-cb",))
+    clock.now += timedelta(seconds=10)
+    r.tick()
+    assert ("power_down", ["cb-1", "cb-2"]) in slurm.calls
+    assert "block_closed" in [e.kind for e in r.store.events()]
+
+
+def test_blocks_unreadable_change_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from slurmscale.cloud.protocol import CloudError
+
+    r, cloud, slurm, _, _ = _world(tmp_path)
+    cloud.down = CloudError("EndpointConnectionError", "no route")
+    r.blocks.run(list(slurm.table.values()), T0)
+    assert slurm.resv == {} and slurm.calls == []
