@@ -57,6 +57,7 @@ class PoolSpec:
     spot: dict[str, Any] = field(default_factory=dict)  # the pool's spot settings
     # other keys of the pool's config (capacity_reservations, placement_group, ...)
     extra: dict[str, Any] = field(default_factory=dict)
+    launch_template_version: str = "1"  # a test may add versions (e.g. targeting a block)
 
 
 @dataclass
@@ -321,7 +322,8 @@ class LocalCluster:
                 "name": p.name, "partition": p.name, "node_prefix": p.prefix,
                 "max_nodes": p.max_nodes, "gpus_per_node": p.gpus, "cpus_per_node": p.cpus,
                 "instance_types": [p.instance_type], "capacity_type": p.capacity_type,
-                "launch_template": {"name": self.lt_name, "version": "1"},
+                "launch_template": {"name": self.lt_name,
+                                    "version": p.launch_template_version},
                 "subnets": [self.subnet],
                 "boot_time_s": max(10.0, self.o.boot_delay * 5),  # slurmd up in boot_delay
                 "policy": {"min_idle_s": self.o.min_idle, "max_idle_s": self.o.max_idle,

@@ -137,3 +137,74 @@ def _assert_groups_cleaned(c: LocalCluster, proxy: EC2Proxy) -> None:
     made = {x.params["GroupName"] for x in proxy.calls
             if x.action == "CreatePlacementGroup" and x.status == 200}
     assert len(made) == 2, "each launch attempt (a new resume request) has its own group"
+
+
+BLOCK = "cr-0b1c2d3e4f5a60001"
+
+
+def test_a_capacity_block_runs_jobs_inside_its_window_and_none_past_it(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime, timedelta
+
+    margin = 80
+    c, proxy = make_cluster(
+        pools=[PoolSpec("gpu-cb", "cb-", 4, capacity_type="capacity-block",
+                        launch_template_version="2",
+                        extra={"capacity_reservations": {"ids": [BLOCK]}})],
+        extra_config={"capacity_blocks": {"end_margin_s": margin}}, start_daemon=False)
+    # the pool's template version targets the block, with the market type blocks require
+    c.ec2().create_launch_template_version(LaunchTemplateName=c.lt_name, LaunchTemplateData={
+        "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
+        "InstanceMarketOptions": {"MarketType": "capacity-block"},
+        "CapacityReservationSpecification": {"CapacityReservationTarget": {
+            "CapacityReservationId": BLOCK}}})
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=60)
+    end = start + timedelta(seconds=180)
+    close = end.timestamp() - margin
+    proxy.capacity.add(Reservation(BLOCK, "p5.48xlarge", total=4,
+                                   reservation_type="capacity-block", start=start, end=end))
+    c.start_daemon()
+    wait_for("the pool closed until the block starts",
+             lambda: "slurmscale-block-gpu-cb" in c.slurm("scontrol", "show", "res", "-o"),
+             30)
+    part = ("-p", "gpu-cb", "--gres=gpu:8")
+    gang = c.sbatch("-N", "2", "--time=1", *part, "--wrap", "sleep 20")
+    # a time limit that runs past the window's close: never started in this block
+    too_long = c.sbatch("-N", "1", "--time=4", *part, "--wrap", "sleep 10")
+    # fits the window when it starts; an admin extends it later, past the close
+    tail = c.sbatch("-N", "1", "--time=1", *part, "--wrap", "sleep 300")
+    wait_for("the gang pending", lambda: c.job(gang).get("Reason") not in ("", "None"), 30)
+    assert c.job(gang)["JobState"] == "PENDING", c.job(gang)
+    pending_reason = c.job(gang)["Reason"]
+
+    c.wait_job(gang, {"RUNNING", "COMPLETED"}, 150)
+    c.wait_job(tail, {"RUNNING"}, 60)
+    launched = [e for e in c.events() if e["kind"] == "launch_requested"]
+    first = datetime.fromisoformat(launched[0]["at"]).timestamp()
+    assert 0 <= first - start.timestamp() <= 45, (first - start.timestamp(), launched)
+    assert all("capacity-block" not in x.params.get(
+        "TargetCapacitySpecification.DefaultTargetCapacityType", "") or x.status == 200
+        for x in proxy.fleet_calls())
+    c.slurm("scontrol", "update", f"JobId={tail}", "TimeLimit=10")
+
+    def requeued() -> bool:
+        j = c.job(tail)
+        return j.get("Restarts") == "1" and j.get("JobState") == "PENDING"
+    wait_for("the job still running at the close requeued", requeued,
+             close - datetime.now(UTC).timestamp() + 30)
+    assert datetime.now(UTC).timestamp() >= close - 5
+    c.wait_job(gang, {"COMPLETED"}, 30)
+    wait_for("the block's instances released before its end",
+             lambda: not c.cluster_instances(), end.timestamp() - datetime.now(UTC).timestamp())
+    assert datetime.now(UTC) < end
+    wait_for("the block over", lambda: datetime.now(UTC) > end + timedelta(seconds=5), 120)
+    c.events()  # a pass after the end: the proxy takes back whatever is left
+    assert proxy.capacity.taken_back == [], "slurmscale released everything before EC2 did"
+    assert not c.cluster_instances()
+    assert c.job(too_long)["JobState"] == "PENDING" and c.job(too_long)["Restarts"] == "0"
+    assert c.job(tail)["JobState"] == "PENDING", "requeued, never FAILED"
+    kinds = [e["kind"] for e in c.events()]
+    assert kinds.count("block_job_requeued") == 1 and "block_closed" in kinds
+    for n in range(1, 5):
+        assert "POWERED_DOWN" in c.node(f"cb-{n}")["State"], c.node(f"cb-{n}")
+    print(f"pending reason before the block: {pending_reason}; first launch "
+          f"{first - start.timestamp():.1f}s after the start")

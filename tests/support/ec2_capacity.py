@@ -7,7 +7,13 @@ whose launch template version targets a Capacity Reservation resource group (rea
 as EC2 reads the template) fills the group's matching reservations (instance type and AZ)
 first and launches the remainder as ordinary on-demand; a reservation's free count is its
 total less the live instances in it (an instance leaves it when terminated);
-DescribeInstances shows `capacityReservationId` on instances inside one. Placement groups:
+DescribeInstances shows `capacityReservationId` on instances inside one.
+Capacity Blocks (the user guide's Capacity Blocks tutorial): a block's state follows its
+window (scheduled, active, expired); a fleet of DefaultTargetCapacityType capacity-block whose
+template version targets the block gets an insufficient-capacity error before the start, at
+most the block's free count after it (the excess as an insufficient-capacity error beside the
+instances, no on-demand fallback), and EC2 terminates the block's instances at its end.
+Placement groups:
 create (tags), describe (by name or tag filter), delete (refused while an instance of it is
 live), and a fleet naming an unknown group is refused, as EC2 does.
 Not reproduced: `open` reservations matched by attributes alone, instance platform and tenancy
@@ -42,7 +48,20 @@ class Reservation:
     members: set[str] = field(default_factory=set)  # live instances in it
 
     @property
+    def block(self) -> bool:
+        return self.reservation_type == "capacity-block"
+
+    def state_now(self) -> str:
+        if not self.block:
+            return self.state
+        now = datetime.now(UTC)
+        return ("scheduled" if now < self.start else "expired" if self.end and now >= self.end
+                else "active")
+
+    @property
     def available(self) -> int:
+        if self.state_now() != "active":
+            return 0
         return max(0, self.total - len(self.members))
 
 
@@ -94,6 +113,7 @@ class CapacityModel:
     reservations: dict[str, Reservation] = field(default_factory=dict)
     groups: dict[str, Group] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    taken_back: list[str] = field(default_factory=list)  # block instances EC2 terminated
 
     def add(self, r: Reservation) -> Reservation:
         self.reservations[r.id] = r
@@ -129,7 +149,7 @@ class CapacityModel:
                 f"<totalInstanceCount>{r.total}</totalInstanceCount>"
                 f"<availableInstanceCount>{r.available}</availableInstanceCount>"
                 "<ebsOptimized>true</ebsOptimized><ephemeralStorage>false</ephemeralStorage>"
-                f"<state>{r.state}</state><startDate>{_iso(r.start)}</startDate>{end}"
+                f"<state>{r.state_now()}</state><startDate>{_iso(r.start)}</startDate>{end}"
                 "<instanceMatchCriteria>targeted</instanceMatchCriteria>"
                 f"<createDate>{_iso(r.start)}</createDate><tagSet/>"
                 f"<reservationType>{r.reservation_type}</reservationType></item>")
@@ -188,6 +208,30 @@ class CapacityModel:
         return 200, _response("DeletePlacementGroup", "<return>true</return>")
 
     # --- around forwarded calls ---------------------------------------------------------
+    def block_fleet(self, params: dict[str, str]) -> tuple[Reservation, int] | None:
+        """A capacity-block fleet: its block and how many instances it can have now."""
+        tcs = "TargetCapacitySpecification."
+        if params.get(tcs + "DefaultTargetCapacityType") != "capacity-block":
+            return None
+        target = self._template_target(params)
+        block = self.reservations.get(target.get("CapacityReservationId", ""))
+        if block is None:
+            raise LookupError(f"no capacity block targeted: {target}")
+        with self.lock:
+            return block, min(block.available, int(params.get(tcs + "TotalTargetCapacity", 0)))
+
+    def expire_blocks(self) -> list[str]:
+        """Instances of blocks that have ended: EC2 terminates them (the caller does)."""
+        with self.lock:
+            out = []
+            for r in self.reservations.values():
+                if r.block and r.state_now() == "expired" and r.members:
+                    out += sorted(r.members)
+                    r.members.clear()
+            self.taken_back += out
+            return out
+
+
     def refuse_fleet(self, params: dict[str, str]) -> tuple[int, bytes] | None:
         """A fleet naming a placement group that does not exist is refused, as EC2 does."""
         group = params.get("LaunchTemplateConfigs.1.Overrides.1.Placement.GroupName")
@@ -196,13 +240,17 @@ class CapacityModel:
                           f"The Placement Group '{group}' is unknown.")
         return None
 
-    def fleet_launched(self, params: dict[str, str], instance_ids: list[str]) -> None:
+    def fleet_launched(self, params: dict[str, str], instance_ids: list[str],
+                       block: Reservation | None = None) -> None:
         """Put a fleet's new instances in its placement group and, reservations first, into
-        the reservations its template version targets."""
+        the reservations its template version targets (or into its block)."""
         with self.lock:
             group = params.get("LaunchTemplateConfigs.1.Overrides.1.Placement.GroupName")
             if group in self.groups:
                 self.groups[group].members.update(instance_ids)
+            if block is not None:
+                block.members.update(instance_ids)
+                return
             if params.get("OnDemandOptions.CapacityReservationOptions.UsageStrategy") != \
                     "use-capacity-reservations-first":
                 return
@@ -216,22 +264,29 @@ class CapacityModel:
                     take, left = left[:r.available], left[r.available:]
                     r.members.update(take)
 
-    def _fleet_target(self, params: dict[str, str]) -> tuple[str, str, str]:
-        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=self.upstream(),
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
+    def _ec2(self):  # type: ignore[no-untyped-def]
+        return boto3.client("ec2", region_name="us-east-1", endpoint_url=self.upstream(),
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def _template_target(self, params: dict[str, str]) -> dict[str, str]:
+        """The CapacityReservationTarget of the fleet's launch template version, as EC2 reads
+        it from the template."""
         spec = "LaunchTemplateConfigs.1.LaunchTemplateSpecification."
         ref = ({"LaunchTemplateId": params[spec + "LaunchTemplateId"]}
                if spec + "LaunchTemplateId" in params
                else {"LaunchTemplateName": params.get(spec + "LaunchTemplateName", "")})
-        version = ec2.describe_launch_template_versions(
+        version = self._ec2().describe_launch_template_versions(
             **ref, Versions=[params.get(spec + "Version", "$Default")]
         )["LaunchTemplateVersions"][0]
-        target = (version["LaunchTemplateData"].get("CapacityReservationSpecification", {})
-                  .get("CapacityReservationTarget", {}))
+        return dict(version["LaunchTemplateData"].get("CapacityReservationSpecification", {})
+                    .get("CapacityReservationTarget", {}))
+
+    def _fleet_target(self, params: dict[str, str]) -> tuple[str, str, str]:
+        target = self._template_target(params)
         o = "LaunchTemplateConfigs.1.Overrides.1."
         subnet = params.get(o + "SubnetId", "")
-        az = (ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]["AvailabilityZone"]
-              if subnet else "")
+        az = (self._ec2().describe_subnets(SubnetIds=[subnet])["Subnets"][0]
+              ["AvailabilityZone"] if subnet else "")
         return (target.get("CapacityReservationResourceGroupArn", ""),
                 params.get(o + "InstanceType", ""), az)
 

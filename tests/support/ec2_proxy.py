@@ -21,7 +21,7 @@ import time
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.support.ec2_capacity import CapacityModel
@@ -88,6 +88,21 @@ class EC2Proxy:
                 if refused:
                     self._reply(*refused, call)
                     return
+                gone = proxy.capacity.expire_blocks()
+                if gone:  # EC2 takes a block's instances back at its end
+                    proxy._terminate_upstream(gone)
+                block = (proxy.capacity.block_fleet(params)
+                         if call.action == "CreateFleet" else None)
+                if block is not None:
+                    asked = int(params["TargetCapacitySpecification.TotalTargetCapacity"])
+                    short = Fault("CreateFleet", "partial", message=(
+                        f"Insufficient capacity in capacity block {block[0].id}: "
+                        f"{block[1]} of {asked} available"))
+                    if block[1] == 0:
+                        self._reply(200, _fleet_response("fleet-00000000-block", [], short),
+                                    call)
+                        return
+                    body = _as_on_demand(params, block[1])
                 fault = proxy._take_fault(call)
                 if fault and fault.kind == "api_error":
                     self._reply(fault.status, _api_error(fault.code, fault.message), call)
@@ -97,7 +112,10 @@ class EC2Proxy:
                     return
                 status, data = proxy._forward(self.path, body, dict(self.headers))
                 if call.action == "CreateFleet" and status == 200:
-                    proxy.capacity.fleet_launched(params, _fleet_instances(data))
+                    proxy.capacity.fleet_launched(params, _fleet_instances(data),
+                                                  block[0] if block else None)
+                    if block is not None and block[1] < asked:
+                        data = _rewrite_partial(data, replace(short, keep=block[1]))
                 if call.action == "TerminateInstances" and status == 200:
                     proxy.capacity.terminated(params)
                 if call.action == "DescribeInstances" and status == 200:
@@ -141,6 +159,11 @@ class EC2Proxy:
                 return f
         return None
 
+    def _terminate_upstream(self, ids: list[str]) -> None:
+        body = urllib.parse.urlencode({"Action": "TerminateInstances", "Version": "2016-11-15",
+                                       **{f"InstanceId.{i + 1}": x for i, x in enumerate(ids)}})
+        self._forward("/", body.encode(), {"Content-Type": "application/x-www-form-urlencoded"})
+
     def _forward(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         req = urllib.request.Request(self.upstream + path, data=body, method="POST",
                                      headers={k: v for k, v in headers.items()
@@ -180,7 +203,8 @@ def _fleet_response(fleet_id: str, groups: list[tuple[str, str, list[str]]],
 
 def _rewrite_partial(data: bytes, fault: Fault) -> bytes:
     root = ET.fromstring(data)
-    ns = {"e": NS}
+    # the answer's own namespace: moto's lacks the final slash of EC2's
+    ns = {"e": root.tag[1:].split("}")[0] if root.tag.startswith("{") else NS}
     fleet_id = root.findtext("e:fleetId", default="", namespaces=ns)
     groups: list[tuple[str, str, list[str]]] = []
     left = fault.keep
@@ -242,3 +266,14 @@ def _rewrite_reservations(data: bytes, where: dict[str, str]) -> bytes:
         if cr and inst.find(q("capacityReservationId")) is None:
             ET.SubElement(inst, q("capacityReservationId")).text = cr
     return ET.tostring(root, xml_declaration=True, encoding="UTF-8")
+
+
+def _as_on_demand(params: dict[str, str], n: int) -> bytes:
+    """A capacity-block fleet as moto can launch it: `n` on-demand instances."""
+    p = dict(params)
+    tcs = "TargetCapacitySpecification."
+    p[tcs + "DefaultTargetCapacityType"] = "on-demand"
+    p[tcs + "TotalTargetCapacity"] = p[tcs + "OnDemandTargetCapacity"] = str(n)
+    if "OnDemandOptions.MinTargetCapacity" in p:
+        p["OnDemandOptions.MinTargetCapacity"] = str(n)
+    return urllib.parse.urlencode(p).encode()
