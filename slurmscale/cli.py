@@ -7,7 +7,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from slurmscale import __version__
 from slurmscale.cli_common import _db_url, _load, _parse_since, _store, _table
 from slurmscale.config import Config
 from slurmscale.model import RequestKind
+
+if TYPE_CHECKING:
+    from slurmscale.sim.engine import PaidCapacity
 
 log = logging.getLogger("slurmscale")
 
@@ -335,6 +338,17 @@ def plan(ctx: click.Context, as_json: bool) -> None:
               help="Spot model: a job preempted this often runs on demand only.")
 @click.option("--requeue-delay", default=120.0, show_default=True, type=click.FloatRange(0),
               help="Spot model: seconds before a requeued job may start again.")
+@click.option("--reserved-nodes", default=0, show_default=True, type=click.IntRange(0),
+              help="Paid capacity: an On-Demand Capacity Reservation of N nodes, paid for "
+                   "the whole run.")
+@click.option("--reserved-preference", default="use_first", show_default=True,
+              type=click.Choice(["use_first", "none"]),
+              help="Paid capacity: launch gangs that fit whole into the reservation first, "
+                   "or never (it is paid all the same).")
+@click.option("--capacity-block", "capacity_blocks", multiple=True,
+              metavar="START_S:END_S:NODES",
+              help="Paid capacity: a Capacity Block of NODES nodes from START_S to END_S "
+                   "(trace seconds); repeatable.")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Spot model: random seed for the interruptions.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -351,6 +365,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
              on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
              on_demand_nodes: int | None, spot_price: float | None,
              on_demand_price: float | None, max_preemptions: int, requeue_delay: float,
+             reserved_nodes: int, reserved_preference: str, capacity_blocks: tuple[str, ...],
              seed: int, as_json: bool, plot_path: str | None) -> None:
     """Replay a job trace against a simulated Slurm + cloud, running the real policy code.
 
@@ -360,13 +375,15 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     gang_wait_p50_s, gang_wait_p95_s, busy_gpu_hours, idle_gpu_hours, cost_usd,
     spot_node_hours, on_demand_node_hours, scale_up_actions, scale_down_actions,
     node_launches, reservations_created, reservation_idle_gpu_hours, preemptions, requeues,
-    jobs_failed, lost_gpu_hours, restart_wait_p50_s, restart_wait_p95_s}}}
+    jobs_failed, lost_gpu_hours, restart_wait_p50_s, restart_wait_p95_s,
+    reserved_node_hours_paid, reserved_node_hours_used, reservation_utilization,
+    jobs_killed_at_block_end}}}
     """
     from dataclasses import replace
 
     from slurmscale.policy.model import PoolKnobs
     from slurmscale.policy.reservations import ReservationKnobs
-    from slurmscale.sim.engine import SimCloud, SpotModel
+    from slurmscale.sim.engine import PaidCapacity, SimCloud, SpotModel
     from slurmscale.sim.engine import simulate as run_sim
     from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
     from slurmscale.sim.report import metrics, plot
@@ -444,7 +461,9 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
             spot_price = round(0.4 * od_price, 2)
     cloud = SimCloud(boot_s=boot_time, price_per_node_hour=od_price,
                      spot_price_per_node_hour=spot_price if spot else None)
-    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot) for n in names]
+    paid = _paid_capacity(reserved_nodes, reserved_preference, capacity_blocks, max_nodes)
+    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot, paid)
+               for n in names]
     out = {"trace": trace_path,
            "policies": {r.policy: metrics(r, cloud) for r in results}}
     if plot_path:
@@ -456,7 +475,42 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
             "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
     if spot is not None:
         cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s"]
+    if paid is not None:
+        cols += ["on_demand_node_hours", "reserved_node_hours_paid", "reservation_utilization",
+                 "jobs_killed_at_block_end"]
     click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
+
+
+def _paid_capacity(reserved_nodes: int, preference: str, blocks: tuple[str, ...],
+                   max_nodes: int) -> PaidCapacity | None:
+    """The simulator's paid capacity from its options; a bad value is named (exit 2)."""
+    import math
+
+    from slurmscale.sim.engine import BlockSpec, PaidCapacity
+
+    if reserved_nodes > max_nodes:
+        raise click.BadParameter(f"{reserved_nodes} is more than --max-nodes {max_nodes}",
+                                 param_hint="--reserved-nodes")
+    specs = []
+    for text in blocks:
+        parts = text.split(":")
+        try:
+            if len(parts) != 3:
+                raise ValueError
+            start, end, nodes = float(parts[0]), float(parts[1]), int(parts[2])
+        except ValueError:
+            raise click.BadParameter(f"{text!r} is not START_S:END_S:NODES",
+                                     param_hint="--capacity-block") from None
+        if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end
+                and 1 <= nodes <= max_nodes):
+            raise click.BadParameter(f"{text!r}: needs 0 <= START_S < END_S (finite) and 1 <= "
+                                     f"NODES <= --max-nodes {max_nodes}",
+                                     param_hint="--capacity-block")
+        specs.append(BlockSpec(start, end, nodes))
+    if not reserved_nodes and not specs:
+        return None
+    return PaidCapacity(reserved_nodes, preference == "use_first",
+                        tuple(sorted(specs, key=lambda b: b.start_s)))
 
 
 from slurmscale.cli_check import check  # noqa: E402 - commands in modules of their own

@@ -15,6 +15,14 @@ while, as after a real reclaim); after any interruption the pool is in capacity 
 TTL, as the daemon puts it. An interrupted node's jobs are requeued, as slurmscale does on
 the warning: eligible again after Slurm's requeue delay, restarted from the beginning, moved to
 on-demand only after `max_preemptions`. Seeded: the same run gives the same result.
+
+With PaidCapacity the cloud also has capacity paid whether used or not: an On-Demand Capacity
+Reservation of N nodes (paid for the whole run) and Capacity Blocks (paid for their window).
+Nodes are launched into it as the daemon routes gangs: the nodes a job powers up go into a
+block when all of them fit in its free nodes and the job ends before the block does (its
+duration stands in for the time limit Slurm checks against the block's closing reservation),
+else into the reservation when they all fit there, else onto normal capacity; a job is never
+placed on a block node it would outlast, and a block's nodes are powered down at its end.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ from slurmscale.sim.policies import SimPolicy
 from slurmscale.sim.trace import TraceJob
 
 # same-time order: arrivals first, policy last
-SUBMIT, ELIGIBLE, READY, END, TICK = 0, 1, 2, 3, 4
+SUBMIT, ELIGIBLE, READY, END, BLOCK, TICK = 0, 1, 2, 3, 4, 5
+ODCR = "odcr"  # a node launched into the On-Demand Capacity Reservation
 
 
 @dataclass
@@ -60,6 +69,7 @@ class _Node:
     # for time limits, which the traces do not have)
     pool: str = ""
     spot: bool = False
+    paid: str | None = None  # ODCR or "block<i>": launched into capacity paid used or not
 
 
 @dataclass
@@ -85,6 +95,9 @@ class SimResult:
     restart_waits: list[float] = field(default_factory=list)  # requeue -> restart
     end_s: float = 0.0
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # t, demand, live GPUs
+    paid_node_s: float = 0.0  # node time spent in paid capacity (reservation or block)
+    paid_available_node_s: float = 0.0  # node time paid for (the reservation, the blocks)
+    jobs_killed_at_block_end: int = 0
 
 
 @dataclass(frozen=True)
@@ -114,14 +127,34 @@ class SpotModel:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class BlockSpec:
+    start_s: float
+    end_s: float
+    nodes: int
+
+
+@dataclass(frozen=True)
+class PaidCapacity:
+    """Capacity paid whether used or not, in the pool: `reserved_nodes` of an ODCR (used
+    first, or with `use_reserved` False never launched into: preference none) and blocks."""
+
+    reserved_nodes: int = 0
+    use_reserved: bool = True
+    blocks: tuple[BlockSpec, ...] = ()
+
+
 class Simulation:
     def __init__(self, jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
-                 spot: SpotModel | None = None) -> None:
+                 spot: SpotModel | None = None, paid: PaidCapacity | None = None) -> None:
         self.jobs = jobs
         self.p = policy
         self.k = policy.knobs
+        if paid is not None:  # idle paid nodes: kept, as the daemon's knob says
+            self.k = replace(self.k, release_paid_idle=False)
         self.cloud = cloud
         self.spot = spot
+        self.paid = paid or PaidCapacity()
         self.pools: list[PoolKnobs] = [self.k]
         self.od: PoolKnobs | None = None
         self.nodes = [_Node(f"n{i + 1}", self.k.gpus_per_node, pool=self.k.name,
@@ -180,9 +213,11 @@ class Simulation:
     def _live(self, pool: str) -> int:
         return sum(1 for n in self.nodes_of[pool] if n.state != "down")
 
-    def _power_up(self, n: _Node, now: float) -> None:
+    def _power_up(self, n: _Node, now: float, paid: str | None = None) -> None:
         n.state, n.ready_at, n.free, n.on_since = "booting", now + self.cloud.boot_s, n.gpus, now
         n.idle_since = None
+        n.paid = paid
+        n.spot = self.spot is not None and n.pool == self.k.name and paid is None
         self.r.node_launches += 1
         if self.last_launch_batch != now:
             self.r.scale_up_actions += 1
@@ -193,7 +228,57 @@ class Simulation:
         self.r.node_on_s += now - n.on_since
         if n.spot:
             self.r.spot_node_s += now - n.on_since
-        n.state, n.idle_since, n.jobs, n.free = "down", None, 0, 0
+        if n.paid is not None:
+            self.r.paid_node_s += now - n.on_since
+        n.state, n.idle_since, n.jobs, n.free, n.paid = "down", None, 0, 0, None
+
+    # --- paid capacity -------------------------------------------------------------------
+    def _in_paid(self, src: str) -> int:
+        return sum(1 for n in self.nodes if n.state != "down" and n.paid == src)
+
+    def _paid_source(self, k: PoolKnobs, job: TraceJob, need: int, now: float) -> str | None:
+        """Where `need` new nodes for `job` launch: a block they fit whole in (and the job
+        ends in), the reservation they fit whole in, or normal capacity (None)."""
+        if k is not self.k:
+            return None  # paid capacity is the main pool's
+        for i, b in enumerate(self.paid.blocks):
+            if (b.start_s <= now < b.end_s and now + self.cloud.boot_s + job.duration_s
+                    <= b.end_s and b.nodes - self._in_paid(f"block{i}") >= need):
+                return f"block{i}"
+        if (self.paid.use_reserved and self.paid.reserved_nodes
+                and self.paid.reserved_nodes - self._in_paid(ODCR) >= need):
+            return ODCR
+        return None
+
+    def _outlasts(self, n: _Node, start: float, job: TraceJob) -> bool:
+        """Would `job` run past the end of the block node `n` is in?"""
+        if n.paid is None or n.paid == ODCR:
+            return False
+        return start + job.duration_s > self.paid.blocks[int(n.paid[5:])].end_s
+
+    def _block_end(self, i: int, now: float) -> int:
+        """EC2 takes the block back: its nodes go. A job still on one dies with it (counted;
+        the placement rule above should make this never happen). Returns the jobs killed."""
+        src = f"block{i}"
+        killed = 0
+        for idx, placed in list(self.placed.items()):
+            if not any(m.paid == src for m, _ in placed):
+                continue
+            job = self.jobs[idx]
+            for m, g in self.placed.pop(idx):
+                m.free += g
+                m.jobs -= 1
+                if m.jobs == 0:
+                    m.idle_since = now
+            self.running_gpus -= job.gpus_per_node(self.k.gpus_per_node) * job.nodes
+            self.start.pop(idx)
+            self.waited.pop(idx, None)
+            killed += 1
+        self.r.jobs_killed_at_block_end += killed
+        for n in self.nodes:
+            if n.state != "down" and n.paid == src:
+                self._power_down(n, now)
+        return killed
 
     # --- the simulated Slurm ---------------------------------------------------------------
     def _place(self, idx: int, job: TraceJob, now: float, headroom: int,
@@ -206,7 +291,8 @@ class Simulation:
         if resv is not None:  # pointed at its reservation: runs there, on nothing else
             headroom = 0
         pool = self.nodes_of[k.name]
-        live = [n for n in pool if n.state != "down" and n.resv == resv]
+        live = [n for n in pool if n.state != "down" and n.resv == resv
+                and not self._outlasts(n, max(now, n.ready_at), job)]
         if job.nodes == 1:
             fits = [n for n in live if n.free >= gpn]
             if fits:
@@ -227,8 +313,9 @@ class Simulation:
                 chosen = whole + new
             else:
                 return -1
+        src = self._paid_source(k, job, len(new), now) if new else None
         for n in new:
-            self._power_up(n, now)
+            self._power_up(n, now, src)
         start = max([now] + [n.ready_at for n in chosen if n.state == "booting"])
         for n in chosen:
             n.free -= gpn
@@ -303,7 +390,8 @@ class Simulation:
             else:
                 st = NodeState.IDLE
             views.append(NodeView(n.name, n.pool, st, n.idle_since, alloc_gpus=n.gpus - n.free,
-                                  free_at=n.free_at if n.jobs else None))
+                                  free_at=n.free_at if n.jobs else None,
+                                  paid=n.paid is not None))
         jobs = tuple(self.pending_views.values())
         while self.arrivals and self.arrivals[0][0] < now - self.k.reuse_window_s:
             self.arrivals.popleft()
@@ -389,7 +477,7 @@ class Simulation:
     # --- spot interruptions ----------------------------------------------------------------
     def _interruptions(self, now: float) -> None:
         assert self.spot is not None
-        live = [n for n in self.nodes_of[self.k.name] if n.state != "down"]
+        live = [n for n in self.nodes_of[self.k.name] if n.state != "down" and n.spot]
         hit: list[_Node] = []
         if self.spot.interruption_rate > 0:
             p = 1.0 - math.exp(-self.spot.interruption_rate * self.cloud.tick_s / 3600.0)
@@ -451,6 +539,9 @@ class Simulation:
     def run(self) -> SimResult:
         for i, j in enumerate(self.jobs):
             self._push(j.submit_s, SUBMIT, i)
+        for i, b in enumerate(self.paid.blocks):
+            self._push(b.start_s, BLOCK, -1 - i)
+            self._push(b.end_s, BLOCK, i)
         if self.p.all_up_from_start:
             for n in self.nodes:
                 self._power_up(n, 0.0)
@@ -472,6 +563,9 @@ class Simulation:
                     self.arrivals.append((now, self.k.name, job.nodes))
             elif kind == ELIGIBLE:
                 pass  # a requeued job may start again: the scheduler below sees it
+            elif kind == BLOCK:
+                if idx >= 0:  # its end (an opening only wakes the scheduler below)
+                    outstanding -= self._block_end(idx, now)
             elif kind == READY:
                 n = self.nodes[idx]
                 if n.state == "booting" and n.ready_at == now:
@@ -520,6 +614,8 @@ class Simulation:
 
     def _finish(self, now: float) -> None:
         self.r.end_s = now
+        self.r.paid_available_node_s = self.paid.reserved_nodes * now + sum(
+            b.nodes * (b.end_s - b.start_s) for b in self.paid.blocks)
         self.r.jobs = sum(1 for j in self.jobs if not j.carry_in)
         for idx, job in self.pending.items():  # never (re)started: censored at the end
             if idx in self.preempted:
@@ -539,5 +635,5 @@ class Simulation:
 
 
 def simulate(jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
-             spot: SpotModel | None = None) -> SimResult:
-    return Simulation(jobs, policy, cloud, spot).run()
+             spot: SpotModel | None = None, paid: PaidCapacity | None = None) -> SimResult:
+    return Simulation(jobs, policy, cloud, spot, paid).run()

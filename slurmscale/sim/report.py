@@ -19,9 +19,12 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
     busy_h = r.busy_gpu_s / 3600
     on_h = r.on_gpu_s / 3600
     spot_h = r.spot_node_s / 3600
-    od_h = r.node_on_s / 3600 - spot_h
+    paid_used_h = r.paid_node_s / 3600
+    paid_h = r.paid_available_node_s / 3600
+    od_h = r.node_on_s / 3600 - spot_h - paid_used_h
     spot_price = cloud.spot_price_per_node_hour
-    cost = od_h * cloud.price_per_node_hour + spot_h * (
+    # paid capacity costs what was paid for, used or not, at the on-demand price
+    cost = (od_h + paid_h) * cloud.price_per_node_hour + spot_h * (
         cloud.price_per_node_hour if spot_price is None else spot_price)
     return {
         "jobs": r.jobs,
@@ -46,6 +49,10 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "lost_gpu_hours": round(r.lost_gpu_s / 3600, 1),
         "restart_wait_p50_s": _pct(r.restart_waits, 0.5),
         "restart_wait_p95_s": _pct(r.restart_waits, 0.95),
+        "reserved_node_hours_paid": round(paid_h, 1),
+        "reserved_node_hours_used": round(paid_used_h, 1),
+        "reservation_utilization": round(paid_used_h / paid_h, 3) if paid_h else None,
+        "jobs_killed_at_block_end": r.jobs_killed_at_block_end,
     }
 
 

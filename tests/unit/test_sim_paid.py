@@ -1,0 +1,81 @@
+"""The simulator with capacity paid whether used or not: a Capacity Block's window used to
+its end with no job killed, an ODCR used first or not at all; numbers worked out by hand."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from slurmscale.policy.model import PoolKnobs
+from slurmscale.sim.engine import BlockSpec, PaidCapacity, SimCloud, simulate
+from slurmscale.sim.policies import builtin_policy
+from slurmscale.sim.report import metrics
+from slurmscale.sim.trace import TraceJob
+
+CLOUD = SimCloud(boot_s=300.0, price_per_node_hour=100.0)
+KNOBS = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=4)
+# a 2-node block for one hour from t=600
+BLOCK = PaidCapacity(blocks=(BlockSpec(600.0, 4200.0, 2),))
+JOBS = [
+    TraceJob("A", 600.0, 1800.0, 16, 2),  # boots into the block at 600, ends 2700
+    TraceJob("B", 3000.0, 1800.0, 8, 1),  # would outlast the block (ends 4800 > 4200)
+    TraceJob("C", 3700.0, 300.0, 16, 2),  # fits what is left of the block (ends 4000)
+]
+
+
+def test_a_block_is_used_to_its_end_and_no_job_outlasts_it() -> None:
+    r = simulate(JOBS, builtin_policy("slurmscale", KNOBS), CLOUD, paid=BLOCK)
+    m = metrics(r, CLOUD)
+    assert r.jobs_completed == 3 and m["jobs_killed_at_block_end"] == 0
+    # paid: 2 nodes x 1 h. Used: both block nodes up from 600 (A) to 4200, kept idle between
+    # A and C because they are paid whether used or not, powered down at the block's end.
+    assert m["reserved_node_hours_paid"] == 2.0
+    assert m["reserved_node_hours_used"] == 2.0 and m["reservation_utilization"] == 1.0
+    # C started at once on the kept block nodes: no boot
+    assert sorted(r.waits) == [0.0, 300.0, 300.0]
+    # B ran on normal capacity: booted at 3000, ran to 5100, then idle until released
+    assert m["on_demand_node_hours"] > 0.5
+
+
+def test_slurms_own_power_saving_releases_the_paid_block_early() -> None:
+    r = simulate(JOBS, builtin_policy("immediate", KNOBS), CLOUD, paid=BLOCK)
+    m = metrics(r, CLOUD)
+    # A's nodes idle from 2700, released after SuspendTime (600 s) at 3300: 2 x 2700 s
+    assert m["reserved_node_hours_used"] == 1.5 and m["reservation_utilization"] == 0.75
+    # C no longer fits the block (a boot from 3700 ends past 4200): normal capacity, a boot
+    assert sorted(r.waits) == [300.0, 300.0, 300.0]
+    assert m["jobs_killed_at_block_end"] == 0
+
+
+def test_an_odcr_used_first_saves_the_on_demand_hours_it_covers() -> None:
+    jobs = [TraceJob("g", 0.0, 3600.0, 16, 2), TraceJob("s", 0.0, 3600.0, 8, 1)]
+    pol = builtin_policy("slurmscale", KNOBS)
+    first = metrics(simulate(jobs, pol, CLOUD, paid=PaidCapacity(2)), CLOUD)
+    unused = metrics(simulate(jobs, pol, CLOUD, paid=PaidCapacity(2, use_reserved=False)),
+                     CLOUD)
+    # the 2-node gang fits the reservation whole; the single job runs on demand either way
+    assert first["reserved_node_hours_used"] > 0 == unused["reserved_node_hours_used"]
+    assert first["on_demand_node_hours"] < unused["on_demand_node_hours"]
+    assert first["cost_usd"] < unused["cost_usd"]
+    assert first["reserved_node_hours_paid"] == unused["reserved_node_hours_paid"] > 0
+
+
+def test_a_gang_larger_than_the_free_paid_capacity_goes_whole_to_normal_capacity() -> None:
+    jobs = [TraceJob("g", 0.0, 600.0, 24, 3)]
+    m = metrics(simulate(jobs, builtin_policy("slurmscale", KNOBS), CLOUD,
+                         paid=PaidCapacity(2)), CLOUD)
+    assert m["reserved_node_hours_used"] == 0.0 and m["on_demand_node_hours"] > 0
+
+
+@pytest.mark.parametrize(("arg", "words"), [
+    ("10:5:2", "START_S < END_S"), ("0:100", "START_S:END_S:NODES"),
+    ("0:inf:2", "finite"), ("0:100:99", "--max-nodes"), ("a:b:c", "START_S:END_S:NODES")])
+def test_bad_capacity_blocks_are_named(tmp_path, arg: str, words: str) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,nodes\nj,0,60,8,1\n")
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace", str(trace),
+                        "--max-nodes", "4", "--capacity-block", arg], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, p.stderr
