@@ -96,6 +96,8 @@ class SimResult:
     end_s: float = 0.0
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # t, demand, live GPUs
     paid_node_s: float = 0.0  # node time spent in paid capacity (reservation or block)
+    paid_busy_gpu_s: float = 0.0  # GPU time of jobs on paid capacity
+    gpus_per_node: int = 8
     paid_available_node_s: float = 0.0  # node time paid for (the reservation, the blocks)
     jobs_killed_at_block_end: int = 0
 
@@ -256,6 +258,18 @@ class Simulation:
             return False
         return start + job.duration_s > self.paid.blocks[int(n.paid[5:])].end_s
 
+    def _vacate(self, idx: int, now: float) -> None:
+        """A run is over (ended, requeued or killed): its nodes' GPUs are free again, and the
+        work it did on paid capacity is counted."""
+        ran = max(0.0, now - self.start[idx])
+        for m, g in self.placed.pop(idx):
+            m.free += g
+            m.jobs -= 1
+            if m.jobs == 0 and m.state == "up":
+                m.idle_since = now
+            if m.paid is not None:
+                self.r.paid_busy_gpu_s += g * ran
+
     def _block_end(self, i: int, now: float) -> int:
         """EC2 takes the block back: its nodes go. A job still on one dies with it (counted;
         the placement rule above should make this never happen). Returns the jobs killed."""
@@ -265,11 +279,7 @@ class Simulation:
             if not any(m.paid == src for m, _ in placed):
                 continue
             job = self.jobs[idx]
-            for m, g in self.placed.pop(idx):
-                m.free += g
-                m.jobs -= 1
-                if m.jobs == 0:
-                    m.idle_since = now
+            self._vacate(idx, now)
             self.running_gpus -= job.gpus_per_node(self.k.gpus_per_node) * job.nodes
             self.start.pop(idx)
             self.waited.pop(idx, None)
@@ -505,12 +515,8 @@ class Simulation:
     def _requeue(self, idx: int, now: float) -> None:
         assert self.spot is not None
         job = self.jobs[idx]
+        self._vacate(idx, now)
         start = self.start.pop(idx)
-        for m, g in self.placed.pop(idx):
-            m.free += g
-            m.jobs -= 1
-            if m.jobs == 0 and m.state == "up":
-                m.idle_since = now
         g = job.gpus_per_node(self.k.gpus_per_node) * job.nodes
         ran = max(0.0, now - start)
         self.r.busy_gpu_s += g * ran
@@ -576,11 +582,7 @@ class Simulation:
                 job = self.jobs[idx]
                 if idx not in self.placed or self.start[idx] + job.duration_s != now:
                     continue  # a run cut short by an interruption
-                for n, g in self.placed.pop(idx):
-                    n.free += g
-                    n.jobs -= 1
-                    if n.jobs == 0:
-                        n.idle_since = now
+                self._vacate(idx, now)
                 self.running_gpus -= job.gpus_per_node(self.k.gpus_per_node) * job.nodes
                 outstanding -= 1
                 self._record(idx, job, now)
@@ -632,6 +634,7 @@ class Simulation:
             if n.state != "down":
                 self._power_down(n, now)
         self.r.on_gpu_s = self.r.node_on_s * self.k.gpus_per_node
+        self.r.gpus_per_node = self.k.gpus_per_node
 
 
 def simulate(jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,

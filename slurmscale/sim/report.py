@@ -19,9 +19,12 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
     busy_h = r.busy_gpu_s / 3600
     on_h = r.on_gpu_s / 3600
     spot_h = r.spot_node_s / 3600
-    paid_used_h = r.paid_node_s / 3600
+    paid_up_h = r.paid_node_s / 3600
+    # used: the work done on paid capacity, in node-hours (its GPU-hours / GPUs per node);
+    # an instance kept idle in a reservation is up, not used
+    paid_used_h = r.paid_busy_gpu_s / 3600 / max(1, r.gpus_per_node)
     paid_h = r.paid_available_node_s / 3600
-    od_h = r.node_on_s / 3600 - spot_h - paid_used_h
+    od_h = r.node_on_s / 3600 - spot_h - paid_up_h
     spot_price = cloud.spot_price_per_node_hour
     # paid capacity costs what was paid for, used or not, at the on-demand price
     cost = (od_h + paid_h) * cloud.price_per_node_hour + spot_h * (

@@ -29,10 +29,13 @@ def test_a_block_is_used_to_its_end_and_no_job_outlasts_it() -> None:
     r = simulate(JOBS, builtin_policy("slurmscale", KNOBS), CLOUD, paid=BLOCK)
     m = metrics(r, CLOUD)
     assert r.jobs_completed == 3 and m["jobs_killed_at_block_end"] == 0
-    # paid: 2 nodes x 1 h. Used: both block nodes up from 600 (A) to 4200, kept idle between
-    # A and C because they are paid whether used or not, powered down at the block's end.
+    # paid: 2 nodes x 1 h. Used: A's 2 nodes x 1800 s and C's 2 x 300 s = 4200 node-s; the
+    # block nodes are kept idle between A and C (paid whether used or not), so C starts on
+    # them in the block's last minutes; they are powered down at its end.
     assert m["reserved_node_hours_paid"] == 2.0
-    assert m["reserved_node_hours_used"] == 2.0 and m["reservation_utilization"] == 1.0
+    assert m["reserved_node_hours_used"] == 1.2  # 4200 / 3600, rounded
+    assert m["reservation_utilization"] == round(4200 / 7200, 3)
+    assert r.paid_node_s == 2 * 3600, "both block nodes up from 600 to the end at 4200"
     # C started at once on the kept block nodes: no boot
     assert sorted(r.waits) == [0.0, 300.0, 300.0]
     # B ran on normal capacity: booted at 3000, ran to 5100, then idle until released
@@ -42,8 +45,9 @@ def test_a_block_is_used_to_its_end_and_no_job_outlasts_it() -> None:
 def test_slurms_own_power_saving_releases_the_paid_block_early() -> None:
     r = simulate(JOBS, builtin_policy("immediate", KNOBS), CLOUD, paid=BLOCK)
     m = metrics(r, CLOUD)
-    # A's nodes idle from 2700, released after SuspendTime (600 s) at 3300: 2 x 2700 s
-    assert m["reserved_node_hours_used"] == 1.5 and m["reservation_utilization"] == 0.75
+    # A's nodes idle from 2700, released after SuspendTime (600 s) at 3300: only A's work
+    assert m["reserved_node_hours_used"] == 1.0 and m["reservation_utilization"] == 0.5
+    assert r.paid_node_s == 2 * 2700
     # C no longer fits the block (a boot from 3700 ends past 4200): normal capacity, a boot
     assert sorted(r.waits) == [300.0, 300.0, 300.0]
     assert m["jobs_killed_at_block_end"] == 0
