@@ -227,7 +227,8 @@ def plan(ctx: click.Context, as_json: bool) -> None:
     "actions": [{"kind", "pool", "reason", "nodes": [...], "count"}],
     "reservations": [{"kind": create|extend|attach|release, "name", "pool", "job_id",
     "reason", "nodes": [...]}], "partition_rewrites": [{"job_id", "pool", "partitions": [...],
-    "reason"}]}
+    "reason"}], "blocks": [{"pool", "open", "reason", "closed_from", "closed_until",
+    "next_start", "jobs": [{"job_id", "reason"}]}]}
     """
     import time as _time
 
@@ -263,6 +264,11 @@ def plan(ctx: click.Context, as_json: bool) -> None:
         "partition_rewrites": [{"job_id": r.job_id, "pool": r.pool,
                                 "partitions": list(r.partitions), "reason": r.reason}
                                for r in pp.rewrites],
+        "blocks": [{"pool": b.pool, "open": b.plan.is_open, "reason": b.plan.reason,
+                    "closed_from": b.plan.closed_from, "closed_until": b.plan.closed_until,
+                    "next_start": b.plan.next.start if b.plan.next else None,
+                    "jobs": [{"job_id": j, "reason": why} for j, why in b.jobs]}
+                   for b in pp.blocks],
     }
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -282,6 +288,10 @@ def plan(ctx: click.Context, as_json: bool) -> None:
     for w in data["partition_rewrites"]:
         click.echo(f"partition    job {w['job_id']} -> {','.join(w['partitions'])}: "
                    f"{w['reason']}")
+    for b in data["blocks"]:
+        click.echo(f"block        {b['pool']:<12} {b['reason']}")
+        for j in b["jobs"]:
+            click.echo(f"             job {j['job_id']}: {j['reason']}")
 
 
 @cli.command()
@@ -383,7 +393,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
 
     from slurmscale.policy.model import PoolKnobs
     from slurmscale.policy.reservations import ReservationKnobs
-    from slurmscale.sim.engine import PaidCapacity, SimCloud, SpotModel
+    from slurmscale.sim.engine import SimCloud, SpotModel
     from slurmscale.sim.engine import simulate as run_sim
     from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
     from slurmscale.sim.report import metrics, plot

@@ -25,6 +25,7 @@ def gather(cfg: Config) -> dict[str, Any]:
     from slurmscale.api_client import ApiError, call
     from slurmscale.daemon.ledger import pools_now
     from slurmscale.policy.observe import build_snapshot
+    from slurmscale.report.compute import paid_now
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
 
@@ -70,10 +71,13 @@ def gather(cfg: Config) -> dict[str, Any]:
     pending = [{"id": r.id, "kind": r.kind, "hostlist": r.hostlist,
                 "received_at": r.received_at.isoformat(timespec="seconds")}
                for r in store.pending_requests()]
+    paid = [{**u.model_dump(), "period": period} for u, period in paid_now(store, now)]
     store.close()
     return {"cluster": cfg.cluster_name, "at": now.isoformat(timespec="seconds"),
             "daemon": daemon, "pools": pools, "reservations": holds, "backoff": backoff,
-            "pending_requests": pending, "recent_errors": errors, "slurm_error": slurm_error}
+            "pending_requests": pending, "recent_errors": errors, "slurm_error": slurm_error,
+            "paid_capacity": paid}
+
 
 
 def render(d: dict[str, Any]) -> str:
@@ -96,6 +100,17 @@ def render(d: dict[str, Any]) -> str:
                          "held": f"{h['nodes_held']}/{h['nodes_needed']}",
                          "idle_gpu_h": h["idle_gpu_hours"]} for h in d["reservations"]],
                        ["name", "job", "state", "held", "idle_gpu_h"])]
+    if d.get("paid_capacity"):
+        out += ["", "paid capacity (blocks since their start, reservations over 24h):",
+                _table([{"id": p["id"][-10:], "pool": p["pool"][:10],
+                         "kind": "block" if p["kind"] == "capacity-block" else "odcr",
+                         "state": p["state"][:9], "free": f"{p['available']}/{p['total']}",
+                         "window": _window(p), "paid_nh": p["paid_node_hours"],
+                         "used_nh": p["used_node_hours"],
+                         "use": "-" if p["utilization"] is None
+                         else f"{p['utilization']:.0%}"} for p in d["paid_capacity"]],
+                       ["id", "pool", "kind", "state", "free", "window", "paid_nh", "used_nh",
+                        "use"])]
     if d["backoff"]:
         out += ["", "pools in capacity backoff:",
                 *(f"  {b['pool']} until {b['until'][11:19]} UTC ({b['code']}, x{b['repeats']})"
@@ -112,6 +127,12 @@ def render(d: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _window(p: dict[str, Any]) -> str:
+    if p["kind"] != "capacity-block" or not p["start"] or not p["end"]:
+        return "-"
+    return f"{p['start'][5:10]} {p['start'][11:16]}-{p['end'][11:16]}"
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--watch", type=float, default=None, is_flag=False, flag_value=5.0,
@@ -126,7 +147,9 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     capacity_type, mode, target, max_nodes, instances, nodes_up, nodes_busy, nodes_booting,
     nodes_held, nodes_idle, pending_gpus, pending_gpu_hours, pending_gangs}],
     "reservations": [...], "backoff": [{pool, until, code, repeats}], "pending_requests":
-    [...], "recent_errors": [{at, kind, message}], "slurm_error"}"""
+    [...], "recent_errors": [{at, kind, message}], "slurm_error", "paid_capacity": [{id,
+    pool, kind, instance_type, state, total, available, start, end, paid_node_hours,
+    used_node_hours, idle_node_hours, utilization, period}]}"""
     cfg = _load(ctx.find_root())
     while True:
         d = gather(cfg)

@@ -13,15 +13,18 @@ import logging
 import os
 import pwd
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.hostlists import compress
-from slurmscale.model import SlurmNode, SlurmReservation
-from slurmscale.policy.blocks import FOREVER_S, BlockPlan, at, plan_block
+from slurmscale.model import CapacityReservation, QueueJob, SlurmNode, SlurmReservation
+from slurmscale.policy.blocks import FOREVER_S, BlockPlan, at, plan_block, starts_at_open
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.store.repo import utc
+from slurmscale.store.tables import CapacityReservationRow
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,36 @@ def same_window(plan: BlockPlan, r: SlurmReservation, nodes: list[str], now: flo
     end_ok = (end > forever and plan.closed_until > forever) or \
         abs(end - plan.closed_until) < SAME_WINDOW_S
     return start_ok and end_ok
+
+
+@dataclass(frozen=True)
+class BlockOutlook:
+    """What `slurmscale plan` says of a block pool: its window and its pending jobs' fate."""
+
+    pool: str
+    plan: BlockPlan
+    jobs: tuple[tuple[str, str], ...]  # (job id, starts when the block opens / why not)
+
+
+def block_outlook(cfg: Config, rows: list[CapacityReservationRow], jobs: list[QueueJob],
+                  now: float) -> list[BlockOutlook]:
+    """From the blocks as the daemon last read them (the store) and Slurm's queue."""
+    out = []
+    for pool in cfg.pools:
+        if pool.capacity_type is not CapacityType.CAPACITY_BLOCK:
+            continue
+        blocks = [CapacityReservation(
+            r.id, r.instance_type, r.availability_zone, r.total, r.available, r.state,
+            r.kind, utc(r.start_at).timestamp() if r.start_at else None,  # type: ignore[union-attr]
+            utc(r.end_at).timestamp() if r.end_at else None)  # type: ignore[union-attr]
+            for r in rows if r.pool == pool.name]
+        plan = plan_block(pool.name, cfg.capacity_blocks.prefix, blocks, now,
+                          cfg.block_end_margin_s())
+        pending = sorted((j for j in jobs if j.state == "PENDING"
+                          and pool.partition in j.partitions), key=lambda j: -j.priority)
+        out.append(BlockOutlook(pool.name, plan, tuple(starts_at_open(
+            plan, [(j.job_id, j.num_nodes, j.time_limit_s) for j in pending]))))
+    return out
 
 
 class BlockPass:

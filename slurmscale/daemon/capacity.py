@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from slurmscale.config import Config
+from slurmscale.config import CapacityType, Config
+from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.ledger import Ledger, OnStart, PoolNow
 from slurmscale.hostlists import compress
 from slurmscale.model import QueueJob, SlurmReservation
@@ -58,6 +59,7 @@ class PassPlan:
     rewrites: tuple[Rewrite, ...] = ()  # spot-only jobs given the on-demand partition too
     snapshot: Snapshot | None = None  # what the decisions were made from
     jobs: tuple[QueueJob, ...] = ()  # the queue as read this pass
+    blocks: tuple[BlockOutlook, ...] = ()  # capacity-block pools: windows, pending jobs
 
 
 def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
@@ -80,8 +82,11 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
             if n.name in hold_plan.grabbed and n.state is NodeState.IDLE else n
             for n in snap.nodes))
     unavailable = {r.pool: r.until_s for r in store.offerings()}
+    blocks = (block_outlook(cfg, store.capacity_reservations(), jobs, now)
+              if any(p.capacity_type is CapacityType.CAPACITY_BLOCK for p in cfg.pools) else [])
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
-                    partition_rewrites(cfg, jobs, unavailable, now), snap, tuple(jobs))
+                    partition_rewrites(cfg, jobs, unavailable, now), snap, tuple(jobs),
+                    tuple(blocks))
 
 
 class CapacityPass:

@@ -46,10 +46,13 @@ def gang_placement_group(cluster: str, gid: str) -> str:
 class ReservedCapacity:
     """The pools' capacity reservations as EC2 last reported them."""
 
-    def __init__(self, cfg: Config, cloud: CloudProvider, event: Event) -> None:
+    def __init__(self, cfg: Config, cloud: CloudProvider, event: Event,
+                 on_read: Callable[[list[CapacityReservation], float], None] | None = None
+                 ) -> None:
         self.cfg = cfg
         self.cloud = cloud
         self.event = event
+        self.on_read = on_read  # e.g. record them for status, plan, report and metrics
         self.ids = sorted({i for p in cfg.pools if p.capacity_reservations
                            for i in p.capacity_reservations.ids})
         self._read_at: float | None = None
@@ -92,6 +95,8 @@ class ReservedCapacity:
         self.readable = True
         self._by_id = {r.id: r for r in found}
         self._read_at = now
+        if self.on_read is not None and found:
+            self.on_read(found, now)
         return self._by_id
 
     def _ttl(self, now: float) -> float:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.exposition import generate_latest
 
 from slurmscale.daemon.ledger import PoolNow
+from slurmscale.report.compute import PaidUsage
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,17 @@ class Metrics:
                              "Unix time the last pass completed", registry=r)
         self.leader = Gauge("slurmscale_leader", "1 while this daemon leads its cluster",
                             registry=r)
+        self.reserved = Gauge("slurmscale_capacity_reservation_instances",
+                              "a capacity reservation's or block's instances (total, available)"
+                              " as EC2 last reported them", ["reservation", "pool", "kind",
+                                                             "count"], registry=r)
+        self.paid_hours = Gauge("slurmscale_paid_node_hours",
+                                "node-hours paid and used in a capacity reservation (last 24h)"
+                                " or block (since its start)", ["reservation", "pool", "kind",
+                                                                "measure"], registry=r)
+        self.block_window = Gauge("slurmscale_capacity_block_window_timestamp_seconds",
+                                  "a Capacity Block's start and end (Unix time)",
+                                  ["reservation", "pool", "edge"], registry=r)
         self._server: Any = None
 
     def serve(self, address: str, port: int) -> None:
@@ -92,6 +105,18 @@ class Metrics:
                              ("booting", p.nodes_booting), ("held", p.nodes_held),
                              ("idle", p.nodes_idle)):
                 self.nodes.labels(p.pool, state).set(n)
+
+    def paid(self, usage: Iterable[PaidUsage]) -> None:
+        for u in usage:
+            self.reserved.labels(u.id, u.pool, u.kind, "total").set(u.total)
+            self.reserved.labels(u.id, u.pool, u.kind, "available").set(u.available)
+            self.paid_hours.labels(u.id, u.pool, u.kind, "paid").set(u.paid_node_hours)
+            self.paid_hours.labels(u.id, u.pool, u.kind, "used").set(u.used_node_hours)
+            if u.kind == "capacity-block" and u.start and u.end:
+                self.block_window.labels(u.id, u.pool, "start").set(
+                    datetime.fromisoformat(u.start).timestamp())
+                self.block_window.labels(u.id, u.pool, "end").set(
+                    datetime.fromisoformat(u.end).timestamp())
 
     def holds(self, spent_gpu_s_by_pool: dict[str, float], pools: Iterable[str]) -> None:
         for pool in pools:

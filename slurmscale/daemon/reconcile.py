@@ -38,13 +38,20 @@ from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
 from slurmscale.hostlists import compress
-from slurmscale.model import Gang, LaunchedInstance, LaunchResult, RequestKind, SlurmNode
+from slurmscale.model import (
+    CapacityReservation,
+    Gang,
+    LaunchedInstance,
+    LaunchResult,
+    RequestKind,
+    SlurmNode,
+)
 from slurmscale.policy.model import ActionKind
 from slurmscale.policy.routing import NO_RESERVED_FIT, Route, RouteKind, fleet_parts
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.spool import Spool
 from slurmscale.store.repo import Store, utc
-from slurmscale.store.tables import GangRow, InstanceRow
+from slurmscale.store.tables import CapacityReservationRow, GangRow, InstanceRow
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +129,7 @@ class Reconciler:
                                               self.backoff)
         self.ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
         self.lost = LostNodes(cfg.daemon.lost_node_grace_s)
-        self.reserved = ReservedCapacity(cfg, cloud, self.event)
+        self.reserved = ReservedCapacity(cfg, cloud, self.event, self._save_reservations)
         self.fleets = GangFleets(cfg, cloud, client_token)
         self.blocks = BlockPass(cfg, slurm, self.reserved, self.event)
 
@@ -178,6 +185,8 @@ class Reconciler:
         except SlurmError:
             nodes = None  # the capacity pass reports an unreachable Slurm
         self._sweep_instances(nodes)
+        # the reservations' state and free count (one cached call): status, plan, metrics
+        self.reserved.reservations(self.clock().timestamp())
         if nodes is not None:
             self.blocks.run(nodes, self.clock())
             self._node_upkeep(nodes)
@@ -434,6 +443,18 @@ class Reconciler:
         self.backoff.launched(pool.name, self.clock())
         self._count_launch(pool, Outcome.LAUNCHED)
         return Outcome.LAUNCHED, ""
+
+    def _save_reservations(self, found: list[CapacityReservation], now: float) -> None:
+        pool_of = {i: p.name for p in self.cfg.pools if p.capacity_reservations
+                   for i in p.capacity_reservations.ids}
+
+        def at(t: float | None) -> datetime | None:
+            return None if t is None else datetime.fromtimestamp(t, UTC)
+        self.store.save_capacity_reservations([CapacityReservationRow(
+            id=r.id, pool=pool_of.get(r.id, ""), kind=r.reservation_type,
+            instance_type=r.instance_type, availability_zone=r.availability_zone,
+            total=r.total, available=r.available, state=r.state, start_at=at(r.start),
+            end_at=at(r.end), read_at=datetime.fromtimestamp(now, UTC)) for r in found])
 
     def _count_reserved(self, route: Route, result: LaunchResult) -> None:
         """Gangs routed later this pass must not count the capacity this one took."""

@@ -19,6 +19,7 @@ from slurmscale.daemon.api import ApiServer, resolve_uids
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.reconcile import Reconciler, utcnow
+from slurmscale.report.compute import paid_now
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.repo import Store
 
@@ -126,6 +127,8 @@ class Daemon:
         for h in self.store.holds(("active", "releasing")):
             spent[h.pool] = spent.get(h.pool, 0.0) + h.spent_gpu_s
         m.holds(spent, [p.name for p in self.cfg.pools])
+        if reconciler.reserved.ids:
+            m.paid(u for u, _ in paid_now(self.store, datetime.now(UTC)))
 
     def run(self) -> None:
         # Signals first: a stop during start-up (the schema upgrade, say) must end cleanly.

@@ -8,19 +8,24 @@ busy GPU-hours are the running jobs' nodes x GPUs per node x run time; idle = pr
 busy (never below zero); percentiles are nearest-rank over the jobs that started in the
 window; a job's wait is its first start minus its submission (boot time included, as its
 user saw it).
+
+Paid capacity (capacity reservations, Capacity Blocks): paid = its instance count x the part
+of the window inside its own (an ODCR's starts at its StartDate and has no end); used =
+node-hours instances ran in it (by the reservation id EC2 gave them); idle = paid - used:
+capacity bought and not run on, the number block buyers watch.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 
 from slurmscale.config import CapacityType, Config
 from slurmscale.store.repo import Store, utc
-from slurmscale.store.tables import InstanceRow, JobRow
+from slurmscale.store.tables import CapacityReservationRow, InstanceRow, JobRow
 
 SIZE_BUCKETS = (("1 node", 1, 1), ("2-7 nodes", 2, 7), ("8+ nodes", 8, 10**9))
 SCALE_KINDS = ("launched", "released", "target_raised", "target_lowered", "scale_down",
@@ -72,6 +77,22 @@ class Anomaly(BaseModel):
     message: str
 
 
+class PaidUsage(BaseModel):
+    id: str
+    pool: str
+    kind: str  # default (an ODCR) | capacity-block
+    instance_type: str
+    state: str
+    total: int
+    available: int
+    start: str | None
+    end: str | None
+    paid_node_hours: float
+    used_node_hours: float
+    idle_node_hours: float
+    utilization: float | None
+
+
 class Report(BaseModel):
     cluster: str
     since: str
@@ -92,6 +113,7 @@ class Report(BaseModel):
     anomalies: dict[str, int]
     recent_anomalies: list[Anomaly]
     unpriced: list[str]  # instance type/capacity type pairs without a price
+    paid_capacity: list[PaidUsage] = []
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -105,6 +127,39 @@ def percentile(values: list[float], q: float) -> float | None:
 def overlap_h(start: datetime, end: datetime | None, since: datetime, until: datetime) -> float:
     a, b = max(start, since), min(end or until, until)
     return max(0.0, (b - a).total_seconds() / 3600)
+
+
+def paid_usage(row: CapacityReservationRow, instances: list[InstanceRow], since: datetime,
+               until: datetime) -> PaidUsage:
+    start, end = utc(row.start_at), utc(row.end_at)
+    a = max(start, since) if start else since
+    b = min(end, until) if end else until
+    paid = used = 0.0
+    if b > a:
+        paid = row.total * (b - a).total_seconds() / 3600
+        used = min(paid, sum(overlap_h(utc(i.launched_at), utc(i.terminated_at), a, b)  # type: ignore[arg-type]
+                             for i in instances))
+    return PaidUsage(id=row.id, pool=row.pool, kind=row.kind, instance_type=row.instance_type,
+                     state=row.state, total=row.total, available=row.available,
+                     start=start.isoformat(timespec="seconds") if start else None,
+                     end=end.isoformat(timespec="seconds") if end else None,
+                     paid_node_hours=round(paid, 2), used_node_hours=round(used, 2),
+                     idle_node_hours=round(paid - used, 2),
+                     utilization=round(used / paid, 3) if paid else None)
+
+
+def paid_now(store: Store, now: datetime) -> list[tuple[PaidUsage, str]]:
+    """Each capacity reservation as the daemon last read it, with its period: a block since
+    its start (to its end), an ODCR over the last 24 hours."""
+    out = []
+    for row in store.capacity_reservations():
+        if row.kind == "capacity-block":
+            since, until, period = utc(row.start_at) or now, min(now, utc(row.end_at) or now), \
+                "since its start"
+        else:
+            since, until, period = now - timedelta(hours=24), now, "last 24h"
+        out.append((paid_usage(row, store.reserved_instances(row.id), since, until), period))
+    return out
 
 
 def _wait(size: str, waits: list[float]) -> Wait:
@@ -195,4 +250,6 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         anomalies={k: kinds[k] for k in ANOMALY_KINDS},
         recent_anomalies=[Anomaly(at=utc(e.at).isoformat(timespec="seconds"),  # type: ignore[union-attr]
                                   kind=e.kind, message=e.message) for e in anomalies],
-        unpriced=sorted(unpriced))
+        unpriced=sorted(unpriced),
+        paid_capacity=[paid_usage(r, store.reserved_instances(r.id), since, until)
+                       for r in store.capacity_reservations()])

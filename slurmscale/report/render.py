@@ -53,6 +53,10 @@ def _rows(r: Report) -> Iterator[tuple[str, str, str, Any]]:
     for h in r.reservations:
         for f in ("pool", "job_id", "needed", "state", "idle_gpu_hours"):
             yield "reservations", h.name, f, getattr(h, f)
+    for u in r.paid_capacity:
+        for f in ("pool", "kind", "total", "start", "end", "paid_node_hours",
+                  "used_node_hours", "idle_node_hours", "utilization"):
+            yield "paid_capacity", u.id, f, getattr(u, f)
 
 
 def to_csv(r: Report) -> str:
@@ -92,6 +96,12 @@ def to_text(r: Report) -> str:
                f"{r.reservation_idle_gpu_hours:,.2f} GPU-hours")
     out += [f"  {h.name} job {h.job_id} ({h.pool}, {h.needed} nodes): {h.state}, "
             f"{h.idle_gpu_hours:,.2f} GPU-h idle" for h in r.reservations]
+    if r.paid_capacity:
+        out.append("Paid capacity (node-hours)      paid      used      idle   use")
+        out += [f"  {u.id[-12:]:<12} {'block' if u.kind == 'capacity-block' else 'odcr':<5} "
+                f"{u.pool[:10]:<10} {u.paid_node_hours:>9,.1f} {u.used_node_hours:>9,.1f} "
+                f"{u.idle_node_hours:>9,.1f} {_num(u.utilization, '{:.0%}'):>5}"
+                for u in r.paid_capacity]
     bad = {k: v for k, v in r.anomalies.items() if v}
     out.append("Anomalies: " + (", ".join(f"{k} {v}" for k, v in bad.items()) or "none"))
     out += [f"  {a.at[5:16]} {a.kind}: {a.message}"[:80] for a in r.recent_anomalies[-5:]]
@@ -185,6 +195,13 @@ def to_html(r: Report, samples: list[SampleRow], gpus_per_node: dict[str, int]) 
                [[h.name, h.pool, h.job_id, h.needed, h.state, f"{h.idle_gpu_hours:,.2f}"]
                 for h in r.reservations]) if r.reservations else "<p>None.</p>",
         f"<p>Idle cost of holds: {r.reservation_idle_gpu_hours:,.2f} GPU-hours.</p>",
+        "<h2>Paid capacity (capacity reservations, Capacity Blocks)</h2>",
+        _table(["reservation", "kind", "pool", "window", "paid node-h", "used node-h",
+                "idle node-h", "utilisation"],
+               [[u.id, u.kind, u.pool, f"{u.start or '-'} .. {u.end or '-'}",
+                 f"{u.paid_node_hours:,.1f}", f"{u.used_node_hours:,.1f}",
+                 f"{u.idle_node_hours:,.1f}", _num(u.utilization, "{:.0%}")]
+                for u in r.paid_capacity]) if r.paid_capacity else "<p>None.</p>",
         "<h2>Scale actions</h2>",
         _table(["action", "count"], [[k, v] for k, v in r.scale_actions.items()]),
         "<h2>Anomalies</h2>",

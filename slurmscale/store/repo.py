@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
 from slurmscale.store.tables import (
+    CapacityReservationRow,
     EventRow,
     GangRow,
     HoldRow,
@@ -253,6 +254,25 @@ class Store:
         with self.session() as s:
             s.merge(row)
             s.commit()
+
+    # capacity reservations and blocks (as last read from EC2) -------------------------
+    def save_capacity_reservations(self, rows: Sequence[CapacityReservationRow]) -> None:
+        with self.session() as s:
+            for r in rows:
+                s.merge(r)
+            s.commit()
+
+    def capacity_reservations(self) -> list[CapacityReservationRow]:
+        with self.session() as s:
+            return list(s.scalars(select(CapacityReservationRow).order_by(
+                CapacityReservationRow.pool, CapacityReservationRow.start_at,
+                CapacityReservationRow.id)))
+
+    def reserved_instances(self, reservation_id: str) -> list[InstanceRow]:
+        """Every instance that ran in this reservation, terminated or not."""
+        with self.session() as s:
+            return list(s.scalars(select(InstanceRow).where(
+                InstanceRow.capacity_reservation_id == reservation_id)))
 
     # preemptions ----------------------------------------------------------------------
     def add_preemption(self, row: PreemptionRow) -> None:

@@ -149,6 +149,24 @@ class OfferingRow(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class CapacityReservationRow(Base):
+    """A pool's capacity reservation or Capacity Block as the daemon last read it from EC2.
+    `kind`: default (an ODCR) or capacity-block."""
+
+    __tablename__ = "capacity_reservations"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(32))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    total: Mapped[int] = mapped_column(Integer)
+    available: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32))
+    start_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    end_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    read_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class JobRow(Base):
     """A job slurmscale saw start: its queue wait (started - submitted) and, once it is gone
     from the queue, its run (ended). The first start only: requeues are preemption rows."""

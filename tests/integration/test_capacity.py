@@ -50,11 +50,12 @@ def _job_instances(c: LocalCluster, job: int) -> set[str]:
 def test_a_gang_goes_whole_into_the_reservation_and_the_next_wholly_elsewhere(
         make_cluster) -> None:  # type: ignore[no-untyped-def]
     # Slurm's own SuspendTime (the backstop for a daemon that is down) well past the test
-    c, proxy = make_cluster(suspend_time=120, pools=[PoolSpec(
+    c, proxy = make_cluster(suspend_time=120, metrics=True, start_daemon=False, pools=[PoolSpec(
         "gpu-od", "od-", 8, capacity_type="on-demand",
         extra={"capacity_reservations": {"ids": [CR], "launch_template_version": "2"}})])
     proxy.capacity.add(Reservation(CR, "p5.48xlarge", total=6, resource_group_arn=GROUP_ARN))
     _reserved_version(c)
+    c.start_daemon()
     gang = ("-N", "4", "--gres=gpu:8", "-p", "gpu-od", "--wrap")
     first = c.sbatch(*gang, "sleep 25")
     c.wait_job(first, {"RUNNING"}, 150)
@@ -93,6 +94,16 @@ def test_a_gang_goes_whole_into_the_reservation_and_the_next_wholly_elsewhere(
     kept = [a for a in plan["actions"] if a["kind"] == "keep"
             and "reserved capacity" in a["reason"]]
     assert kept and set(kept[0]["nodes"]) == first_nodes, plan["actions"]
+    # status and the metrics show the reservation as the daemon last read it
+    wait_for("the daemon's read of the free count", lambda: any(
+        p["available"] == 2 for p in json.loads(c.cli("status", "--json").stdout)[
+            "paid_capacity"]), 60)
+    (paid,) = json.loads(c.cli("status", "--json").stdout)["paid_capacity"]
+    assert (paid["id"], paid["kind"], paid["total"]) == (CR, "default", 6)
+    assert 0 < paid["used_node_hours"] < paid["paid_node_hours"], paid
+    metrics = c.scrape()
+    assert ('slurmscale_capacity_reservation_instances{count="available",kind="default",'
+            f'pool="gpu-od",reservation="{CR}"}} 2.0') in metrics
 
 
 def _placement(call: Call) -> tuple[str, str]:
@@ -175,6 +186,12 @@ def test_a_capacity_block_runs_jobs_inside_its_window_and_none_past_it(make_clus
     wait_for("the gang pending", lambda: c.job(gang).get("Reason") not in ("", "None"), 30)
     assert c.job(gang)["JobState"] == "PENDING", c.job(gang)
     pending_reason = c.job(gang)["Reason"]
+    (block,) = json.loads(c.cli("plan", "--json").stdout)["blocks"]
+    assert not block["open"] and "waiting for block" in block["reason"]
+    said = {j["job_id"]: j["reason"] for j in block["jobs"]}
+    assert said[str(gang)].startswith("starts when block"), said
+    assert said[str(tail)].startswith("starts when block"), said
+    assert "runs past the window's close" in said[str(too_long)], said
 
     c.wait_job(gang, {"RUNNING", "COMPLETED"}, 150)
     c.wait_job(tail, {"RUNNING"}, 60)
@@ -206,5 +223,11 @@ def test_a_capacity_block_runs_jobs_inside_its_window_and_none_past_it(make_clus
     assert kinds.count("block_job_requeued") == 1 and "block_closed" in kinds
     for n in range(1, 5):
         assert "POWERED_DOWN" in c.node(f"cb-{n}")["State"], c.node(f"cb-{n}")
+    report = json.loads(c.cli("report", "--since", "1h", "--format", "json").stdout)
+    (paid,) = report["paid_capacity"]
+    assert paid["kind"] == "capacity-block" and paid["paid_node_hours"] == round(4 * 180 / 3600, 2)
+    assert 0 < paid["used_node_hours"] < paid["paid_node_hours"], paid
+    print(f"block: paid {paid['paid_node_hours']} node-h, used {paid['used_node_hours']}, "
+          f"utilisation {paid['utilization']}")
     print(f"pending reason before the block: {pending_reason}; first launch "
           f"{first - start.timestamp():.1f}s after the start")
