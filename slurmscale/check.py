@@ -7,8 +7,13 @@ gives up on a silent EC2 at half of it); SuspendTime is the backstop behind the 
 limits; the settings slurmscale relies on (JobRequeue, idle_on_node_suspend) are on, and
 Slurm remembers ended jobs long enough for the reports (MinJobAge).
 
-The checks are pure functions of what Slurm printed and what the filesystem says, so each
-misconfiguration has a unit test; `gather` reads the real thing."""
+Pools with EFA, capacity reservations or Capacity Blocks also have their launch template
+versions read from EC2: EFA interfaces where `efa: true`; a reserved version that targets the
+reservations and a pool version that does not; a block pool's version with market type
+capacity-block and a reservation target (EC2 Fleet takes both only from the template).
+
+The checks are pure functions of what Slurm printed, what EC2 stores and what the filesystem
+says, so each misconfiguration has a unit test; `gather` reads the real thing."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmscale.config import Config
+from slurmscale.config import CapacityType, Config
 from slurmscale.hostlists import expand
 from slurmscale.slurm.kv import parse_oneliner
 
@@ -197,6 +202,83 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
         warn("min_job_age", f"MinJobAge is {age} s: Slurm forgets an ended job before the "
              f"reports' once-a-minute read (keep it >= {MIN_JOB_AGE_S} s, 300 by default) "
              "and jobs shorter than a pass go uncounted")
+    return out
+
+
+# (pool, launch template version) -> its LaunchTemplateData, or the error reading it
+Templates = dict[tuple[str, str], dict | str]
+
+
+def templates_to_read(cfg: Config) -> list[tuple[str, str]]:
+    out = []
+    for p in cfg.pools:
+        cr = p.capacity_reservations
+        if p.efa or cr is not None:
+            out.append((p.name, p.launch_template.version))
+        if cr is not None and cr.launch_template_version:
+            out.append((p.name, cr.launch_template_version))
+    return out
+
+
+def check_templates(cfg: Config, templates: Templates) -> list[Problem]:
+    out: list[Problem] = []
+
+    def warn(code: str, msg: str) -> None:
+        out.append(Problem("warning", code, msg))
+
+    for p in cfg.pools:
+        cr = p.capacity_reservations
+        versions = [p.launch_template.version] + (
+            [cr.launch_template_version] if cr and cr.launch_template_version else [])
+        for v in versions:
+            data = templates.get((p.name, v))
+            if isinstance(data, str):
+                warn("template_unreadable", f"pool {p.name}: launch template version {v} not "
+                     f"read from EC2 ({data}); its EFA and reservation settings are unchecked")
+                continue
+            if data is None:
+                continue
+            target = data.get("CapacityReservationSpecification", {})
+            market = data.get("InstanceMarketOptions", {}).get("MarketType")
+            if p.efa and not any(ni.get("InterfaceType") == "efa"
+                                 for ni in data.get("NetworkInterfaces", [])):
+                warn("efa_missing", f"pool {p.name} is marked efa: true, but launch template "
+                     f"version {v} has no network interface of InterfaceType efa: its gangs "
+                     "would run NCCL over TCP")
+            if p.capacity_type is CapacityType.CAPACITY_BLOCK:
+                if market != "capacity-block" or not target.get("CapacityReservationTarget"):
+                    warn("block_template", f"capacity-block pool {p.name}: launch template "
+                         f"version {v} needs InstanceMarketOptions.MarketType capacity-block "
+                         "and a CapacityReservationTarget (the block), or EC2 Fleet refuses it")
+            elif cr is not None and v == cr.launch_template_version:
+                if not target.get("CapacityReservationTarget") and \
+                        target.get("CapacityReservationPreference") != "open":
+                    warn("reservation_template", f"pool {p.name}: reserved launch template "
+                         f"version {v} targets no reservation (by resource group, or open): "
+                         "its gangs would not land in the reservations")
+            elif cr is not None and target.get("CapacityReservationTarget"):
+                warn("reservation_template", f"pool {p.name}: launch template version {v} "
+                     "targets reservations, so gangs that do not fit them whole could be "
+                     "split into them; only capacity_reservations.launch_template_version "
+                     "should target them")
+    return out
+
+
+def gather_templates(cfg: Config) -> Templates:
+    """The launch template versions `check_templates` needs, from EC2."""
+    want = templates_to_read(cfg)
+    if not want:
+        return {}
+    from slurmscale.cloud.ec2 import EC2Cloud
+    from slurmscale.cloud.protocol import CloudError
+
+    ec2 = EC2Cloud(cfg.aws)
+    out: Templates = {}
+    for name, version in want:
+        try:
+            out[(name, version)] = ec2.launch_template_data(cfg.pool(name), version)
+        except CloudError as e:
+            out[(name, version)] = str(e)
     return out
 
 

@@ -16,12 +16,14 @@ from slurmscale.cli_common import _load
 def check(ctx: click.Context, as_json: bool) -> None:
     """Check the config against the running Slurm: partitions and CLOUD nodes exist, the
     power-saving hooks are slurmscale's and SlurmUser may run them, read the config and write
-    the spool, ResumeTimeout outlasts boot, SuspendTime backs the policy up. One line per
+    the spool, ResumeTimeout outlasts boot, SuspendTime backs the policy up; launch template
+    versions have EFA where a pool says efa: true and target its reservations or block as
+    EC2 Fleet needs (read from EC2 for such pools only). One line per
     problem; exit 0 with none (warnings allowed), 1 with errors, 2 if Slurm cannot be read.
 
     JSON: {"ok": bool, "problems": [{severity, code, message}]}"""
     from slurmscale.check import check as run_check
-    from slurmscale.check import gather
+    from slurmscale.check import check_templates, gather, gather_templates
     from slurmscale.config import resolve_path
     from slurmscale.slurm.protocol import SlurmError
 
@@ -32,6 +34,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"slurmscale check: cannot read Slurm: {e}", err=True)
         sys.exit(2)
     problems = run_check(cfg, view, resolve_path(ctx.find_root().obj.get("config")))
+    problems += check_templates(cfg, gather_templates(cfg))
     errors = [p for p in problems if p.severity == "error"]
     if as_json:
         click.echo(json.dumps({"ok": not errors, "problems": [p.__dict__ for p in problems]},

@@ -101,15 +101,15 @@ def render(d: dict[str, Any]) -> str:
                          "idle_gpu_h": h["idle_gpu_hours"]} for h in d["reservations"]],
                        ["name", "job", "state", "held", "idle_gpu_h"])]
     if d.get("paid_capacity"):
-        out += ["", "paid capacity (blocks since their start, reservations over 24h):",
+        out += ["", "paid capacity, node-hours (blocks since their start, reservations 24h):",
                 _table([{"id": p["id"][-10:], "pool": p["pool"][:10],
                          "kind": "block" if p["kind"] == "capacity-block" else "odcr",
                          "state": p["state"][:9], "free": f"{p['available']}/{p['total']}",
-                         "window": _window(p), "paid_nh": p["paid_node_hours"],
-                         "used_nh": p["used_node_hours"],
+                         "window": _window(p), "paid": p["paid_node_hours"],
+                         "used": p["used_node_hours"],
                          "use": "-" if p["utilization"] is None
                          else f"{p['utilization']:.0%}"} for p in d["paid_capacity"]],
-                       ["id", "pool", "kind", "state", "free", "window", "paid_nh", "used_nh",
+                       ["id", "pool", "kind", "state", "free", "window", "paid", "used",
                         "use"])]
     if d["backoff"]:
         out += ["", "pools in capacity backoff:",

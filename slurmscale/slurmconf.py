@@ -57,10 +57,11 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
             if extra:
                 attrs.append(extra)
         lines.append(" ".join(attrs))
-        # A job submitted to both (-p spot,on-demand) is placed on spot first when it can
-        # start there; while a spot pool is out of capacity its nodes are held, so it goes
-        # to on-demand.
-        tier = 2 if p.capacity_type is CapacityType.SPOT else 1
+        # A job submitted to several partitions (-p block,spot,on-demand) is placed where it
+        # can start first by tier: a Capacity Block (paid whether used or not), then spot,
+        # then on-demand; while a spot pool is out of capacity its nodes are held, so it goes
+        # to on-demand, and a block's nodes are reserved outside its window.
+        tier = {CapacityType.CAPACITY_BLOCK: 3, CapacityType.SPOT: 2}.get(p.capacity_type, 1)
         lines.append(f"PartitionName={p.partition} Nodes={p.node_range()} State=UP "
                      f"MaxTime=INFINITE OverSubscribe=NO PriorityTier={tier}")
     return "\n".join(lines) + "\n"

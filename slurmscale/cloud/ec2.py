@@ -243,3 +243,11 @@ class EC2Cloud:
 
     def delete_placement_group(self, name: str) -> None:
         self._call("delete_placement_group", GroupName=name)
+
+    def launch_template_data(self, pool: Pool, version: str) -> dict:
+        """One version of the pool's launch template, as EC2 stores it (for `check`)."""
+        ref = ({"LaunchTemplateId": pool.launch_template.id} if pool.launch_template.id
+               else {"LaunchTemplateName": pool.launch_template.name or ""})
+        resp = self._call("describe_launch_template_versions", **ref, Versions=[version])
+        versions = resp.get("LaunchTemplateVersions", [])
+        return dict(versions[0].get("LaunchTemplateData", {})) if versions else {}

@@ -248,3 +248,61 @@ def test_an_idle_node_on_paid_capacity_is_kept_unless_told_otherwise() -> None:
         return [n for a in p.actions if a.kind.value == "release" for n in a.nodes]
     assert plan(release=False) == ["p-2"]
     assert sorted(plan(release=True)) == ["p-1", "p-2"]
+
+
+# --- slurmscale check: the launch templates EFA and reservations rely on ----------------------
+def test_check_names_templates_without_efa_or_the_targets_fleet_needs() -> None:
+    from slurmscale.check import check_templates, templates_to_read
+
+    cfg = parse_config(base_config(pools=[
+        _pool(efa=True, capacity_reservations={"ids": ["cr-0000000a"],
+                                               "launch_template_version": 5}),
+        {**_pool(), "name": "cb", "partition": "cb", "node_prefix": "cb-",
+         "capacity_type": "capacity-block",
+         "capacity_reservations": {"ids": ["cr-0000000b"]}}]))
+    assert templates_to_read(cfg) == [("gpu-od", "2"), ("gpu-od", "5"), ("cb", "2")]
+    efa = {"NetworkInterfaces": [{"DeviceIndex": 0, "InterfaceType": "efa"}]}
+    target = {"CapacityReservationSpecification": {"CapacityReservationTarget": {
+        "CapacityReservationResourceGroupArn": "arn:aws:resource-groups:r:1:group/g"}}}
+    block = {"InstanceMarketOptions": {"MarketType": "capacity-block"},
+             "CapacityReservationSpecification": {"CapacityReservationTarget": {
+                 "CapacityReservationId": "cr-0000000b"}}}
+    good = {("gpu-od", "2"): efa, ("gpu-od", "5"): {**efa, **target}, ("cb", "2"): block}
+    assert check_templates(cfg, good) == []
+    bad = {("gpu-od", "2"): {**target}, ("gpu-od", "5"): efa, ("cb", "2"): {},
+           }
+    codes = sorted(p.code for p in check_templates(cfg, bad))
+    assert codes == ["block_template", "efa_missing", "reservation_template",
+                     "reservation_template"], codes
+    unread = check_templates(cfg, {("cb", "2"): "AuthFailure: no"})
+    assert [p.code for p in unread] == ["template_unreadable"]
+
+
+def test_check_reads_the_template_versions_from_ec2(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from slurmscale.check import gather_templates
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        url = f"http://{host}:{port}"
+        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=url)
+        ec2.create_launch_template(LaunchTemplateName="gpu-efa", LaunchTemplateData={
+            "ImageId": "ami-0a1b2c3d4e5f60718",
+            "NetworkInterfaces": [{"DeviceIndex": 0, "InterfaceType": "efa"}]})
+        cfg = parse_config(base_config(aws={"endpoint_url": url}, pools=[_pool(
+            efa=True, launch_template={"name": "gpu-efa", "version": 1})]))
+        got = gather_templates(cfg)
+        assert got[("gpu-od", "1")]["NetworkInterfaces"][0]["InterfaceType"] == "efa"
+        missing = parse_config(base_config(aws={"endpoint_url": url}, pools=[_pool(
+            efa=True, launch_template={"name": "gpu-efa", "version": 7})]))
+        assert isinstance(gather_templates(missing)[("gpu-od", "7")], str)
+    finally:
+        server.stop()
