@@ -162,6 +162,7 @@ def _node_rows(cfg: Config) -> tuple[list[dict[str, Any]], str | None]:
                 "instance_id": i.instance_id if i else None,
                 "instance_type": i.instance_type if i else None,
                 "lifecycle": i.lifecycle if i else None,
+                "capacity_reservation_id": (i.capacity_reservation_id or None) if i else None,
                 "launched_at": _iso(i.launched_at) if i else None,
             })
     return rows, slurm_err
@@ -175,7 +176,7 @@ def nodes(ctx: click.Context, as_json: bool, show_all: bool) -> None:
     """Every node of every pool: Slurm state, address, instance.
 
     JSON: {"nodes": [{node, pool, slurm_state, addr, reason, instance_id, instance_type,
-    lifecycle, launched_at}], "slurm_error": str|null}
+    lifecycle, capacity_reservation_id, launched_at}], "slurm_error": str|null}
     """
     cfg = _load(ctx)
     rows, err = _node_rows(cfg)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
@@ -131,8 +131,6 @@ class ReservedCapacity:
         if cr is None:
             return Route(RouteKind.NORMAL, "no reservations")
         block = pool.capacity_type is CapacityType.CAPACITY_BLOCK
-        if cr.preference is ReservationPreference.NONE and not block:
-            return Route(RouteKind.NORMAL, "reservations not used (preference none)")
         return route_gang(gang.size, pool.instance_types, self.zones(pool),
                           self.of_pool(pool, now),
                           ReservationPreference.ONLY if block else cr.preference)
@@ -145,7 +143,7 @@ class GangFleets:
     cfg: Config
     cloud: CloudProvider
     token: Token  # gang id (+ part) -> EC2 ClientToken
-    _groups_made: set[str] | None = None
+    groups_made: set[str] = field(default_factory=set)  # pools' groups known to exist
 
     def spec(self, pool: Pool, route: Route, gid: str) -> FleetSpec:
         spec = FleetSpec.of(pool)
@@ -167,13 +165,12 @@ class GangFleets:
         return pool.placement_group
 
     def _ensure_group(self, name: str, gid: str | None) -> None:
-        made = self._groups_made = self._groups_made or set()
-        if name in made:
+        if name in self.groups_made:
             return
         tags = {TAG_CLUSTER: self.cfg.cluster_name, **({TAG_GANG: gid} if gid else {})}
         self.cloud.ensure_placement_group(name, tags)
         if gid is None:  # a pool's group lives on; a gang's is deleted with the gang
-            made.add(name)
+            self.groups_made.add(name)
 
     def launch(self, pool: Pool, gang: Gang, gid: str, tags: dict[str, str],
                spec: FleetSpec) -> LaunchResult:

@@ -389,7 +389,10 @@ class Reconciler:
                 created_at=now, updated_at=now,
             ))
         what = (f"job {gang.job_ids[0]} gang" if gang.job_ids else "batch of single nodes")
-        if route.kind is RouteKind.REFUSED and not recovering:
+        # a launch cut off by a crash: whatever it launched carries the gang's tag
+        recovered = self._recover(gid) if recovering else None
+        if route.kind is RouteKind.REFUSED and recovered is None:
+            # (a recovered gang may find short the reserved capacity it took itself)
             self._fail_gang(gang, gid, NO_RESERVED_FIT, route.reason, obtained=[])
             self._count_launch(pool, Outcome.FAILED, NO_RESERVED_FIT)
             return Outcome.FAILED, NO_RESERVED_FIT
@@ -409,7 +412,7 @@ class Reconciler:
         tags = {TAG_CLUSTER: self.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: gid,
                 TAG_REQUEST: gang.request_ids[0] if gang.request_ids else ""}
         crash_point("launch:before_fleet")
-        result = self._recover(gid) if recovering else None
+        result = recovered
         if result is None:
             try:
                 result = self.fleets.launch(pool, gang, gid, tags, spec)

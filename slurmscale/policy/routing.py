@@ -43,8 +43,12 @@ def route_gang(size: int, instance_types: Sequence[str], subnet_zones: Mapping[s
     to their AZ; `reservations`: the pool's reservations as last read. The first instance
     type (pool order) and subnet (pool order) whose active reservations together have `size`
     free wins; with none, the normal capacity (or a refusal, preference `only`)."""
-    if preference is ReservationPreference.NONE or not reservations:
-        return Route(RouteKind.NORMAL, "no reservations to use")
+    if preference is ReservationPreference.NONE:
+        return Route(RouteKind.NORMAL, "reservations not used (preference none)")
+    if not reservations:
+        why = "no reservation known to EC2 right now"
+        return Route(RouteKind.REFUSED, why + " (preference only)") \
+            if preference is ReservationPreference.ONLY else Route(RouteKind.NORMAL, why)
     free: dict[tuple[str, str], list[CapacityReservation]] = {}
     for r in reservations:
         if r.active and r.available > 0:

@@ -21,6 +21,7 @@ import time
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -202,29 +203,33 @@ def _fleet_response(fleet_id: str, groups: list[tuple[str, str, list[str]]],
 
 
 def _rewrite_partial(data: bytes, fault: Fault) -> bytes:
-    root = ET.fromstring(data)
-    # the answer's own namespace: moto's lacks the final slash of EC2's
-    ns = {"e": root.tag[1:].split("}")[0] if root.tag.startswith("{") else NS}
-    fleet_id = root.findtext("e:fleetId", default="", namespaces=ns)
+    root, q = _doc(data)
+    fleet_id = root.findtext(q("fleetId"), default="")
     groups: list[tuple[str, str, list[str]]] = []
     left = fault.keep
-    for item in root.findall("e:fleetInstanceSet/e:item", ns):
-        ids = [i.text or "" for i in item.findall("e:instanceIds/e:item", ns)]
+    for item in root.findall(f"{q('fleetInstanceSet')}/{q('item')}"):
+        ids = [i.text or "" for i in item.findall(f"{q('instanceIds')}/{q('item')}")]
         kept, left = ids[:left], max(0, left - len(ids))
-        groups.append((item.findtext("e:lifecycle", default="spot", namespaces=ns),
-                       item.findtext("e:instanceType", default="", namespaces=ns), kept))
+        groups.append((item.findtext(q("lifecycle"), default="spot"),
+                       item.findtext(q("instanceType"), default=""), kept))
     return _fleet_response(fleet_id, groups, fault)
 
 
-def _rewrite_reclaimed(data: bytes, reclaimed: set[str]) -> bytes:
-    """Show `reclaimed` instances as EC2 does after a spot reclaim."""
+def _doc(data: bytes) -> tuple[ET.Element, Callable[[str], str]]:
+    """An EC2 answer parsed, and a function naming a tag in its namespace (moto's lacks the
+    final slash of EC2's); written back with the same default namespace."""
     root = ET.fromstring(data)
     uri = root.tag[1:].split("}")[0] if root.tag.startswith("{") else ""
     ET.register_namespace("", uri)
 
     def q(tag: str) -> str:
         return f"{{{uri}}}{tag}" if uri else tag
+    return root, q
 
+
+def _rewrite_reclaimed(data: bytes, reclaimed: set[str]) -> bytes:
+    """Show `reclaimed` instances as EC2 does after a spot reclaim."""
+    root, q = _doc(data)
     for inst in root.iter(q("item")):
         if inst.findtext(q("instanceId")) not in reclaimed:
             continue
@@ -244,23 +249,16 @@ def _rewrite_reclaimed(data: bytes, reclaimed: set[str]) -> bytes:
 
 
 def _fleet_instances(data: bytes) -> list[str]:
-    """The instance ids in a CreateFleet answer (moto's namespace lacks EC2's final slash)."""
-    root = ET.fromstring(data)
-    return [i.text for i in root.iter() if i.tag.rsplit("}", 1)[-1] == "item"
-            and i.text and i.text.startswith("i-")]
+    """The instance ids in a CreateFleet answer."""
+    root, q = _doc(data)
+    return [i.text for i in root.iter(q("item")) if i.text and i.text.startswith("i-")]
 
 
 def _rewrite_reservations(data: bytes, where: dict[str, str]) -> bytes:
     """Instances inside a capacity reservation carry its id, as EC2 shows them."""
     if not where:
         return data
-    root = ET.fromstring(data)
-    uri = root.tag[1:].split("}")[0] if root.tag.startswith("{") else ""
-    ET.register_namespace("", uri)
-
-    def q(tag: str) -> str:
-        return f"{{{uri}}}{tag}" if uri else tag
-
+    root, q = _doc(data)
     for inst in root.iter(q("item")):
         cr = where.get(inst.findtext(q("instanceId")) or "")
         if cr and inst.find(q("capacityReservationId")) is None:
