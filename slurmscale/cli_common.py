@@ -58,8 +58,12 @@ def _parse_since(text: str | None, param: str = "--since") -> datetime | None:
     if not text:
         return None
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if text[-1:] in units and text[:-1].isdigit():
-        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    if text[-1:] in units and text[:-1].isascii() and text[:-1].isdigit():
+        seconds = int(text[:-1]) * units[text[-1]]
+        if seconds > 100 * 365 * 86400:
+            raise click.BadParameter(f"{text!r} reaches back more than 100 years",
+                                     param_hint=param)
+        return datetime.now(UTC) - timedelta(seconds=seconds)
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:

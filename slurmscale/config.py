@@ -304,7 +304,8 @@ class Pool(_Strict):
         if not node.startswith(self.node_prefix):
             return False
         idx = node[len(self.node_prefix):]
-        return idx.isdigit() and not idx.startswith("0") and 1 <= int(idx) <= self.max_nodes
+        return (idx.isascii() and idx.isdigit() and not idx.startswith("0")
+                and 1 <= int(idx) <= self.max_nodes)
 
 
 class AwsSettings(_Strict):
@@ -565,11 +566,36 @@ def load_config(path: str | Path | None = None) -> Config:
     return cfg
 
 
-def _has_password(url: str) -> bool:
-    """Without SQLAlchemy: the hooks load the config too, and import nothing heavy."""
-    from urllib.parse import urlsplit
+# Query parameters of a database URL that carry a credential (SQLAlchemy passes the query to
+# the driver: psycopg takes ?password=, ?sslpassword=, ...).
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|credential|key", re.IGNORECASE)
+
+
+def url_secrets(url: str) -> list[str]:
+    """Every credential a store URL carries, in any form SQLAlchemy accepts: the userinfo's
+    password and credential-like query parameters. Without SQLAlchemy: the hooks load the
+    config too, and import nothing heavy."""
+    from urllib.parse import parse_qsl, unquote, urlsplit
 
     try:
-        return bool(urlsplit(url).password)
+        parts = urlsplit(url)
+        found = [unquote(parts.password)] if parts.password else []
+        found += [v for k, v in parse_qsl(parts.query, keep_blank_values=False)
+                  if _SECRET_PARAM.search(k) and v]
     except ValueError:
-        return False
+        return []
+    return found
+
+
+def _has_password(url: str) -> bool:
+    return bool(url_secrets(url))
+
+
+def redact(text: str, url: str) -> str:
+    """`text` (a URL, an error message) with every credential of `url` replaced by ***."""
+    for secret in sorted(url_secrets(url), key=len, reverse=True):
+        from urllib.parse import quote
+
+        for form in {secret, quote(secret, safe=""), quote(secret)}:
+            text = text.replace(form, "***")
+    return text

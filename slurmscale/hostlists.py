@@ -12,6 +12,11 @@ class HostlistError(ValueError):
     """A hostlist expression Slurm would not have produced."""
 
 
+# Slurm's node names are ASCII (a full-width or superscript digit is not a digit to Slurm,
+# though Python's str.isdigit says it is); bounded like a hostname.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def expand(expr: str) -> list[str]:
     """Expand a hostlist into node names, in order, without duplicates."""
     text = expr.strip()
@@ -24,8 +29,9 @@ def expand(expr: str) -> list[str]:
     if not names:
         raise HostlistError(f"hostlist {expr!r} names no nodes")
     for n in names:
-        if not n or any(c.isspace() for c in n) or any(c in n for c in "[],"):
-            raise HostlistError(f"unparsable hostlist {expr!r}: bad node name {n!r}")
+        if not NODE_NAME.fullmatch(n):
+            raise HostlistError(f"unparsable hostlist {expr!r}: bad node name {n!r} (node "
+                                "names are ASCII letters, digits, '.', '_' and '-')")
     return names
 
 
@@ -40,5 +46,5 @@ def compress(names: list[str] | tuple[str, ...] | set[str]) -> str:
 def node_order_key(name: str) -> tuple[str, int, str]:
     """gpu-2 before gpu-10: pools number their nodes, and a numeric order is what admins read
     (holds and reservations take nodes in this order)."""
-    m = re.search(r"(\d+)$", name)
+    m = re.search(r"([0-9]+)$", name)
     return (name[:m.start()], int(m.group(1)), name) if m else (name, -1, name)

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slurmscale.hostlists import NODE_NAME
 from slurmscale.model import RequestKind
+
+REQUEST_ID = re.compile(r"[0-9]{13}-[0-9a-f]{12}")  # what new_request makes
+MAX_NODES = 100_000
+MAX_TEXT = 4 * 1024 * 1024  # a hostlist or resume file larger than this is not Slurm's
+LATEST_TIME = 4102444800.0  # 2100-01-01: any later "received_at" is garbage
 
 
 @dataclass(frozen=True)
@@ -37,15 +44,29 @@ class SpooledRequest:
 
     @staticmethod
     def from_json(text: str) -> SpooledRequest:
+        """A spool file's request, every field checked: a file is data from disk, and one
+        that is valid JSON with an absurd value (a time of 1e20, a node name Slurm cannot
+        have) must be refused here, not deep inside the daemon's pass."""
         d = json.loads(text)
-        return SpooledRequest(
-            id=str(d["id"]),
-            kind=RequestKind(d["kind"]),
-            nodes=tuple(d["nodes"]),
-            hostlist=str(d["hostlist"]),
-            resume_file=d.get("resume_file"),
-            received_at=float(d["received_at"]),
-        )
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
+        rid, nodes, hostlist, rf = d["id"], d["nodes"], d["hostlist"], d.get("resume_file")
+        received_at = d["received_at"]
+        if not (isinstance(rid, str) and REQUEST_ID.fullmatch(rid)):
+            raise ValueError(f"bad request id {rid!r}")
+        if not (isinstance(nodes, list) and 0 < len(nodes) <= MAX_NODES
+                and all(isinstance(n, str) and NODE_NAME.fullmatch(n) for n in nodes)):
+            raise ValueError("bad node list")
+        if not (isinstance(hostlist, str) and 0 < len(hostlist) <= MAX_TEXT):
+            raise ValueError("bad hostlist")
+        if rf is not None and not (isinstance(rf, str) and len(rf) <= MAX_TEXT):
+            raise ValueError("bad resume file")
+        if isinstance(received_at, bool) or not isinstance(received_at, int | float) \
+                or not 0 <= received_at <= LATEST_TIME:
+            raise ValueError(f"bad received_at {received_at!r}")
+        return SpooledRequest(id=rid, kind=RequestKind(d["kind"]), nodes=tuple(nodes),
+                              hostlist=hostlist, resume_file=rf,
+                              received_at=float(received_at))
 
 
 class Spool:
@@ -93,8 +114,8 @@ class Spool:
             return
         for p in sorted(self.incoming.glob("*.json")):
             try:
-                yield p, SpooledRequest.from_json(p.read_text())
-            except (ValueError, KeyError, TypeError, OSError):
+                yield p, SpooledRequest.from_json(p.read_text(encoding="utf-8"))
+            except (ValueError, KeyError, TypeError, OSError, RecursionError):
                 yield p, None
 
     def reject(self, path: Path) -> None:

@@ -52,7 +52,7 @@ def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) ->
                 self._send(404, {"error": f"no route {method} {self.path}"})
                 return
             text = self.headers.get("Content-Length") or "0"
-            if not text.isdigit() or int(text) > MAX_BODY:
+            if not text.isascii() or not text.isdigit() or int(text) > MAX_BODY:
                 self._send(400, {"error": f"bad Content-Length {text[:20]!r} (at most "
                                           f"{MAX_BODY} bytes)"})
                 return

@@ -64,7 +64,12 @@ class InterruptionPass:
         self.evacuated: set[str] = set()
 
     def run(self, now: datetime) -> int:
-        """Handle what is queued now; returns the number of messages consumed."""
+        """Handle what is queued now; returns the number of messages read. SQS delivers at
+        least once: a message is deleted only once it was handled or is moot (malformed, not
+        ours, nothing left to do). One whose handling failed (Slurm unreachable, say) stays:
+        the visibility timeout brings it back and it is handled again (idempotently: an
+        evacuated instance is not evacuated twice, a preemption is recorded once), so a
+        two-minute warning is never lost to a passing failure."""
         if self.queue is None:
             return 0
         try:
@@ -78,41 +83,46 @@ class InterruptionPass:
             except EventError as e:
                 self.event("event_dropped", f"malformed EC2 event message dropped: {e}")
             else:
-                self._handle(ev, now)
+                if not self._handle(ev, now):
+                    log.warning("EC2 event for %s not handled yet; it comes back after the "
+                                "queue's visibility timeout", ev.instance_id)
+                    continue
             try:
                 self.queue.delete(m.receipt)
             except CloudError as e:  # it comes back after its visibility timeout: harmless
                 log.warning("cannot delete event message: %s", e)
         return len(messages)
 
-    def _handle(self, ev: Ec2Event, now: datetime) -> None:
+    def _handle(self, ev: Ec2Event, now: datetime) -> bool:
+        """True once the event was acted on or is moot; False: try again later."""
         inst = self.store.instance(ev.instance_id)
         if inst is None:
             self.event("event_dropped", f"{ev.kind.value} for {ev.instance_id}: not an "
                        "instance slurmscale launched; ignored")
-            return
+            return True
         if inst.state != "running":
             self.event("event_dropped", f"{ev.kind.value} for {ev.instance_id} ({inst.node}):"
                        f" already {inst.state}; nothing to do", node=inst.node)
-            return
+            return True
         match ev.kind:
             case EventKind.SPOT_WARNING:
                 reason = f"{INTERRUPT_REASON} {ev.time} ({ev.action or 'terminate'})"
                 self._reclaimed(inst.pool, now)
-                self._evacuate(inst, ev.kind.value, ev.time, reason, now)
+                return self._evacuate(inst, ev.kind.value, ev.time, reason, now)
             case EventKind.REBALANCE:
                 reason = f"{REBALANCE_REASON} {ev.time}"
                 try:
                     self.slurm.drain([inst.node], reason)
                 except SlurmError as e:
                     self.event("slurm_update_failed", f"drain {inst.node}: {e}", node=inst.node)
-                    return
+                    return False
                 self.event("rebalance_drained", f"{inst.node} ({inst.instance_id}): {reason}; "
                            "running jobs continue, nothing new starts there", node=inst.node)
             case EventKind.STATE_CHANGE:
                 if (ev.state or "") in GONE_STATES:
                     reason = f"{GONE_REASON} {inst.instance_id} {ev.state} at {ev.time}"
-                    self._evacuate(inst, ev.kind.value, ev.time, reason, now)
+                    return self._evacuate(inst, ev.kind.value, ev.time, reason, now)
+        return True
 
     def sweep(self, seen: list[CloudInstance], now: datetime) -> int:
         """Instances the store has running that EC2 reports gone, with no event having said
@@ -145,9 +155,11 @@ class InterruptionPass:
             self.backoff.reclaimed(pool.name, now)
 
     def _evacuate(self, inst: InstanceRow, kind: str, notice_time: str, reason: str,
-                  now: datetime) -> None:
+                  now: datetime) -> bool:
+        """Drain, requeue the node's jobs, power it down. True when done (now or before);
+        False when Slurm did not let it finish: called again, it redoes only what is left."""
         if inst.instance_id in self.evacuated:
-            return
+            return True
         node = inst.node
         # The jobs first: draining a node that is still powering up makes Slurm requeue its
         # configuring job at once, and it would no longer be listed on the node.
@@ -156,7 +168,7 @@ class InterruptionPass:
         except SlurmError as e:
             self.event("slurm_read_failed", f"jobs on {node}: {e}; not powering it down "
                        "until they can be requeued", node=node)
-            return
+            return False
         try:
             self.slurm.drain([node], reason)
         except SlurmError as e:
@@ -168,6 +180,8 @@ class InterruptionPass:
                 if not self._requeued_already(job):
                     self.event("requeue_failed", f"job {job} on {node}: {e}", node=node)
                     continue
+            if self.store.has_preemption(job, inst.instance_id):
+                continue  # an earlier, unfinished handling of this event requeued it
             self.store.add_preemption(PreemptionRow(
                 at=now, job_id=job, node=node, instance_id=inst.instance_id, pool=inst.pool,
                 instance_type=inst.instance_type, lifecycle=inst.lifecycle,
@@ -178,10 +192,11 @@ class InterruptionPass:
             self.slurm.power_down_force([node], reason)
         except SlurmError as e:
             self.event("slurm_update_failed", f"power down {node}: {e}", node=node)
-            return
+            return False
         self.evacuated.add(inst.instance_id)
         self.event("node_evacuated", f"{node} ({inst.instance_id}): {reason}; "
                    f"{len(jobs)} job(s) requeued, node powered down", node=node)
+        return True
 
     def _requeued_already(self, job: str) -> bool:
         """Slurm requeued it itself (a configuring job on a node drained while booting)."""

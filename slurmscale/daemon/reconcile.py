@@ -13,6 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
+
+from sqlalchemy.exc import DBAPIError
 
 from slurmscale.cloud.errors import is_transient
 from slurmscale.cloud.protocol import (
@@ -159,19 +162,36 @@ class Reconciler:
 
     # --- the pass ------------------------------------------------------------------
     def drain_spool(self) -> int:
+        """Move spooled requests into the store. A file that cannot be taken, whatever the
+        reason, is set aside in `rejected/` with an event, and the others are still taken: one
+        bad file must never stop every pass. The store being down is no reason to reject: that
+        error ends the pass, and the file is taken next time."""
         n = 0
         for path, req in self.spool.pending():
             if req is None:
-                self.spool.reject(path)
-                self.event("spool_rejected", f"unreadable spool file {path.name} set aside")
+                self._reject(path, "unreadable or invalid")
                 continue
-            if self.store.add_request(req):
+            try:
+                added = self.store.add_request(req)
+            except DBAPIError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any other failure is this file's
+                self._reject(path, f"not storable ({type(e).__name__}: {e})"[:300])
+                continue
+            if added:
                 n += 1
                 self.event("request_received",
                            f"{req.kind.value} {req.hostlist} ({len(req.nodes)} nodes)",
                            request_id=req.id, node=req.hostlist)
             self.spool.done(path)
         return n
+
+    def _reject(self, path: Path, why: str) -> None:
+        try:
+            self.spool.reject(path)
+        except OSError as e:
+            log.error("cannot set aside spool file %s: %s", path, e)
+        self.event("spool_rejected", f"spool file {path.name} {why}: set aside in rejected/")
 
     def tick(self) -> TickResult:
         """Slurm's requests first (a resume is a job waiting), then the capacity policy."""
@@ -201,11 +221,25 @@ class Reconciler:
         if not rows:
             return
         now = self.clock()
-        pending = [
-            PendingRequest(id=r.id, kind=RequestKind(r.kind), nodes=tuple(json.loads(r.nodes)),
-                           resume_file=r.resume_file, received_at=utc(r.received_at).timestamp())
-            for r in rows
-        ]
+        pending, good = [], []
+        for r in rows:
+            try:
+                nodes = json.loads(r.nodes)
+                if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+                    raise ValueError(f"nodes {r.nodes[:80]!r} is not a list of names")
+                pending.append(PendingRequest(
+                    id=r.id, kind=RequestKind(r.kind), nodes=tuple(nodes),
+                    resume_file=r.resume_file,
+                    received_at=utc(r.received_at).timestamp()))  # type: ignore[union-attr]
+                good.append(r)
+            except (ValueError, TypeError, AttributeError, RecursionError) as e:
+                # one bad row must not stop every pass: it is failed, with its reason
+                self.store.finish_requests([r.id], "failed", now, error=f"unreadable: {e}")
+                self.event("request_rejected", f"request {r.id} in the store is unreadable "
+                           f"({e}); marked failed", request_id=r.id)
+        rows = good
+        if not rows:
+            return
         active = {i.node for i in self.store.active_instances()}
         plan = plan_requests(pending, active, self._pool_name, now.timestamp(),
                              self.cfg.daemon.batch_window_seconds)
@@ -272,10 +306,26 @@ class Reconciler:
                 self.event("leak_terminated", f"{i.instance_id} ({i.state}, node tag "
                            f"{i.tags.get(TAG_NODE, 'none')}, launched {i.launched_at}) was "
                            "running untracked", node=i.tags.get(TAG_NODE))
-        if nodes is not None:
+        if nodes:
+            self._terminate_nodeless(active, nodes, now)
             self._power_down_lost(nodes, seen, {i.node for i in active}, now)
         for name in self.fleets.sweep_groups(self.store.live_gangs()):
             self.event("placement_group_deleted", f"{name}: its gang's instances are gone")
+
+    def _terminate_nodeless(self, active: list[InstanceRow], nodes: list[SlurmNode],
+                            now: datetime) -> None:
+        """A tracked instance whose node Slurm does not have (a name Slurm refused, a node
+        taken out of slurm.conf) can never run a job: terminated once older than the leak
+        grace, like an untracked one. Slurm's node list must be non-empty to judge."""
+        known = {n.name for n in nodes}
+        grace = self.cfg.daemon.leak_grace_s
+        orphans = [i for i in active if i.node not in known
+                   and (now - utc(i.launched_at)).total_seconds() >= grace]  # type: ignore[operator]
+        if orphans and self._terminate([i.instance_id for i in orphans],
+                                       f"no Slurm node of that name for {grace:g}s"):
+            for i in orphans:
+                self.event("leak_terminated", f"{i.instance_id} was launched for node "
+                           f"{i.node!r}, which Slurm does not have", node=i.node)
 
     def _power_down_lost(self, nodes: list[SlurmNode], seen: list[CloudInstance],
                          tracked: set[str], now: datetime) -> None:
@@ -327,6 +377,31 @@ class Reconciler:
         self.interruptions.return_powered_down_nodes(nodes)
         self.backoff.upkeep(nodes, self.clock())
         self._reset_stale_addresses(nodes)
+        self._keep_addresses(nodes)
+
+    def _keep_addresses(self, nodes: list[SlurmNode]) -> None:
+        """A node with an instance up whose NodeAddr is not the address slurmscale gave it
+        (the `scontrol update` after the launch failed: slurmctld was down, say) is addressed
+        again, every pass until it holds: otherwise slurmctld cannot reach the new slurmd, the
+        job is requeued and a second launch follows. Costs nothing while addresses hold.
+        With private_dns the store has no DNS name to compare: left to the launch."""
+        if self.cfg.node_address is AddressSource.PRIVATE_DNS:
+            return
+        by_name = {n.name: n for n in nodes}
+        for row in self.store.active_instances():
+            n = by_name.get(row.node)
+            if n is None or {"POWERED_DOWN", "POWERING_DOWN"} & n.flags:
+                continue  # being released: release resets the address
+            addr, host = self._address(row.node, _launched(row))
+            if not addr or n.addr == addr:
+                continue
+            try:
+                self.slurm.set_node_address(row.node, addr, host)
+            except SlurmError as e:
+                log.warning("cannot readdress %s: %s", row.node, e)
+                continue
+            self.event("node_address_fixed", f"{row.node} runs on {row.instance_id} but Slurm "
+                       f"had NodeAddr={n.addr}: set to {addr}", node=row.node)
 
     def _reset_stale_addresses(self, nodes: list[SlurmNode]) -> None:
         """A powered-down node still addressed at its released instance (the reset at release
@@ -466,11 +541,23 @@ class Reconciler:
 
     def _readdress(self, nodes: list[str]) -> None:
         """Nodes whose instances are recorded: tag and address them again (both idempotent),
-        in case the daemon died between recording an instance and finishing its node."""
-        for row in self.store.active_instances(nodes):
+        in case the daemon died between recording an instance and finishing its node; and
+        finish the gang the daemon died in the middle of (recorded, still `launching`)."""
+        rows = self.store.active_instances(nodes)
+        for row in rows:
             # the store keeps no DNS name: with private-dns the first launch's address stands
             self._finish_node(row.node, _launched(row),
                               address=self.cfg.node_address is not AddressSource.PRIVATE_DNS)
+        for gid in sorted({r.gang_id for r in rows}):
+            gang = self.store.get_gang(gid)
+            if gang is None or gang.status != "launching":
+                continue
+            mine = [r for r in rows if r.gang_id == gid]
+            self.store.update_gang(gid, status="launched", updated_at=self.clock())
+            self.event("launched", f"{compress([r.node for r in mine])}: "
+                       + ", ".join(f"{r.node}={r.instance_id}" for r in mine)
+                       + " (recorded before a restart; the launch is finished now)",
+                       gang_id=gid, node=compress([r.node for r in mine]))
 
     def _finish_node(self, node: str, inst: LaunchedInstance, address: bool,
                      gid: str | None = None) -> None:

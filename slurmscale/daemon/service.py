@@ -14,7 +14,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.sqs import SqsEventQueue
-from slurmscale.config import Config
+from slurmscale.config import Config, redact
 from slurmscale.daemon.api import ApiServer, resolve_uids
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
@@ -157,7 +157,8 @@ class Daemon:
             self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
         log.info("slurmscale daemon up (%s): cluster %s, %d pool(s), socket %s, store %s",
                  self.role, self.cfg.cluster_name, len(self.cfg.pools), self.cfg.socket_path,
-                 self.store.engine.url.render_as_string(hide_password=True))
+                 redact(self.store.engine.url.render_as_string(hide_password=True),
+                        self.cfg.database_url()))
         self.stopping.wait()
         log.info("stopping")
         self.api.stop()

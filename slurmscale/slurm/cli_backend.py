@@ -35,7 +35,7 @@ def _alloc_gpus(tres: str) -> int:
     """AllocTRES=cpu=2,gres/gpu=4 (typed GPUs add gres/gpu:h100=4 beside it) -> 4."""
     for item in tres.split(","):
         key, _, val = item.partition("=")
-        if key == "gres/gpu" and val.isdigit():
+        if key == "gres/gpu" and val.isascii() and val.isdigit():
             return int(val)
     return 0
 

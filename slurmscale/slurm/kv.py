@@ -101,9 +101,10 @@ def parse_squeue_fixed(text: str) -> list[QueueJob]:
         nodes, prio, acct, resv, state = f[2], f[7], f[10], f[11], f[9]
         pending = state == "PENDING"  # a pending job's EndTime/NodeList are only estimates
         jobs.append(QueueJob(
-            f[0], parts, int(nodes) if nodes.isdigit() else 1, gpus_from_tres(f[3]),
+            f[0], parts, int(nodes) if nodes.isascii() and nodes.isdigit() else 1,
+            gpus_from_tres(f[3]),
             parse_time_limit(f[4]), f[5], f[6],
-            int(prio) if prio.lstrip("-").isdigit() else 0, f[8], state,
+            int(prio) if prio.isascii() and prio.lstrip("-").isdigit() else 0, f[8], state,
             "" if acct == "(null)" else acct, "" if resv == "(null)" else resv,
             "" if pending else f[12], "" if pending else f[13], "" if pending else f[14]))
     return jobs

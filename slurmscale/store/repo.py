@@ -94,7 +94,10 @@ class Store:
             with self.engine.connect() as conn:
                 current = MigrationContext.configure(conn).get_current_revision()
         except Exception as e:  # noqa: BLE001 - reported to the admin verbatim
-            return f"cannot open the store {self.engine.url.render_as_string()}: {e}"
+            from slurmscale.config import redact
+
+            return redact(f"cannot open the store {self.engine.url.render_as_string()}: {e}",
+                          self.url)
         if current != head:
             return (f"the store is at schema {current or 'none'}, this slurmscale needs {head}: "
                     "run `slurmscale db upgrade`")
@@ -275,6 +278,12 @@ class Store:
                 InstanceRow.capacity_reservation_id == reservation_id)))
 
     # preemptions ----------------------------------------------------------------------
+    def has_preemption(self, job_id: str, instance_id: str) -> bool:
+        with self.session() as s:
+            return s.scalar(select(func.count()).select_from(PreemptionRow).where(
+                PreemptionRow.job_id == job_id,
+                PreemptionRow.instance_id == instance_id)) > 0  # type: ignore[operator]
+
     def add_preemption(self, row: PreemptionRow) -> None:
         with self.session() as s:
             s.add(row)

@@ -7,6 +7,7 @@ AWS really produces, in AWS's response shapes.
   exactly the leak a careless client would never see.
 - `none`: answer CreateFleet with no instances and the error (what MinTargetCapacity gives).
 - `api_error`: answer with an EC2 API error (e.g. RequestLimitExceeded, HTTP 503).
+- `delay`: answer as usual, `seconds` late (a slow CreateFleet, to act while it is in flight).
 - `reclaimed`: instances AWS took back without any event reaching us: DescribeInstances shows
   them terminated with state reason Server.SpotInstanceTermination.
 - capacity reservations and placement groups, which moto lacks (`capacity`, ec2_capacity.py).
@@ -40,6 +41,7 @@ class Fault:
     status: int = 503
     times: int = 1
     skip: int = 0  # let this many matching calls through first (e.g. fail a gang's 3rd fleet)
+    seconds: float = 0.0  # delay: how late the answer comes
     # CreateFleet only: fault launches of this capacity type alone (spot runs out, on-demand
     # does not), None: any
     capacity_type: str | None = None
@@ -105,6 +107,8 @@ class EC2Proxy:
                         return
                     body = _as_on_demand(params, block[1])
                 fault = proxy._take_fault(call)
+                if fault and fault.kind == "delay":
+                    time.sleep(fault.seconds)
                 if fault and fault.kind == "api_error":
                     self._reply(fault.status, _api_error(fault.code, fault.message), call)
                     return

@@ -30,8 +30,10 @@ from tests.unit.test_interruptions import store_with_spot_instance
 
 FIXTURE_OK = [HealthCheck.function_scoped_fixture]
 
-# hostlist-shaped text: mostly the characters Slurm uses, so the parser's corners are reached
+# hostlist-shaped text: mostly the characters Slurm uses, so the parser's corners are reached,
+# and digits Python calls digits that Slurm does not (full-width, Arabic-Indic, superscript)
 hostlists = st.text(alphabet="spotd-0123456789[],- x", min_size=0, max_size=30) | st.text(
+    alphabet="spot-[]0123456789\uff11\uff12\u0663\u00b2\u00b3", max_size=20) | st.text(
     max_size=20)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 10**12) | st.text(max_size=20),
@@ -59,13 +61,17 @@ def _resume_files() -> st.SearchStrategy[str]:
 
 
 @given(hostlists)
+@example("spot-\uff11")
+@example("spot-\u0663")
+@example("spot-\u00b2")
 def test_any_hostlist_expands_to_clean_names_or_is_refused(expr: str) -> None:
     try:
         names = expand(expr)
     except HostlistError as e:
         assert str(e)
         return
-    assert names and all(n and n == n.strip() and not set(n) & set("[], ") for n in names)
+    assert names and all(n and n == n.strip() and not set(n) & set("[], ") and n.isascii()
+                         for n in names)
 
 
 def test_a_huge_hostlist_is_refused_not_expanded() -> None:
@@ -198,3 +204,26 @@ def test_any_sqs_message_is_consumed_without_touching_our_instances(
     assert p.run(T0) == len(bodies)
     assert len(q.deleted) == len(bodies), "every message deleted: none loops forever"
     assert slurm.calls == [] and store.preemptions() == [], "no message was about i-...01"
+
+
+spool_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**30, 10**30),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.lists(st.text(alphabet="spot-12\uff11\u00b2", max_size=8), max_size=3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.fixed_dictionaries({}, optional={
+    "id": spool_values | st.just("1796026821727-57652a53acac"),
+    "kind": spool_values | st.sampled_from(["resume", "suspend"]),
+    "nodes": spool_values | st.just(["spot-1"]), "hostlist": spool_values,
+    "resume_file": spool_values, "received_at": spool_values | st.just(1.0)}))
+def test_any_spool_file_parses_to_a_sane_request_or_is_refused(d: dict[str, Any]) -> None:
+    from slurmscale.spool import LATEST_TIME, SpooledRequest
+
+    try:
+        req = SpooledRequest.from_json(json.dumps(d))
+    except (ValueError, KeyError, TypeError):
+        return
+    assert 0 <= req.received_at <= LATEST_TIME and req.nodes
+    assert all(n.isascii() for n in req.nodes)

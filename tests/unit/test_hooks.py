@@ -94,3 +94,27 @@ def test_the_cli_reports_config_errors_with_exit_2(hooks) -> None:  # type: igno
     p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(hooks / "c.yaml"),
                         "status"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "pools" in p.stderr and "at least 1" in p.stderr
+
+
+@pytest.mark.parametrize("expr", ["spot-\uff11", "spot-\u0663", "spot-\u00b2"])
+def test_a_node_name_with_a_digit_slurm_does_not_read_is_bad_input(tmp_path, expr: str) -> None:  # type: ignore[no-untyped-def]
+    """Python's isdigit() takes these for digits; Slurm's node names are ASCII. Before the
+    fix the first two were spooled (and an instance launched for a node Slurm refused), the
+    third crashed with a traceback."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.unit.conftest import base_config
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(base_config(spool_dir=str(tmp_path / "spool"),
+                                               socket_path=str(tmp_path / "s.sock"),
+                                               hook_log_file=str(tmp_path / "h.log"))))
+    conf.chmod(0o644)
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), "suspend",
+                        expr], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not list((tmp_path / "spool").rglob("*.json"))

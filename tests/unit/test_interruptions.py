@@ -210,3 +210,38 @@ def test_a_warning_for_a_node_still_booting_records_its_job_even_if_slurm_requeu
     p.run(T0)
     assert [pre.job_id for pre in store.preemptions()] == ["42"]
     assert [k for k, _ in events] == ["job_requeued", "node_evacuated"]
+
+
+def test_a_warning_handled_while_slurm_is_down_is_kept_and_handled_once_it_answers(world) -> None:  # type: ignore[no-untyped-def]
+    """Before the fix the message was deleted even though _evacuate returned early (Slurm
+    unreachable): the two-minute warning was lost and the job died with the node."""
+    p, slurm, q, store, events = world
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
+    slurm.fail = True
+    assert p.run(T0) == 1
+    assert q.deleted == [], "kept: SQS brings it back after the visibility timeout"
+    assert store.preemptions("42") == []
+    slurm.fail = False
+    p.run(T0)
+    assert q.deleted == ["0"] and ("requeue", ["42"]) in slurm.calls
+    assert len(store.preemptions("42")) == 1
+    # delivered once more (at least once): nothing is done twice
+    q.deleted.clear()
+    p.run(T0)
+    assert q.deleted == ["0"] and len(store.preemptions("42")) == 1
+    assert [c for c in slurm.calls if c[0] == "requeue"] == [("requeue", ["42"])]
+
+
+def test_a_requeue_done_by_an_unfinished_handling_is_recorded_once(world) -> None:  # type: ignore[no-untyped-def]
+    p, slurm, q, store, events = world
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
+    real = slurm.power_down_force
+    slurm.power_down_force = lambda *a: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        SlurmError(["scontrol"], 1, "Unable to contact slurm controller"))
+    p.run(T0)
+    assert q.deleted == [] and len(store.preemptions("42")) == 1
+    # Slurm kept the job on the node (the requeue did not take): handled again, recorded once
+    slurm.queue = [j._replace(state="RUNNING", nodelist="spot-[1-2]") for j in slurm.queue]
+    slurm.power_down_force = real  # type: ignore[method-assign]
+    p.run(T0)
+    assert q.deleted == ["0"] and len(store.preemptions("42")) == 1

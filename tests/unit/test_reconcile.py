@@ -10,6 +10,7 @@ import pytest
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import RequestKind
+from slurmscale.slurm.protocol import SlurmError
 from slurmscale.spool import Spool
 from slurmscale.store.repo import Store
 from tests.support.fakes import FakeCloud, FakeSlurm
@@ -398,3 +399,133 @@ def test_metrics_count_launches_by_outcome_and_every_event(cfg) -> None:  # type
     assert 'slurmscale_events_total{kind="launch_failed"} 1.0' in text
     assert 'slurmscale_gang_time_to_start_seconds_count{pool="gpu-spot"} 1.0' in text
     assert 'slurmscale_gang_time_to_start_seconds_bucket{le="120.0",pool="gpu-spot"} 1.0' in text
+
+
+def test_a_tracked_instance_of_a_node_slurm_does_not_have_is_terminated_after_the_grace(
+        world) -> None:  # type: ignore[no-untyped-def]
+    """Before the fix an instance launched for a node Slurm refused (a name it does not
+    have) ran on for good: tracked, so never a leak."""
+    from slurmscale.model import SlurmNode
+
+    r, cloud, slurm, clock, spool = world
+    slurm.table = {"spot-1": SlurmNode("spot-1", "IDLE+CLOUD+POWERED_DOWN", "spot-1",
+                                       "spot-1")}
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})  # spot-2: not in Slurm
+    r.tick()
+    assert len(cloud.running()) == 2
+    clock.now += timedelta(seconds=r.cfg.daemon.leak_grace_s - 1)
+    r.tick()
+    assert len(cloud.running()) == 2, "not before the grace"
+    clock.now += timedelta(seconds=2)
+    r.tick()
+    assert {i.tags["slurmscale:node"] for i in cloud.running()} == {"spot-1"}
+    assert {i.node for i in r.store.active_instances()} == {"spot-1"}
+    assert any(e.kind == "leak_terminated" and "spot-2" in e.message
+               for e in r.store.events(limit=50))
+    slurm.table = {}  # an empty node list proves nothing: nothing terminated on it
+    clock.now += timedelta(hours=1)
+    r.tick()
+    assert len(cloud.running()) == 1
+
+
+BAD_SPOOL_FILES = [
+    '{"id": "1796026821727-57652a53acac", "kind": "resume", "nodes": ["spot-3"], '
+    '"hostlist": "spot-3", "resume_file": null, "received_at": 1e20}',  # the audit's file
+    '{"id": "1796026821727-57652a53acad", "kind": "resume", "nodes": ["spot-3"], '
+    '"hostlist": "spot-3", "resume_file": null, "received_at": NaN}',
+    '{"id": "x", "kind": "resume", "nodes": ["spot-3"], "hostlist": "spot-3", '
+    '"received_at": 1}',
+    '{"id": "1796026821727-57652a53acae", "kind": "resume", "nodes": ["spot-\\uff13"], '
+    '"hostlist": "spot-3", "received_at": 1}',
+    '[1, 2]', '[' * 100000, '\xff\xfe not utf-8',
+]
+
+
+@pytest.mark.parametrize("text", BAD_SPOOL_FILES, ids=range(len(BAD_SPOOL_FILES)))
+def test_a_bad_spool_file_is_set_aside_and_the_pass_goes_on(world, text: str) -> None:  # type: ignore[no-untyped-def]
+    """Before the fix `received_at: 1e20` raised OverflowError inside drain_spool: every
+    pass failed before doing anything, and a job sat CONFIGURING until the file was removed."""
+    r, cloud, _slurm, clock, spool = world
+    spool.ensure()
+    bad = spool.incoming / "0000000000000-000000000000.json"
+    bad.write_bytes(text.encode("utf-8", "surrogateescape") if "\xff" not in text
+                    else text.encode("latin-1"))
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    res = r.tick()
+    assert res.launched_gangs == 1 and len(cloud.running()) == 2
+    assert not bad.exists() and (spool.rejected / bad.name).exists()
+    assert [e.kind for e in r.store.events()].count("spool_rejected") == 1
+
+
+def test_a_spool_file_the_store_cannot_take_is_set_aside(world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, _slurm, clock, spool = world
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1"]})
+    monkeypatch.setattr(r.store, "add_request", lambda req: 1 / 0)
+    r.tick()
+    assert len(list(spool.rejected.glob("*.json"))) == 1
+    assert "ZeroDivisionError" in next(e.message for e in r.store.events()
+                                       if e.kind == "spool_rejected")
+
+
+def test_an_unreadable_request_row_is_failed_and_the_others_go_on(world) -> None:  # type: ignore[no-untyped-def]
+    from slurmscale.store.tables import RequestRow
+
+    r, cloud, _slurm, clock, spool = world
+    with r.store.session() as s:
+        s.add(RequestRow(id="bad-row", kind="resume", hostlist="x", nodes="{not json",
+                         received_at=T0, status="pending"))
+        s.commit()
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    assert r.tick().launched_gangs == 1
+    assert {q.id: q.status for q in r.store.requests()}["bad-row"] == "failed"
+
+
+def test_an_address_write_that_failed_is_retried_every_pass_until_it_holds(world) -> None:  # type: ignore[no-untyped-def]
+    """Before the fix a failed `scontrol update nodeaddr=` after a launch was never retried:
+    slurmctld could not reach the new slurmd, the job requeued and a second launch followed."""
+    from slurmscale.model import SlurmNode
+
+    r, cloud, slurm, clock, spool = world
+    for n in ("spot-1", "spot-2"):
+        slurm.table[n] = SlurmNode(n, "ALLOCATED+CLOUD+POWERING_UP", n, n)
+    real = slurm.set_node_address
+    slurm.set_node_address = lambda *a: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        SlurmError(["scontrol"], 1, "Unable to contact slurm controller"))
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    assert slurm.table["spot-1"].addr == "spot-1", "the write failed"
+    r.tick()  # slurmctld still down: tried again, still failing, nothing else breaks
+    slurm.set_node_address = real  # type: ignore[method-assign]
+    r.tick()
+    assert {slurm.table[n].addr for n in ("spot-1", "spot-2")} == {"10.0.0.1"}
+    kinds = [e.kind for e in r.store.events(limit=100)]
+    assert kinds.count("node_address_fixed") == 2
+    r.tick()
+    assert [e.kind for e in r.store.events(limit=100)].count("node_address_fixed") == 2, \
+        "nothing to do once it holds"
+    assert len(cloud.launches) == 1
+
+
+def test_a_gang_cut_off_after_its_instances_were_recorded_is_finished(world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Before the fix the gang row stayed `launching` for good, with no `launched` event,
+    though its instances ran and its job completed."""
+    import slurmscale.daemon.reconcile as rec
+
+    r, cloud, slurm, clock, spool = world
+
+    def crash(name: str) -> None:
+        if name == "launch:after_record":
+            raise _Killed(name)
+    monkeypatch.setattr(rec, "crash_point", crash)
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    with pytest.raises(_Killed):
+        r.tick()
+    monkeypatch.setattr(rec, "crash_point", lambda _n: None)
+    (gang,) = r.store.gangs()
+    assert gang.status == "launching"
+    again = Reconciler(r.cfg, r.store, slurm, cloud, clock=clock)
+    clock.now += timedelta(seconds=10)
+    again.tick()
+    (gang,) = r.store.gangs()
+    assert gang.status == "launched" and len(cloud.launches) == 1
+    assert [e.kind for e in r.store.events(limit=100)].count("launched") == 1

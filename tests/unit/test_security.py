@@ -180,3 +180,33 @@ def test_the_cli_reports_an_unreadable_password_file_without_a_traceback(tmp_pat
     r = CliRunner().invoke(cli, ["--config", str(conf), "events"])
     assert r.exit_code == 2 and "cannot read store_password_file" in r.output
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg://slurm@127.0.0.1:9/slurmscale?password=s3cr%21t-Q",
+    "postgresql+psycopg://slurm@127.0.0.1:9/slurmscale?sslmode=require&PASSWORD=s3cr!t-Q",
+    "postgresql+psycopg://slurm:s3cr!t-Q@127.0.0.1:9/slurmscale"])
+def test_a_password_in_any_url_form_is_refused_world_readable_and_never_printed(
+        tmp_path, url: str) -> None:  # type: ignore[no-untyped-def]
+    """Before the fix a password in the query string passed the world-readable check and was
+    printed by the daemon's start-up line and by `status`."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from slurmscale.config import ConfigError, load_config, redact
+    from tests.unit.conftest import base_config
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(base_config(store_url=url, spool_dir=str(tmp_path))))
+    conf.chmod(0o644)
+    with pytest.raises(ConfigError, match="carries a password"):
+        load_config(conf)
+    assert "s3cr" not in redact(f"cannot open {url}: refused", url)
+    conf.chmod(0o640)
+    # an unreachable store: the error names the store, never the secret
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), "events"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "s3cr" not in p.stdout + p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
