@@ -401,6 +401,9 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     from slurmscale.sim.trace import TraceError, load_trace
 
     names = policies or POLICY_NAMES
+    if plot_path and not Path(plot_path).resolve().parent.is_dir():
+        raise click.BadParameter(f"{plot_path!r}: directory {Path(plot_path).parent} does "
+                                 "not exist", param_hint="--plot")
     for n in names:
         if n not in POLICY_NAMES:
             raise click.BadParameter(f"{n!r} is not one of {', '.join(POLICY_NAMES)}",

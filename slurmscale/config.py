@@ -542,22 +542,63 @@ def parse_config(data: Any, source: str | Path = "<data>") -> Config:
         raise ConfigError(_format_validation_error(source, e)) from None
 
 
+# A config is a page of YAML: a larger file, or one whose aliases expand it beyond what a
+# person writes, is refused before it is expanded (a "billion laughs" alias bomb, a few
+# hundred bytes, hung every command, the resume hook included, for over a minute).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_NODES = 100_000
+
+
+def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many nodes `node` becomes once every alias is expanded (aliases share nodes, so
+    this counts each shared node once per use, computed once per node)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1  # a recursive alias counts once: PyYAML refuses those anyway
+    if isinstance(node, yaml.SequenceNode):
+        n = 1 + sum(_expanded(c, memo) for c in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        n = 1 + sum(_expanded(k, memo) + _expanded(v, memo) for k, v in node.value)
+    else:
+        n = 1
+    memo[id(node)] = n
+    return n
+
+
+def _safe_yaml(text: str, source: Path) -> Any:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and _expanded(node, {}) > MAX_CONFIG_NODES:
+            raise ConfigError(f"config {source} expands (through its aliases) to more than "
+                              f"{MAX_CONFIG_NODES} values; refusing it")
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
 def load_config(path: str | Path | None = None) -> Config:
     p = resolve_path(path)
     try:
-        text = p.read_text()
         mode = p.stat().st_mode
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config {p} is larger than {MAX_CONFIG_BYTES} bytes; refusing it")
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read config {p}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config {p} is not UTF-8 text (byte {e.start})") from None
     if mode & 0o022:
         # It decides what runs as root and which cloud account is spent: nobody but its owner
         # may change it.
         raise ConfigError(f"config {p} is group- or world-writable (mode {mode & 0o777:04o}); "
                           f"refusing it: chmod go-w {p}")
     try:
-        data = yaml.safe_load(text)
+        data = _safe_yaml(text, p)
     except yaml.YAMLError as e:
         raise ConfigError(f"config {p} is not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"config {p} nests too deeply") from None
     cfg = parse_config(data, p)
     if mode & 0o004 and _has_password(cfg.store_url):
         raise ConfigError(f"config {p} is world-readable and its store_url carries a password; "

@@ -23,10 +23,36 @@ log = logging.getLogger(__name__)
 MAX_BODY = 1 << 20  # the API's requests are tiny; anything larger is refused
 
 
+# The kernel's queue of connections not yet accepted: hooks from a burst of resumes poke at
+# once (the default of 5 refused 17 of 30 simultaneous pokes; refused hooks still spool, but
+# their pass waits a tick).
+BACKLOG = 128
+
+
+class SocketInUse(RuntimeError):
+    """Another live process serves this socket path (a second daemon on the same config)."""
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = BACKLOG
     allowed_uids: frozenset[int] = frozenset({0})
+
+
+def _live(path: Path) -> bool:
+    """Does a process accept connections on this Unix socket?"""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(str(path))
+        return True
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True  # it exists and is not refusing: treat as live, never take it
+    finally:
+        s.close()
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -117,12 +143,16 @@ class ApiServer:
         self.path = Path(socket_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.is_socket():
+            # a socket a live daemon serves is never taken over; one left by a dead daemon is
+            if _live(self.path):
+                raise SocketInUse(f"{self.path} is served by another live daemon")
             self.path.unlink()
         old_umask = os.umask(0o117)
         try:
             self.server = _Server(str(self.path), _handler(routes))
         finally:
             os.umask(old_umask)
+        self.inode = os.stat(self.path).st_ino  # on stop, only our own socket is removed
         self.server.allowed_uids = allowed_uids
         os.chmod(self.path, 0o660)
         self.thread = threading.Thread(target=self.server.serve_forever, name="api",
@@ -134,4 +164,8 @@ class ApiServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-        self.path.unlink(missing_ok=True)
+        try:
+            if os.stat(self.path).st_ino == self.inode:
+                self.path.unlink()
+        except FileNotFoundError:
+            pass

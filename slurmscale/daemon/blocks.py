@@ -20,7 +20,14 @@ from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.hostlists import compress
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode, SlurmReservation
-from slurmscale.policy.blocks import FOREVER_S, BlockPlan, at, plan_block, starts_at_open
+from slurmscale.policy.blocks import (
+    FOREVER_S,
+    BlockPlan,
+    Closed,
+    at,
+    plan_block,
+    starts_at_open,
+)
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.repo import utc
@@ -41,19 +48,18 @@ def _owner() -> str:
         return "root"
 
 
-def same_window(plan: BlockPlan, r: SlurmReservation, nodes: list[str], now: float) -> bool:
-    """Does Slurm's reservation `r` already close the pool as `plan` wants?"""
+def same_window(want: Closed, r: SlurmReservation, now: float) -> tuple[bool, bool]:
+    """Does Slurm's reservation `r` already have `want`'s start, and its end?"""
     start, end = slurm_time(r.start_time), slurm_time(r.end_time)
-    if start is None or end is None or sorted(r.nodes) != sorted(nodes):
-        return False
-    if plan.closed_from is None:
+    if start is None or end is None:
+        return False, False
+    if want.start is None or want.start <= now:
         start_ok = start <= now + SAME_WINDOW_S
     else:
-        start_ok = abs(start - plan.closed_from) < SAME_WINDOW_S
+        start_ok = abs(start - want.start) < SAME_WINDOW_S
     forever = now + FOREVER_S / 2
-    end_ok = (end > forever and plan.closed_until > forever) or \
-        abs(end - plan.closed_until) < SAME_WINDOW_S
-    return start_ok and end_ok
+    end_ok = (end > forever and want.end > forever) or abs(end - want.end) < SAME_WINDOW_S
+    return start_ok, end_ok
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,12 @@ class BlockPass:
             log.warning("block pass skipped: %s", e)
             return
         for pool, plan in plans:
-            self._keep_closed(pool, plan, mine.pop(plan.reservation, None), now.timestamp())
+            for want in plan.closed:
+                self._keep_closed(pool, plan, want, mine.pop(want.name, None),
+                                  now.timestamp())
+            for name in (f"{self.prefix}{pool.name}-before", f"{self.prefix}{pool.name}-after"):
+                if name in mine:  # (a "before" past its start: Slurm ends it by itself too)
+                    self._delete(mine.pop(name).name, plan.reason)
             if not plan.is_open:
                 self._close(pool, plan, nodes)
         for name in sorted(mine):  # a pool that is no longer a block pool
@@ -133,27 +144,31 @@ class BlockPass:
         self.event("block_reservation_deleted", f"{name}: {why}")
         return True
 
-    def _keep_closed(self, pool: Pool, plan: BlockPlan, current: SlurmReservation | None,
-                     now: float) -> None:
+    def _keep_closed(self, pool: Pool, plan: BlockPlan, want: Closed,
+                     current: SlurmReservation | None, now: float) -> None:
+        """Make Slurm's reservation `want.name` what `want` says. A change is made in place
+        (`scontrol update`), never by deleting and creating again: in between, the pool would
+        be open to Slurm's scheduler."""
         names = pool.node_names()
-        if current is not None:
-            if same_window(plan, current, names, now):
-                return
-            if not self._delete(current.name, f"its window changed: {plan.reason}"):
-                return
-        start = plan.closed_from if plan.closed_from is not None and plan.closed_from > now \
-            else None
+        start = want.start if want.start is not None and want.start > now else None
+        until = ("until further notice" if want.end - now > FOREVER_S / 2
+                 else f"until {at(want.end)}")
+        what = (f"{pool.name}: nodes closed from {'now' if start is None else at(start)} "
+                f"{until}: {plan.reason}")
         try:
-            self.slurm.create_window_reservation(plan.reservation, names, [self.user], start,
-                                                 plan.closed_until)
+            if current is None:
+                self.slurm.create_window_reservation(want.name, names, [self.user], start,
+                                                     want.end)
+            else:
+                start_ok, end_ok = same_window(want, current, now)
+                if start_ok and end_ok and sorted(current.nodes) == sorted(names):
+                    return
+                self.slurm.update_window_reservation(
+                    want.name, names, None if start_ok else start, want.end)
         except SlurmError as e:
-            self.event("slurm_update_failed", f"reservation {plan.reservation}: {e}")
+            self.event("slurm_update_failed", f"reservation {want.name}: {e}")
             return
-        until = ("until further notice" if plan.closed_until - now > FOREVER_S / 2
-                 else f"until {at(plan.closed_until)}")
-        self.event("block_reservation", f"{pool.name}: nodes closed from "
-                   f"{'now' if start is None else at(start)} {until}: {plan.reason}",
-                   node=compress(names))
+        self.event("block_reservation", what, node=compress(names))
 
     def _close(self, pool: Pool, plan: BlockPlan, nodes: list[SlurmNode]) -> None:
         """Outside a window: requeue what still runs on the pool, power its nodes down."""

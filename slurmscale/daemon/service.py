@@ -15,7 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config, redact
-from slurmscale.daemon.api import ApiServer, resolve_uids
+from slurmscale.daemon.api import ApiServer, SocketInUse, resolve_uids
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.reconcile import Reconciler, utcnow
@@ -46,6 +46,7 @@ class Daemon:
         self.poked = threading.Event()
         self.last_tick: dict[str, Any] = {}
         self.api: ApiServer | None = None
+        self._socket_busy = False
 
     def _poke(self, _body: Any) -> tuple[int, Any]:
         self.poked.set()
@@ -89,6 +90,8 @@ class Daemon:
     def _tick(self) -> None:
         t0 = time.monotonic()
         self.poked.clear()
+        if self.api is None and self._socket_busy:
+            self._serve_api()
         try:
             reconciler = self._lead()
             if self.metrics is not None:
@@ -142,17 +145,12 @@ class Daemon:
         if self.stopping.is_set():
             self._close()
             return
-        self.api = ApiServer(self.cfg.socket_path, {
-            ("POST", "/v1/poke"): self._poke,
-            ("GET", "/v1/health"): lambda _b: (200, {"ok": True, "role": self.role,
-                                                     "last_tick": self.last_tick}),
-        }, resolve_uids(self.cfg.daemon.api_users))
+        self._serve_api()
         self.scheduler.add_job(self._tick, "interval", id=JOB_ID,
                                seconds=self.cfg.daemon.tick_seconds, max_instances=1,
                                coalesce=True, next_run_time=datetime.now(UTC),
                                misfire_grace_time=None)
         self.scheduler.start()
-        self.api.start()
         if self.metrics is not None:
             self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
         log.info("slurmscale daemon up (%s): cluster %s, %d pool(s), socket %s, store %s",
@@ -161,11 +159,31 @@ class Daemon:
                         self.cfg.database_url()))
         self.stopping.wait()
         log.info("stopping")
-        self.api.stop()
+        if self.api is not None:
+            self.api.stop()
         self.scheduler.shutdown(wait=True)
         if self.metrics is not None:
             self.metrics.stop()
         self._close()
+
+    def _serve_api(self) -> None:
+        """Serve the local API unless another live daemon serves this socket path (a second
+        daemon on the same config): then stand by without it, never taking or removing the
+        other's socket, and try again each pass (it is free once that daemon is gone)."""
+        try:
+            self.api = ApiServer(self.cfg.socket_path, {
+                ("POST", "/v1/poke"): self._poke,
+                ("GET", "/v1/health"): lambda _b: (200, {"ok": True, "role": self.role,
+                                                         "last_tick": self.last_tick}),
+            }, resolve_uids(self.cfg.daemon.api_users))
+        except SocketInUse as e:
+            if not self._socket_busy:
+                log.error("%s: this daemon runs without its API until it is free (give each "
+                          "daemon its own socket_path)", e)
+            self._socket_busy = True
+            return
+        self._socket_busy = False
+        self.api.start()
 
     def _close(self) -> None:
         self.lease.release()

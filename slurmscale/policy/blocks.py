@@ -3,10 +3,13 @@ in, what Slurm should be told out.
 
 A block is usable from its start until its end less a margin (time to requeue what still runs
 and power the nodes down before EC2 takes the instances back). Outside those windows a block
-pool's nodes sit in one slurmscale reservation, so Slurm starts no job there: before a block
-it runs from now to the block's start (jobs pend, and backfill plans them for the start);
-during a block it is already in place from the window's close on, so Slurm starts no job whose
-time limit runs past it. Blocks that touch or overlap are one window.
+pool's nodes sit in slurmscale reservations, so Slurm starts no job there: `<pool>-before`
+from now to the next block's start (jobs pend, and backfill plans them for the start), and
+`<pool>-after` from that window's close on. Both exist before the block opens: the first
+ends by itself at the start, and the second is already in Slurm's plan at that moment, so the
+scheduler never sees the pool open without its close (deleting one reservation and creating
+the next left a gap in which Slurm started a job that outlasted the block). Blocks that touch
+or overlap are one window.
 """
 
 from __future__ import annotations
@@ -38,14 +41,30 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Closed:
+    """One reservation slurmscale keeps in Slurm over a block pool's nodes."""
+
+    name: str
+    start: float | None  # None: from now
+    end: float  # the next window's start, or FOREVER_S on
+
+
+@dataclass(frozen=True)
 class BlockPlan:
     pool: str
-    reservation: str  # the Slurm reservation's name
-    closed_from: float | None  # None: from now
-    closed_until: float  # start of the next window, or now + FOREVER_S
+    closed: tuple[Closed, ...]  # the reservations the pool should have now
     open: Window | None  # the window open now
     next: Window | None  # the next window to open
     reason: str
+
+    @property
+    def closed_from(self) -> float | None:
+        """When the pool next closes (None: it is closed now)."""
+        return self.closed[-1].start if self.open is not None else None
+
+    @property
+    def closed_until(self) -> float:
+        return self.closed[0].end
 
     @property
     def is_open(self) -> bool:
@@ -69,21 +88,24 @@ def windows(blocks: Sequence[CapacityReservation], margin_s: float) -> list[Wind
 
 def plan_block(pool: str, prefix: str, blocks: Sequence[CapacityReservation], now: float,
                margin_s: float) -> BlockPlan:
-    name = f"{prefix}{pool}"
+    before, after = f"{prefix}{pool}-before", f"{prefix}{pool}-after"
     ws = [w for w in windows(blocks, margin_s) if w.close > now]
     current = ws[0] if ws and ws[0].start <= now else None
     upcoming = ws[1] if current is not None and len(ws) > 1 else (
         ws[0] if ws and current is None else None)
+
+    def after_of(w: Window) -> Closed:
+        later = [x for x in ws if x.start > w.start]
+        return Closed(after, w.close, later[0].start if later else w.close + FOREVER_S)
     if current is not None:
-        until = upcoming.start if upcoming is not None else current.close + FOREVER_S
-        return BlockPlan(pool, name, current.close, until, current, upcoming,
+        return BlockPlan(pool, (after_of(current),), current, upcoming,
                          f"block {','.join(current.blocks)} open until {at(current.close)} "
                          f"(it ends {at(current.end)}; the margin requeues and powers down)")
     if upcoming is not None:
-        return BlockPlan(pool, name, None, upcoming.start, None, upcoming,
-                         f"waiting for block {','.join(upcoming.blocks)} to open at "
-                         f"{at(upcoming.start)}")
-    return BlockPlan(pool, name, None, now + FOREVER_S, None, None,
+        return BlockPlan(pool, (Closed(before, None, upcoming.start), after_of(upcoming)),
+                         None, upcoming, f"waiting for block {','.join(upcoming.blocks)} to "
+                         f"open at {at(upcoming.start)}")
+    return BlockPlan(pool, (Closed(after, None, now + FOREVER_S),), None, None,
                      "no block open or to come: the pool is closed")
 
 

@@ -26,38 +26,58 @@ class TraceJob:
 
 
 REQUIRED = ("job_id", "submit_s", "duration_s", "gpus", "nodes")
+# A trace is seconds since its start: a century bounds any real one (and keeps inf, nan and
+# 1e300 out: they hung the simulation for minutes).
+MAX_SECONDS = 100 * 365 * 86400.0
+MAX_NODES = 100_000
+MAX_GPUS = 64 * MAX_NODES
 
 
 def load_trace(path: str | Path, carry_in: bool = False) -> list[TraceJob]:
     p = Path(path)
     try:
-        f = p.open(newline="")
+        f = p.open(newline="", encoding="utf-8")
     except OSError as e:
         raise TraceError(f"cannot read trace {p}: {e.strerror}") from None
+    try:
+        with f:
+            return _rows(p, csv.DictReader(f), carry_in)
+    except UnicodeDecodeError as e:
+        raise TraceError(f"trace {p} is not UTF-8 text (byte {e.start})") from None
+    except csv.Error as e:
+        raise TraceError(f"trace {p} is not CSV: {e}") from None
+
+
+def _rows(p: Path, reader: csv.DictReader[str], carry_in: bool) -> list[TraceJob]:
     jobs: list[TraceJob] = []
-    with f:
-        reader = csv.DictReader(f)
-        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceError(f"trace {p} lacks column(s) {missing}; needs {list(REQUIRED)}")
-        for i, row in enumerate(reader, start=2):
-            try:
-                submit = float(row["submit_s"])
-                duration = float(row["duration_s"])
-                gpus = int(row["gpus"])
-                nodes = int(row["nodes"]) if row["nodes"] else max(1, math.ceil(gpus / 8))
-            except (TypeError, ValueError):
-                raise TraceError(f"trace {p} line {i}: bad number in {dict(row)}") from None
-            if duration < 0 or gpus < 0 or nodes < 1:
-                raise TraceError(f"trace {p} line {i}: negative duration/gpus or nodes < 1")
-            if carry_in:
-                # Still running at the window start: it occupies capacity from t=0 for the rest
-                # of its run, and its queueing happened before the window.
-                remaining = submit + duration
-                if remaining <= 0:
-                    continue
-                jobs.append(TraceJob(row["job_id"], 0.0, remaining, gpus, nodes, True))
-            else:
-                jobs.append(TraceJob(row["job_id"], submit, duration, gpus, nodes))
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise TraceError(f"trace {p} lacks column(s) {missing}; needs {list(REQUIRED)}")
+    for i, row in enumerate(reader, start=2):
+        try:
+            submit = float(row["submit_s"])
+            duration = float(row["duration_s"])
+            gpus = int(row["gpus"])
+            nodes = int(row["nodes"]) if row["nodes"] else max(1, math.ceil(gpus / 8))
+        except (TypeError, ValueError):
+            raise TraceError(f"trace {p} line {i}: bad number in {dict(row)}") from None
+        if not all(math.isfinite(x) and abs(x) <= MAX_SECONDS for x in (submit, duration)):
+            raise TraceError(f"trace {p} line {i}: submit_s {row['submit_s']!r} and "
+                             f"duration_s {row['duration_s']!r} must be finite seconds "
+                             f"within {MAX_SECONDS:.0f}")
+        if duration < 0 or gpus < 0 or nodes < 1:
+            raise TraceError(f"trace {p} line {i}: negative duration/gpus or nodes < 1")
+        if nodes > MAX_NODES or gpus > MAX_GPUS:
+            raise TraceError(f"trace {p} line {i}: {nodes} nodes / {gpus} GPUs is more "
+                             "than any cluster")
+        if carry_in:
+            # Still running at the window start: it occupies capacity from t=0 for the rest
+            # of its run, and its queueing happened before the window.
+            remaining = submit + duration
+            if remaining <= 0:
+                continue
+            jobs.append(TraceJob(row["job_id"], 0.0, remaining, gpus, nodes, True))
+        else:
+            jobs.append(TraceJob(row["job_id"], submit, duration, gpus, nodes))
     jobs.sort(key=lambda j: (j.submit_s, j.job_id))
     return jobs

@@ -27,6 +27,11 @@ from slurmscale.slurm.protocol import SlurmError
 
 log = logging.getLogger(__name__)
 
+
+def _local(t: float) -> str:
+    """Unix seconds as scontrol takes a time: slurmctld's local time."""
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S")
+
 # squeue -t: the states of a job that has ended (a requeued job is PENDING again, not here)
 ENDED_STATES = "CD,CA,F,TO,OOM,NF,PR,DL"
 
@@ -142,12 +147,17 @@ class SlurmCLI:
         """A reservation over a time window (Unix seconds; start None: now), in slurmctld's
         local time as scontrol takes it. IGNORE_JOBS: running jobs are requeued by
         slurmscale at the window's start, the reservation must not wait for them."""
-        def local(t: float) -> str:
-            return datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S")
         self.scontrol("create", "reservation", f"ReservationName={name}",
-                      "StartTime=now" if start_s is None else f"StartTime={local(start_s)}",
-                      f"EndTime={local(end_s)}", f"Nodes={compress(nodes)}",
+                      "StartTime=now" if start_s is None else f"StartTime={_local(start_s)}",
+                      f"EndTime={_local(end_s)}", f"Nodes={compress(nodes)}",
                       f"Users={','.join(users)}", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER")
+
+    def update_window_reservation(self, name: str, nodes: list[str], start_s: float | None,
+                                  end_s: float) -> None:
+        """Move a window reservation in place (start None: leave the start as it is)."""
+        self.scontrol("update", f"ReservationName={name}",
+                      *([f"StartTime={_local(start_s)}"] if start_s is not None else []),
+                      f"EndTime={_local(end_s)}", f"Nodes={compress(nodes)}")
 
     def set_reservation_nodes(self, name: str, nodes: list[str]) -> None:
         # the full list: Slurm 22.05 refuses Nodes+=

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,9 +56,19 @@ def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
     conn.exec_driver_sql("BEGIN")
 
 
+def _private_sqlite_file(path: Path) -> None:
+    """The store holds every request, node and event: a new SQLite file (and the directory
+    made for it) is created readable by its owner only, not with the umask's 0644."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass  # an existing store keeps the mode its admin gave it
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        _private_sqlite_file(Path(url.removeprefix("sqlite:///").split("?", 1)[0]))
     engine = create_engine(url, pool_pre_ping=True)
     if engine.dialect.name == "sqlite":
         # pysqlite runs DDL outside any transaction, so a daemon killed during a schema

@@ -220,6 +220,18 @@ class FakeSlurm:
             else datetime.fromtimestamp(start_s).isoformat(timespec="seconds"),
             end_time=datetime.fromtimestamp(end_s).isoformat(timespec="seconds"))
 
+    def update_window_reservation(self, name: str, nodes: list[str], start_s: float | None,
+                                  end_s: float) -> None:
+        from datetime import datetime
+
+        self.calls.append(("update_window_reservation", [name, *nodes]))
+        old = self.resv[name]
+        self.resv[name] = replace(
+            old, nodes=tuple(nodes),
+            start_time=old.start_time if start_s is None
+            else datetime.fromtimestamp(start_s).isoformat(timespec="seconds"),
+            end_time=datetime.fromtimestamp(end_s).isoformat(timespec="seconds"))
+
     def set_reservation_nodes(self, name: str, nodes: list[str]) -> None:
         self.calls.append(("set_reservation_nodes", [name, *nodes]))
         self.resv[name] = replace(self.resv[name], nodes=tuple(nodes))

@@ -33,10 +33,13 @@ def _block(id_: str = "cr-0000000000000b01", start: float = S, end: float = E,
                                start, end)
 
 
-def test_before_the_block_the_pool_is_closed_until_its_start() -> None:
+def test_before_the_block_the_pool_is_closed_until_its_start_and_from_its_close() -> None:
     p = plan_block("cb", "slurmscale-block-", [_block()], T0.timestamp(), M)
-    assert p.reservation == "slurmscale-block-cb" and not p.is_open
-    assert (p.closed_from, p.closed_until) == (None, S)
+    assert not p.is_open and (p.closed_from, p.closed_until) == (None, S)
+    before, after = p.closed
+    assert (before.name, before.start, before.end) == ("slurmscale-block-cb-before", None, S)
+    assert (after.name, after.start) == ("slurmscale-block-cb-after", E - M)
+    assert after.end >= E - M + FOREVER_S
     assert "waiting for block" in p.reason
 
 
@@ -87,7 +90,7 @@ def test_plan_says_which_pending_gangs_start_when_the_block_opens() -> None:
 
 
 # --- the pass -------------------------------------------------------------------------------
-def _world(tmp_path):  # type: ignore[no-untyped-def]
+def _world(tmp_path, ids: list[str] | None = None):  # type: ignore[no-untyped-def]
     d = base_config(spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
                     hook_log_file=str(tmp_path / "hooks.log"),
                     store_url=f"sqlite:///{tmp_path / 'state.db'}",
@@ -96,7 +99,7 @@ def _world(tmp_path):  # type: ignore[no-untyped-def]
         "name": "gpu-cb", "partition": "gpu-cb", "node_prefix": "cb-", "max_nodes": 4,
         "instance_types": ["p5.48xlarge"], "capacity_type": "capacity-block",
         "launch_template": {"name": "gpu-cb", "version": 9}, "subnets": ["subnet-1"],
-        "capacity_reservations": {"ids": ["cr-0000000000000b01"]}})
+        "capacity_reservations": {"ids": ids or ["cr-0000000000000b01"]}})
     cfg = parse_config(d)
     store = Store(cfg.store_url)
     store.upgrade()
@@ -118,22 +121,27 @@ def test_a_block_pool_from_before_its_start_to_after_its_end(tmp_path) -> None: 
     _set_block(cloud, clock.now.timestamp())
     slurm.now_text = datetime.fromtimestamp(clock.now.timestamp()).isoformat(timespec="seconds")
     r.tick()
-    (res,) = slurm.resv.values()
-    assert res.name == "slurmscale-block-gpu-cb" and set(res.nodes) == {
-        "cb-1", "cb-2", "cb-3", "cb-4"}
-    assert abs((slurm_time(res.end_time) or 0) - S) < 1
+    before, after = slurm.resv["slurmscale-block-gpu-cb-before"], \
+        slurm.resv["slurmscale-block-gpu-cb-after"]
+    assert set(before.nodes) == {"cb-1", "cb-2", "cb-3", "cb-4"} == set(after.nodes)
+    assert abs((slurm_time(before.end_time) or 0) - S) < 1
+    assert abs((slurm_time(after.start_time) or 0) - (E - M)) < 1, \
+        "the close is in Slurm's plan before the block opens"
     r.tick()
-    assert sum(1 for c in slurm.calls if c[0] == "create_window_reservation") == 1, \
-        "the same window is not made again"
+    assert sum(1 for c in slurm.calls if c[0] == "create_window_reservation") == 2, \
+        "the same windows are not made again"
 
     # a resume before the start is refused (EC2 would answer insufficient capacity)
     hook(spool, clock, RequestKind.RESUME, {7: ["cb-1", "cb-2"]})
     assert r.tick().failed_gangs == 1 and cloud.launches == []
 
-    # the block opens: the reservation now starts at end - margin
+    # the block opens: "before" has ended (Slurm drops it), "after" was there all along
     clock.now = datetime.fromtimestamp(S + 5, UTC)
     _set_block(cloud, S + 5)
+    calls = len(slurm.calls)
     r.tick()
+    assert [c for c in slurm.calls[calls:] if "reservation" in c[0]] == [
+        ("delete_reservation", ["slurmscale-block-gpu-cb-before"])]
     (res,) = slurm.resv.values()
     assert abs((slurm_time(res.start_time) or 0) - (E - M)) < 1
     hook(spool, clock, RequestKind.RESUME, {8: ["cb-1", "cb-2"]})
@@ -166,3 +174,24 @@ def test_blocks_unreadable_change_nothing(tmp_path) -> None:  # type: ignore[no-
     cloud.down = CloudError("EndpointConnectionError", "no route")
     r.blocks.run(list(slurm.table.values()), T0)
     assert slurm.resv == {} and slurm.calls == []
+
+
+def test_a_block_bought_later_moves_the_close_in_place(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Never delete-then-create: in between, Slurm's scheduler sees the pool open (a job
+    that outlasted a block was started in such a gap on a real Slurm)."""
+    r, cloud, slurm, clock, _ = _world(tmp_path, ids=["cr-0000000000000b01",
+                                                       "cr-0000000000000b02"])
+    slurm.now_text = datetime.fromtimestamp(clock.now.timestamp()).isoformat(timespec="seconds")
+    clock.now = datetime.fromtimestamp(S + 5, UTC)
+    _set_block(cloud, S + 5)
+    r.tick()
+    (after,) = slurm.resv.values()
+    later = _block("cr-0000000000000b02", E + 3600, E + 7200, state="scheduled")
+    cloud.reservations[later.id] = later  # bought later: EC2 knows it from now on
+    clock.now += timedelta(seconds=60)
+    calls = len(slurm.calls)
+    r.tick()
+    ops = [c[0] for c in slurm.calls[calls:] if "reservation" in c[0]]
+    assert ops == ["update_window_reservation"], ops
+    moved = slurm.resv[after.name]
+    assert abs((slurm_time(moved.end_time) or 0) - (E + 3600)) < 1

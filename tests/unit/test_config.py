@@ -86,3 +86,37 @@ def test_suspend_time_must_outlast_the_policys_idle_limit() -> None:
     assert "'gpu-spot'" in msg and "{'cluster_name'" not in msg, "names values, not the file"
     msg = _err(_pool_edit(policy={"min_idle_s": 900, "max_idle_s": 300}))
     assert "pools.0.policy" in msg and "min_idle_s (900)" in msg
+
+
+BOMB = """cluster_name: c
+a: &a [x, x, x, x, x, x, x, x, x]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+j: &j [*i, *i, *i, *i, *i, *i, *i, *i, *i]
+pools: *j
+"""
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (BOMB.encode(), "expands"), (b"cluster_name: \xff\xfe", "not UTF-8"),
+    (b"a: " + b"[" * 50000, "not valid YAML|nests too deeply"),
+    (b"#" * (2 << 20), "larger than")])
+def test_a_hostile_config_is_refused_in_well_under_a_second(tmp_path, content: bytes,
+                                                            words: str) -> None:  # type: ignore[no-untyped-def]
+    """Before: the alias bomb hung every command (the resume hook too) for over a minute in
+    validation; non-UTF-8 text ended in a traceback."""
+    import time
+
+    p = tmp_path / "c.yaml"
+    p.write_bytes(content)
+    p.chmod(0o644)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=words):
+        load_config(p)
+    assert time.monotonic() - t0 < 1.0

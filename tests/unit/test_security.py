@@ -210,3 +210,76 @@ def test_a_password_in_any_url_form_is_refused_world_readable_and_never_printed(
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "s3cr" not in p.stdout + p.stderr, p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_a_second_server_never_takes_or_removes_a_live_servers_socket(short_dir) -> None:  # type: ignore[no-untyped-def]
+    """Before the fix a second daemon on the same config bound the leader's socket path and,
+    on stop, removed it: the leader kept leading with no socket."""
+    from slurmscale.daemon.api import SocketInUse
+
+    path = f"{short_dir}/d.sock"
+    me = frozenset({os.geteuid()})
+    first = _serve(path, me)
+    try:
+        with pytest.raises(SocketInUse):
+            ApiServer(path, {}, me)
+        assert call(path, "GET", "/v1/health") == (200, {"ok": True})
+    finally:
+        first.stop()
+    assert not os.path.exists(path), "the server removes its own socket"
+    # a socket left by a dead server is taken over
+    import socket as _socket
+
+    dead = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    dead.bind(path)
+    dead.close()
+    again = _serve(path, me)
+    # and one stopped after another server replaced its socket file leaves that one alone
+    os.unlink(path)
+    other = _serve(path, me)
+    again.stop()
+    try:
+        assert call(path, "GET", "/v1/health") == (200, {"ok": True})
+    finally:
+        other.stop()
+
+
+def test_the_socket_takes_a_burst_of_simultaneous_pokes(short_dir) -> None:  # type: ignore[no-untyped-def]
+    """Before: a listen backlog of 5 refused 17 of 30 simultaneous connections."""
+    import socket as _socket
+
+    from slurmscale.daemon.api import BACKLOG
+
+    assert BACKLOG >= 30
+    path = f"{short_dir}/b.sock"
+    api = _serve(path, frozenset({os.geteuid()}))
+    held = []
+    try:
+        # connect 30 at once without any being accepted yet: all must be queued
+        api.server.shutdown()  # stop accepting; the listening socket stays open
+        for _ in range(30):
+            s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            s.settimeout(2)
+            s.connect(path)
+            held.append(s)
+    finally:
+        for s in held:
+            s.close()
+        api.server.server_close()
+        os.unlink(path)
+    assert len(held) == 30
+
+
+def test_a_new_sqlite_store_and_its_directory_are_private(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Before: created 0644 (the umask), so any local user could read the whole store."""
+    from slurmscale.store.repo import Store
+
+    old = os.umask(0o022)
+    try:
+        s = Store(f"sqlite:///{tmp_path / 'new' / 'state.db'}")
+        s.upgrade()
+        s.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "new" / "state.db").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700

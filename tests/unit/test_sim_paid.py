@@ -83,3 +83,29 @@ def test_bad_capacity_blocks_are_named(tmp_path, arg: str, words: str) -> None: 
                         "--max-nodes", "4", "--capacity-block", arg], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize(("row", "words"), [
+    ("j,inf,60,8,1", "finite"), ("j,0,1e300,8,1", "finite"), ("j,nan,60,8,1", "finite"),
+    ("j,0,60,8,1000000", "more than any cluster")])
+def test_trace_rows_out_of_range_are_named_not_simulated_for_minutes(tmp_path, row: str,
+                                                                     words: str) -> None:  # type: ignore[no-untyped-def]
+    """Before: submit_s=inf or duration_s=1e300 hung `simulate` for minutes; nan passed."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"job_id,submit_s,duration_s,gpus,nodes\n{row}\n")
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace", str(trace),
+                        "--max-nodes", "4"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and words in p.stderr and "line 2" in p.stderr, p.stderr
+
+
+def test_a_non_utf8_trace_and_a_plot_into_nowhere_are_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(b"job_id,submit_s,duration_s,gpus,nodes\n\xff\xfe,0,60,8,1\n")
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace", str(trace)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "not UTF-8" in p.stderr and "Traceback" not in p.stderr
+    trace.write_text("job_id,submit_s,duration_s,gpus,nodes\nj,0,60,8,1\n")
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace", str(trace),
+                        "--plot", str(tmp_path / "no" / "such" / "x.png")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "does not exist" in p.stderr and "Traceback" not in p.stderr
