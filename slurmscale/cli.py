@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from slurmscale import __version__
-from slurmscale.cli_common import _db_url, _load, _parse_since, _store, _table
+from slurmscale.cli_common import _db_url, _load, _open_store, _parse_since, _store, _table
 from slurmscale.config import Config
 from slurmscale.model import RequestKind
 
@@ -75,6 +75,18 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
     """Run the reconcile loop and the local API (foreground)."""
     cfg = _load(ctx)
     _db_url(cfg)  # an unreadable password file is a config error, before any logging
+    _open_store(cfg).close()  # so is a store URL that cannot be opened
+    for key, where in (("socket_path", Path(cfg.socket_path).parent),
+                       ("spool_dir", Path(cfg.spool_dir)),
+                       ("log_file", Path(cfg.log_file).parent if cfg.log_file else None)):
+        if where is None:
+            continue
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            click.echo(f"slurmscale: cannot create {key}'s directory {where}: {e.strerror}",
+                       err=True)
+            sys.exit(2)
     _setup_daemon_logging(cfg, verbose)
     from slurmscale.daemon.service import Daemon
 
@@ -131,10 +143,8 @@ def db() -> None:
 @click.pass_context
 def db_upgrade(ctx: click.Context) -> None:
     """Create or migrate the store's schema to the latest version."""
-    from slurmscale.store.repo import Store
-
     cfg = _load(ctx.find_root())
-    Store(_db_url(cfg)).upgrade()
+    _open_store(cfg).upgrade()
     click.echo("schema is at the latest version")
 
 

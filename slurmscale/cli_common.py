@@ -35,6 +35,17 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
     return "\n".join(out)
 
 
+def _open_store(cfg: Config):  # type: ignore[no-untyped-def]
+    """The store, or one line naming why it cannot be opened (exit 2: the config's URL)."""
+    from slurmscale.store.repo import Store, StoreError
+
+    try:
+        return Store(_db_url(cfg))
+    except StoreError as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        sys.exit(2)
+
+
 def _db_url(cfg: Config) -> str:
     try:
         return cfg.database_url()
@@ -44,9 +55,7 @@ def _db_url(cfg: Config) -> str:
 
 
 def _store(cfg: Config):  # type: ignore[no-untyped-def]
-    from slurmscale.store.repo import Store
-
-    s = Store(_db_url(cfg))
+    s = _open_store(cfg)
     problem = s.schema_problem()
     if problem:
         click.echo(f"slurmscale: {problem}", err=True)

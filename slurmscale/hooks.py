@@ -22,7 +22,7 @@ from slurmscale.config import Config, ConfigError, load_config
 from slurmscale.hostlists import HostlistError, expand
 from slurmscale.model import RequestKind
 from slurmscale.slurm.resume_file import ResumeFileError, parse_resume_file
-from slurmscale.spool import Spool
+from slurmscale.spool import MAX_TEXT, Spool
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -64,9 +64,15 @@ def _read_resume_file() -> str | None:
     if not path:
         return None
     try:
-        return Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as e:
         raise BadInput(f"cannot read SLURM_RESUME_FILE {path}: {e.strerror}") from None
+    if len(raw) > MAX_TEXT:
+        raise BadInput(f"SLURM_RESUME_FILE {path} is larger than {MAX_TEXT} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"SLURM_RESUME_FILE {path} is not UTF-8 text (byte {e.start})") from None
 
 
 def build_request(cfg: Config, kind: RequestKind, argv: list[str],

@@ -86,7 +86,7 @@ def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) ->
             raw = self.rfile.read(length) if length else b""
             try:
                 body = json.loads(raw) if raw else None
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deeply
                 self._send(400, {"error": "body is not JSON"})
                 return
             try:

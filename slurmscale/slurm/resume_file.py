@@ -60,6 +60,8 @@ def parse_resume_file(text: str) -> ResumeFile:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
         raise ResumeFileError(f"resume file is not JSON: {e}") from None
+    except RecursionError:
+        raise ResumeFileError("resume file nests too deeply to be Slurm's") from None
     if not isinstance(raw, dict):
         raise ResumeFileError(f"resume file must hold a JSON object, got {type(raw).__name__}")
     try:

@@ -79,10 +79,25 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+class StoreError(RuntimeError):
+    """The store cannot be opened from its URL: not a database URL, a driver that is not
+    installed, a SQLite path that cannot be created. The message names it, password hidden."""
+
+
 class Store:
     def __init__(self, url: str) -> None:
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        from slurmscale.config import redact
+
         self.url = url
-        self.engine = make_engine(url)
+        try:
+            self.engine = make_engine(url)
+        except (ArgumentError, NoSuchModuleError, ImportError, OSError, ValueError) as e:
+            what = (f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror
+                    else f"no database driver installed for it ({e})"
+                    if isinstance(e, ImportError | NoSuchModuleError) else str(e))
+            raise StoreError(redact(f"cannot open the store {url}: {what}", url)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     def session(self) -> Session:

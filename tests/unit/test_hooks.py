@@ -118,3 +118,50 @@ def test_a_node_name_with_a_digit_slurm_does_not_read_is_bad_input(tmp_path, exp
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not list((tmp_path / "spool").rglob("*.json"))
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (b'{"jobs": [{"job_id": 1, "nodes": "spot-1"}], "all_nodes": "spot-\xff"}', "not UTF-8"),
+    (b"[" * 100_000, "nests too deeply")])
+def test_a_hostile_resume_file_is_bad_input_not_a_traceback(hooks, content: bytes,  # type: ignore[no-untyped-def]
+                                                            needle: str) -> None:
+    """Before: a non-UTF-8 resume file and one of 100,000 '[' ended in a traceback, exit 1."""
+    (hooks / "rf.json").write_bytes(content)
+    p = subprocess.run([str(hooks / "hooks" / "slurmscale-resume"), "spot-1"],
+                       env={"SLURM_CONF": "/nonexistent", "SLURM_RESUME_FILE":
+                            str(hooks / "rf.json")}, capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert spooled(hooks) == [] and needle in (hooks / "hooks.log").read_text()
+    assert "Traceback" not in p.stderr + (hooks / "hooks.log").read_text()
+
+
+@pytest.mark.parametrize(("url", "needle"), [
+    ("notaurl", "Could not parse"), ("mysql://u@127.0.0.1:9/x", "no database driver"),
+    ("sqlite:////proc/slurmscale-none/x.db", "No such file or directory")])
+@pytest.mark.parametrize("cmd", [["status"], ["events"], ["nodes"], ["report"],
+                                 ["db", "upgrade"], ["daemon"]])
+def test_a_store_that_cannot_be_opened_is_one_line_exit_2(tmp_path, url: str, needle: str,
+                                                          cmd: list[str]) -> None:
+    """Before: a traceback from SQLAlchemy (or the filesystem) for every command."""
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(base_config(
+        store_url=url, spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "s.sock"),
+        hook_log_file=str(tmp_path / "h.log"), log_file=None)))
+    conf.chmod(0o644)
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), *cmd],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+    assert needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_a_socket_directory_that_cannot_be_made_stops_the_daemon_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(base_config(
+        store_url=f"sqlite:///{tmp_path / 's.db'}", spool_dir=str(tmp_path / "spool"),
+        socket_path="/proc/slurmscale-none/s.sock", hook_log_file=str(tmp_path / "h.log"),
+        log_file=None)))
+    conf.chmod(0o644)
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), "daemon"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "socket_path" in p.stderr and "Traceback" not in p.stderr

@@ -283,3 +283,29 @@ def test_a_new_sqlite_store_and_its_directory_are_private(tmp_path) -> None:  # 
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "new" / "state.db").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe\x00", b"[" * 100_000, b"{\"a\": \xc3}"])
+def test_a_post_body_that_is_not_utf8_json_gets_400_and_the_server_answers_on(
+        short_dir, body: bytes) -> None:  # type: ignore[no-untyped-def]
+    """Before: a non-UTF-8 POST body raised inside the handler: a traceback on the daemon's
+    stderr and no reply."""
+    import socket as _socket
+
+    path = f"{short_dir}/p.sock"
+    api = ApiServer(path, {("POST", "/v1/poke"): lambda _b: (202, {"queued": True}),
+                           ("GET", "/v1/health"): lambda _b: (200, {"ok": True})},
+                    frozenset({os.geteuid()}))
+    api.start()
+    try:
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(path)
+        s.sendall(b"POST /v1/poke HTTP/1.0\r\nContent-Length: " + str(len(body)).encode()
+                  + b"\r\n\r\n" + body)
+        reply = s.recv(65536)
+        s.close()
+        assert reply.startswith(b"HTTP/1.0 400"), reply[:200]
+        assert call(path, "GET", "/v1/health") == (200, {"ok": True})
+    finally:
+        api.stop()
