@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import functools
+import logging
 import re
 
-from slurmscale.hostlists import expand
+from slurmscale.hostlists import HostlistError, expand
 from slurmscale.model import QueueJob, SlurmReservation
+
+log = logging.getLogger(__name__)
 
 # A key starts a token: start of line or whitespace, then CamelCase (maybe with / or :) and "=".
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_/:.]*)=")
@@ -72,9 +75,15 @@ def parse_reservations(text: str) -> list[SlurmReservation]:
             continue
         kv = parse_oneliner(line)
         nodes = kv.get("Nodes", "")
+        try:
+            names = tuple(expand(nodes)) if nodes not in ("", "(null)") else ()
+        except HostlistError as e:
+            # someone else's reservation slurmscale cannot read must not stop the pass
+            log.warning("reservation %s skipped: %s", kv.get("ReservationName", "?"), e)
+            continue
         out.append(SlurmReservation(
             name=kv.get("ReservationName", ""),
-            nodes=tuple(expand(nodes)) if nodes not in ("", "(null)") else (),
+            nodes=names,
             users=_items(kv, "Users"), accounts=_items(kv, "Accounts"),
             flags=frozenset(_items(kv, "Flags")), start_time=kv.get("StartTime", ""),
             end_time=kv.get("EndTime", ""), state=kv.get("State", "")))
@@ -88,23 +97,30 @@ def parse_squeue_fixed(text: str) -> list[QueueJob]:
     jobs: list[QueueJob] = []
     n = len(SQUEUE_FIELDS)
     parts_of: dict[str, tuple[str, ...]] = {}
+    skipped = 0
     for line in text.splitlines():
         f = line.split("|")
         if len(f) < n:
-            if not line.strip():
-                continue
-            raise ValueError(f"squeue line has {len(f)} fields, expected {n}: {line!r}")
+            if line.strip():
+                skipped += 1  # one line slurmscale cannot read must not stop the pass
+            continue
         # `Field:|` (no width) pads nothing, so no field needs stripping.
         parts = parts_of.get(f[1])
         if parts is None:
             parts = parts_of[f[1]] = tuple(p for p in f[1].split(",") if p)
         nodes, prio, acct, resv, state = f[2], f[7], f[10], f[11], f[9]
         pending = state == "PENDING"  # a pending job's EndTime/NodeList are only estimates
+        try:
+            limit = parse_time_limit(f[4])
+        except ValueError:
+            skipped += 1
+            continue
         jobs.append(QueueJob(
             f[0], parts, int(nodes) if nodes.isascii() and nodes.isdigit() else 1,
-            gpus_from_tres(f[3]),
-            parse_time_limit(f[4]), f[5], f[6],
+            gpus_from_tres(f[3]), limit, f[5], f[6],
             int(prio) if prio.isascii() and prio.lstrip("-").isdigit() else 0, f[8], state,
             "" if acct == "(null)" else acct, "" if resv == "(null)" else resv,
             "" if pending else f[12], "" if pending else f[13], "" if pending else f[14]))
+    if skipped:
+        log.warning("squeue: %d line(s) slurmscale cannot read skipped", skipped)
     return jobs

@@ -59,3 +59,18 @@ def test_time_limits_and_gres() -> None:
     assert parse_time_limit("2-01:00:00") == 176400
     assert gpus_from_tres("") == 0
     assert gpus_from_tres("gres:gpu:a100:2") == 2
+
+
+def test_one_line_slurmscale_cannot_read_is_skipped_not_the_whole_read() -> None:
+    """Before: one short or garbled squeue line (or one reservation with a node list it cannot
+    expand) raised, and the whole capacity pass failed every time."""
+    good = ("12|gpu-spot|4|gres:gpu:8|1-00:00:00|2026-11-29T10:00:00|Resources|"
+            "4294901|alice|PENDING|(null)|(null)|N/A|(null)|N/A|")
+    text = "\n".join([good, "13|gpu-spot|truncated", good.replace("1-00:00:00", "1-xx:00"),
+                      good.replace("12|", "14|", 1)]) + "\n"
+    assert [j.job_id for j in parse_squeue_fixed(text)] == ["12", "14"]
+    res = ("ReservationName=other StartTime=2026-11-29T12:43:11 EndTime=2026-11-29T12:53:11 "
+           "Nodes=g-[1-\uff12] Users=root\n"
+           "ReservationName=mine StartTime=2026-11-29T12:43:11 EndTime=2026-11-29T12:53:11 "
+           "Nodes=g-[1-2] Users=root\n")
+    assert [r.name for r in parse_reservations(res)] == ["mine"]
