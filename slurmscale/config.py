@@ -106,7 +106,9 @@ class AddressSource(StrEnum):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are no durations, prices or budgets: refused everywhere (an infinite TTL
+    # or hold time would reach datetime arithmetic and fail far from the config)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def pinned_version(v: Any) -> str:

@@ -71,3 +71,58 @@ def test_an_address_lost_to_a_slurmctld_outage_is_written_again(make_cluster) ->
     assert failed and failed <= fixed, (failed, fixed)
     for n in ("spot-1", "spot-2"):
         assert c.node(n)["NodeAddr"] == "127.0.0.1"
+
+
+def test_a_second_daemon_on_the_same_config_never_takes_the_leaders_socket(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Before: a second daemon on the same SQLite config bound the leader's socket (answering
+    health checks as if it led) and removed it on stop: the leader led on with no socket."""
+    import os
+    import sys
+
+    from slurmscale.localcluster.cluster import AWS_ENV
+
+    c, proxy = make_cluster()
+    sock = c.root / "run" / "slurmscale.sock"
+    inode = sock.stat().st_ino
+    env = {**os.environ, **AWS_ENV, "SLURMSCALE_CONFIG": str(c.cfg_path)}
+    c.procs.start("daemon-b", [sys.executable, "-m", "slurmscale", "--config",
+                               str(c.cfg_path), "daemon"], env=env)
+    out = c.root / "log" / "daemon-b.out"
+    wait_for("the second daemon to stand by without the socket", lambda: out.exists()
+             and "served by another live daemon" in out.read_text(), 60)
+    status = json.loads(c.cli("status", "--json").stdout)
+    assert status["daemon"]["role"] == "leader", status["daemon"]
+    c.procs.stop("daemon-b")
+    assert sock.is_socket() and sock.stat().st_ino == inode, "the leader's socket is untouched"
+    status = json.loads(c.cli("status", "--json").stdout)
+    assert status["daemon"]["reachable"] and status["daemon"]["role"] == "leader"
+    job = c.sbatch(*GANG)
+    c.wait_job(job, {"COMPLETED"}, 180)
+    assert "daemon not reachable" not in (c.root / "log" / "slurmscale-hooks.log").read_text()
+
+
+def test_a_spot_warning_that_arrives_while_slurmctld_is_down_is_not_lost(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Before: the message was deleted although handling it failed (Slurm unreachable): the
+    two-minute warning was lost and the job died with the node instead of being requeued."""
+    from slurmscale.cloud.protocol import TAG_NODE
+    from slurmscale.hostlists import expand
+    from tests.support.ec2_events import spot_warning
+
+    c, _proxy = make_cluster(capacity={"unavailable_ttl_s": 5, "max_unavailable_ttl_s": 10})
+    # long enough to still run when SQS gives the kept message back (visibility timeout 30 s)
+    job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 150")
+    c.wait_job(job, {"RUNNING"}, 150)
+    victim = expand(c.job(job)["NodeList"])[0]
+    iid = next(i["InstanceId"] for i in c.cluster_instances(("running",))
+               if {t["Key"]: t["Value"] for t in i.get("Tags", [])}.get(TAG_NODE) == victim)
+    c.stop_slurmctld()
+    c.send_event(spot_warning(iid))
+    log = c.root / "log" / "slurmscale-daemon.log"
+    wait_for("the warning read and kept", lambda: f"EC2 event for {iid} not handled yet"
+             in log.read_text(), 60)
+    c.start_slurmctld()
+    wait_for("the job requeued once", lambda: c.job(job).get("Restarts") == "1", 120)
+    assert c.job(job)["JobState"] in ("PENDING", "CONFIGURING", "RUNNING"), c.job(job)
+    kinds = [e["kind"] for e in c.events()]
+    assert kinds.count("job_requeued") == 1 and kinds.count("node_evacuated") == 1
+    c.slurm("scancel", str(job))

@@ -36,7 +36,8 @@ hostlists = st.text(alphabet="spotd-0123456789[],- x", min_size=0, max_size=30) 
     alphabet="spot-[]0123456789\uff11\uff12\u0663\u00b2\u00b3", max_size=20) | st.text(
     max_size=20)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 10**12) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(-5, 10**12) | st.text(max_size=20)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([1e300, -0.0, 1e-300]),
     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=12), c, max_size=4),
     max_leaves=10)
 
@@ -164,9 +165,21 @@ def test_any_config_edit_loads_or_fails_with_a_message_naming_the_key(
         except (KeyError, IndexError, TypeError):
             continue
     try:
-        parse_config(d)
+        cfg = parse_config(d)
     except ConfigError as e:
         assert str(e).startswith("invalid config"), str(e)
+        return
+    import math
+
+    def finite(v: Any) -> bool:
+        if isinstance(v, float):
+            return math.isfinite(v)
+        if isinstance(v, dict):
+            return all(finite(x) for x in v.values())
+        if isinstance(v, list | tuple):
+            return all(finite(x) for x in v)
+        return True
+    assert finite(cfg.model_dump()), "an accepted config holds no inf or nan"
 
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -227,3 +240,29 @@ def test_any_spool_file_parses_to_a_sane_request_or_is_refused(d: dict[str, Any]
         return
     assert 0 <= req.received_at <= LATEST_TIME and req.nodes
     assert all(n.isascii() for n in req.nodes)
+
+
+numbers = st.one_of(st.integers(-10, 10**12).map(str),
+                    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+                    st.sampled_from(["inf", "-inf", "nan", "1e300", "", "x", "\uff11", "1e3"]))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=FIXTURE_OK)
+@given(st.lists(st.tuples(numbers, numbers, numbers, numbers), min_size=1, max_size=4))
+def test_any_trace_row_loads_in_range_or_is_named_by_line(
+        tmp_path: Path, rows: list[tuple[str, str, str, str]]) -> None:
+    import math
+
+    from slurmscale.sim.trace import MAX_SECONDS, TraceError, load_trace
+
+    p = tmp_path / f"t-{os.urandom(4).hex()}.csv"
+    p.write_text("job_id,submit_s,duration_s,gpus,nodes\n"
+                 + "".join(f"j{i},{a},{b},{c},{d}\n" for i, (a, b, c, d) in enumerate(rows)),
+                 encoding="utf-8")
+    try:
+        jobs = load_trace(p)
+    except TraceError as e:
+        assert "line " in str(e) or "lacks" in str(e), str(e)
+        return
+    for j in jobs:
+        assert math.isfinite(j.submit_s) and 0 <= j.duration_s <= MAX_SECONDS and j.nodes >= 1

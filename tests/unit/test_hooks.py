@@ -165,3 +165,21 @@ def test_a_socket_directory_that_cannot_be_made_stops_the_daemon_in_one_line(tmp
     p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), "daemon"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "socket_path" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize(("since", "needle"), [("99999999999d", "100 years"),
+                                               ("\u00b2h", "neither a duration")])
+@pytest.mark.parametrize("cmd", ["events", "report"])
+def test_a_since_out_of_reach_is_named(tmp_path, since: str, needle: str, cmd: str) -> None:  # type: ignore[no-untyped-def]
+    """Before: OverflowError (a timedelta too large) or ValueError (int('²')) tracebacks."""
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(base_config(
+        store_url=f"sqlite:///{tmp_path / 's.db'}", spool_dir=str(tmp_path / "spool"),
+        socket_path=str(tmp_path / "s.sock"), hook_log_file=str(tmp_path / "h.log"))))
+    conf.chmod(0o644)
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), "db",
+                        "upgrade"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), cmd,
+                        "--since", since], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
