@@ -206,6 +206,10 @@ def test_a_daemon_killed_mid_launch_resumes_without_a_second_launch(world, monke
         i.instance_id for i in cloud.running()}
     assert set(slurm.addresses) == {"spot-1", "spot-2"}
     assert r.store.pending_requests() == []
+    # the gang is finished however it was cut off (after_record used to leave it
+    # `launching` for good, with no `launched` event, though its job ran)
+    assert [g.status for g in r.store.gangs()] == ["launched"]
+    assert [e.kind for e in r.store.events(limit=100)].count("launched") == 1
 
 
 def test_untracked_instances_are_terminated_only_where_slurm_cannot_be_using_them(world) -> None:  # type: ignore[no-untyped-def]
@@ -504,28 +508,3 @@ def test_an_address_write_that_failed_is_retried_every_pass_until_it_holds(world
     assert [e.kind for e in r.store.events(limit=100)].count("node_address_fixed") == 2, \
         "nothing to do once it holds"
     assert len(cloud.launches) == 1
-
-
-def test_a_gang_cut_off_after_its_instances_were_recorded_is_finished(world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Before the fix the gang row stayed `launching` for good, with no `launched` event,
-    though its instances ran and its job completed."""
-    import slurmscale.daemon.reconcile as rec
-
-    r, cloud, slurm, clock, spool = world
-
-    def crash(name: str) -> None:
-        if name == "launch:after_record":
-            raise _Killed(name)
-    monkeypatch.setattr(rec, "crash_point", crash)
-    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
-    with pytest.raises(_Killed):
-        r.tick()
-    monkeypatch.setattr(rec, "crash_point", lambda _n: None)
-    (gang,) = r.store.gangs()
-    assert gang.status == "launching"
-    again = Reconciler(r.cfg, r.store, slurm, cloud, clock=clock)
-    clock.now += timedelta(seconds=10)
-    again.tick()
-    (gang,) = r.store.gangs()
-    assert gang.status == "launched" and len(cloud.launches) == 1
-    assert [e.kind for e in r.store.events(limit=100)].count("launched") == 1
