@@ -154,6 +154,12 @@ BLOCK = "cr-0b1c2d3e4f5a60001"
 
 
 def test_a_capacity_block_runs_jobs_inside_its_window_and_none_past_it(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    capacity_block_scenario(make_cluster)
+
+
+def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: ignore[no-untyped-def]
+    """A 3-minute block opening a minute in: jobs pend before it, start at its start, none
+    outlasts its close, one still running then is requeued, nothing is left at its end."""
     from datetime import UTC, datetime, timedelta
 
     margin = 80
@@ -161,7 +167,7 @@ def test_a_capacity_block_runs_jobs_inside_its_window_and_none_past_it(make_clus
         pools=[PoolSpec("gpu-cb", "cb-", 4, capacity_type="capacity-block",
                         launch_template_version="2",
                         extra={"capacity_reservations": {"ids": [BLOCK]}})],
-        extra_config={"capacity_blocks": {"end_margin_s": margin}}, start_daemon=False)
+        extra_config={"capacity_blocks": {"end_margin_s": margin}}, start_daemon=False, **opts)
     # the pool's template version targets the block, with the market type blocks require
     c.ec2().create_launch_template_version(LaunchTemplateName=c.lt_name, LaunchTemplateData={
         "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
