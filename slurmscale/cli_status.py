@@ -85,8 +85,8 @@ def render(d: dict[str, Any]) -> str:
     up = f"up, {dm['role']}" if dm["reachable"] else "NOT REACHABLE"
     last = (dm.get("last_tick") or {}).get("at", "-")
     out = [f"cluster {d['cluster']}  daemon {up}  last pass {str(last)[11:19] or '-'}", ""]
-    rows = [{"pool": p["name"][:12], "type": "od" if p["capacity_type"] == "on-demand"
-             else p["capacity_type"][:4],
+    short = {"on-demand": "od", "capacity-block": "blk"}
+    rows = [{"pool": p["name"][:12], "type": short.get(p["capacity_type"], p["capacity_type"][:4]),
              "tgt": p["target"] if p["target"] is not None else "-",
              "up": p.get("nodes_up", "?"), "busy": p.get("nodes_busy", "?"),
              "boot": p.get("nodes_booting", "?"), "held": p.get("nodes_held", "?"),
