@@ -277,16 +277,14 @@ def test_check_names_templates_without_efa_or_the_targets_fleet_needs() -> None:
     assert [p.code for p in unread] == ["template_unreadable"]
 
 
-def test_check_reads_the_template_versions_from_ec2(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import os
-
+def test_check_reads_the_template_versions_from_ec2(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import boto3
     from moto.server import ThreadedMotoServer
 
     from slurmscale.check import gather_templates
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
