@@ -602,7 +602,7 @@ def load_config(path: str | Path | None = None) -> Config:
     except RecursionError:
         raise ConfigError(f"config {p} nests too deeply") from None
     cfg = parse_config(data, p)
-    if mode & 0o004 and _has_password(cfg.store_url):
+    if mode & 0o004 and url_secrets(cfg.store_url):
         raise ConfigError(f"config {p} is world-readable and its store_url carries a password; "
                           "move the password to store_password_file (mode 0600) or "
                           f"chmod o-r {p}")
@@ -628,10 +628,6 @@ def url_secrets(url: str) -> list[str]:
     except ValueError:
         return []
     return found
-
-
-def _has_password(url: str) -> bool:
-    return bool(url_secrets(url))
 
 
 def redact(text: str, url: str) -> str:

@@ -70,7 +70,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
 
     nodes, jobs, res = slurm.nodes(), slurm.active_jobs(), slurm.reservations()
     requeued = frozenset(p.job_id for p in store.preemptions(since=now - REQUEUED_RECENTLY_S))
-    paid = frozenset(i.node for i in store.active_instances() if i.capacity_reservation_id)
+    paid = store.reserved_nodes()
     snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), arrival_log, requeued,
                           paid)
     hold_plan, gone = HoldPass(cfg, store, slurm, _no_event).plan(

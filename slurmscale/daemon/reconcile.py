@@ -204,12 +204,12 @@ class Reconciler:
             nodes: list[SlurmNode] | None = self.slurm.nodes()
         except SlurmError:
             nodes = None  # the capacity pass reports an unreachable Slurm
-        self._sweep_instances(nodes)
+        active = self._sweep_instances(nodes)
         # the reservations' state and free count (one cached call): status, plan, metrics
         self.reserved.reservations(self.clock().timestamp())
         if nodes is not None:
             self.blocks.run(nodes, self.clock())
-            self._node_upkeep(nodes)
+            self._node_upkeep(nodes, active)
         p = self.capacity.run(self.clock())
         if p is not None:
             res.policy_actions = len(p.holds.actions) + sum(
@@ -281,15 +281,17 @@ class Reconciler:
         for rid, why in failed_requests.items():
             self.store.finish_requests([rid], "failed", self.clock(), error=why)
 
-    def _sweep_instances(self, nodes: list[SlurmNode] | None) -> None:
+    def _sweep_instances(self, nodes: list[SlurmNode] | None) -> list[InstanceRow] | None:
         """One DescribeInstances by the cluster tag: instances that vanished without an event,
         instances running that no node expects (leaks), and nodes Slurm has up with no
-        instance at all. `nodes`: Slurm's nodes this pass, None when Slurm was unreadable."""
+        instance at all. `nodes`: Slurm's nodes this pass, None when Slurm was unreadable.
+        Returns the instances the store tracks as running (read once for the pass), or None
+        when EC2 did not answer."""
         try:
             seen = self.cloud.find({TAG_CLUSTER: self.cfg.cluster_name}, include_terminated=True)
         except CloudError as e:
             log.warning("cannot list instances to look for vanished ones: %s", e)
-            return
+            return None
         now = self.clock()
         self.interruptions.sweep(seen, now)
         active = self.store.active_instances()
@@ -311,6 +313,7 @@ class Reconciler:
             self._power_down_lost(nodes, seen, {i.node for i in active}, now)
         for name in self.fleets.sweep_groups(self.store.live_gangs()):
             self.event("placement_group_deleted", f"{name}: its gang's instances are gone")
+        return active
 
     def _terminate_nodeless(self, active: list[InstanceRow], nodes: list[SlurmNode],
                             now: datetime) -> None:
@@ -371,15 +374,16 @@ class Reconciler:
                            node=node)
         return out
 
-    def _node_upkeep(self, nodes: list[SlurmNode]) -> None:
+    def _node_upkeep(self, nodes: list[SlurmNode], active: list[InstanceRow] | None) -> None:
         """Drains slurmscale placed and must lift (or place) as time passes: nodes back from
-        an interruption, pools whose capacity TTL started or ended."""
+        an interruption, pools whose capacity TTL started or ended; and node addresses.
+        `active`: the instances the sweep read this pass (None: read them here)."""
         self.interruptions.return_powered_down_nodes(nodes)
         self.backoff.upkeep(nodes, self.clock())
         self._reset_stale_addresses(nodes)
-        self._keep_addresses(nodes)
+        self._keep_addresses(nodes, self.store.active_instances() if active is None else active)
 
-    def _keep_addresses(self, nodes: list[SlurmNode]) -> None:
+    def _keep_addresses(self, nodes: list[SlurmNode], active: list[InstanceRow]) -> None:
         """A node with an instance up whose NodeAddr is not the address slurmscale gave it
         (the `scontrol update` after the launch failed: slurmctld was down, say) is addressed
         again, every pass until it holds: otherwise slurmctld cannot reach the new slurmd, the
@@ -388,7 +392,7 @@ class Reconciler:
         if self.cfg.node_address is AddressSource.PRIVATE_DNS:
             return
         by_name = {n.name: n for n in nodes}
-        for row in self.store.active_instances():
+        for row in active:
             n = by_name.get(row.node)
             if n is None or {"POWERED_DOWN", "POWERING_DOWN"} & n.flags:
                 continue  # being released: release resets the address

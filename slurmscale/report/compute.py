@@ -158,7 +158,8 @@ def paid_now(store: Store, now: datetime) -> list[tuple[PaidUsage, str]]:
                 "since its start"
         else:
             since, until, period = now - timedelta(hours=24), now, "last 24h"
-        out.append((paid_usage(row, store.reserved_instances(row.id), since, until), period))
+        out.append((paid_usage(row, store.reserved_instances(row.id, since), since, until),
+                    period))
     return out
 
 
@@ -251,5 +252,5 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         recent_anomalies=[Anomaly(at=utc(e.at).isoformat(timespec="seconds"),  # type: ignore[union-attr]
                                   kind=e.kind, message=e.message) for e in anomalies],
         unpriced=sorted(unpriced),
-        paid_capacity=[paid_usage(r, store.reserved_instances(r.id), since, until)
+        paid_capacity=[paid_usage(r, store.reserved_instances(r.id, since), since, until)
                        for r in store.capacity_reservations()])

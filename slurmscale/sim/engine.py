@@ -51,7 +51,7 @@ from slurmscale.sim.trace import TraceJob
 
 # same-time order: arrivals first, policy last
 SUBMIT, ELIGIBLE, READY, END, BLOCK, TICK = 0, 1, 2, 3, 4, 5
-ODCR = "odcr"  # a node launched into the On-Demand Capacity Reservation
+ODCR = -1  # a node's `paid` when it runs in the On-Demand Capacity Reservation
 
 
 @dataclass
@@ -69,7 +69,7 @@ class _Node:
     # for time limits, which the traces do not have)
     pool: str = ""
     spot: bool = False
-    paid: str | None = None  # ODCR or "block<i>": launched into capacity paid used or not
+    paid: int | None = None  # ODCR or a block's index: in capacity paid used or not
 
 
 @dataclass
@@ -215,7 +215,7 @@ class Simulation:
     def _live(self, pool: str) -> int:
         return sum(1 for n in self.nodes_of[pool] if n.state != "down")
 
-    def _power_up(self, n: _Node, now: float, paid: str | None = None) -> None:
+    def _power_up(self, n: _Node, now: float, paid: int | None = None) -> None:
         n.state, n.ready_at, n.free, n.on_since = "booting", now + self.cloud.boot_s, n.gpus, now
         n.idle_since = None
         n.paid = paid
@@ -235,18 +235,18 @@ class Simulation:
         n.state, n.idle_since, n.jobs, n.free, n.paid = "down", None, 0, 0, None
 
     # --- paid capacity -------------------------------------------------------------------
-    def _in_paid(self, src: str) -> int:
+    def _in_paid(self, src: int) -> int:
         return sum(1 for n in self.nodes if n.state != "down" and n.paid == src)
 
-    def _paid_source(self, k: PoolKnobs, job: TraceJob, need: int, now: float) -> str | None:
+    def _paid_source(self, k: PoolKnobs, job: TraceJob, need: int, now: float) -> int | None:
         """Where `need` new nodes for `job` launch: a block they fit whole in (and the job
         ends in), the reservation they fit whole in, or normal capacity (None)."""
         if k is not self.k:
             return None  # paid capacity is the main pool's
         for i, b in enumerate(self.paid.blocks):
             if (b.start_s <= now < b.end_s and now + self.cloud.boot_s + job.duration_s
-                    <= b.end_s and b.nodes - self._in_paid(f"block{i}") >= need):
-                return f"block{i}"
+                    <= b.end_s and b.nodes - self._in_paid(i) >= need):
+                return i
         if (self.paid.use_reserved and self.paid.reserved_nodes
                 and self.paid.reserved_nodes - self._in_paid(ODCR) >= need):
             return ODCR
@@ -256,7 +256,7 @@ class Simulation:
         """Would `job` run past the end of the block node `n` is in?"""
         if n.paid is None or n.paid == ODCR:
             return False
-        return start + job.duration_s > self.paid.blocks[int(n.paid[5:])].end_s
+        return start + job.duration_s > self.paid.blocks[n.paid].end_s
 
     def _vacate(self, idx: int, now: float) -> None:
         """A run is over (ended, requeued or killed): its nodes' GPUs are free again, and the
@@ -273,10 +273,9 @@ class Simulation:
     def _block_end(self, i: int, now: float) -> int:
         """EC2 takes the block back: its nodes go. A job still on one dies with it (counted;
         the placement rule above should make this never happen). Returns the jobs killed."""
-        src = f"block{i}"
         killed = 0
         for idx, placed in list(self.placed.items()):
-            if not any(m.paid == src for m, _ in placed):
+            if not any(m.paid == i for m, _ in placed):
                 continue
             job = self.jobs[idx]
             self._vacate(idx, now)
@@ -286,7 +285,7 @@ class Simulation:
             killed += 1
         self.r.jobs_killed_at_block_end += killed
         for n in self.nodes:
-            if n.state != "down" and n.paid == src:
+            if n.state != "down" and n.paid == i:
                 self._power_down(n, now)
         return killed
 
@@ -301,8 +300,9 @@ class Simulation:
         if resv is not None:  # pointed at its reservation: runs there, on nothing else
             headroom = 0
         pool = self.nodes_of[k.name]
-        live = [n for n in pool if n.state != "down" and n.resv == resv
-                and not self._outlasts(n, max(now, n.ready_at), job)]
+        live = [n for n in pool if n.state != "down" and n.resv == resv]
+        if self.paid.blocks:  # (the scheduler's hot loop: no per-node call without blocks)
+            live = [n for n in live if not self._outlasts(n, max(now, n.ready_at), job)]
         if job.nodes == 1:
             fits = [n for n in live if n.free >= gpn]
             if fits:

@@ -204,6 +204,13 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q.order_by(InstanceRow.node)))
 
+    def reserved_nodes(self) -> frozenset[str]:
+        """Nodes whose running instance is in a capacity reservation (paid used or not)."""
+        q = select(InstanceRow.node).where(InstanceRow.state.in_(ACTIVE_INSTANCE_STATES),
+                                           InstanceRow.capacity_reservation_id != "")
+        with self.session() as s:
+            return frozenset(s.scalars(q))
+
     def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]:
         """Each node's most recently launched instance, whatever its state."""
         latest = (select(InstanceRow.node, func.max(InstanceRow.launched_at).label("at"))
@@ -297,11 +304,13 @@ class Store:
                 CapacityReservationRow.pool, CapacityReservationRow.start_at,
                 CapacityReservationRow.id)))
 
-    def reserved_instances(self, reservation_id: str) -> list[InstanceRow]:
-        """Every instance that ran in this reservation, terminated or not."""
+    def reserved_instances(self, reservation_id: str, since: datetime) -> list[InstanceRow]:
+        """The instances that ran in this reservation at some time since `since` (the metrics
+        ask every pass: a long-lived reservation's older history is not read)."""
         with self.session() as s:
             return list(s.scalars(select(InstanceRow).where(
-                InstanceRow.capacity_reservation_id == reservation_id)))
+                InstanceRow.capacity_reservation_id == reservation_id,
+                or_(InstanceRow.terminated_at.is_(None), InstanceRow.terminated_at >= since))))
 
     # preemptions ----------------------------------------------------------------------
     def has_preemption(self, job_id: str, instance_id: str) -> bool:
