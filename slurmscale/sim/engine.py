@@ -1,11 +1,12 @@
 """Discrete-event simulation: a simulated Slurm and cloud driven by the real policy code.
 
-Simulated Slurm: jobs in priority order (submit time) with backfill (any later job that fits
-starts); single-node jobs are packed onto nodes by GPUs (best fit); gangs take whole idle
-nodes, all at once. A job placed on powered-down nodes powers them up (as Slurm's
-ResumeProgram does) and starts when the last of them has booted. Governed and naive pools may
-only have `target` nodes live. Simulated cloud: a boot delay, the pool cap, a price per
-node-hour from the first second of boot to release.
+Simulated Slurm: jobs ordered and started as `sim/slurm_model.py` says (Slurm's main scheduler,
+backfill by time limits and multifactor priority; or the older greedy model); single-node jobs
+are packed onto nodes by GPUs (best fit); gangs take whole idle nodes, all at once. A job
+placed on powered-down nodes powers them up (as Slurm's ResumeProgram does) and starts when the
+last of them has booted. Governed and naive pools may only have `target` nodes live.
+Simulated cloud: a boot delay, the pool cap, a price per node-hour from the first second of
+boot to release.
 
 With a SpotModel the pool is spot capacity backed by an on-demand fallback pool, as slurmscale
 deploys it: jobs are submitted to both partitions and run on spot whenever they can (Slurm's
@@ -19,8 +20,8 @@ on-demand only after `max_preemptions`. Seeded: the same run gives the same resu
 With PaidCapacity the cloud also has capacity paid whether used or not: an On-Demand Capacity
 Reservation of N nodes (paid for the whole run) and Capacity Blocks (paid for their window).
 Nodes are launched into it as the daemon routes gangs: the nodes a job powers up go into a
-block when all of them fit in its free nodes and the job ends before the block does (its
-duration stands in for the time limit Slurm checks against the block's closing reservation),
+block when all of them fit in its free nodes and the job's time limit ends before the block
+does (Slurm checks the limit against the block's closing reservation),
 else into the reservation when they all fit there, else onto normal capacity; a job is never
 placed on a block node it would outlast, and a block's nodes are powered down at its end.
 """
@@ -32,6 +33,7 @@ import itertools
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from slurmscale.policy.model import (
@@ -47,10 +49,18 @@ from slurmscale.policy.model import (
 )
 from slurmscale.policy.reservations import GangJob, Hold, HoldActionKind, plan_holds
 from slurmscale.sim.policies import SimPolicy
+from slurmscale.sim.slurm_model import (
+    FairShare,
+    NodePlan,
+    SchedulerKind,
+    SlurmModel,
+    gang_start,
+    priority,
+)
 from slurmscale.sim.trace import TraceJob
 
 # same-time order: arrivals first, policy last
-SUBMIT, ELIGIBLE, READY, END, BLOCK, TICK = 0, 1, 2, 3, 4, 5
+SUBMIT, ELIGIBLE, READY, END, BLOCK, BACKFILL, TICK = 0, 1, 2, 3, 4, 5, 6
 ODCR = -1  # a node's `paid` when it runs in the On-Demand Capacity Reservation
 
 
@@ -65,8 +75,7 @@ class _Node:
     idle_since: float | None = None
     on_since: float = 0.0
     resv: str | None = None  # held in this reservation: only its job may use it
-    free_at: float = 0.0  # latest end of its running jobs (the trace's durations stand in
-    # for time limits, which the traces do not have)
+    free_at: float = 0.0  # latest end of its running jobs by their time limits
     pool: str = ""
     spot: bool = False
     paid: int | None = None  # ODCR or a block's index: in capacity paid used or not
@@ -148,7 +157,17 @@ class PaidCapacity:
 
 class Simulation:
     def __init__(self, jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
-                 spot: SpotModel | None = None, paid: PaidCapacity | None = None) -> None:
+                 spot: SpotModel | None = None, paid: PaidCapacity | None = None,
+                 slurm: SlurmModel | None = None) -> None:
+        self.sched = slurm or SlurmModel()
+        self.greedy = self.sched.kind is SchedulerKind.GREEDY
+        if self.greedy:  # the old model: no limits, the run time stands in
+            self.limit = [j.duration_s for j in jobs]
+        else:
+            self.limit = [self.sched.limit(j.duration_s, j.time_limit_s) for j in jobs]
+            # Slurm kills a job at its limit (TIMEOUT): it runs no longer than that
+            jobs = [replace(j, duration_s=lim) if lim < j.duration_s else j
+                    for j, lim in zip(jobs, self.limit, strict=True)]
         self.jobs = jobs
         self.p = policy
         self.k = policy.knobs
@@ -174,6 +193,7 @@ class Simulation:
         self.also: tuple[str, ...] = (self.od.name,) if self.od is not None else ()
         self.nodes_of = {k.name: [n for n in self.nodes if n.pool == k.name] for k in self.pools}
         self.by_name = {n.name: n for n in self.nodes}
+        self.live_count = {k.name: 0 for k in self.pools}  # nodes not powered down, per pool
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.down_views = [NodeView(n.name, n.pool, NodeState.POWERED_DOWN)
                            for n in self.nodes]
@@ -205,18 +225,26 @@ class Simulation:
         self.waited: dict[int, float] = {}  # time pending so far, over all runs
         self.preempted: dict[int, int] = {}
         self.steered: set[int] = set()  # preempted max_preemptions times: on-demand only
+        # Slurm's priorities (slurm model): per pending job, recomputed every calc period
+        self.prio: dict[int, float] = {}
+        self.fairshare = FairShare(self.sched.priority_decay_half_life)
+        self.next_calc = 0.0
+        self.order: list[int] | None = None  # pending jobs by priority (None: to sort)
+        self.bf_due = False  # a backfill event is queued
+        self.bf_dirty = True  # something changed since the last backfill cycle
 
     # --- bookkeeping ---------------------------------------------------------------------
     def _push(self, t: float, kind: int, idx: int) -> None:
-        if kind != TICK:
+        if kind not in (TICK, BACKFILL):
             self.future_events += 1
         heapq.heappush(self.ev, (t, kind, next(self.seq), idx))
 
     def _live(self, pool: str) -> int:
-        return sum(1 for n in self.nodes_of[pool] if n.state != "down")
+        return self.live_count[pool]
 
     def _power_up(self, n: _Node, now: float, paid: int | None = None) -> None:
         n.state, n.ready_at, n.free, n.on_since = "booting", now + self.cloud.boot_s, n.gpus, now
+        self.live_count[n.pool] += 1
         n.idle_since = None
         n.paid = paid
         n.spot = self.spot is not None and n.pool == self.k.name and paid is None
@@ -233,18 +261,19 @@ class Simulation:
         if n.paid is not None:
             self.r.paid_node_s += now - n.on_since
         n.state, n.idle_since, n.jobs, n.free, n.paid = "down", None, 0, 0, None
+        self.live_count[n.pool] -= 1
 
     # --- paid capacity -------------------------------------------------------------------
     def _in_paid(self, src: int) -> int:
         return sum(1 for n in self.nodes if n.state != "down" and n.paid == src)
 
-    def _paid_source(self, k: PoolKnobs, job: TraceJob, need: int, now: float) -> int | None:
-        """Where `need` new nodes for `job` launch: a block they fit whole in (and the job
-        ends in), the reservation they fit whole in, or normal capacity (None)."""
+    def _paid_source(self, k: PoolKnobs, idx: int, need: int, now: float) -> int | None:
+        """Where `need` new nodes for job `idx` launch: a block they fit whole in (and the
+        job's limit ends in), the reservation they fit whole in, or normal capacity (None)."""
         if k is not self.k:
             return None  # paid capacity is the main pool's
         for i, b in enumerate(self.paid.blocks):
-            if (b.start_s <= now < b.end_s and now + self.cloud.boot_s + job.duration_s
+            if (b.start_s <= now < b.end_s and now + self.cloud.boot_s + self.limit[idx]
                     <= b.end_s and b.nodes - self._in_paid(i) >= need):
                 return i
         if (self.paid.use_reserved and self.paid.reserved_nodes
@@ -252,11 +281,11 @@ class Simulation:
             return ODCR
         return None
 
-    def _outlasts(self, n: _Node, start: float, job: TraceJob) -> bool:
-        """Would `job` run past the end of the block node `n` is in?"""
+    def _outlasts(self, n: _Node, start: float, idx: int) -> bool:
+        """Could job `idx` (by its limit) run past the end of the block node `n` is in?"""
         if n.paid is None or n.paid == ODCR:
             return False
-        return start + job.duration_s > self.paid.blocks[n.paid].end_s
+        return start + self.limit[idx] > self.paid.blocks[n.paid].end_s
 
     def _vacate(self, idx: int, now: float) -> None:
         """A run is over (ended, requeued or killed): its nodes' GPUs are free again, and the
@@ -291,39 +320,61 @@ class Simulation:
 
     # --- the simulated Slurm ---------------------------------------------------------------
     def _place(self, idx: int, job: TraceJob, now: float, headroom: int,
-               k: PoolKnobs) -> int:
-        """Place one job in pool `k` if it fits; returns the nodes powered up (-1 if not)."""
+               k: PoolKnobs, allow: Callable[[_Node], bool] | None = None) -> int:
+        """Place one job in pool `k` if it fits; returns the nodes powered up (-1 if not).
+        `allow`: backfill's filter, the nodes free of what it planned for other jobs."""
+        chosen = self._choose(idx, job, now, headroom, k, allow)
+        if chosen is None:
+            return -1
+        return self._start(idx, job, now, k, *chosen)
+
+    def _choose(self, idx: int, job: TraceJob, now: float, headroom: int, k: PoolKnobs,
+                allow: Callable[[_Node], bool] | None = None
+                ) -> tuple[list[_Node], list[_Node]] | None:
+        """The nodes job `idx` would get in pool `k` now (all it runs on, those powered up
+        for it), or None."""
         gpn = job.gpus_per_node(k.gpus_per_node)
         if job.nodes > k.max_nodes or gpn > k.gpus_per_node:
-            return -1
+            return None
         resv = self.attached.get(idx)
         if resv is not None:  # pointed at its reservation: runs there, on nothing else
             headroom = 0
         pool = self.nodes_of[k.name]
         live = [n for n in pool if n.state != "down" and n.resv == resv]
         if self.paid.blocks:  # (the scheduler's hot loop: no per-node call without blocks)
-            live = [n for n in live if not self._outlasts(n, max(now, n.ready_at), job)]
+            live = [n for n in live if not self._outlasts(n, max(now, n.ready_at), idx)]
         if job.nodes == 1:
-            fits = [n for n in live if n.free >= gpn]
-            if fits:
-                chosen = [min(fits, key=lambda n: (n.free, n.state != "up", n.name))]
-                new: list[_Node] = []
-            elif headroom >= 1:
-                chosen = new = [next(n for n in pool if n.state == "down")]
-            else:
-                return -1
-        else:
-            whole = [n for n in live if n.jobs == 0 and n.free == n.gpus]
-            whole.sort(key=lambda n: (n.state != "up", n.name))
-            need = job.nodes - len(whole)
-            if need <= 0:
-                chosen, new = whole[:job.nodes], []
-            elif need <= headroom:
-                new = [n for n in pool if n.state == "down"][:need]
-                chosen = whole + new
-            else:
-                return -1
-        src = self._paid_source(k, job, len(new), now) if new else None
+            fits_now = [n for n in live if n.free >= gpn and (allow is None or allow(n))]
+            if fits_now:
+                return [min(fits_now, key=lambda n: (n.free, n.state != "up", n.name))], []
+            spare = self._spare(pool, headroom, allow)
+            return (spare[:1], spare[:1]) if spare else None
+        spare = self._spare(pool, headroom, allow)
+        whole = [n for n in live if n.jobs == 0 and n.free == n.gpus
+                 and (allow is None or allow(n))]
+        whole.sort(key=lambda n: (n.state != "up", n.name))
+        need = job.nodes - len(whole)
+        if need <= 0:
+            return whole[:job.nodes], []
+        if need <= len(spare):
+            return whole + spare[:need], spare[:need]
+        return None
+
+    @staticmethod
+    def _spare(pool: list[_Node], headroom: int,
+               allow: Callable[[_Node], bool] | None) -> list[_Node]:
+        """The powered-down nodes a job may power up: the first `headroom` of the pool (the
+        others are held or beyond the cap, so Slurm cannot use them)."""
+        if headroom <= 0:
+            return []
+        down = [n for n in pool if n.state == "down"][:headroom]
+        return down if allow is None else [n for n in down if allow(n)]
+
+    def _start(self, idx: int, job: TraceJob, now: float, k: PoolKnobs,
+               chosen: list[_Node], new: list[_Node]) -> int:
+        gpn = job.gpus_per_node(k.gpus_per_node)
+        resv = self.attached.get(idx)
+        src = self._paid_source(k, idx, len(new), now) if new else None
         for n in new:
             self._power_up(n, now, src)
         start = max([now] + [n.ready_at for n in chosen if n.state == "booting"])
@@ -331,7 +382,7 @@ class Simulation:
             n.free -= gpn
             n.jobs += 1
             n.idle_since = None
-            n.free_at = max(n.free_at if n.jobs > 1 else 0.0, start + job.duration_s)
+            n.free_at = max(n.free_at if n.jobs > 1 else 0.0, start + self.limit[idx])
         self.placed[idx] = [(n, gpn) for n in chosen]
         self.start[idx] = start
         since = self.pending_since.pop(idx, None)
@@ -343,6 +394,11 @@ class Simulation:
             self.started_in[job.job_id] = self.attached.pop(idx)
         self._push(start + job.duration_s, END, idx)
         self.running_gpus += gpn * job.nodes
+        del self.pending[idx]
+        del self.pending_views[idx]
+        self.eligible_at.pop(idx, None)
+        self.prio.pop(idx, None)
+        self.order = None
         return len(new)
 
     def _pool_room(self, k: PoolKnobs, now: float) -> list[int]:
@@ -356,33 +412,196 @@ class Simulation:
                 sum(1 for n in live if n.jobs == 0)]
 
     def _schedule(self, now: float) -> None:
+        """Slurm's event-triggered scheduling pass: jobs in reservations first (they start on
+        their nodes whatever the queue), then the queue as the model says."""
         if not self.pending:
             return
-        room = {k.name: self._pool_room(k, now) for k in self.pools}
-        od_only = [self.od] if self.od is not None else []
         for idx in [i for i in self.attached if i in self.pending]:
-            if self._place(idx, self.pending[idx], now, 0, self.k) >= 0:
-                del self.pending[idx]
-                del self.pending_views[idx]
-                room[self.k.name] = self._pool_room(self.k, now)
+            self._place(idx, self.pending[idx], now, 0, self.k)
+        if self.greedy:
+            self._schedule_greedy(now)
+        else:
+            self._schedule_main(now)
+
+    def _pools_of(self, idx: int) -> list[PoolKnobs]:
+        """The partitions a job may run in, in Slurm's PriorityTier order."""
+        if idx in self.steered:
+            return [self.od] if self.od is not None else []
+        return self.pools
+
+    def _schedule_greedy(self, now: float) -> None:
+        """The greedy model: submit order, and any job that fits starts."""
+        room = {k.name: self._pool_room(k, now) for k in self.pools}
         for idx, job in list(self.pending.items()):
             if idx in self.attached or self.eligible_at.get(idx, 0.0) > now:
                 continue
             if all(r[0] == 0 and r[1] == 0 for r in room.values()):
                 return
-            for k in (od_only if idx in self.steered else self.pools):
-                headroom, max_free, whole = room[k.name]
-                gpn = job.gpus_per_node(k.gpus_per_node)
-                if job.nodes == 1 and gpn > max_free and headroom < 1:
+            for k in self._pools_of(idx):
+                if not self._may_fit(job, k, room[k.name]):
                     continue
-                if job.nodes > 1 and job.nodes > whole + headroom:
-                    continue
-                if self._place(idx, job, now, headroom, k) >= 0:
-                    del self.pending[idx]
-                    del self.pending_views[idx]
-                    self.eligible_at.pop(idx, None)
+                if self._place(idx, job, now, room[k.name][0], k) >= 0:
                     room[k.name] = self._pool_room(k, now)
                     break
+
+    @staticmethod
+    def _may_fit(job: TraceJob, k: PoolKnobs, room: list[int]) -> bool:
+        """A cheap bound: False when the job surely cannot start in the pool now."""
+        headroom, max_free, whole = room
+        if job.nodes == 1:
+            return job.gpus_per_node(k.gpus_per_node) <= max_free or headroom >= 1
+        return job.nodes <= whole + headroom
+
+    def _schedule_main(self, now: float) -> None:
+        """Slurm's main scheduler: priority order; a job that cannot start in a partition
+        leaves that partition blocked for every job after it."""
+        room = {k.name: self._pool_room(k, now) for k in self.pools}
+        blocked: set[str] = set()
+        for idx in self._by_priority(now):
+            if idx in self.attached or self.eligible_at.get(idx, 0.0) > now:
+                continue
+            tried = [k for k in self._pools_of(idx) if k.name not in blocked]
+            if not tried:
+                continue
+            job = self.pending[idx]
+            for k in tried:
+                if (self._may_fit(job, k, room[k.name])
+                        and self._place(idx, job, now, room[k.name][0], k) >= 0):
+                    room[k.name] = self._pool_room(k, now)
+                    break
+            else:
+                blocked.update(k.name for k in tried)
+                if len(blocked) == len(self.pools):
+                    return
+
+    # --- Slurm's priorities and backfill (the slurm model) ---------------------------------
+    def _by_priority(self, now: float) -> list[int]:
+        """Pending jobs, highest priority first (ties: submitted first). Priorities are
+        recomputed every PriorityCalcPeriod, as slurmctld does."""
+        if now >= self.next_calc:
+            self._recalc(now)
+        if self.order is None:
+            self.order = sorted(self.pending, key=lambda i: (-self.prio[i], i))
+        return self.order
+
+    def _recalc(self, now: float) -> None:
+        m = self.sched
+        self.next_calc = now + m.priority_calc_period
+        if m.priority_weight_fairshare:
+            running: dict[str, float] = {}
+            for idx, placed in self.placed.items():
+                u = self.jobs[idx].user
+                running[u] = running.get(u, 0.0) + sum(g for _, g in placed)
+            self.fairshare.accrue(now, running)
+        for idx in self.pending:
+            self.prio[idx] = self._priority(idx, now)
+        self.order = None
+        self.bf_dirty = True  # a new order may let backfill start other jobs
+
+    def _priority(self, idx: int, now: float) -> float:
+        job = self.jobs[idx]
+        if job.priority is not None:
+            return job.priority
+        m = self.sched
+        fs = self.fairshare.factor(job.user) if m.priority_weight_fairshare else 0.0
+        return priority(m, now - self.eligible_at.get(idx, job.submit_s), job.nodes,
+                        self.k.max_nodes, fs)
+
+    def _queue(self, idx: int, now: float) -> None:
+        """A job enters the queue (submitted or requeued): Slurm gives it a priority now."""
+        if not self.greedy:
+            self.fairshare.see(self.jobs[idx].user)
+            self.prio[idx] = self._priority(idx, now)
+            self.order = None
+            self.bf_dirty = True
+
+    def _backfill(self, now: float) -> None:
+        """One backfill cycle: in priority order, start what can start now without taking
+        resources planned for a job before it; plan each job that cannot at its earliest
+        start, by the running jobs' time limits, within bf_window."""
+        m = self.sched
+        if not self.pending or not self.bf_dirty:
+            return
+        self.bf_dirty = False
+        room = {k.name: self._pool_room(k, now) for k in self.pools}
+        if not any(self._room_left(r) for r in room.values()):
+            return  # nothing can start now: a plan would change nothing
+        busy = {n.name: NodePlan(n.gpus, now) for n in self.nodes}
+        for idx, placed in self.placed.items():
+            end = self.start[idx] + self.limit[idx]
+            for n, g in placed:  # held from now (a booting node's job starts later)
+                busy[n.name].add(now, end, g)
+        horizon = now + m.bf_window
+        tested = 0
+        for idx in list(self._by_priority(now)):
+            if tested >= m.bf_max_job_test or not any(map(self._room_left, room.values())):
+                return
+            if idx in self.attached or self.eligible_at.get(idx, 0.0) > now:
+                continue
+            tested += 1
+            job = self.pending[idx]
+            lim = self.limit[idx]
+            for k in self._pools_of(idx):
+                gpus = k.gpus_per_node if job.nodes > 1 else job.gpus_per_node(k.gpus_per_node)
+                if self._may_fit(job, k, room[k.name]) and self._place(
+                        idx, job, now, room[k.name][0], k,
+                        lambda n, g=gpus, t=lim: busy[n.name].fits_now(g, t)) >= 0:
+                    for n, g in self.placed[idx]:
+                        busy[n.name].add(now, self.start[idx] + lim, g)
+                    room[k.name] = self._pool_room(k, now)
+                    break
+            else:
+                self._plan_later(idx, job, now, horizon, busy, room)
+
+    def _earliest(self, idx: int, job: TraceJob, pool: list[_Node], gpn: int, now: float,
+                  horizon: float, busy: dict[str, NodePlan]
+                  ) -> tuple[float, list[_Node]] | None:
+        """Job `idx`'s earliest start on `pool`'s nodes by the plan, and the nodes."""
+        lim = self.limit[idx]
+        if job.nodes == 1:  # (the hot loop of a busy queue: NodePlan.first_fit inlined)
+            best, at = None, horizon
+            for n in pool:
+                for lo, hi in busy[n.name].runs(gpn):
+                    if lo >= at:
+                        break
+                    if hi - lo >= lim:
+                        if not (self.paid.blocks and self._outlasts(n, lo, idx)):
+                            best, at = n, lo
+                        break
+            return None if best is None else (at, [best])
+        windows = [busy[n.name].windows(n.gpus, lim, horizon) for n in pool]
+        for i, n in enumerate(pool):  # a block node: only while the job ends before it does
+            if n.paid is not None and n.paid != ODCR:
+                last = self.paid.blocks[n.paid].end_s - lim
+                windows[i] = [(lo, min(hi, last)) for lo, hi in windows[i] if lo <= last]
+        found = gang_start(windows, job.nodes)
+        if found is None:
+            return None
+        return found[0], [pool[i] for i in found[1]]
+
+    @staticmethod
+    def _room_left(room: list[int]) -> bool:
+        return room[0] > 0 or room[1] > 0
+
+    def _plan_later(self, idx: int, job: TraceJob, now: float, horizon: float,
+                    busy: dict[str, NodePlan], room: dict[str, list[int]]) -> None:
+        """Plan job `idx` at its earliest start in any of its pools (within the window): the
+        nodes it would get are marked busy from then for its time limit."""
+        lim = self.limit[idx]
+        best: tuple[float, list[_Node], int] | None = None
+        for k in self._pools_of(idx):
+            gpn = job.gpus_per_node(k.gpus_per_node)
+            if job.nodes > k.max_nodes or gpn > k.gpus_per_node:
+                continue
+            pool = [n for n in self.nodes_of[k.name] if n.state != "down" and n.resv is None]
+            pool += self._spare(self.nodes_of[k.name], room[k.name][0], None)
+            found = self._earliest(idx, job, pool, gpn, now, horizon, busy)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], found[1], gpn)
+        if best is not None:
+            t, nodes, gpn = best
+            for n in nodes:
+                busy[n.name].add(t, t + lim, gpn)
 
     # --- the policy ----------------------------------------------------------------------
     def _snapshot(self, now: float) -> Snapshot:
@@ -412,9 +631,10 @@ class Simulation:
         """The same reservation planner the daemon runs, on the simulated Slurm. True when
         any hold changed."""
         assert self.p.holds is not None
-        # priority: earlier submit first, as the simulated Slurm schedules
+        # priority: as the simulated Slurm schedules (greedy: earlier submit first)
         jobs = [GangJob(v.job_id, self.k.name, v.nodes, v.gpus_per_node, v.submit_s,
-                        -int(v.submit_s), "user", reservation=self.attached.get(i, ""))
+                        -int(v.submit_s) if self.greedy else int(self.prio[i]), "user",
+                        reservation=self.attached.get(i, ""))
                 for i, v in self.pending_views.items() if v.nodes >= 2 and i not in self.steered]
         for h in self.holds:
             i = self.idx_of[h.job_id]
@@ -452,6 +672,18 @@ class Simulation:
         return bool(plan.actions)
 
     def _tick(self, now: float) -> None:
+        before = self._usable(now)
+        self._policy_step(now)
+        if before != self._usable(now):
+            self.bf_dirty = True  # the policy changed what Slurm may use
+
+    def _usable(self, now: float) -> tuple[object, ...]:
+        """What a policy step can change of the nodes Slurm may use: targets, live nodes,
+        holds, a spot outage."""
+        return (tuple(m.target for m in self.memory.values()), tuple(self.live_count.values()),
+                self.holds, now < self.spot_down_until)
+
+    def _policy_step(self, now: float) -> None:
         if self.spot is not None:
             self._interruptions(now)
         snap = self._snapshot(now)
@@ -537,8 +769,9 @@ class Simulation:
                                              job.gpus_per_node(self.k.gpus_per_node),
                                              job.duration_s, job.submit_s,
                                              also=() if idx in self.steered else self.also)
-        # Slurm keeps a requeued job's place in priority order (here: submit order).
+        # greedy: a requeued job keeps its place in submit order
         self.pending = dict(sorted(self.pending.items()))
+        self._queue(idx, now)
         self._push(now + self.spot.requeue_delay_s, ELIGIBLE, idx)
 
     # --- the loop ------------------------------------------------------------------------
@@ -556,7 +789,7 @@ class Simulation:
         now = 0.0
         while self.ev:
             now, kind, _, idx = heapq.heappop(self.ev)
-            if kind != TICK:
+            if kind not in (TICK, BACKFILL):
                 self.future_events -= 1
                 self.last_event_at = now
             if kind == SUBMIT:
@@ -567,8 +800,9 @@ class Simulation:
                     job.duration_s, job.submit_s, also=self.also)
                 if not job.carry_in:
                     self.arrivals.append((now, self.k.name, job.nodes))
+                self._queue(idx, now)
             elif kind == ELIGIBLE:
-                pass  # a requeued job may start again: the scheduler below sees it
+                self.bf_dirty = True  # a requeued job may start again
             elif kind == BLOCK:
                 if idx >= 0:  # its end (an opening only wakes the scheduler below)
                     outstanding -= self._block_end(idx, now)
@@ -586,20 +820,30 @@ class Simulation:
                 self.running_gpus -= job.gpus_per_node(self.k.gpus_per_node) * job.nodes
                 outstanding -= 1
                 self._record(idx, job, now)
+            elif kind == BACKFILL:
+                self.bf_due = False
+                self._backfill(now)
             else:
                 self._tick(now)
                 quiet_for = now - self.last_event_at
                 if outstanding and (self.future_events or (
                         self._tick_can_help() and quiet_for < self.cloud.give_up_after_s)):
                     self._push(now + self.cloud.tick_s, TICK, -1)
+            if kind in (READY, END, BLOCK):
+                self.bf_dirty = True
             self._schedule(now)
+            if (not self.greedy and self.bf_dirty and self.pending and not self.bf_due
+                    and self.sched.bf_interval > 0):
+                self.bf_due = True
+                self._push(now + self.sched.bf_interval, BACKFILL, -1)
         self._finish(now)
         return self.r
 
     def _tick_can_help(self) -> bool:
         """With nothing running, arriving or booting, only a policy step (a governed target
-        rising) can still start a pending job; otherwise the simulation is over."""
-        return any(k.mode is Mode.GOVERNED and self.memory[k.name].target < k.max_nodes
+        rising, a hold released for its budget or time) can still start a pending job;
+        otherwise the simulation is over."""
+        return bool(self.holds) or any(k.mode is Mode.GOVERNED and self.memory[k.name].target < k.max_nodes
                    and any(j.nodes <= k.max_nodes for j in self.pending.values())
                    for k in self.pools)
 
@@ -638,5 +882,6 @@ class Simulation:
 
 
 def simulate(jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
-             spot: SpotModel | None = None, paid: PaidCapacity | None = None) -> SimResult:
-    return Simulation(jobs, policy, cloud, spot, paid).run()
+             spot: SpotModel | None = None, paid: PaidCapacity | None = None,
+             slurm: SlurmModel | None = None) -> SimResult:
+    return Simulation(jobs, policy, cloud, spot, paid, slurm).run()

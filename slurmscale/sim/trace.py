@@ -1,4 +1,6 @@
-"""Job traces: `job_id,submit_s,duration_s,gpus,nodes` (extra columns ignored)."""
+"""Job traces: `job_id,submit_s,duration_s,gpus,nodes`, optionally `time_limit_s` (Slurm's
+time limit, seconds; empty: none given), `user` (for fair-share) and `priority` (an admin-set
+priority that replaces multifactor's); other columns are ignored."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ class TraceJob:
     gpus: int
     nodes: int
     carry_in: bool = False
+    time_limit_s: float | None = None
+    user: str = ""
+    priority: float | None = None
 
     def gpus_per_node(self, node_gpus: int) -> int:
         return node_gpus if self.nodes > 1 else min(self.gpus, node_gpus)
@@ -59,12 +64,24 @@ def _rows(p: Path, reader: csv.DictReader[str], carry_in: bool) -> list[TraceJob
             duration = float(row["duration_s"])
             gpus = int(row["gpus"])
             nodes = int(row["nodes"]) if row["nodes"] else max(1, math.ceil(gpus / 8))
+            limit = _optional(row.get("time_limit_s"))
+            prio = _optional(row.get("priority"))
         except (TypeError, ValueError):
             raise TraceError(f"trace {p} line {i}: bad number in {dict(row)}") from None
         if not all(math.isfinite(x) and abs(x) <= MAX_SECONDS for x in (submit, duration)):
             raise TraceError(f"trace {p} line {i}: submit_s {row['submit_s']!r} and "
                              f"duration_s {row['duration_s']!r} must be finite seconds "
                              f"within {MAX_SECONDS:.0f}")
+        for name, x in (("time_limit_s", limit), ("priority", prio)):
+            if x is not None and not (math.isfinite(x) and 0 <= x <= MAX_SECONDS):
+                raise TraceError(f"trace {p} line {i}: {name} {row[name]!r} must be a "
+                                 f"finite number within 0..{MAX_SECONDS:.0f}")
+        if limit is not None and limit < 1:
+            raise TraceError(f"trace {p} line {i}: time_limit_s {row['time_limit_s']!r} is "
+                             "under a second")
+        user = (row.get("user") or "").strip()
+        if len(user) > 256:
+            raise TraceError(f"trace {p} line {i}: user name longer than 256 characters")
         if duration < 0 or gpus < 0 or nodes < 1:
             raise TraceError(f"trace {p} line {i}: negative duration/gpus or nodes < 1")
         if nodes > MAX_NODES or gpus > MAX_GPUS:
@@ -76,8 +93,18 @@ def _rows(p: Path, reader: csv.DictReader[str], carry_in: bool) -> list[TraceJob
             remaining = submit + duration
             if remaining <= 0:
                 continue
-            jobs.append(TraceJob(row["job_id"], 0.0, remaining, gpus, nodes, True))
+            jobs.append(TraceJob(row["job_id"], 0.0, remaining, gpus, nodes, True,
+                                 None if limit is None else max(1.0, limit + submit),
+                                 user, prio))
         else:
-            jobs.append(TraceJob(row["job_id"], submit, duration, gpus, nodes))
+            jobs.append(TraceJob(row["job_id"], submit, duration, gpus, nodes, False, limit,
+                                 user, prio))
     jobs.sort(key=lambda j: (j.submit_s, j.job_id))
     return jobs
+
+
+def _optional(text: str | None) -> float | None:
+    """An optional numeric column: missing or empty is None."""
+    if text is None or not text.strip():
+        return None
+    return float(text)

@@ -18,10 +18,14 @@ CLOUD = SimCloud(boot_s=300.0, price_per_node_hour=100.0)
 KNOBS = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=4)
 # a 2-node block for one hour from t=600
 BLOCK = PaidCapacity(blocks=(BlockSpec(600.0, 4200.0, 2),))
+# time limits equal to the run times: Slurm checks a job's limit against the block's end
 JOBS = [
-    TraceJob("A", 600.0, 1800.0, 16, 2),  # boots into the block at 600, ends 2700
-    TraceJob("B", 3000.0, 1800.0, 8, 1),  # would outlast the block (ends 4800 > 4200)
-    TraceJob("C", 3700.0, 300.0, 16, 2),  # fits what is left of the block (ends 4000)
+    TraceJob("A", 600.0, 1800.0, 16, 2, time_limit_s=1800.0),  # boots into the block at 600,
+    # ends 2700
+    TraceJob("B", 3000.0, 1800.0, 8, 1, time_limit_s=1800.0),  # would outlast the block
+    # (ends 4800 > 4200)
+    TraceJob("C", 3700.0, 300.0, 16, 2, time_limit_s=300.0),  # fits what is left of the
+    # block (ends 4000)
 ]
 
 

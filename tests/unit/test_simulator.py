@@ -127,22 +127,6 @@ def test_simulate_knobs_override_the_policy_and_bad_ones_are_named(tmp_path) -> 
         assert p.returncode == 2 and needle in p.stderr, (arg, p.stderr)
 
 
-def test_accumulation_ends_a_gangs_starvation_behind_a_stream_of_small_jobs() -> None:
-    """A capped pool of 4 nodes kept busy by staggered 8-GPU jobs that arrive faster than any
-    four nodes free at once; a 4-node gang arrives at t=600. Without holds it waits for the
-    stream to end; with them it starts within the hold's trigger + one small job."""
-    small = [TraceJob(f"s{i}", i * 150.0, 1200.0, 8, 1) for i in range(60)]
-    jobs = sorted([*small, TraceJob("gang", 600.0, 600.0, 32, 4)], key=lambda j: j.submit_s)
-    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=4)
-    cloud = SimCloud(boot_s=0.0)
-    off = simulate(jobs, builtin_policy("slurmscale", knobs, None), cloud)
-    on = simulate(jobs, builtin_policy("slurmscale", knobs), cloud)
-    assert off.gang_waits[0] > 6000, "the starvation the feature exists for"
-    assert on.gang_waits[0] <= 600 + 1200 + 120
-    assert on.reservations_created == 1 and on.reservation_idle_gpu_s > 0
-    assert on.jobs_completed == off.jobs_completed == 61
-
-
 def _storm_jobs() -> list[TraceJob]:
     """Six single-node jobs and a 2-node gang, all running when the storm comes at 3,600 s."""
     return ([TraceJob(f"j{i}", 0.0, 4 * 3600.0, 8, 1) for i in range(6)]

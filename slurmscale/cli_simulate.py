@@ -1,0 +1,273 @@
+"""`slurmscale simulate`: replay a job trace against a simulated Slurm and cloud running the
+policy code. Exit 2 with one line naming the bad value on bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from slurmscale.cli_common import _load, _table
+
+if TYPE_CHECKING:
+    from slurmscale.sim.engine import PaidCapacity
+
+
+@click.command()
+@click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV: job_id,submit_s,duration_s,gpus,nodes; optional time_limit_s, user, "
+                   "priority (other columns ignored).")
+@click.option("--carry-in", "carry_in", type=click.Path(dir_okay=False), default=None,
+              help="Jobs already running at t=0 (same columns, negative submit_s).")
+@click.option("--policy", "policies", multiple=True,
+              help="naive, immediate, static, slurmscale, slurmscale-governed (repeatable; "
+                   "default all).")
+@click.option("--max-nodes", default=64, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64))
+@click.option("--boot-time", default=300.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds from launch to a usable node.")
+@click.option("--price", default=98.32, show_default=True, type=click.FloatRange(0),
+              help="USD per node-hour.")
+@click.option("--cooldown", default=None, type=click.FloatRange(0),
+              help="Override the policies' cooldown (s).")
+@click.option("--knob", "knob_args", multiple=True, metavar="KEY=VALUE",
+              help="Override one policy knob (as in pools[].policy, e.g. min_idle_s=60); "
+                   "repeatable.")
+@click.option("--pool", "pool_name", default=None,
+              help="Start from this pool's policy knobs and GPUs per node in the config "
+                   "(--config); --max-nodes and --knob still override.")
+@click.option("--accumulate/--no-accumulate", default=True, show_default=True,
+              help="Model slurmscale's reservations that accumulate nodes for starving gangs "
+                   "(the slurmscale policies only).")
+@click.option("--hold-budget", default=None, type=click.FloatRange(0),
+              help="Idle GPU-hours one reservation may spend holding nodes.")
+@click.option("--accumulate-after", default=None, type=click.FloatRange(0),
+              help="Seconds a gang waits before nodes are held for it.")
+@click.option("--max-hold", default=None, type=click.FloatRange(0),
+              help="Longest a reservation holds nodes (s).")
+@click.option("--interruption-rate", default=None, type=click.FloatRange(0),
+              metavar="PER_NODE_HOUR",
+              help="Spot model: interruptions per spot node-hour (the pool becomes spot with "
+                   "an on-demand fallback pool; any spot option turns the model on).")
+@click.option("--storm-at", default=None, type=click.FloatRange(0), metavar="S",
+              help="Spot model: at this second a storm interrupts --storm-fraction of the live "
+                   "spot nodes; spot launches then fail for --storm-outage seconds.")
+@click.option("--storm-fraction", default=None, type=click.FloatRange(0, 1))
+@click.option("--storm-outage", default=1800.0, show_default=True, type=click.FloatRange(0))
+@click.option("--on-demand-buffer", default=None, type=click.FloatRange(0, 1),
+              metavar="FRACTION", help="Spot model: share of the GPUs in use kept warm on "
+                                       "demand (the slurmscale policies).")
+@click.option("--warm-on-demand-nodes", default=None, type=click.IntRange(0))
+@click.option("--on-demand-nodes", default=None, type=click.IntRange(0),
+              help="Spot model: the fallback pool's size (default: --max-nodes).")
+@click.option("--spot-price", default=None, type=click.FloatRange(0),
+              help="Spot model: USD per spot node-hour (default: 40% of the on-demand price).")
+@click.option("--on-demand-price", default=None, type=click.FloatRange(0),
+              help="USD per on-demand node-hour (default: --price).")
+@click.option("--max-preemptions", default=2, show_default=True, type=click.IntRange(1),
+              help="Spot model: a job preempted this often runs on demand only.")
+@click.option("--requeue-delay", default=120.0, show_default=True, type=click.FloatRange(0),
+              help="Spot model: seconds before a requeued job may start again.")
+@click.option("--reserved-nodes", default=0, show_default=True, type=click.IntRange(0),
+              help="Paid capacity: an On-Demand Capacity Reservation of N nodes, paid for "
+                   "the whole run.")
+@click.option("--reserved-preference", default="use_first", show_default=True,
+              type=click.Choice(["use_first", "none"]),
+              help="Paid capacity: launch gangs that fit whole into the reservation first, "
+                   "or never (it is paid all the same).")
+@click.option("--capacity-block", "capacity_blocks", multiple=True,
+              metavar="START_S:END_S:NODES",
+              help="Paid capacity: a Capacity Block of NODES nodes from START_S to END_S "
+                   "(trace seconds); repeatable.")
+@click.option("--slurm-model", default="slurm", show_default=True,
+              type=click.Choice(["slurm", "greedy"]),
+              help="slurm: Slurm's main scheduler, backfill by time limits, multifactor "
+                   "priority; greedy: submit order, any job that fits starts (the model "
+                   "before it, to compare).")
+@click.option("--time-limit-factor", default=3.0, show_default=True,
+              type=click.FloatRange(1, 1000),
+              help="slurm model: a job without time_limit_s in the trace gets F x its run time.")
+@click.option("--no-time-limits", is_flag=True,
+              help="slurm model: jobs without time_limit_s have none (INFINITE).")
+@click.option("--slurm-param", "slurm_params", multiple=True, metavar="NAME=VALUE",
+              help="slurm model: bf_interval, bf_window, bf_max_job_test, PriorityWeightAge, "
+                   "PriorityWeightJobSize, PriorityWeightFairshare, PriorityMaxAge, "
+                   "PriorityDecayHalfLife, PriorityCalcPeriod (times in seconds), "
+                   "PriorityFavorSmall=YES|NO; repeatable.")
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Spot model: random seed for the interruptions.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
+              help="Write a PNG of demand vs provisioned GPUs per policy.")
+@click.pass_context
+def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
+             policies: tuple[str, ...], max_nodes: int, gpus_per_node: int, boot_time: float,
+             price: float, cooldown: float | None, knob_args: tuple[str, ...],
+             pool_name: str | None, accumulate: bool, hold_budget: float | None,
+             accumulate_after: float | None, max_hold: float | None,
+             interruption_rate: float | None, storm_at: float | None,
+             storm_fraction: float | None, storm_outage: float,
+             on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
+             on_demand_nodes: int | None, spot_price: float | None,
+             on_demand_price: float | None, max_preemptions: int, requeue_delay: float,
+             reserved_nodes: int, reserved_preference: str, capacity_blocks: tuple[str, ...],
+             slurm_model: str, time_limit_factor: float, no_time_limits: bool,
+             slurm_params: tuple[str, ...], seed: int, as_json: bool,
+             plot_path: str | None) -> None:
+    """Replay a job trace against a simulated Slurm + cloud, running the real policy code.
+
+    Waits are the total time a job pended, over all its runs when it was requeued.
+
+    JSON: {"trace": str, "slurm_model": str, "policies": {NAME: {jobs, jobs_completed,
+    wait_p50_s, wait_p95_s, gang_wait_p50_s, gang_wait_p95_s, busy_gpu_hours, idle_gpu_hours,
+    cost_usd, spot_node_hours, on_demand_node_hours, scale_up_actions, scale_down_actions,
+    node_launches, reservations_created, reservation_idle_gpu_hours, preemptions, requeues,
+    jobs_failed, lost_gpu_hours, restart_wait_p50_s, restart_wait_p95_s,
+    reserved_node_hours_paid, reserved_node_hours_used, reservation_utilization,
+    jobs_killed_at_block_end}}}
+    """
+    from dataclasses import replace
+
+    from slurmscale.policy.model import PoolKnobs
+    from slurmscale.policy.reservations import ReservationKnobs
+    from slurmscale.sim.engine import SimCloud, SpotModel
+    from slurmscale.sim.engine import simulate as run_sim
+    from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
+    from slurmscale.sim.report import metrics, plot
+    from slurmscale.sim.slurm_model import SchedulerKind, SlurmModel, parse_params
+    from slurmscale.sim.trace import TraceError, load_trace
+
+    names = policies or POLICY_NAMES
+    if plot_path and not Path(plot_path).resolve().parent.is_dir():
+        raise click.BadParameter(f"{plot_path!r}: directory {Path(plot_path).parent} does "
+                                 "not exist", param_hint="--plot")
+    for n in names:
+        if n not in POLICY_NAMES:
+            raise click.BadParameter(f"{n!r} is not one of {', '.join(POLICY_NAMES)}",
+                                     param_hint="--policy")
+    try:
+        jobs = load_trace(trace_path)
+        if carry_in:
+            jobs = sorted(load_trace(carry_in, carry_in=True) + jobs,
+                          key=lambda j: (j.submit_s, j.job_id))
+    except TraceError as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        sys.exit(2)
+    from pydantic import ValidationError
+
+    from slurmscale.config import PoolPolicy
+
+    policy: dict[str, Any] = {}
+    if pool_name:
+        cfg = _load(ctx)
+        try:
+            pool = cfg.pool(pool_name)
+        except KeyError:
+            raise click.BadParameter(f"no pool {pool_name!r} in the config (pools: "
+                                     f"{', '.join(p.name for p in cfg.pools)})",
+                                     param_hint="--pool") from None
+        policy = pool.policy.model_dump(exclude={"mode"})
+        gpus_per_node = pool.gpus_per_node or gpus_per_node
+    for arg in knob_args:
+        key, sep, value = arg.partition("=")
+        if not sep or key not in PoolPolicy.model_fields or key == "mode":
+            raise click.BadParameter(
+                f"{arg!r}: expected KEY=VALUE with KEY one of "
+                f"{', '.join(k for k in PoolPolicy.model_fields if k != 'mode')}",
+                param_hint="--knob")
+        policy[key] = value
+    if cooldown is not None:
+        policy["cooldown_s"] = cooldown
+    try:
+        checked = PoolPolicy.model_validate(policy).model_dump(exclude={"mode"})
+    except ValidationError as e:
+        bad = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'knobs'}: {x['msg']} "
+                        f"(got {x['input']!r})" for x in e.errors())
+        raise click.BadParameter(bad, param_hint="--knob") from None
+    base = PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes, **checked)
+    holds = None
+    if accumulate:
+        holds = ReservationKnobs()
+        if hold_budget is not None:
+            holds = replace(holds, hold_budget_gpu_hours=hold_budget)
+        if accumulate_after is not None:
+            holds = replace(holds, accumulate_after_s=accumulate_after)
+        if max_hold is not None:
+            holds = replace(holds, max_hold_s=max_hold)
+    if (storm_at is None) != (storm_fraction is None):
+        raise click.BadParameter("--storm-at and --storm-fraction go together (got "
+                                 f"{'--storm-at' if storm_at is not None else '--storm-fraction'}"
+                                 " alone)", param_hint="--storm-at")
+    od_price = price if on_demand_price is None else on_demand_price
+    spot = None
+    if any(v is not None for v in (interruption_rate, storm_at, on_demand_buffer,
+                                   warm_on_demand_nodes, spot_price, on_demand_nodes)):
+        spot = SpotModel(
+            on_demand_nodes=max_nodes if on_demand_nodes is None else on_demand_nodes,
+            buffer=on_demand_buffer or 0.0, warm_nodes=warm_on_demand_nodes or 0,
+            interruption_rate=interruption_rate or 0.0, storm_at_s=storm_at,
+            storm_fraction=storm_fraction or 0.0, storm_outage_s=storm_outage,
+            requeue_delay_s=requeue_delay, max_preemptions=max_preemptions, seed=seed)
+        if spot_price is None:
+            spot_price = round(0.4 * od_price, 2)
+    cloud = SimCloud(boot_s=boot_time, price_per_node_hour=od_price,
+                     spot_price_per_node_hour=spot_price if spot else None)
+    paid = _paid_capacity(reserved_nodes, reserved_preference, capacity_blocks, max_nodes)
+    try:
+        model = parse_params(SlurmModel(SchedulerKind(slurm_model),
+                                        time_limits=not no_time_limits,
+                                        time_limit_factor=time_limit_factor), slurm_params)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--slurm-param") from None
+    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot, paid, model)
+               for n in names]
+    out = {"trace": trace_path, "slurm_model": slurm_model,
+           "policies": {r.policy: metrics(r, cloud) for r in results}}
+    if plot_path:
+        plot(results, plot_path, f"{Path(trace_path).name}, max {max_nodes} nodes")
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    cols = ["policy", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
+            "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
+    if spot is not None:
+        cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s"]
+    if paid is not None:
+        cols += ["on_demand_node_hours", "reserved_node_hours_paid", "reservation_utilization",
+                 "jobs_killed_at_block_end"]
+    click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
+
+
+def _paid_capacity(reserved_nodes: int, preference: str, blocks: tuple[str, ...],
+                   max_nodes: int) -> PaidCapacity | None:
+    """The simulator's paid capacity from its options; a bad value is named (exit 2)."""
+    import math
+
+    from slurmscale.sim.engine import BlockSpec, PaidCapacity
+
+    if reserved_nodes > max_nodes:
+        raise click.BadParameter(f"{reserved_nodes} is more than --max-nodes {max_nodes}",
+                                 param_hint="--reserved-nodes")
+    specs = []
+    for text in blocks:
+        parts = text.split(":")
+        try:
+            if len(parts) != 3:
+                raise ValueError
+            start, end, nodes = float(parts[0]), float(parts[1]), int(parts[2])
+        except ValueError:
+            raise click.BadParameter(f"{text!r} is not START_S:END_S:NODES",
+                                     param_hint="--capacity-block") from None
+        if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end
+                and 1 <= nodes <= max_nodes):
+            raise click.BadParameter(f"{text!r}: needs 0 <= START_S < END_S (finite) and 1 <= "
+                                     f"NODES <= --max-nodes {max_nodes}",
+                                     param_hint="--capacity-block")
+        specs.append(BlockSpec(start, end, nodes))
+    if not reserved_nodes and not specs:
+        return None
+    return PaidCapacity(reserved_nodes, preference == "use_first",
+                        tuple(sorted(specs, key=lambda b: b.start_s)))

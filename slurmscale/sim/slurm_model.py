@@ -1,0 +1,218 @@
+"""How the simulated Slurm orders and starts jobs: Slurm's own rules, written down once.
+
+Two models, chosen with `simulate --slurm-model`:
+- `slurm` (default): what sched/backfill with priority/multifactor does.
+  * Priority (PriorityType=priority/multifactor): a weighted sum of factors in [0, 1] -
+    age (time eligible, capped at PriorityMaxAge), job size (nodes over the partition's
+    nodes; PriorityFavorSmall inverts it) and fair-share (classic: 2^(-usage/shares), usage
+    decayed with PriorityDecayHalfLife, every user seen an equal share). A trace's
+    `priority` column is an admin-set priority: it replaces the sum for that job. Priorities
+    are recomputed every PriorityCalcPeriod; a new job gets its own at submission.
+  * Main scheduler (on every event, as Slurm's event-triggered pass): jobs in priority order;
+    once a job cannot start in a partition, no lower-priority job starts in that partition.
+  * Backfill (every bf_interval): jobs in priority order, at most bf_max_job_test of them; a
+    job that can start now without touching resources planned for a higher-priority job
+    starts; one that cannot gets resources planned at its earliest start, found from the
+    running jobs' TIME LIMITS (not their real run times, which Slurm does not know), within
+    bf_window. Powered-down nodes a job may power up count as free, as in Slurm.
+- `greedy` (the model before issue 15, kept to compare): jobs in submit order, any job that
+  fits starts, no time limits.
+
+Time limits: a trace's `time_limit_s` column, else `time_limit_factor` x the run time (users
+over-estimate: factor 3 is the default), or none (`--no-time-limits`: Slurm with infinite
+limits, seen by backfill as a year, which is what Slurm uses for INFINITE). A job whose limit is
+shorter than its run time is killed at the limit (TIMEOUT), as Slurm does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+YEAR_S = 365 * 86400.0  # what Slurm's backfill takes an INFINITE time limit to be
+
+
+class SchedulerKind(StrEnum):
+    SLURM = "slurm"
+    GREEDY = "greedy"
+
+
+@dataclass(frozen=True)
+class SlurmModel:
+    """The Slurm settings the model honours, named as in slurm.conf (times in seconds)."""
+
+    kind: SchedulerKind = SchedulerKind.SLURM
+    bf_interval: float = 30.0
+    bf_window: float = 86400.0  # slurm.conf gives minutes (1440); here seconds
+    bf_max_job_test: int = 500
+    priority_weight_age: float = 1000.0
+    priority_weight_job_size: float = 1000.0
+    priority_weight_fairshare: float = 10000.0
+    priority_max_age: float = 7 * 86400.0
+    priority_decay_half_life: float = 7 * 86400.0
+    priority_calc_period: float = 300.0
+    priority_favor_small: bool = False
+    time_limit_factor: float = 3.0
+    time_limits: bool = True
+
+    def limit(self, duration_s: float, trace_limit_s: float | None) -> float:
+        """A job's time limit as backfill sees it."""
+        if trace_limit_s is not None:
+            return trace_limit_s
+        if not self.time_limits:
+            return YEAR_S
+        return max(60.0, self.time_limit_factor * duration_s)
+
+
+# slurm.conf-style names accepted by `simulate --slurm-param NAME=VALUE`
+PARAMS: dict[str, str] = {
+    "bf_interval": "bf_interval",
+    "bf_window": "bf_window",
+    "bf_max_job_test": "bf_max_job_test",
+    "PriorityWeightAge": "priority_weight_age",
+    "PriorityWeightJobSize": "priority_weight_job_size",
+    "PriorityWeightFairshare": "priority_weight_fairshare",
+    "PriorityMaxAge": "priority_max_age",
+    "PriorityDecayHalfLife": "priority_decay_half_life",
+    "PriorityCalcPeriod": "priority_calc_period",
+    "PriorityFavorSmall": "priority_favor_small",
+}
+
+
+def parse_params(model: SlurmModel, args: tuple[str, ...]) -> SlurmModel:
+    """`NAME=VALUE` pairs onto a model; ValueError names the bad pair."""
+    from dataclasses import replace
+
+    changes: dict[str, object] = {}
+    for arg in args:
+        name, sep, value = arg.partition("=")
+        attr = PARAMS.get(name)
+        if not sep or attr is None:
+            raise ValueError(f"{arg!r}: expected NAME=VALUE with NAME one of "
+                             f"{', '.join(PARAMS)}")
+        if attr == "priority_favor_small":
+            if value.lower() not in ("yes", "no"):
+                raise ValueError(f"{arg!r}: PriorityFavorSmall is YES or NO")
+            changes[attr] = value.lower() == "yes"
+            continue
+        try:
+            number = int(value) if attr == "bf_max_job_test" else float(value)
+        except ValueError:
+            raise ValueError(f"{arg!r}: {value!r} is not a number") from None
+        if not math.isfinite(number) or number < (1 if attr.startswith("bf_") else 0):
+            raise ValueError(f"{arg!r}: must be a finite number"
+                             + (" >= 1" if attr.startswith("bf_") else " >= 0"))
+        changes[attr] = number
+    return replace(model, **changes)  # type: ignore[arg-type]
+
+
+@dataclass
+class FairShare:
+    """Classic fair-share: each user seen has an equal share; usage (GPU-seconds) decays with
+    the half-life. factor = 2^(-(usage share) / (share))."""
+
+    half_life_s: float
+    usage: dict[str, float] = field(default_factory=dict)
+    at: float = 0.0
+
+    def see(self, user: str) -> None:
+        self.usage.setdefault(user, 0.0)
+
+    def accrue(self, now: float, running: dict[str, float]) -> None:
+        """Decay everything to `now`, then add what ran since: `running` is GPUs per user."""
+        dt = now - self.at
+        if dt <= 0:
+            return
+        if self.half_life_s > 0:
+            keep = 0.5 ** (dt / self.half_life_s)
+            for u in self.usage:
+                self.usage[u] *= keep
+        for u, gpus in running.items():
+            self.usage[u] = self.usage.get(u, 0.0) + gpus * dt
+        self.at = now
+
+    def factor(self, user: str) -> float:
+        total = sum(self.usage.values())
+        if total <= 0 or not self.usage:
+            return 1.0
+        shares = 1.0 / len(self.usage)
+        return 2.0 ** (-(self.usage.get(user, 0.0) / total) / shares)
+
+
+def priority(m: SlurmModel, age_s: float, nodes: int, partition_nodes: int,
+             fairshare: float) -> float:
+    """priority/multifactor's sum (QOS, partition and TRES weights are 0 here)."""
+    age = min(1.0, max(0.0, age_s) / m.priority_max_age) if m.priority_max_age > 0 else 1.0
+    size = min(1.0, nodes / max(1, partition_nodes))
+    if m.priority_favor_small:
+        size = 1.0 - size
+    return (m.priority_weight_age * age + m.priority_weight_job_size * size
+            + m.priority_weight_fairshare * fairshare)
+
+
+# --- backfill's plan -------------------------------------------------------------------------
+class NodePlan:
+    """What one node has running and planned, from the backfill cycle's `now` on, as runs of
+    free GPUs (cached per GPU count: most plans touch one node, the others keep theirs)."""
+
+    __slots__ = ("capacity", "now", "busy", "_runs")
+
+    def __init__(self, capacity: int, now: float) -> None:
+        self.capacity = capacity
+        self.now = now
+        self.busy: list[tuple[float, float, int]] = []  # start, end (by limit), GPUs
+        self._runs: dict[int, list[tuple[float, float]]] = {}
+
+    def add(self, start: float, end: float, gpus: int) -> None:
+        self.busy.append((max(start, self.now), end, gpus))
+        self._runs.clear()
+
+    def runs(self, gpus: int) -> list[tuple[float, float]]:
+        """The maximal spans [lo, hi) from now on with at least `gpus` GPUs free."""
+        got = self._runs.get(gpus)
+        if got is None:
+            got = self._runs[gpus] = self._free_runs(gpus)
+        return got
+
+    def _free_runs(self, gpus: int) -> list[tuple[float, float]]:
+        times = sorted({self.now} | {t for s, e, _ in self.busy for t in (s, e)
+                                     if t > self.now})
+        out: list[tuple[float, float]] = []
+        for i, t in enumerate(times):
+            used = sum(g for s, e, g in self.busy if s <= t < e)
+            if self.capacity - used < gpus:
+                continue
+            end = times[i + 1] if i + 1 < len(times) else math.inf
+            if out and out[-1][1] == t:
+                out[-1] = (out[-1][0], end)
+            else:
+                out.append((t, end))
+        return out
+
+    def fits_now(self, gpus: int, limit: float) -> bool:
+        """Are `gpus` GPUs free from now for `limit`?"""
+        r = self.runs(gpus)
+        return bool(r) and r[0][0] == self.now and r[0][1] >= self.now + limit
+
+    def windows(self, gpus: int, limit: float, horizon: float) -> list[tuple[float, float]]:
+        """The start times [lo, hi] in [now, horizon] with `gpus` GPUs free for `limit`."""
+        return [(lo, min(hi - limit, horizon)) for lo, hi in self.runs(gpus)
+                if hi - lo >= limit and lo <= horizon]
+
+
+def gang_start(windows: list[list[tuple[float, float]]], count: int
+               ) -> tuple[float, list[int]] | None:
+    """The earliest time at least `count` nodes can all start, and which (indexes into
+    `windows`, one list of start windows per node)."""
+    events = sorted((t, kind, i) for i, ws in enumerate(windows)
+                    for lo, hi in ws for t, kind in ((lo, 0), (hi, 1)))
+    active: dict[int, None] = {}
+    for t, kind, i in events:
+        if kind == 0:
+            active[i] = None
+            if len(active) >= count:
+                return t, list(active)[:count]
+        else:
+            active.pop(i, None)
+    return None
