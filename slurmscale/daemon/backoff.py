@@ -14,15 +14,14 @@ from slurmscale.cloud.errors import ErrorClass, classify, unavailable_ttl
 from slurmscale.config import Config
 from slurmscale.daemon.drains import undrain
 from slurmscale.model import SlurmNode
+from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import OfferingRow
 
 Event = Callable[..., None]
 
-UNAVAILABLE_REASON = "slurmscale: no capacity in this pool until"
-# Nodes drained by any of these may be marked unavailable too (the reason is replaced).
-_NOT_AN_ADMIN = ("slurmscale:",)
 
 
 class CapacityBackoff:
@@ -83,18 +82,21 @@ class CapacityBackoff:
             pool = self.cfg.pool_of(n.name)
             if pool is None:
                 continue
-            ours = n.reason.startswith(UNAVAILABLE_REASON)
+            why = reasons.ours(n.reason)
+            ours = why is Why.NO_CAPACITY
             if until.get(pool.name, 0.0) > t:
                 drained = "DRAIN" in n.flags
                 down = n.flags & {"POWERED_DOWN", "POWERING_DOWN"}
-                if down and not ours and (not drained or n.reason.startswith(_NOT_AN_ADMIN)):
+                # a node drained by us for another reason may be marked unavailable too (the
+                # reason is replaced); an admin's drain never
+                if down and not ours and (not drained or why is not None):
                     hold.setdefault(pool.name, []).append(n.name)
             elif ours and "DRAIN" in n.flags:
                 back.append(n.name)
         for pool, names in hold.items():
             stamp = datetime.fromtimestamp(until[pool], UTC).isoformat(timespec="seconds")
             try:
-                self.slurm.drain(names, f"{UNAVAILABLE_REASON} {stamp}")
+                self.slurm.drain(names, reasons.reason(Why.NO_CAPACITY, stamp))
             except SlurmError as e:
                 self.event("slurm_update_failed", f"hold {','.join(names)}: {e}")
                 continue

@@ -21,9 +21,11 @@ from slurmscale.model import QueueJob, SlurmReservation
 from slurmscale.policy.decide import decide
 from slurmscale.policy.fallback import Rewrite, partition_rewrites
 from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
-from slurmscale.policy.observe import HOLD_REASON, build_snapshot, gang_jobs
+from slurmscale.policy.observe import build_snapshot, gang_jobs
 from slurmscale.policy.reservations import HoldPlan
+from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
 
 log = logging.getLogger(__name__)
@@ -140,7 +142,7 @@ class CapacityPass:
         try:
             match a.kind:
                 case ActionKind.HOLD:
-                    self.slurm.drain(nodes, HOLD_REASON)
+                    self.slurm.drain(nodes, reasons.reason(Why.HELD))
                 case ActionKind.UNHOLD:
                     self.slurm.undrain(nodes)
                 case ActionKind.RELEASE:

@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 Event = Callable[..., None]
 
 LIVE_STATES = ("active", "releasing")
-# A hold released for these reasons has spent what it may: its job is not held for again.
-EXHAUSTING = ("hold budget spent", "maximum hold time")
 
 
 def hold_knobs(cfg: Config) -> ReservationKnobs:
@@ -121,7 +119,7 @@ class HoldPass:
                     case HoldActionKind.ATTACH:
                         self.slurm.set_job_reservation(a.job_id, a.name)
                     case HoldActionKind.RELEASE:
-                        self._release(a.name, a.reason, t)
+                        self._release(a.name, a.reason, t, a.exhausted)
                         continue
             except SlurmError as e:
                 failed.add(a.name)
@@ -143,9 +141,9 @@ class HoldPass:
                 state="active", reason="", exhausted=False, released_s=None))
         return frozenset(n for h in plan.holds for n in h.nodes)
 
-    def _release(self, name: str, why: str, t: float) -> None:
+    def _release(self, name: str, why: str, t: float, exhausted: bool) -> None:
+        """`exhausted`: it spent its budget or time, so its job is never held for again."""
         row = self.store.hold(name)
-        exhausted = why.startswith(EXHAUSTING)
         try:
             self.slurm.delete_reservation(name)
         except SlurmError as e:

@@ -34,7 +34,9 @@ from slurmscale.config import CapacityType, Config
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.drains import undrain
 from slurmscale.model import SlurmNode
+from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import InstanceRow, PreemptionRow
 
@@ -42,10 +44,6 @@ log = logging.getLogger(__name__)
 
 Event = Callable[..., None]
 
-INTERRUPT_REASON = "slurmscale: spot interruption notice"
-REBALANCE_REASON = "slurmscale: rebalance recommendation"
-GONE_REASON = "slurmscale: instance"
-OUR_REASONS = (INTERRUPT_REASON, REBALANCE_REASON, GONE_REASON)
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
@@ -106,11 +104,11 @@ class InterruptionPass:
             return True
         match ev.kind:
             case EventKind.SPOT_WARNING:
-                reason = f"{INTERRUPT_REASON} {ev.time} ({ev.action or 'terminate'})"
+                reason = reasons.reason(Why.INTERRUPTED, f"{ev.time} ({ev.action or 'terminate'})")
                 self._reclaimed(inst.pool, now)
                 return self._evacuate(inst, ev.kind.value, ev.time, reason, now)
             case EventKind.REBALANCE:
-                reason = f"{REBALANCE_REASON} {ev.time}"
+                reason = reasons.reason(Why.REBALANCE, ev.time)
                 try:
                     self.slurm.drain([inst.node], reason)
                 except SlurmError as e:
@@ -120,7 +118,7 @@ class InterruptionPass:
                            "running jobs continue, nothing new starts there", node=inst.node)
             case EventKind.STATE_CHANGE:
                 if (ev.state or "") in GONE_STATES:
-                    reason = f"{GONE_REASON} {inst.instance_id} {ev.state} at {ev.time}"
+                    reason = reasons.reason(Why.GONE, f"{inst.instance_id} {ev.state} at {ev.time}")
                     return self._evacuate(inst, ev.kind.value, ev.time, reason, now)
         return True
 
@@ -137,8 +135,8 @@ class InterruptionPass:
             why = found.state_reason or "no reason given"
             if why == SPOT_RECLAIM:
                 self._reclaimed(inst.pool, now)
-            reason = (f"{GONE_REASON} {inst.instance_id} {found.state} without notice "
-                      f"({why})")
+            reason = reasons.reason(Why.GONE, f"{inst.instance_id} {found.state} without "
+                                    f"notice ({why})")
             self._evacuate(inst, f"vanished:{why}", now.isoformat(timespec="seconds"),
                            reason, now)
             n += 1
@@ -231,7 +229,7 @@ class InterruptionPass:
         """Undrain nodes slurmscale drained for an interruption once they are powered down
         (their instance is gone): the next launch gets a fresh instance."""
         back = [n.name for n in nodes
-                if "DRAIN" in n.flags and n.reason.startswith(OUR_REASONS)
+                if reasons.drained_by_us(n) in reasons.INSTANCE_LOST
                 and "POWERED_DOWN" in n.flags]
         undrain(self.slurm, self.event, back, "nodes_returned",
                 "powered down after an interruption; available again")

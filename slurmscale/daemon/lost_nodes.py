@@ -16,7 +16,6 @@ from slurmscale.cloud.protocol import TAG_NODE, CloudInstance
 from slurmscale.model import SlurmNode
 
 TRANSITIONS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "POWER_DOWN"})
-LOST_REASON = "slurmscale: node has no instance"
 
 
 def nodes_without_instances(nodes: Iterable[SlurmNode], is_cloud_node: Callable[[str], bool],

@@ -36,7 +36,7 @@ from slurmscale.daemon.blocks import BlockPass
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.interruptions import InterruptionPass
-from slurmscale.daemon.lost_nodes import LOST_REASON, LostNodes, nodes_without_instances
+from slurmscale.daemon.lost_nodes import LostNodes, nodes_without_instances
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
@@ -51,7 +51,9 @@ from slurmscale.model import (
 )
 from slurmscale.policy.model import ActionKind
 from slurmscale.policy.routing import NO_RESERVED_FIT, Route, RouteKind, fleet_parts
+from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.reasons import Why
 from slurmscale.spool import Spool
 from slurmscale.store.repo import Store, utc
 from slurmscale.store.tables import CapacityReservationRow, GangRow, InstanceRow
@@ -338,7 +340,7 @@ class Reconciler:
         if not due:
             return
         try:
-            self.slurm.power_down_force(due, LOST_REASON)
+            self.slurm.power_down_force(due, reasons.reason(Why.LOST))
         except SlurmError as e:
             self.event("slurm_update_failed", f"power down {compress(due)}: {e}",
                        node=compress(due))
@@ -658,7 +660,7 @@ class Reconciler:
         self._power_down(list(gang.nodes), code, gid)
 
     def _power_down(self, nodes: list[str], code: str, gid: str) -> None:
-        reason = f"slurmscale launch failed: {code}"
+        reason = reasons.reason(Why.LAUNCH_FAILED, code)
         try:
             self.slurm.power_down_force(nodes, reason)
             self.event("nodes_powered_down", f"{compress(nodes)}: {reason}",

@@ -19,6 +19,7 @@ from slurmscale.policy.model import (
     Snapshot,
 )
 from slurmscale.policy.reservations import GangJob
+from slurmscale.slurm.reasons import Why, drained_by_us
 
 # Pending reasons that mean "waiting for capacity"; Dependency, JobHeld*, BeginTime, limits
 # and the like are not demand the pool can answer now. The DOWN/DRAINED reason is what a job
@@ -30,9 +31,6 @@ CAPACITY_REASONS = frozenset({
 })
 
 
-# The drain reason that marks a node as held by slurmscale (governed pools). Only nodes whose
-# reason starts with it are ever undrained: an admin's drain is never lifted.
-HOLD_REASON = "slurmscale: held above the pool's target"
 
 UNUSABLE_FLAGS = frozenset({"DRAIN", "FAIL", "MAINT", "REBOOT_REQUESTED", "INVALID_REG"})
 
@@ -142,7 +140,8 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         if pool is None:
             continue
         st = node_state(n)
-        held = "DRAIN" in n.flags and n.reason.startswith(HOLD_REASON)
+        # held by slurmscale (governed pools): only these are ever undrained, never an admin's
+        held = drained_by_us(n) is Why.HELD
         # A node powering down is in transition: nothing may be asked of it until it is down.
         usable = held or not (n.flags & UNUSABLE_FLAGS or n.base_state == "DOWN"
                               or "POWERING_DOWN" in n.flags)

@@ -84,6 +84,7 @@ class HoldAction:
     nodes: tuple[str, ...] = ()
     user: str = ""
     account: str = ""
+    exhausted: bool = False  # RELEASE for its budget or time: the job is never held for again
 
 
 @dataclass(frozen=True)
@@ -98,22 +99,24 @@ def reservation_name(k: ReservationKnobs, job_id: str) -> str:
 
 
 def _release_reason(k: ReservationKnobs, h: Hold, job: GangJob | None,
-                    now: float) -> str | None:
+                    now: float) -> tuple[str, bool] | None:
+    """Why the hold ends now, and whether it spent its budget or time (then the job is never
+    held for again), or None to keep it."""
     if job is None:
-        return f"job {h.job_id} is no longer queued (finished or cancelled)"
+        return f"job {h.job_id} is no longer queued (finished or cancelled)", False
     if not job.pending:
         if job.reservation == h.name:
-            return f"job {h.job_id} started in it"
-        return f"job {h.job_id} started elsewhere"
+            return f"job {h.job_id} started in it", False
+        return f"job {h.job_id} started elsewhere", False
     if job.held:
-        return f"job {h.job_id} is held"
+        return f"job {h.job_id} is held", False
     if h.attached:
         return None  # the job is about to start on the held nodes: no budget cut now
     if h.spent_gpu_s / 3600.0 >= k.hold_budget_gpu_hours:
         return (f"hold budget spent: {h.spent_gpu_s / 3600.0:.1f} of "
-                f"{k.hold_budget_gpu_hours:g} idle GPU-hours")
+                f"{k.hold_budget_gpu_hours:g} idle GPU-hours", True)
     if now - h.created_s >= k.max_hold_s:
-        return f"maximum hold time {k.max_hold_s:.0f}s reached"
+        return f"maximum hold time {k.max_hold_s:.0f}s reached", True
     return None
 
 
@@ -174,10 +177,11 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
         job = by_job.get(h.job_id)
         if job is not None and job.nodes != h.needed:  # e.g. a hold adopted after a restart
             h = replace(h, needed=job.nodes)
-        why = _release_reason(k, h, job, now)
-        if why is not None:
+        ending = _release_reason(k, h, job, now)
+        if ending is not None:
+            why, spent = ending
             actions.append(HoldAction(HoldActionKind.RELEASE, h.name, h.pool, h.job_id, why,
-                                      h.nodes))
+                                      h.nodes, exhausted=spent))
             continue
         if not h.attached and len(h.nodes) < h.needed:
             more = take(h.pool, h.needed - len(h.nodes))

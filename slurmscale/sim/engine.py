@@ -666,7 +666,7 @@ class Simulation:
                     spent = old.spent_gpu_s + (0.0 if old.attached else len(old.nodes)
                                                * self.k.gpus_per_node * (now - old.accounted_s))
                     self.r.reservation_idle_gpu_s += spent
-                if "budget" in a.reason or "hold time" in a.reason:
+                if a.exhausted:
                     self.exhausted.add(a.job_id)
         self.holds = plan.holds
         return bool(plan.actions)
@@ -843,9 +843,9 @@ class Simulation:
         """With nothing running, arriving or booting, only a policy step (a governed target
         rising, a hold released for its budget or time) can still start a pending job;
         otherwise the simulation is over."""
-        return bool(self.holds) or any(k.mode is Mode.GOVERNED and self.memory[k.name].target < k.max_nodes
-                   and any(j.nodes <= k.max_nodes for j in self.pending.values())
-                   for k in self.pools)
+        return bool(self.holds) or any(
+            k.mode is Mode.GOVERNED and self.memory[k.name].target < k.max_nodes
+            and any(j.nodes <= k.max_nodes for j in self.pending.values()) for k in self.pools)
 
     def _record(self, idx: int, job: TraceJob, now: float) -> None:
         start = self.start.pop(idx)

@@ -11,7 +11,7 @@ import pytest
 
 from slurmscale.localcluster.cluster import LocalCluster, PoolSpec
 from slurmscale.localcluster.procs import wait_for
-from slurmscale.policy.observe import HOLD_REASON
+from slurmscale.slurm.reasons import Why
 
 pytestmark = pytest.mark.slurm
 
@@ -22,7 +22,7 @@ def _held(c: LocalCluster) -> list[str]:
     out = []
     for n in NODES:
         info = c.node(n)
-        if "DRAIN" in info.get("State", "") and info.get("Reason", "").startswith(HOLD_REASON):
+        if "DRAIN" in info.get("State", "") and info.get("Reason", "").startswith(Why.HELD.value):
             out.append(n)
     return out
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from slurmscale.cloud.protocol import TAG_NODE
-from slurmscale.daemon.interruptions import INTERRUPT_REASON
 from slurmscale.hostlists import expand
 from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.procs import wait_for
+from slurmscale.slurm.reasons import Why
 from tests.support.ec2_events import spot_warning
 
 pytestmark = pytest.mark.slurm
@@ -41,7 +41,7 @@ def test_a_spot_warning_requeues_the_gang_which_then_completes(make_cluster) -> 
     wait_for("the job requeued once",
              lambda: c.job(job).get("Restarts") == "1", 60)
     info = c.node(victim)
-    assert INTERRUPT_REASON in info.get("Reason", "") or "POWER" in info.get("State", ""), info
+    assert Why.INTERRUPTED.value in info.get("Reason", "") or "POWER" in info.get("State", ""), info
     wait_for(f"{iid} terminated", lambda: iid not in
              {i["InstanceId"] for i in c.cluster_instances(("pending", "running"))}, 120)
     state = c.wait_job(job, {"COMPLETED"}, 240)  # wait_job fails at once on FAILED

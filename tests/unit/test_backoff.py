@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from slurmscale.cloud.errors import ErrorClass, classify, unavailable_ttl
-from slurmscale.daemon.backoff import UNAVAILABLE_REASON, CapacityBackoff
+from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.model import SlurmNode
+from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
 from tests.support.fakes import FakeSlurm
 
@@ -59,7 +60,7 @@ def test_a_capacity_error_holds_the_pool_until_its_ttl_and_repeats_grow_it(world
     b.upkeep(slurm.nodes(), T0 + timedelta(seconds=1))
     drained = [n for op, ns in slurm.calls if op == "drain" for n in ns]
     assert drained == ["spot-1"], "busy, admin-drained and other pools' nodes are left alone"
-    assert slurm.table["spot-1"].reason.startswith(UNAVAILABLE_REASON)
+    assert slurm.table["spot-1"].reason.startswith(Why.NO_CAPACITY.value)
     b.launch_failed("gpu-spot", "InsufficientInstanceCapacity", "no room", T0)
     assert store.offering("gpu-spot").until_s == T0.timestamp() + 360, "second in a row"
     b.upkeep(slurm.nodes(), T0 + timedelta(seconds=400))

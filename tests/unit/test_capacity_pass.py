@@ -10,7 +10,7 @@ import pytest
 from slurmscale.config import parse_config
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.model import QueueJob, SlurmNode
-from slurmscale.policy.observe import HOLD_REASON
+from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
 from tests.support.fakes import FakeSlurm
 from tests.unit.conftest import base_config
@@ -50,7 +50,7 @@ def governed(tmp_path):  # type: ignore[no-untyped-def]
 
 def held(slurm: FakeSlurm) -> list[str]:
     return sorted((n.name for n in slurm.table.values()
-                   if "DRAIN" in n.state and n.reason.startswith(HOLD_REASON)),
+                   if "DRAIN" in n.state and n.reason.startswith(Why.HELD.value)),
                   key=lambda s: (s.split("-")[0], int(s.split("-")[1])))
 
 

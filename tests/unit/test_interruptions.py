@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from slurmscale.cloud.events import EventError, EventKind, parse_event
 from slurmscale.cloud.protocol import CloudInstance
 from slurmscale.config import parse_config
-from slurmscale.daemon.interruptions import INTERRUPT_REASON, InterruptionPass
+from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
+from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import InstanceRow
 from tests.support.ec2_events import ec2_event
@@ -100,7 +101,7 @@ def test_a_spot_warning_drains_requeues_records_and_powers_down(world) -> None: 
     ops = [c[0] for c in slurm.calls]
     assert ops.index("drain") < ops.index("requeue") < ops.index("power_down_force")
     assert ("requeue", ["42"]) in slurm.calls
-    assert slurm.powered_down[0][1].startswith(INTERRUPT_REASON + " 2026-11-29T12:00:00Z")
+    assert slurm.powered_down[0][1].startswith(Why.INTERRUPTED.value + " 2026-11-29T12:00:00Z")
     (pre,) = store.preemptions("42")
     assert (pre.node, pre.instance_id, pre.lifecycle) == ("spot-1", "i-0000000000000001",
                                                           "spot")

@@ -300,8 +300,8 @@ def test_a_terminate_ec2_did_not_carry_out_is_retried_until_it_is(world) -> None
 
 def test_a_node_up_without_any_instance_is_powered_down_after_the_grace(world) -> None:  # type: ignore[no-untyped-def]
     from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudInstance
-    from slurmscale.daemon.lost_nodes import LOST_REASON
     from slurmscale.model import SlurmNode
+    from slurmscale.slurm.reasons import Why
 
     r, cloud, slurm, clock, _spool = world
     node = lambda name, state: SlurmNode(name, state, name, name)  # noqa: E731
@@ -324,7 +324,7 @@ def test_a_node_up_without_any_instance_is_powered_down_after_the_grace(world) -
     assert slurm.powered_down == []
     slurm.fail = False
     r.tick()
-    assert slurm.powered_down == [(["spot-1"], LOST_REASON)]
+    assert slurm.powered_down == [(["spot-1"], Why.LOST.value)]
     assert [e.kind for e in r.store.events()].count("node_without_instance") == 1
 
 

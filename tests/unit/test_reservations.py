@@ -81,21 +81,25 @@ HOLD = Hold("slurmscale-gang-77", "gpu", "77", "alice", 4, ("g-1", "g-2"), NOW -
             NOW - 100)
 
 
-@pytest.mark.parametrize(("job", "hold", "needle"), [
-    (None, HOLD, "no longer queued"),
-    (gang(held=True), HOLD, "is held"),
-    (gang(pending=False), HOLD, "started elsewhere"),
-    (gang(pending=False, reservation="slurmscale-gang-77"), HOLD, "started in it"),
-    (gang(), replace(HOLD, spent_gpu_s=9.99 * 3600), "hold budget spent"),
-    (gang(), replace(HOLD, created_s=NOW - 3600), "maximum hold time"),
+@pytest.mark.parametrize(("job", "hold", "needle", "spent"), [
+    (None, HOLD, "no longer queued", False),
+    (gang(held=True), HOLD, "is held", False),
+    (gang(pending=False), HOLD, "started elsewhere", False),
+    (gang(pending=False, reservation="slurmscale-gang-77"), HOLD, "started in it", False),
+    (gang(), replace(HOLD, spent_gpu_s=9.99 * 3600), "hold budget spent", True),
+    (gang(), replace(HOLD, created_s=NOW - 3600), "maximum hold time", True),
 ])
-def test_every_release_path_says_why(job, hold, needle) -> None:  # type: ignore[no-untyped-def]
+def test_every_release_path_says_why(job, hold, needle, spent) -> None:  # type: ignore[no-untyped-def]
+    """The action says why in words and, as a flag, whether the job may be held for again;
+    another starving gang in the same plan may get the next hold."""
     nodes = (node(1, NodeState.RESERVED), node(2, NodeState.RESERVED),
              node(3, NodeState.ALLOCATED, 8), node(4, NodeState.ALLOCATED, 8))
-    plan = plan_holds(K, GPUS, MAXN, nodes, (job,) if job else (), (hold,), frozenset(), NOW)
+    other = gang("88", nodes=3)
+    plan = plan_holds(K, GPUS, MAXN, nodes, ((job,) if job else ()) + (other,), (hold,),
+                      frozenset(), NOW)
     (rel,) = [a for a in plan.actions if a.kind is HoldActionKind.RELEASE]
-    assert needle in rel.reason
-    assert plan.holds == (), "a released hold is dropped"
+    assert needle in rel.reason and rel.exhausted is spent
+    assert [h.job_id for h in plan.holds] == ["88"], "a released hold is dropped"
 
 
 def test_budget_counts_the_idle_gpus_of_held_nodes() -> None:

@@ -1,0 +1,52 @@
+"""The reasons slurmscale writes on Slurm nodes, in one place, and the one answer to "did
+slurmscale drain or power down this node, and why".
+
+Why it matters: slurmscale only ever undoes what it did. A node drained by an admin (any reason
+not listed here) is never undrained, never marked unavailable over, never returned. The texts
+are what admins see in `sinfo -R`; they are kept as they were (scripts grep them).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from slurmscale.model import SlurmNode
+
+
+class Why(StrEnum):
+    """slurmscale's reasons: each value is the prefix of the reason Slurm shows."""
+
+    HELD = "slurmscale: held above the pool's target"  # governed pool, drained
+    NO_CAPACITY = "slurmscale: no capacity in this pool until"  # + the TTL's end, drained
+    INTERRUPTED = "slurmscale: spot interruption notice"  # + notice time, drained, powered down
+    REBALANCE = "slurmscale: rebalance recommendation"  # + time, drained
+    GONE = "slurmscale: instance"  # + id, state, time: vanished, powered down
+    LOST = "slurmscale: node has no instance"  # Slurm had it up with nothing behind it
+    LAUNCH_FAILED = "slurmscale launch failed:"  # + EC2's code: powered down, job requeues
+
+
+# the reasons of an instance going away: the node returns once powered down
+INSTANCE_LOST = frozenset({Why.INTERRUPTED, Why.REBALANCE, Why.GONE})
+
+# longest first: a reason is matched by its most specific prefix
+_BY_LENGTH = sorted(Why, key=len, reverse=True)
+
+
+def reason(why: Why, detail: str = "") -> str:
+    """The reason text to write: the prefix, then what this occurrence adds."""
+    return f"{why.value} {detail}" if detail else why.value
+
+
+def ours(text: str) -> Why | None:
+    """Which of slurmscale's reasons this is, or None (an admin's, or Slurm's own)."""
+    for why in _BY_LENGTH:
+        if text.startswith(why.value):
+            return why
+    return None
+
+
+def drained_by_us(node: SlurmNode) -> Why | None:
+    """Why slurmscale drained this node, or None when it is not drained or not by us."""
+    if "DRAIN" not in node.flags:
+        return None
+    return ours(node.reason)
