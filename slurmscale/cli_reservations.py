@@ -15,6 +15,7 @@ import click
 
 from slurmscale.cli_common import _load, _store, _table
 from slurmscale.config import Config
+from slurmscale.lifecycles import LIVE_HOLD_STATES, HoldState
 
 FIELDS_HELP = """JSON fields: name, job_id, user, partition, pool, nodes (held now, from Slurm),
 nodes_held, nodes_needed, idle_gpu_hours (spent holding), age_s, state (active |
@@ -28,7 +29,7 @@ def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], st
 
     store = _store(cfg)
     try:
-        rows = store.holds(None if include_released else ("active", "releasing"))
+        rows = store.holds(None if include_released else LIVE_HOLD_STATES)
     finally:
         store.close()
     err = None
@@ -125,7 +126,7 @@ def release(ctx: click.Context, name: str, reason: str) -> None:
                 sys.exit(1)
         if row is not None:
             row.state, row.reason, row.exhausted, row.released_s = (
-                "released", why, True, time.time())
+                HoldState.RELEASED, why, True, time.time())
             store.put_hold(row)
         store.add_event("reservation_released", f"{name}: {why}", datetime.now(UTC))
     finally:

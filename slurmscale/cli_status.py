@@ -12,6 +12,7 @@ import click
 
 from slurmscale.cli_common import _load, _store, _table
 from slurmscale.config import Config
+from slurmscale.lifecycles import LIVE_HOLD_STATES
 
 ERROR_KINDS = frozenset({
     "launch_failed", "launch_deferred", "launch_quota_error", "launch_config_error",
@@ -62,7 +63,7 @@ def gather(cfg: Config) -> dict[str, Any]:
     holds = [{"name": h.name, "pool": h.pool, "job_id": h.job_id, "state": h.state,
               "nodes_held": len(json.loads(h.nodes or "[]")), "nodes_needed": h.needed,
               "idle_gpu_hours": round(h.spent_gpu_s / 3600, 2)}
-             for h in store.holds(("active", "releasing"))]
+             for h in store.holds(LIVE_HOLD_STATES)]
     backoff = [{"pool": o.pool, "until": datetime.fromtimestamp(o.until_s, UTC).isoformat(
                 timespec="seconds"), "code": o.last_code, "repeats": o.repeats}
                for o in store.offerings() if o.until_s > now.timestamp()]

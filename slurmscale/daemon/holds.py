@@ -16,6 +16,7 @@ from datetime import datetime
 
 from slurmscale.config import Config
 from slurmscale.hostlists import compress
+from slurmscale.lifecycles import HoldState
 from slurmscale.model import SlurmReservation
 from slurmscale.policy.model import NodeView
 from slurmscale.policy.observe import slurm_time
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 
 Event = Callable[..., None]
 
-LIVE_STATES = ("active", "releasing")
 
 
 def hold_knobs(cfg: Config) -> ReservationKnobs:
@@ -55,7 +55,7 @@ def current_holds(cfg: Config, store: Store, slurm_res: list[SlurmReservation],
     vanished from Slurm, and every node in any reservation (an admin's included)."""
     prefix = cfg.reservations.prefix
     in_slurm = {r.name: r for r in slurm_res}
-    rows = {r.name: r for r in store.holds(("active",))}
+    rows = {r.name: r for r in store.holds((HoldState.ACTIVE.value,))}
     holds: list[Hold] = []
     gone = [name for name in rows if name not in in_slurm]
     for name, r in in_slurm.items():
@@ -68,7 +68,7 @@ def current_holds(cfg: Config, store: Store, slurm_res: list[SlurmReservation],
                               row.attached))
             continue
         known = store.hold(name)
-        if known is not None and known.state != "active":
+        if known is not None and known.state != HoldState.ACTIVE:
             continue  # releasing: retried below, not planned
         # Not in the store (lost, or created by an older store): adopt it, so it is bounded.
         pool = next((p.name for n in r.nodes if (p := cfg.pool_of(n))), None)
@@ -138,7 +138,7 @@ class HoldPass:
                 nodes=json.dumps(list(h.nodes)), created_s=h.created_s,
                 spent_gpu_s=h.spent_gpu_s, accounted_s=h.accounted_s,
                 attached=h.attached and h.name not in not_attached,
-                state="active", reason="", exhausted=False, released_s=None))
+                state=HoldState.ACTIVE, reason="", exhausted=False, released_s=None))
         return frozenset(n for h in plan.holds for n in h.nodes)
 
     def _release(self, name: str, why: str, t: float, exhausted: bool) -> None:
@@ -150,7 +150,7 @@ class HoldPass:
             # Slurm keeps a reservation its job runs in: the job owns the nodes now; retry
             # each pass until the job ends.
             if row is not None:
-                row.state, row.reason, row.exhausted = "releasing", why, exhausted
+                row.state, row.reason, row.exhausted = HoldState.RELEASING, why, exhausted
                 self.store.put_hold(row)
             self.event("reservation_release_pending", f"{name}: {why}; Slurm kept it for "
                        f"now ({e.stderr or e}), retrying each pass")
@@ -160,14 +160,14 @@ class HoldPass:
     def _finish(self, name: str, why: str, t: float, exhausted: bool = False) -> None:
         row = self.store.hold(name)
         if row is not None:
-            row.state, row.reason, row.released_s = "released", why, t
+            row.state, row.reason, row.released_s = HoldState.RELEASED, why, t
             row.exhausted = row.exhausted or exhausted
             self.store.put_hold(row)
         spent = f" ({row.spent_gpu_s / 3600:.2f} idle GPU-hours spent)" if row else ""
         self.event("reservation_released", f"{name}: {why}{spent}")
 
     def _retry_releasing(self, existing: set[str], t: float) -> None:
-        for row in self.store.holds(("releasing",)):
+        for row in self.store.holds((HoldState.RELEASING.value,)):
             if row.name not in existing:
                 self._finish(row.name, row.reason, t)
                 continue

@@ -41,6 +41,7 @@ from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
 from slurmscale.hostlists import compress
+from slurmscale.lifecycles import GangStatus, InstanceState, RequestStatus
 from slurmscale.model import (
     CapacityReservation,
     Gang,
@@ -236,7 +237,8 @@ class Reconciler:
                 good.append(r)
             except (ValueError, TypeError, AttributeError, RecursionError) as e:
                 # one bad row must not stop every pass: it is failed, with its reason
-                self.store.finish_requests([r.id], "failed", now, error=f"unreadable: {e}")
+                self.store.finish_requests([r.id], RequestStatus.FAILED, now,
+                                          error=f"unreadable: {e}")
                 self.event("request_rejected", f"request {r.id} in the store is unreadable "
                            f"({e}); marked failed", request_id=r.id)
         rows = good
@@ -279,9 +281,9 @@ class Reconciler:
         if kept and self.ec2_retry.until:
             res.next_due = min(res.next_due or self.ec2_retry.until, self.ec2_retry.until)
         done_ok = [r for r in plan.done if r not in failed_requests and r not in kept]
-        self.store.finish_requests(done_ok, "done", self.clock())
+        self.store.finish_requests(done_ok, RequestStatus.DONE, self.clock())
         for rid, why in failed_requests.items():
-            self.store.finish_requests([rid], "failed", self.clock(), error=why)
+            self.store.finish_requests([rid], RequestStatus.FAILED, self.clock(), error=why)
 
     def _sweep_instances(self, nodes: list[SlurmNode] | None) -> list[InstanceRow] | None:
         """One DescribeInstances by the cluster tag: instances that vanished without an event,
@@ -457,7 +459,11 @@ class Reconciler:
         now = self.clock()
         nodes_expr = compress(list(gang.nodes))
         existing = self.store.get_gang(gid)
-        recovering = existing is not None and existing.status == "launching"
+        if existing is not None and existing.status == GangStatus.FAILED:
+            # failed and rolled back before a restart cut off failing its requests: they fail
+            # now; launching again would be a second attempt Slurm never asked for
+            return Outcome.FAILED, existing.error_code or "LaunchFailed"
+        recovering = existing is not None and existing.status == GangStatus.LAUNCHING
         route = self.reserved.route(pool, gang, now.timestamp())
         spec = self.fleets.spec(pool, route, gid)
         if existing is None:
@@ -465,7 +471,7 @@ class Reconciler:
                 id=gid, pool=gang.pool, nodes=nodes_expr, size=gang.size,
                 job_ids=json.dumps(list(gang.job_ids)),
                 request_ids=json.dumps(list(gang.request_ids)), coalesced=gang.coalesced,
-                status="launching", client_token=token,
+                status=GangStatus.LAUNCHING, client_token=token,
                 launch_template_version=spec.launch_template_version,
                 created_at=now, updated_at=now,
             ))
@@ -556,10 +562,10 @@ class Reconciler:
                               address=self.cfg.node_address is not AddressSource.PRIVATE_DNS)
         for gid in sorted({r.gang_id for r in rows}):
             gang = self.store.get_gang(gid)
-            if gang is None or gang.status != "launching":
+            if gang is None or gang.status != GangStatus.LAUNCHING:
                 continue
             mine = [r for r in rows if r.gang_id == gid]
-            self.store.update_gang(gid, status="launched", updated_at=self.clock())
+            self.store.update_gang(gid, status=GangStatus.LAUNCHED, updated_at=self.clock())
             self.event("launched", f"{compress([r.node for r in mine])}: "
                        + ", ".join(f"{r.node}={r.instance_id}" for r in mine)
                        + " (recorded before a restart; the launch is finished now)",
@@ -615,7 +621,7 @@ class Reconciler:
                         instance_type=i.instance_type, lifecycle=i.lifecycle,
                         image_id=i.image_id, launch_template_version=lt_version,
                         capacity_reservation_id=i.capacity_reservation_id,
-                        private_ip=i.private_ip, state="running", launched_at=now)
+                        private_ip=i.private_ip, state=InstanceState.RUNNING, launched_at=now)
             for node, i in pairs
         ])
         crash_point("launch:after_record")
@@ -623,7 +629,7 @@ class Reconciler:
             self._finish_node(node, inst, address=True, gid=gid)
         missing = list(gang.nodes[len(pairs):])
         images = sorted({i.image_id for _, i in pairs if i.image_id})
-        self.store.update_gang(gid, status="launched", fleet_id=result.fleet_id,
+        self.store.update_gang(gid, status=GangStatus.LAUNCHED, fleet_id=result.fleet_id,
                                error_code=result.error_code or None,
                                error_message=result.error_message or None, updated_at=now)
         self.event("launched",
@@ -651,7 +657,7 @@ class Reconciler:
         to_kill = sorted(set(obtained) | set(strays))
         if to_kill:
             self._terminate(to_kill, f"rollback of gang {gid}")
-        self.store.update_gang(gid, status="failed", error_code=code,
+        self.store.update_gang(gid, status=GangStatus.FAILED, error_code=code,
                                error_message=message[:2000], updated_at=self.clock())
         self.event("launch_failed",
                    f"{compress(list(gang.nodes))}: {code}: {message}; "

@@ -15,6 +15,16 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from slurmscale.lifecycles import (
+    GANG_EDGES,
+    HOLD_EDGES,
+    INSTANCE_EDGES,
+    REQUEST_EDGES,
+    GangStatus,
+    InstanceState,
+    RequestStatus,
+    check,
+)
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
 from slurmscale.store.tables import (
@@ -33,7 +43,7 @@ from slurmscale.store.tables import (
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
 
-ACTIVE_INSTANCE_STATES = ("running",)
+ACTIVE_INSTANCE_STATES = (InstanceState.RUNNING.value,)
 
 
 def utc(dt: datetime | None) -> datetime | None:
@@ -138,7 +148,8 @@ class Store:
         row = RequestRow(
             id=req.id, kind=req.kind.value, hostlist=req.hostlist,
             nodes=json.dumps(list(req.nodes)), resume_file=req.resume_file,
-            received_at=datetime.fromtimestamp(req.received_at, UTC), status="pending",
+            received_at=datetime.fromtimestamp(req.received_at, UTC),
+            status=RequestStatus.PENDING.value,
         )
         with self.session() as s:
             if s.get(RequestRow, req.id) is not None:
@@ -152,7 +163,8 @@ class Store:
 
     def pending_requests(self) -> list[RequestRow]:
         with self.session() as s:
-            return list(s.scalars(select(RequestRow).where(RequestRow.status == "pending")
+            return list(s.scalars(select(RequestRow).where(
+                RequestRow.status == RequestStatus.PENDING.value)
                                   .order_by(RequestRow.received_at, RequestRow.id)))
 
     def finish_requests(self, ids: Iterable[str], status: str, now: datetime,
@@ -161,6 +173,9 @@ class Store:
         if not ids:
             return
         with self.session() as s:
+            for rid, old in s.execute(select(RequestRow.id, RequestRow.status)
+                                      .where(RequestRow.id.in_(ids))):
+                check(REQUEST_EDGES, f"request {rid}", old, status)
             s.execute(update(RequestRow).where(RequestRow.id.in_(ids))
                       .values(status=status, processed_at=now, error=error))
             s.commit()
@@ -172,6 +187,7 @@ class Store:
 
     # gangs ----------------------------------------------------------------------------
     def add_gang(self, row: GangRow) -> None:
+        check(GANG_EDGES, f"gang {row.id}", None, row.status)
         with self.session() as s:
             s.add(row)
             s.commit()
@@ -182,6 +198,9 @@ class Store:
 
     def update_gang(self, gang_id: str, **values: object) -> None:
         with self.session() as s:
+            if "status" in values:
+                old = s.scalar(select(GangRow.status).where(GangRow.id == gang_id))
+                check(GANG_EDGES, f"gang {gang_id}", old, str(values["status"]))
             s.execute(update(GangRow).where(GangRow.id == gang_id).values(**values))
             s.commit()
 
@@ -194,6 +213,9 @@ class Store:
     def add_instances(self, rows: Sequence[InstanceRow]) -> None:
         with self.session() as s:
             for r in rows:
+                old = s.get(InstanceRow, r.instance_id)
+                check(INSTANCE_EDGES, f"instance {r.instance_id}",
+                      None if old is None else old.state, r.state)
                 s.merge(r)
             s.commit()
 
@@ -226,7 +248,8 @@ class Store:
         with self.session() as s:
             up = s.scalars(select(InstanceRow.gang_id).where(
                 InstanceRow.state.in_(ACTIVE_INSTANCE_STATES)).distinct())
-            launching = s.scalars(select(GangRow.id).where(GangRow.status == "launching"))
+            launching = s.scalars(select(GangRow.id).where(
+                GangRow.status == GangStatus.LAUNCHING.value))
             return set(up) | set(launching)
 
     def instances(self, limit: int = 1000) -> list[InstanceRow]:
@@ -239,8 +262,11 @@ class Store:
         if not ids:
             return
         with self.session() as s:
+            for iid, old in s.execute(select(InstanceRow.instance_id, InstanceRow.state)
+                                      .where(InstanceRow.instance_id.in_(ids))):
+                check(INSTANCE_EDGES, f"instance {iid}", old, InstanceState.TERMINATED)
             s.execute(update(InstanceRow).where(InstanceRow.instance_id.in_(ids))
-                      .values(state="terminated", terminated_at=now))
+                      .values(state=InstanceState.TERMINATED.value, terminated_at=now))
             s.commit()
 
     # policy memory --------------------------------------------------------------------
@@ -270,6 +296,8 @@ class Store:
 
     def put_hold(self, row: HoldRow) -> None:
         with self.session() as s:
+            old = s.scalar(select(HoldRow.state).where(HoldRow.name == row.name))
+            check(HOLD_EDGES, f"hold {row.name}", old, row.state)
             s.merge(row)
             s.commit()
 

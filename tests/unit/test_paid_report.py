@@ -8,6 +8,7 @@ from slurmscale.cli_status import render
 from slurmscale.report.compute import paid_now, paid_usage
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import CapacityReservationRow, InstanceRow
+from tests.support.history import seed
 
 T0 = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)
 
@@ -51,7 +52,7 @@ def test_an_odcr_is_paid_over_the_whole_period_and_status_shows_it(tmp_path) -> 
     odcr_id = "cr-00000000000000d1"
     store.save_capacity_reservations([_row("default", T0 - timedelta(days=30), None, odcr_id),
                                       _row()])
-    store.add_instances([_inst(1, 20, 22, odcr_id), _inst(2, 1, 3), _inst(3, 8, None)])
+    seed(store, [_inst(1, 20, 22, odcr_id), _inst(2, 1, 3), _inst(3, 8, None)])
     now = T0 + timedelta(hours=24)
     (odcr, period), (block, bperiod) = paid_now(store, now)  # by pool, then start
     store.close()

@@ -25,6 +25,7 @@ from slurmscale.store.tables import (
     PreemptionRow,
     SampleRow,
 )
+from tests.support.history import seed
 from tests.unit.conftest import base_config
 
 T0 = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)
@@ -52,7 +53,7 @@ def filled(tmp_path):  # type: ignore[no-untyped-def]
     cfg = parse_config(d)
     store = Store(cfg.store_url)
     store.upgrade()
-    store.add_instances([
+    seed(store, [
         _inst("a", "gpu-spot", "spot", T0 - H, T0 + 2 * H),  # 2 h in the window
         _inst("b", "gpu-spot", "spot", T0 + H, T0 + 3 * H),  # 2 h
         _inst("c", "gpu-od", "on-demand", T0 + 5 * H, None),  # running: 1 h to the end (6 h)
@@ -64,13 +65,13 @@ def filled(tmp_path):  # type: ignore[no-untyped-def]
         _job("3", "gpu-od", 1, T0 + 5 * H, T0 + 5 * H + timedelta(minutes=2), None),
         _job("4", "gpu-spot", 8, T0 - 2 * H, T0 - H, T0 + H),  # started before: busy only
     ])
-    store.add_gang(GangRow(id="g1", pool="gpu-spot", nodes="spot-[1-2]", size=2,
-                           status="failed", client_token="t", launch_template_version="1",
-                           error_code="InsufficientInstanceCapacity", created_at=T0 + H,
-                           updated_at=T0 + H))
-    store.add_gang(GangRow(id="g2", pool="gpu-spot", nodes="spot-[1-2]", size=2,
-                           status="launched", client_token="t2", launch_template_version="1",
-                           created_at=T0 + H, updated_at=T0 + H))
+    seed(store, [GangRow(id="g1", pool="gpu-spot", nodes="spot-[1-2]", size=2,
+                         status="failed", client_token="t", launch_template_version="1",
+                         error_code="InsufficientInstanceCapacity", created_at=T0 + H,
+                         updated_at=T0 + H),
+                 GangRow(id="g2", pool="gpu-spot", nodes="spot-[1-2]", size=2,
+                         status="launched", client_token="t2", launch_template_version="1",
+                         created_at=T0 + H, updated_at=T0 + H)])
     store.add_preemption(PreemptionRow(at=T0 + 2 * H, job_id="1", node="n-a",
                                        instance_id="a", pool="gpu-spot",
                                        instance_type="p5.48xlarge", lifecycle="spot",
@@ -79,11 +80,11 @@ def filled(tmp_path):  # type: ignore[no-untyped-def]
     store.add_event("leak_terminated", "i-x was running untracked", T0 + 3 * H)
     store.add_event("scale_down", "gpu-spot: idle", T0 + 3 * H)
     store.add_event("leak_terminated", "too old", T0 - 2 * H)  # outside the window
-    store.put_hold(HoldRow(name="slurmscale-gang-9", pool="gpu-spot", job_id="9",
-                           user_name="bob", needed=4, nodes="[]",
-                           created_s=(T0 + H).timestamp(), spent_gpu_s=2 * 3600.0,
-                           accounted_s=(T0 + H).timestamp(), state="released",
-                           released_s=(T0 + 2 * H).timestamp()))
+    seed(store, [HoldRow(name="slurmscale-gang-9", pool="gpu-spot", job_id="9",
+                         user_name="bob", needed=4, nodes="[]",
+                         created_s=(T0 + H).timestamp(), spent_gpu_s=2 * 3600.0,
+                         accounted_s=(T0 + H).timestamp(), state="released",
+                         released_s=(T0 + 2 * H).timestamp())])
     store.add_samples([SampleRow(at=T0 + i * 10 * timedelta(minutes=1), pool="gpu-spot",
                                  nodes_up=i % 3, nodes_busy=i % 2, nodes_booting=0,
                                  nodes_held=0, pending_gpus=8 * (i % 4),

@@ -4,6 +4,7 @@ from alembic.migration import MigrationContext
 from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import Base
+from tests.support.history import seed
 
 
 def test_slurm_conf_matches_the_pools(cfg) -> None:  # type: ignore[no-untyped-def]
@@ -97,7 +98,7 @@ def test_last_instances_is_each_nodes_newest_whatever_its_state(cfg) -> None:  #
     store = Store(cfg.store_url)
     store.upgrade()
     t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    store.add_instances([
+    seed(store, [
         InstanceRow(instance_id=f"i-{k}", node=node, pool="gpu-spot", gang_id="g",
                     instance_type="p5.48xlarge", lifecycle="spot", launch_template_version="3",
                     private_ip=f"10.0.0.{k}", state=state, launched_at=t0 + timedelta(hours=k))

@@ -1,0 +1,101 @@
+"""The lifecycles slurmscale records: requests, gangs, instances and holds, each an enum with
+ONE transition table. Every edge says why it happens; the store refuses any other
+(IllegalTransition), so a bug that would, say, mark a failed gang launched or bring a
+terminated instance back to life is stopped where it is written, not found later in a report.
+
+`None` as the source is the row's creation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TypeVar
+
+S = TypeVar("S", bound=StrEnum)
+
+
+class IllegalTransition(ValueError):
+    """A write that would move a record along an edge its table does not have."""
+
+
+class RequestStatus(StrEnum):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+REQUEST_EDGES: Mapping[tuple[RequestStatus | None, RequestStatus], str] = {
+    (None, RequestStatus.PENDING): "a hook spooled it and the daemon took it into the store",
+    (RequestStatus.PENDING, RequestStatus.DONE): "its nodes were launched or released",
+    (RequestStatus.PENDING, RequestStatus.FAILED):
+        "its gang failed all or nothing (the job requeues), or the stored row is unreadable",
+}
+
+
+class GangStatus(StrEnum):
+    LAUNCHING = "launching"
+    LAUNCHED = "launched"
+    FAILED = "failed"
+
+
+GANG_EDGES: Mapping[tuple[GangStatus | None, GangStatus], str] = {
+    (None, GangStatus.LAUNCHING): "recorded before its CreateFleet, so a crash can find it",
+    (GangStatus.LAUNCHING, GangStatus.LAUNCHED):
+        "EC2 gave at least its minimum and the instances are recorded (or were found by the "
+        "gang's tag after a restart)",
+    (GangStatus.LAUNCHING, GangStatus.FAILED):
+        "EC2 refused or gave too few: everything launched was rolled back, nodes powered down",
+    (GangStatus.LAUNCHED, GangStatus.LAUNCHED):
+        "its requests replayed after a restart: the same ClientToken, the same instances",
+}
+
+
+class InstanceState(StrEnum):
+    RUNNING = "running"
+    TERMINATED = "terminated"
+
+
+INSTANCE_EDGES: Mapping[tuple[InstanceState | None, InstanceState], str] = {
+    (None, InstanceState.RUNNING): "a launch returned it and it was paired with a node",
+    (InstanceState.RUNNING, InstanceState.RUNNING): "recorded again by a recovered launch",
+    (InstanceState.RUNNING, InstanceState.TERMINATED):
+        "released, rolled back, interrupted, vanished, or left without a node",
+    (InstanceState.TERMINATED, InstanceState.TERMINATED):
+        "terminated again (TerminateInstances is idempotent; a retried release)",
+}
+
+
+class HoldState(StrEnum):
+    ACTIVE = "active"
+    RELEASING = "releasing"
+    RELEASED = "released"
+
+
+HOLD_EDGES: Mapping[tuple[HoldState | None, HoldState], str] = {
+    (None, HoldState.ACTIVE): "created for a starving gang, or adopted from Slurm",
+    (HoldState.ACTIVE, HoldState.ACTIVE): "its nodes and idle-GPU accounting updated a pass",
+    (HoldState.ACTIVE, HoldState.RELEASING):
+        "to be released, but Slurm keeps a reservation its job runs in: retried each pass",
+    (HoldState.ACTIVE, HoldState.RELEASED): "deleted, or gone from Slurm",
+    (HoldState.RELEASING, HoldState.RELEASED): "deleted at last, or gone from Slurm",
+    (HoldState.RELEASED, HoldState.ACTIVE):
+        "the same job held for again (its earlier hold ended without spending its budget)",
+    (HoldState.RELEASED, HoldState.RELEASED):
+        "released by an admin (`slurmscale reservations release`) while Slurm still had it",
+}
+# holds that still exist in Slurm (or may)
+LIVE_HOLD_STATES = (HoldState.ACTIVE.value, HoldState.RELEASING.value)
+
+
+def check(edges: Mapping[tuple[S | None, S], str], what: str, old: S | str | None,
+          new: S | str) -> None:
+    """Raise IllegalTransition unless `old` -> `new` is an edge of the table."""
+    kind = type(next(iter(edges))[1])
+    try:
+        src = None if old is None else kind(old)
+        dst = kind(new)
+    except ValueError:
+        raise IllegalTransition(f"{what}: {old!r} -> {new!r} is not a {kind.__name__}") from None
+    if (src, dst) not in edges:
+        raise IllegalTransition(f"{what}: {src and src.value} -> {dst.value} is not allowed")
