@@ -127,7 +127,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     node_launches, reservations_created, reservation_idle_gpu_hours, preemptions, requeues,
     jobs_failed, lost_gpu_hours, restart_wait_p50_s, restart_wait_p95_s,
     reserved_node_hours_paid, reserved_node_hours_used, reservation_utilization,
-    jobs_killed_at_block_end}}}
+    jobs_killed_at_block_end, gang_start_order}}}
     """
     from dataclasses import replace
 

@@ -56,6 +56,7 @@ from slurmscale.sim.slurm_model import (
     SlurmModel,
     gang_start,
     priority,
+    size_share,
 )
 from slurmscale.sim.trace import TraceJob
 
@@ -109,6 +110,7 @@ class SimResult:
     gpus_per_node: int = 8
     paid_available_node_s: float = 0.0  # node time paid for (the reservation, the blocks)
     jobs_killed_at_block_end: int = 0
+    gang_starts: list[tuple[float, str]] = field(default_factory=list)  # (last) start, job id
 
 
 @dataclass(frozen=True)
@@ -377,7 +379,9 @@ class Simulation:
         src = self._paid_source(k, idx, len(new), now) if new else None
         for n in new:
             self._power_up(n, now, src)
-        start = max([now] + [n.ready_at for n in chosen if n.state == "booting"])
+        booting = [n.ready_at for n in chosen if n.state == "booting"]
+        start = now if not booting else (max(booting) if self.greedy
+                                          else self.sched.configured(max(booting)))
         for n in chosen:
             n.free -= gpn
             n.jobs += 1
@@ -504,8 +508,9 @@ class Simulation:
             return job.priority
         m = self.sched
         fs = self.fairshare.factor(job.user) if m.priority_weight_fairshare else 0.0
-        return priority(m, now - self.eligible_at.get(idx, job.submit_s), job.nodes,
-                        self.k.max_nodes, fs)
+        size = size_share(job.nodes, job.gpus_per_node(self.k.gpus_per_node) * job.nodes,
+                          sum(k.max_nodes for k in self.pools), self.k.gpus_per_node)
+        return priority(m, now - self.eligible_at.get(idx, job.submit_s), size, fs)
 
     def _queue(self, idx: int, now: float) -> None:
         """A job enters the queue (submitted or requeued): Slurm gives it a priority now."""
@@ -857,6 +862,7 @@ class Simulation:
             self.r.waits.append(waited)
             if job.nodes >= 2:
                 self.r.gang_waits.append(waited)
+                self.r.gang_starts.append((start, job.job_id))
 
     def _finish(self, now: float) -> None:
         self.r.end_s = now

@@ -56,6 +56,7 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "reserved_node_hours_used": round(paid_used_h, 1),
         "reservation_utilization": round(paid_used_h / paid_h, 3) if paid_h else None,
         "jobs_killed_at_block_end": r.jobs_killed_at_block_end,
+        "gang_start_order": [j for _, j in sorted(r.gang_starts)],
     }
 
 

@@ -3,8 +3,9 @@
 Two models, chosen with `simulate --slurm-model`:
 - `slurm` (default): what sched/backfill with priority/multifactor does.
   * Priority (PriorityType=priority/multifactor): a weighted sum of factors in [0, 1] -
-    age (time eligible, capped at PriorityMaxAge), job size (nodes over the partition's
-    nodes; PriorityFavorSmall inverts it) and fair-share (classic: 2^(-usage/shares), usage
+    age (time eligible, capped at PriorityMaxAge), job size (the mean of its share of the
+    cluster's nodes and CPUs, as Slurm computes it; PriorityFavorSmall inverts it) and
+    fair-share (classic: 2^(-usage/shares), usage
     decayed with PriorityDecayHalfLife, every user seen an equal share). A trace's
     `priority` column is an admin-set priority: it replaces the sum for that job. Priorities
     are recomputed every PriorityCalcPeriod; a new job gets its own at submission.
@@ -16,7 +17,10 @@ Two models, chosen with `simulate --slurm-model`:
     running jobs' TIME LIMITS (not their real run times, which Slurm does not know), within
     bf_window. Powered-down nodes a job may power up count as free, as in Slurm.
 - `greedy` (the model before issue 15, kept to compare): jobs in submit order, any job that
-  fits starts, no time limits.
+  fits starts, no time limits, a job starts the moment its last node is up.
+- In the slurm model a job on nodes that power up starts at slurmctld's next periodic check
+  (every 30 s) after its last node is up, as Slurm does; the nodes are its from the
+  allocation on.
 
 Time limits: a trace's `time_limit_s` column, else `time_limit_factor` x the run time (users
 over-estimate: factor 3 is the default), or none (`--no-time-limits`: Slurm with infinite
@@ -55,6 +59,19 @@ class SlurmModel:
     priority_favor_small: bool = False
     time_limit_factor: float = 3.0
     time_limits: bool = True
+    # slurmctld finishes a job's configuration (its powered-up nodes have all registered) in a
+    # periodic check every 30 s (PERIODIC_TIMEOUT, 22.05 and 24.11 alike): the job starts at
+    # the first check after its last node is up. The phase is where the checks fall (a replay
+    # reads it from slurmctld's log).
+    power_up_check: float = 30.0
+    power_up_check_phase: float = 0.0
+
+    def configured(self, ready: float) -> float:
+        """When a job whose last node is up at `ready` starts."""
+        if self.power_up_check <= 0:
+            return ready
+        k = math.ceil((ready - self.power_up_check_phase) / self.power_up_check)
+        return self.power_up_check_phase + k * self.power_up_check
 
     def limit(self, duration_s: float, trace_limit_s: float | None) -> float:
         """A job's time limit as backfill sees it."""
@@ -77,6 +94,8 @@ PARAMS: dict[str, str] = {
     "PriorityDecayHalfLife": "priority_decay_half_life",
     "PriorityCalcPeriod": "priority_calc_period",
     "PriorityFavorSmall": "priority_favor_small",
+    "power_up_check": "power_up_check",
+    "power_up_check_phase": "power_up_check_phase",
 }
 
 
@@ -140,15 +159,22 @@ class FairShare:
         return 2.0 ** (-(self.usage.get(user, 0.0) / total) / shares)
 
 
-def priority(m: SlurmModel, age_s: float, nodes: int, partition_nodes: int,
-             fairshare: float) -> float:
-    """priority/multifactor's sum (QOS, partition and TRES weights are 0 here)."""
+def priority(m: SlurmModel, age_s: float, size: float, fairshare: float) -> float:
+    """priority/multifactor's sum (QOS, partition and TRES weights are 0 here); `size` from
+    size_share()."""
     age = min(1.0, max(0.0, age_s) / m.priority_max_age) if m.priority_max_age > 0 else 1.0
-    size = min(1.0, nodes / max(1, partition_nodes))
     if m.priority_favor_small:
         size = 1.0 - size
     return (m.priority_weight_age * age + m.priority_weight_job_size * size
             + m.priority_weight_fairshare * fairshare)
+
+
+def size_share(nodes: int, gpus: int, cluster_nodes: int, gpus_per_node: int) -> float:
+    """The job size factor as Slurm computes it: the mean of the job's share of the cluster's
+    nodes and of its CPUs, a GPU job's CPUs taken in proportion to its GPUs (one CPU per GPU,
+    as DefCpuPerGPU=1 gives)."""
+    return min(1.0, (nodes / max(1, cluster_nodes)
+                     + gpus / max(1, cluster_nodes * gpus_per_node)) / 2)
 
 
 # --- backfill's plan -------------------------------------------------------------------------

@@ -97,7 +97,9 @@ def test_simulate_cli_prints_the_documented_json(tmp_path) -> None:  # type: ign
         "reservation_idle_gpu_hours", "spot_node_hours", "on_demand_node_hours", "preemptions",
         "requeues", "jobs_failed", "lost_gpu_hours", "restart_wait_p50_s", "restart_wait_p95_s",
         "reserved_node_hours_paid", "reserved_node_hours_used", "reservation_utilization",
-        "jobs_killed_at_block_end"}
+        "jobs_killed_at_block_end", "gang_start_order"}
+    assert out["slurm_model"] == "slurm"
+    assert out["policies"]["slurmscale"]["gang_start_order"] == ["a"]
     bad = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace",
                           str(trace), "--policy", "magic"], capture_output=True, text=True,
                          timeout=60)

@@ -24,6 +24,7 @@ from slurmscale.sim.slurm_model import (
     gang_start,
     parse_params,
     priority,
+    size_share,
 )
 from slurmscale.sim.trace import TraceError, TraceJob, load_trace
 
@@ -139,12 +140,14 @@ def test_small_jobs_of_higher_priority_starve_the_gang_and_holds_end_it() -> Non
 
 def test_multifactor_priority() -> None:
     m = SlurmModel()
-    # age saturates at PriorityMaxAge; size is the share of the partition's nodes
-    assert priority(m, 7 * 86400.0, 1, 4, 0.0) == priority(m, 30 * 86400.0, 1, 4, 0.0)
-    assert priority(m, 0.0, 4, 4, 0.0) == 1000.0
-    assert priority(m, 0.0, 1, 4, 0.0) == 250.0
-    assert priority(replace(m, priority_favor_small=True), 0.0, 1, 4, 0.0) == 750.0
-    assert priority(m, 0.0, 1, 4, 1.0) == 250.0 + 10000.0
+    # age saturates at PriorityMaxAge; size is the mean share of nodes and CPUs (~GPUs), as
+    # Slurm's sprio shows it: a 1-GPU job on 5 nodes of 8 GPUs 112, a 4-node gang 800
+    assert priority(m, 7 * 86400.0, 0.25, 0.0) == priority(m, 30 * 86400.0, 0.25, 0.0)
+    assert size_share(4, 32, 4, 8) == 1.0 and size_share(1, 1, 5, 8) == 0.1125
+    assert size_share(4, 32, 5, 8) == pytest.approx(0.8)
+    assert priority(m, 0.0, 0.25, 0.0) == 250.0
+    assert priority(replace(m, priority_favor_small=True), 0.0, 0.25, 0.0) == 750.0
+    assert priority(m, 0.0, 0.25, 1.0) == 250.0 + 10000.0
     fs = FairShare(half_life_s=3600.0)
     fs.see("heavy")
     fs.see("light")
@@ -249,3 +252,16 @@ def test_every_job_runs_to_its_end_and_no_node_is_overcommitted(
     ran = sum(min(j.duration_s, j.time_limit_s or j.duration_s) * j.gpus_per_node(8) * j.nodes
               for j in jobs)
     assert r.busy_gpu_s == pytest.approx(ran)
+
+
+def test_a_powered_up_job_starts_at_slurmctlds_next_periodic_check() -> None:
+    """Slurm finishes a job's configuration every 30 s: up at 310 -> starts at 330 (phase 0),
+    at 325 with the checks at 25 + 30k; the greedy model starts it at 310."""
+    jobs = [TraceJob("a", 10.0, 100.0, 8, 1)]
+    cloud = SimCloud(boot_s=300.0)
+    pol = builtin_policy("immediate", TWO)
+    assert simulate(jobs, pol, cloud).waits == [320.0]
+    assert simulate(jobs, pol, cloud, slurm=SlurmModel(power_up_check_phase=25.0)).waits == [
+        315.0]
+    assert simulate(jobs, pol, cloud, slurm=GREEDY).waits == [300.0]
+    assert SlurmModel(power_up_check=0).configured(311.5) == 311.5
