@@ -48,6 +48,8 @@ if TYPE_CHECKING:
               help="Seconds a gang waits before nodes are held for it.")
 @click.option("--max-hold", default=None, type=click.FloatRange(0),
               help="Longest a reservation holds nodes (s).")
+@click.option("--hold-end-margin", default=None, type=click.FloatRange(0),
+              help="How much longer than --max-hold a hold's Slurm reservation lasts (s).")
 @click.option("--interruption-rate", default=None, type=click.FloatRange(0),
               metavar="PER_NODE_HOUR",
               help="Spot model: interruptions per spot node-hour (the pool becomes spot with "
@@ -108,6 +110,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
              price: float, cooldown: float | None, knob_args: tuple[str, ...],
              pool_name: str | None, accumulate: bool, hold_budget: float | None,
              accumulate_after: float | None, max_hold: float | None,
+             hold_end_margin: float | None,
              interruption_rate: float | None, storm_at: float | None,
              storm_fraction: float | None, storm_outage: float,
              on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
@@ -197,6 +200,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
             holds = replace(holds, accumulate_after_s=accumulate_after)
         if max_hold is not None:
             holds = replace(holds, max_hold_s=max_hold)
+        if hold_end_margin is not None:
+            holds = replace(holds, end_margin_s=hold_end_margin)
     if (storm_at is None) != (storm_fraction is None):
         raise click.BadParameter("--storm-at and --storm-fraction go together (got "
                                  f"{'--storm-at' if storm_at is not None else '--storm-fraction'}"

@@ -364,6 +364,7 @@ class ReservationSettings(_Strict):
     per_pool: Annotated[int, Field(ge=1, le=16)] = _R.per_pool
     hold_budget_gpu_hours: Annotated[float, Field(gt=0)] = _R.hold_budget_gpu_hours
     max_hold_s: Annotated[float, Field(gt=0)] = _R.max_hold_s
+    end_margin_s: Annotated[float, Field(ge=0)] = _R.end_margin_s
     drain_busy: bool = _R.drain_busy
 
 

@@ -113,7 +113,7 @@ class HoldPass:
                     case HoldActionKind.CREATE:
                         self.slurm.create_reservation(
                             a.name, list(a.nodes), [after[a.name].user],
-                            self.knobs.max_hold_s + 600)
+                            self.knobs.max_hold_s + self.knobs.end_margin_s)
                     case HoldActionKind.EXTEND:
                         self.slurm.set_reservation_nodes(a.name, list(a.nodes))
                     case HoldActionKind.ATTACH:

@@ -4,7 +4,7 @@ policy, so the simulator can be checked against real Slurm.
 
     python -m slurmscale.localcluster.replay --trace T --time-scale S [--max-nodes N]
         [--boot-time B] [--gpus-per-node G] [--time-limit-factor F | --no-time-limits]
-        [--sim-trace OUT] [--slurm-root DIR] [--json]
+        [--no-accumulate] [--sim-trace OUT] [--slurm-root DIR] [--json]
 
 N, B and G mean exactly what they mean to `simulate` (B in trace seconds). Everything that is
 a time runs S times faster: submit times, run times (`sleep`), the boot delay, the policy's
@@ -74,7 +74,16 @@ def scaled_holds(scale: float) -> dict[str, Any]:
     k = ReservationKnobs()
     return {"accumulate_after_s": k.accumulate_after_s / scale,
             "max_hold_s": k.max_hold_s / scale,
+            "end_margin_s": k.end_margin_s / scale,
             "hold_budget_gpu_hours": k.hold_budget_gpu_hours / scale}
+
+
+def hold_margin(scale: float) -> float:
+    """The --hold-end-margin (trace s) that gives the simulator's holds the Slurm reservation
+    this replay's daemon made: max_hold_s + margin, scaled, rounded to Slurm's whole minutes."""
+    k = ReservationKnobs()
+    real = 60 * max(1, round((k.max_hold_s + k.end_margin_s) / scale / 60))
+    return real * scale - k.max_hold_s
 
 
 def slurm_conf_lines(model: SlurmModel, scale: float) -> list[str]:
@@ -215,7 +224,7 @@ def result(c: LocalCluster, runs: list[Replayed], scale: float, gpus_per_node: i
 
 
 def options(nodes: int, gpus: int, boot_s: float, scale: float, slurm_root: str,
-            model: SlurmModel) -> ClusterOptions:
+            model: SlurmModel, holds: bool = True) -> ClusterOptions:
     policy = scaled_policy(scale)
     tick = max(0.5, SimCloud().tick_s / scale)
     return ClusterOptions(
@@ -230,7 +239,7 @@ def options(nodes: int, gpus: int, boot_s: float, scale: float, slurm_root: str,
                          math.ceil(2 * scaled_holds(scale)["max_hold_s"])),
         tick_seconds=tick, batch_window=min(0.5, tick), slurm_root=slurm_root,
         slurm_conf_extra=slurm_conf_lines(model, scale),
-        reservations=scaled_holds(scale), resume_timeout=600)
+        reservations={**scaled_holds(scale), "enabled": holds}, resume_timeout=600)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--time-limit-factor", type=float, default=3.0)
     ap.add_argument("--no-time-limits", action="store_true")
+    ap.add_argument("--no-accumulate", action="store_true",
+                    help="no holds (reservations accumulating nodes for gangs)")
     ap.add_argument("--sim-trace", default=None, metavar="OUT")
     ap.add_argument("--slurm-root", default="/")
     ap.add_argument("--deadline", type=float, default=3600.0, help="real seconds")
@@ -274,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [Replayed(j, m) for j, m in zip(jobs, mins, strict=True)]
     root = Path(tempfile.mkdtemp(prefix="slurmscale-replay-"))
     c = LocalCluster(root, options(a.max_nodes, a.gpus_per_node, a.boot_time, a.time_scale,
-                                   a.slurm_root, model))
+                                   a.slurm_root, model, holds=not a.no_accumulate))
     try:
         c.start()
         t0, wall0 = replay(c, runs, a.time_scale, a.gpus_per_node, a.deadline)
@@ -288,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
            "simulate_args": [*SIM_ARGS, "--max-nodes", str(a.max_nodes), "--boot-time",
                              f"{a.boot_time:g}", "--gpus-per-node", str(a.gpus_per_node),
                              "--slurm-param", f"power_up_check={30 * a.time_scale:g}",
+                             "--hold-end-margin", f"{hold_margin(a.time_scale):g}",
+                             *(["--no-accumulate"] if a.no_accumulate else []),
                              "--slurm-param",
                              f"power_up_check_phase={(phase or 0.0) * a.time_scale:.0f}"]
            + (["--trace", a.sim_trace] if a.sim_trace else []),

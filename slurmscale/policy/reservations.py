@@ -30,6 +30,10 @@ class ReservationKnobs:
     per_pool: int = 1
     hold_budget_gpu_hours: float = 64.0
     max_hold_s: float = 5400.0
+    # the Slurm reservation outlives the hold's maximum by this much, so slurmscale deletes it
+    # (it never expires under a job about to start); Slurm's backfill sees its nodes taken
+    # until then
+    end_margin_s: float = 600.0
     drain_busy: bool = True  # hold busy nodes for the shortfall too (they drain into it)
 
 
@@ -92,6 +96,11 @@ class HoldPlan:
     actions: tuple[HoldAction, ...]
     holds: tuple[Hold, ...]  # after this plan: accounting updated, released ones dropped
     grabbed: frozenset[str] = field(default_factory=frozenset)  # idle nodes newly reserved
+
+
+def slurm_end(k: ReservationKnobs, h: Hold) -> float:
+    """When the hold's Slurm reservation ends (Duration in whole minutes, as Slurm keeps it)."""
+    return h.created_s + 60 * max(1, round((k.max_hold_s + k.end_margin_s) / 60))
 
 
 def reservation_name(k: ReservationKnobs, job_id: str) -> str:

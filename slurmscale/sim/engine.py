@@ -47,7 +47,13 @@ from slurmscale.policy.model import (
     PoolMemory,
     Snapshot,
 )
-from slurmscale.policy.reservations import GangJob, Hold, HoldActionKind, plan_holds
+from slurmscale.policy.reservations import (
+    GangJob,
+    Hold,
+    HoldActionKind,
+    plan_holds,
+    slurm_end,
+)
 from slurmscale.sim.policies import SimPolicy
 from slurmscale.sim.slurm_model import (
     FairShare,
@@ -584,6 +590,23 @@ class Simulation:
             return None
         return found[0], [pool[i] for i in found[1]]
 
+    def _held(self, k: PoolKnobs, busy: dict[str, NodePlan]) -> list[_Node]:
+        """Nodes in a hold: Slurm's backfill sees them taken until the reservation ends (for
+        any job but the hold's own, which is placed on them, not planned). Marked so once a
+        cycle."""
+        if not self.holds or self.p.holds is None:
+            return []
+        ends = {h.name: slurm_end(self.p.holds, h) for h in self.holds}
+        out = []
+        for n in self.nodes_of[k.name]:
+            if n.resv is not None and n.resv in ends:
+                plan = busy[n.name]
+                if not plan.held:
+                    plan.add(plan.now, ends[n.resv], n.gpus)
+                    plan.held = True
+                out.append(n)
+        return out
+
     @staticmethod
     def _room_left(room: list[int]) -> bool:
         return room[0] > 0 or room[1] > 0
@@ -600,6 +623,7 @@ class Simulation:
                 continue
             pool = [n for n in self.nodes_of[k.name] if n.state != "down" and n.resv is None]
             pool += self._spare(self.nodes_of[k.name], room[k.name][0], None)
+            pool += self._held(k, busy)
             found = self._earliest(idx, job, pool, gpn, now, horizon, busy)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], found[1], gpn)
