@@ -543,6 +543,7 @@ class Simulation:
             for n, g in placed:  # held from now (a booting node's job starts later)
                 busy[n.name].add(now, end, g)
         horizon = now + m.bf_window
+        held = self._held(busy)
         tested = 0
         for idx in list(self._by_priority(now)):
             if tested >= m.bf_max_job_test or not any(map(self._room_left, room.values())):
@@ -562,7 +563,7 @@ class Simulation:
                     room[k.name] = self._pool_room(k, now)
                     break
             else:
-                self._plan_later(idx, job, now, horizon, busy, room)
+                self._plan_later(idx, job, now, horizon, busy, room, held)
 
     def _earliest(self, idx: int, job: TraceJob, pool: list[_Node], gpn: int, now: float,
                   horizon: float, busy: dict[str, NodePlan]
@@ -590,21 +591,18 @@ class Simulation:
             return None
         return found[0], [pool[i] for i in found[1]]
 
-    def _held(self, k: PoolKnobs, busy: dict[str, NodePlan]) -> list[_Node]:
-        """Nodes in a hold: Slurm's backfill sees them taken until the reservation ends (for
-        any job but the hold's own, which is placed on them, not planned). Marked so once a
-        cycle."""
+    def _held(self, busy: dict[str, NodePlan]) -> dict[str, list[_Node]]:
+        """Nodes in a hold, per pool: Slurm's backfill sees them taken until the reservation
+        ends (for any job but the hold's own, which is placed on them, not planned). Marked in
+        the cycle's plan."""
+        out: dict[str, list[_Node]] = {}
         if not self.holds or self.p.holds is None:
-            return []
+            return out
         ends = {h.name: slurm_end(self.p.holds, h) for h in self.holds}
-        out = []
-        for n in self.nodes_of[k.name]:
+        for n in self.nodes:
             if n.resv is not None and n.resv in ends:
-                plan = busy[n.name]
-                if not plan.held:
-                    plan.add(plan.now, ends[n.resv], n.gpus)
-                    plan.held = True
-                out.append(n)
+                busy[n.name].add(busy[n.name].now, ends[n.resv], n.gpus)
+                out.setdefault(n.pool, []).append(n)
         return out
 
     @staticmethod
@@ -612,7 +610,8 @@ class Simulation:
         return room[0] > 0 or room[1] > 0
 
     def _plan_later(self, idx: int, job: TraceJob, now: float, horizon: float,
-                    busy: dict[str, NodePlan], room: dict[str, list[int]]) -> None:
+                    busy: dict[str, NodePlan], room: dict[str, list[int]],
+                    held: dict[str, list[_Node]]) -> None:
         """Plan job `idx` at its earliest start in any of its pools (within the window): the
         nodes it would get are marked busy from then for its time limit."""
         lim = self.limit[idx]
@@ -623,7 +622,7 @@ class Simulation:
                 continue
             pool = [n for n in self.nodes_of[k.name] if n.state != "down" and n.resv is None]
             pool += self._spare(self.nodes_of[k.name], room[k.name][0], None)
-            pool += self._held(k, busy)
+            pool += held.get(k.name, [])
             found = self._earliest(idx, job, pool, gpn, now, horizon, busy)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], found[1], gpn)

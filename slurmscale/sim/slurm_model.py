@@ -182,13 +182,12 @@ class NodePlan:
     """What one node has running and planned, from the backfill cycle's `now` on, as runs of
     free GPUs (cached per GPU count: most plans touch one node, the others keep theirs)."""
 
-    __slots__ = ("capacity", "now", "busy", "held", "_runs")
+    __slots__ = ("capacity", "now", "busy", "_runs")
 
     def __init__(self, capacity: int, now: float) -> None:
         self.capacity = capacity
         self.now = now
         self.busy: list[tuple[float, float, int]] = []  # start, end (by limit), GPUs
-        self.held = False  # in a hold: taken whole until its Slurm reservation ends
         self._runs: dict[int, list[tuple[float, float]]] = {}
 
     def add(self, start: float, end: float, gpus: int) -> None:
