@@ -570,7 +570,7 @@ class Simulation:
                   ) -> tuple[float, list[_Node]] | None:
         """Job `idx`'s earliest start on `pool`'s nodes by the plan, and the nodes."""
         lim = self.limit[idx]
-        if job.nodes == 1:  # (the hot loop of a busy queue: NodePlan.first_fit inlined)
+        if job.nodes == 1:  # (the hot loop of a busy queue: kept flat)
             best, at = None, horizon
             for n in pool:
                 for lo, hi in busy[n.name].runs(gpn):

@@ -508,3 +508,27 @@ def test_an_address_write_that_failed_is_retried_every_pass_until_it_holds(world
     assert [e.kind for e in r.store.events(limit=100)].count("node_address_fixed") == 2, \
         "nothing to do once it holds"
     assert len(cloud.launches) == 1
+
+
+def test_a_gang_failed_before_a_restart_fails_its_requests_and_is_not_launched_again(
+        world) -> None:  # type: ignore[no-untyped-def]
+    """The daemon died after rolling a gang back and before failing its request: on the next
+    pass the request fails; launching again would be an attempt Slurm never asked for (and
+    failed -> launched is no edge of the gang's lifecycle)."""
+    from sqlalchemy import update
+
+    from slurmscale.store.tables import RequestRow
+
+    r, cloud, slurm, clock, spool = world
+    cloud.error = CloudError("InsufficientInstanceCapacity", "none left")
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    with r.store.session() as s:  # as if the pass had died before this write
+        s.execute(update(RequestRow).values(status="pending", processed_at=None, error=None))
+        s.commit()
+    cloud.error = None
+    launches = len(cloud.launches)
+    res = r.tick()
+    assert res.failed_gangs == 1 and len(cloud.launches) == launches
+    assert [q.status for q in r.store.requests()] == ["failed"]
+    assert r.store.gangs()[0].status == "failed"
