@@ -37,6 +37,7 @@ from typing import Any
 
 from slurmscale.config import PoolPolicy
 from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster, PoolSpec
+from slurmscale.policy.observe import slurm_time
 from slurmscale.policy.reservations import ReservationKnobs
 from slurmscale.sim.engine import SimCloud, SimResult
 from slurmscale.sim.report import metrics
@@ -186,7 +187,9 @@ def power_up_phase(slurmctld_log: Path, wall0: float, period: float = 30.0) -> f
     for line in text.splitlines():
         m = CONFIGURED.match(line)
         if m:
-            return (datetime.fromisoformat(m.group(1)).timestamp() - wall0) % period
+            at = slurm_time(m.group(1))
+            if at is not None:
+                return (at - wall0) % period
     return None
 
 

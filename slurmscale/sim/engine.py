@@ -202,6 +202,7 @@ class Simulation:
         self.nodes_of = {k.name: [n for n in self.nodes if n.pool == k.name] for k in self.pools}
         self.by_name = {n.name: n for n in self.nodes}
         self.live_count = {k.name: 0 for k in self.pools}  # nodes not powered down, per pool
+        self.cluster_nodes = len(self.nodes)  # what Slurm's job size factor divides by
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.down_views = [NodeView(n.name, n.pool, NodeState.POWERED_DOWN)
                            for n in self.nodes]
@@ -448,11 +449,19 @@ class Simulation:
             if all(r[0] == 0 and r[1] == 0 for r in room.values()):
                 return
             for k in self._pools_of(idx):
-                if not self._may_fit(job, k, room[k.name]):
-                    continue
-                if self._place(idx, job, now, room[k.name][0], k) >= 0:
-                    room[k.name] = self._pool_room(k, now)
+                if self._try_start(idx, job, k, room, now):
                     break
+
+    def _try_start(self, idx: int, job: TraceJob, k: PoolKnobs, room: dict[str, list[int]],
+                   now: float, allow: Callable[[_Node], bool] | None = None) -> bool:
+        """Start job `idx` in pool `k` now if it fits (`allow`: backfill's filter); the pool's
+        room is brought up to date when it does."""
+        if not self._may_fit(job, k, room[k.name]):
+            return False
+        if self._place(idx, job, now, room[k.name][0], k, allow) < 0:
+            return False
+        room[k.name] = self._pool_room(k, now)
+        return True
 
     @staticmethod
     def _may_fit(job: TraceJob, k: PoolKnobs, room: list[int]) -> bool:
@@ -475,9 +484,7 @@ class Simulation:
                 continue
             job = self.pending[idx]
             for k in tried:
-                if (self._may_fit(job, k, room[k.name])
-                        and self._place(idx, job, now, room[k.name][0], k) >= 0):
-                    room[k.name] = self._pool_room(k, now)
+                if self._try_start(idx, job, k, room, now):
                     break
             else:
                 blocked.update(k.name for k in tried)
@@ -515,7 +522,7 @@ class Simulation:
         m = self.sched
         fs = self.fairshare.factor(job.user) if m.priority_weight_fairshare else 0.0
         size = size_share(job.nodes, job.gpus_per_node(self.k.gpus_per_node) * job.nodes,
-                          sum(k.max_nodes for k in self.pools), self.k.gpus_per_node)
+                          self.cluster_nodes, self.k.gpus_per_node)
         return priority(m, now - self.eligible_at.get(idx, job.submit_s), size, fs)
 
     def _queue(self, idx: int, now: float) -> None:
@@ -554,13 +561,11 @@ class Simulation:
             job = self.pending[idx]
             lim = self.limit[idx]
             for k in self._pools_of(idx):
-                gpus = k.gpus_per_node if job.nodes > 1 else job.gpus_per_node(k.gpus_per_node)
-                if self._may_fit(job, k, room[k.name]) and self._place(
-                        idx, job, now, room[k.name][0], k,
-                        lambda n, g=gpus, t=lim: busy[n.name].fits_now(g, t)) >= 0:
+                gpus = job.gpus_per_node(k.gpus_per_node)
+                if self._try_start(idx, job, k, room, now,
+                                   lambda n, g=gpus, t=lim: busy[n.name].fits_now(g, t)):
                     for n, g in self.placed[idx]:
                         busy[n.name].add(now, self.start[idx] + lim, g)
-                    room[k.name] = self._pool_room(k, now)
                     break
             else:
                 self._plan_later(idx, job, now, horizon, busy, room, held)

@@ -31,7 +31,7 @@ shorter than its run time is killed at the limit (TIMEOUT), as Slurm does.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 YEAR_S = 365 * 86400.0  # what Slurm's backfill takes an INFINITE time limit to be
@@ -101,8 +101,6 @@ PARAMS: dict[str, str] = {
 
 def parse_params(model: SlurmModel, args: tuple[str, ...]) -> SlurmModel:
     """`NAME=VALUE` pairs onto a model; ValueError names the bad pair."""
-    from dataclasses import replace
-
     changes: dict[str, object] = {}
     for arg in args:
         name, sep, value = arg.partition("=")
