@@ -22,9 +22,6 @@ from pydantic import (
     model_validator,
 )
 
-from slurmscale.policy.model import PoolKnobs as _K
-from slurmscale.policy.reservations import ReservationKnobs as _R
-
 DEFAULT_CONFIG_PATH = Path("/etc/slurmscale/slurmscale.yaml")
 CONFIG_ENV = "SLURMSCALE_CONFIG"
 
@@ -177,21 +174,22 @@ class CapacityReservations(_Strict):
 
 
 class PoolPolicy(_Strict):
-    """The capacity policy's knobs for one pool (docs/policy.md explains each). The defaults
-    are the policy's own (PoolKnobs): one copy, which the daemon and the simulator share."""
+    """The capacity policy's knobs for one pool (docs/policy.md explains each). The one copy
+    of their defaults: the policy's PoolKnobs takes them from here, for the daemon and the
+    simulator alike."""
 
     mode: Literal["immediate", "governed"] = "immediate"
-    step_nodes: Annotated[int, Field(ge=1)] = _K.step_nodes
-    queue_gpu_hours: Annotated[float, Field(ge=0)] = _K.queue_gpu_hours
-    sustained_s: Annotated[float, Field(ge=0)] = _K.sustained_s
-    cooldown_s: Annotated[float, Field(ge=0)] = _K.cooldown_s
-    max_wait_s: Annotated[float, Field(gt=0)] = _K.max_wait_s
-    max_scale_down_per_cycle: Annotated[int, Field(ge=1)] = _K.max_scale_down_per_cycle
-    min_idle_s: Annotated[float, Field(ge=0)] = _K.min_idle_s
-    max_idle_s: Annotated[float, Field(ge=0)] = _K.max_idle_s
-    reuse_window_s: Annotated[float, Field(gt=0)] = _K.reuse_window_s
-    reuse_horizon_s: Annotated[float, Field(ge=0)] = _K.reuse_horizon_s
-    default_time_limit_s: Annotated[float, Field(gt=0)] = _K.default_time_limit_s
+    step_nodes: Annotated[int, Field(ge=1)] = 1
+    queue_gpu_hours: Annotated[float, Field(ge=0)] = 16.0
+    sustained_s: Annotated[float, Field(ge=0)] = 300.0
+    cooldown_s: Annotated[float, Field(ge=0)] = 600.0
+    max_wait_s: Annotated[float, Field(gt=0)] = 900.0
+    max_scale_down_per_cycle: Annotated[int, Field(ge=1)] = 4
+    min_idle_s: Annotated[float, Field(ge=0)] = 120.0
+    max_idle_s: Annotated[float, Field(ge=0)] = 600.0
+    reuse_window_s: Annotated[float, Field(gt=0)] = 3600.0
+    reuse_horizon_s: Annotated[float, Field(ge=0)] = 600.0
+    default_time_limit_s: Annotated[float, Field(gt=0)] = 4 * 3600.0
 
     @model_validator(mode="after")
     def _idle_order(self) -> PoolPolicy:
@@ -353,19 +351,19 @@ class PowerSaving(_Strict):
 
 
 class ReservationSettings(_Strict):
-    """Reservations that accumulate nodes for large pending gangs (docs/policy.md); the
-    defaults are the planner's own (ReservationKnobs)."""
+    """Reservations that accumulate nodes for large pending gangs (docs/policy.md); the one
+    copy of the defaults, which the planner's ReservationKnobs takes."""
 
-    enabled: bool = _R.enabled
+    enabled: bool = True
     prefix: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*-$", max_length=40)] = (
-        _R.prefix)
-    min_gang_nodes: Annotated[int, Field(ge=2)] = _R.min_gang_nodes
-    accumulate_after_s: Annotated[float, Field(ge=0)] = _R.accumulate_after_s
-    per_pool: Annotated[int, Field(ge=1, le=16)] = _R.per_pool
-    hold_budget_gpu_hours: Annotated[float, Field(gt=0)] = _R.hold_budget_gpu_hours
-    max_hold_s: Annotated[float, Field(gt=0)] = _R.max_hold_s
-    end_margin_s: Annotated[float, Field(ge=0)] = _R.end_margin_s
-    drain_busy: bool = _R.drain_busy
+        "slurmscale-gang-")
+    min_gang_nodes: Annotated[int, Field(ge=2)] = 2
+    accumulate_after_s: Annotated[float, Field(ge=0)] = 600.0
+    per_pool: Annotated[int, Field(ge=1, le=16)] = 1
+    hold_budget_gpu_hours: Annotated[float, Field(gt=0)] = 64.0
+    max_hold_s: Annotated[float, Field(gt=0)] = 5400.0
+    end_margin_s: Annotated[float, Field(ge=0)] = 600.0
+    drain_busy: bool = True
 
 
 class CapacityBlockSettings(_Strict):
