@@ -6,6 +6,7 @@ Every validation error names the key path and the value that was refused.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from enum import StrEnum
@@ -503,10 +504,18 @@ class Config(_Strict):
             hide_password=False)
 
     def pool_of(self, node: str) -> Pool | None:
-        for p in self.pools:
-            if p.owns(node):
-                return p
-        return None
+        # asked for every node several times a pass: remembered (the config never changes)
+        known = self._pool_by_node
+        if node in known:
+            return known[node]
+        found = next((p for p in self.pools if p.owns(node)), None)
+        if len(known) < 1_000_000:
+            known[node] = found
+        return found
+
+    @functools.cached_property
+    def _pool_by_node(self) -> dict[str, Pool | None]:
+        return {}
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

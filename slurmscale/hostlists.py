@@ -35,6 +35,12 @@ def expand(expr: str) -> list[str]:
     return names
 
 
+@functools.lru_cache(maxsize=65536)
+def expand_cached(expr: str) -> tuple[str, ...]:
+    """`expand` for hostlists read again every pass (running jobs' node lists)."""
+    return tuple(expand(expr))
+
+
 def compress(names: list[str] | tuple[str, ...] | set[str]) -> str:
     """The shortest hostlist for these names (sorted, as Slurm prints them)."""
     if not names:

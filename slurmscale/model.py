@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
@@ -20,11 +21,12 @@ class SlurmNode:
     last_busy: str = ""  # LastBusyTime, ISO local time as Slurm prints it
     alloc_gpus: int = 0  # from AllocTRES (gres/gpu=N)
 
-    @property
+    # cached: asked several times per node per pass (the instance is frozen)
+    @functools.cached_property
     def flags(self) -> frozenset[str]:
         return frozenset(self.state.upper().split("+"))
 
-    @property
+    @functools.cached_property
     def base_state(self) -> str:
         return self.state.upper().split("+", 1)[0]
 

@@ -17,7 +17,7 @@ from slurmscale.model import SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.repo import Store
+from slurmscale.store.protocol import PassStore
 from slurmscale.store.tables import OfferingRow
 
 Event = Callable[..., None]
@@ -25,7 +25,7 @@ Event = Callable[..., None]
 
 
 class CapacityBackoff:
-    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, event: Event) -> None:
+    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, event: Event) -> None:
         self.cfg = cfg
         self.store = store
         self.slurm = slurm
@@ -78,20 +78,23 @@ class CapacityBackoff:
         until = {r.pool: r.until_s for r in self.store.offerings()}
         hold: dict[str, list[str]] = {}
         back: list[str] = []
+        out = {pool for pool, end in until.items() if end > t}
         for n in nodes:
+            drained = "DRAIN" in n.flags
+            if not drained and not out:
+                continue  # (the common case, every node every pass: nothing to do)
             pool = self.cfg.pool_of(n.name)
             if pool is None:
                 continue
             why = reasons.ours(n.reason)
             ours = why is Why.NO_CAPACITY
-            if until.get(pool.name, 0.0) > t:
-                drained = "DRAIN" in n.flags
+            if pool.name in out:
                 down = n.flags & {"POWERED_DOWN", "POWERING_DOWN"}
                 # a node drained by us for another reason may be marked unavailable too (the
                 # reason is replaced); an admin's drain never
                 if down and not ours and (not drained or why is not None):
                     hold.setdefault(pool.name, []).append(n.name)
-            elif ours and "DRAIN" in n.flags:
+            elif ours and drained:
                 back.append(n.name)
         for pool, names in hold.items():
             stamp = datetime.fromtimestamp(until[pool], UTC).isoformat(timespec="seconds")

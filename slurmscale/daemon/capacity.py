@@ -15,7 +15,7 @@ from datetime import datetime
 
 from slurmscale.config import CapacityType, Config
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
-from slurmscale.daemon.ledger import Ledger, OnStart, PoolNow
+from slurmscale.daemon.ledger import Ledger, PoolNow
 from slurmscale.hostlists import compress
 from slurmscale.model import QueueJob, SlurmReservation
 from slurmscale.policy.decide import decide
@@ -26,7 +26,7 @@ from slurmscale.policy.reservations import HoldPlan
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.repo import Store
+from slurmscale.store.protocol import PassStore
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class PassPlan:
     blocks: tuple[BlockOutlook, ...] = ()  # capacity-block pools: windows, pending jobs
 
 
-def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
+def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
                  arrival_log: dict[str, tuple[float, str, int]] | None = None) -> PassPlan:
     """What the policy decides from Slurm as it is now (raises SlurmError if unreadable).
     `arrival_log`: the daemon's memory of jobs seen arriving (see build_snapshot)."""
@@ -92,8 +92,11 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: Store, now: float,
 
 
 class CapacityPass:
-    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, event: Event,
-                 on_job_start: OnStart | None = None) -> None:
+    """`ledger`: records job starts/ends and capacity samples from this pass's reads (the
+    daemon's; the simulator keeps its own accounts and passes none)."""
+
+    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, event: Event,
+                 ledger: Ledger | None = None) -> None:
         from slurmscale.daemon.holds import HoldPass
 
         self.cfg = cfg
@@ -103,7 +106,7 @@ class CapacityPass:
         self.holds = HoldPass(cfg, store, slurm, event)
         self.arrival_log: dict[str, tuple[float, str, int]] = {}
         self._read_failing = False
-        self.ledger = Ledger(cfg, store, on_job_start, slurm.ended_jobs)
+        self.ledger = ledger
         self.pools_now: list[PoolNow] = []  # the last pass's capacity and demand (metrics)
 
     def run(self, now: datetime) -> PassPlan | None:
@@ -132,7 +135,7 @@ class CapacityPass:
             self.event("job_partition_rewritten", f"job {rw.job_id} -> partition "
                        f"{','.join(rw.partitions)}: {rw.reason}")
         self.store.save_pool_memory(p.capacity.memory, now)
-        if p.snapshot is not None:
+        if p.snapshot is not None and self.ledger is not None:
             self.pools_now = self.ledger.observe(p.snapshot, list(p.jobs), now)
         return p
 

@@ -29,7 +29,7 @@ from slurmscale.policy.reservations import (
     plan_holds,
 )
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
-from slurmscale.store.repo import Store
+from slurmscale.store.protocol import PassStore
 from slurmscale.store.tables import HoldRow
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def _hold(row: HoldRow) -> Hold:
                 row.attached)
 
 
-def current_holds(cfg: Config, store: Store, slurm_res: list[SlurmReservation],
+def current_holds(cfg: Config, store: PassStore, slurm_res: list[SlurmReservation],
                   now: float) -> tuple[list[Hold], list[str], frozenset[str]]:
     """The holds to plan with (the store's, corrected by Slurm), the names of holds that
     vanished from Slurm, and every node in any reservation (an admin's included)."""
@@ -82,7 +82,7 @@ def current_holds(cfg: Config, store: Store, slurm_res: list[SlurmReservation],
 
 
 class HoldPass:
-    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, event: Event) -> None:
+    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, event: Event) -> None:
         self.cfg = cfg
         self.store = store
         self.slurm = slurm
@@ -145,7 +145,7 @@ class HoldPass:
         """`exhausted`: it spent its budget or time, so its job is never held for again."""
         row = self.store.hold(name)
         try:
-            self.slurm.delete_reservation(name)
+            self._delete(name, row.job_id if row is not None else None)
         except SlurmError as e:
             # Slurm keeps a reservation its job runs in: the job owns the nodes now; retry
             # each pass until the job ends.
@@ -172,7 +172,18 @@ class HoldPass:
                 self._finish(row.name, row.reason, t)
                 continue
             try:
-                self.slurm.delete_reservation(row.name)
+                self._delete(row.name, row.job_id)
             except SlurmError:
                 continue
             self._finish(row.name, row.reason, t)
+
+    def _delete(self, name: str, job_id: str | None) -> None:
+        """Delete a hold's reservation. Slurm refuses while any job points at it, a pending
+        one too: the hold's job, if still pending, is first taken out of it (a running job
+        keeps it, and the delete is retried once it ends)."""
+        if job_id is not None:
+            try:
+                self.slurm.set_job_reservation(job_id, "")
+            except SlurmError:
+                pass  # running in it, or gone: the delete says which
+        self.slurm.delete_reservation(name)

@@ -80,7 +80,7 @@ class Daemon:
             # the schema is the leader's to upgrade: two daemons must not race a migration
             self.store.upgrade()
             self.reconciler = self._new_reconciler()
-            self.reconciler.spool.ensure()
+            self.reconciler.requests.spool.ensure()
             who = identity()
             log.warning("leading cluster %s as %s", self.cfg.cluster_name, who)
             self.store.add_event("leader_acquired", f"{who} leads cluster "

@@ -6,7 +6,7 @@ import functools
 from datetime import datetime
 
 from slurmscale.config import CapacityType, Config, Pool
-from slurmscale.hostlists import expand
+from slurmscale.hostlists import expand_cached
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.model import (
     BufferRule,
@@ -19,7 +19,7 @@ from slurmscale.policy.model import (
     Snapshot,
 )
 from slurmscale.policy.reservations import GangJob
-from slurmscale.slurm.reasons import Why, drained_by_us
+from slurmscale.slurm.reasons import Why, ours
 
 # Pending reasons that mean "waiting for capacity"; Dependency, JobHeld*, BeginTime, limits
 # and the like are not demand the pool can answer now. The DOWN/DRAINED reason is what a job
@@ -64,16 +64,34 @@ def slurm_time(text: str) -> float | None:
 
 
 def node_state(n: SlurmNode) -> NodeState:
-    f = n.flags
-    if f & {"POWERED_DOWN", "POWERING_DOWN"} or n.base_state == "DOWN":
-        return NodeState.POWERED_DOWN
-    if n.base_state in {"ALLOCATED", "MIXED", "COMPLETING"} or "COMPLETING" in f:
-        return NodeState.ALLOCATED  # running jobs, reserved or not
-    if "RESERVED" in f:
-        return NodeState.RESERVED
-    if "POWERING_UP" in f or "CONFIGURING" in f or "NOT_RESPONDING" in f:
-        return NodeState.BOOTING
-    return NodeState.IDLE
+    return _state_facts(n.state)[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _state_facts(state: str) -> tuple[NodeState, bool, bool]:
+    """From a node's State (a few dozen distinct strings on any cluster, so remembered): the
+    policy's state, drained, and unusable unless slurmscale holds it (drained, failed, in
+    maintenance, down, or powering down: in transition, nothing may be asked of it)."""
+    parts = state.upper().split("+")
+    base, f = parts[0], frozenset(parts)
+    if f & {"POWERED_DOWN", "POWERING_DOWN"} or base == "DOWN":
+        st = NodeState.POWERED_DOWN
+    elif base in {"ALLOCATED", "MIXED", "COMPLETING"} or "COMPLETING" in f:
+        st = NodeState.ALLOCATED  # running jobs, reserved or not
+    elif "RESERVED" in f:
+        st = NodeState.RESERVED
+    elif "POWERING_UP" in f or "CONFIGURING" in f or "NOT_RESPONDING" in f:
+        st = NodeState.BOOTING
+    else:
+        st = NodeState.IDLE
+    unusable = bool(f & UNUSABLE_FLAGS) or base == "DOWN" or "POWERING_DOWN" in f
+    return st, "DRAIN" in f, unusable
+
+
+@functools.lru_cache(maxsize=65536)
+def _down_view(name: str, pool: str, held: bool, usable: bool) -> NodeView:
+    """A powered-down node's view: the same every pass while it stays down (one per node)."""
+    return NodeView(name, pool, NodeState.POWERED_DOWN, None, held, usable)
 
 
 def _running(jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
@@ -87,7 +105,7 @@ def _running(jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
         if not j.nodelist:
             continue
         end = slurm_time(j.end_time) if j.end_time else None
-        for name in expand(j.nodelist):
+        for name in expand_cached(j.nodelist):
             gpus[name] = gpus.get(name, 0) + j.gpus_per_node
             if end is not None and end > free_at.get(name, 0.0):
                 free_at[name] = end
@@ -134,28 +152,31 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
     demand that is about to need capacity. `paid`: nodes whose instance runs in a capacity
     reservation."""
     free_at, job_gpus = _running(jobs)
+    # (the loops below run for every node and job every pass: kept flat, enum members and
+    # methods looked up once)
     views = []
+    pool_of_node, idle, allocated, down, held_why = cfg.pool_of, NodeState.IDLE, \
+        NodeState.ALLOCATED, NodeState.POWERED_DOWN, Why.HELD
     for n in nodes:
-        pool = cfg.pool_of(n.name)
+        pool = pool_of_node(n.name)
         if pool is None:
             continue
-        st = node_state(n)
+        st, drained, unusable = _state_facts(n.state)
         # held by slurmscale (governed pools): only these are ever undrained, never an admin's
-        held = drained_by_us(n) is Why.HELD
-        # A node powering down is in transition: nothing may be asked of it until it is down.
-        usable = held or not (n.flags & UNUSABLE_FLAGS or n.base_state == "DOWN"
-                              or "POWERING_DOWN" in n.flags)
-        views.append(NodeView(n.name, pool.name, st,
-                              slurm_time(n.last_busy) if st is NodeState.IDLE else None,
-                              held=held, usable=usable,
-                              alloc_gpus=n.alloc_gpus or min(job_gpus.get(n.name, 0),
-                                                             pool.gpus_per_node),
-                              free_at=free_at.get(n.name) if st is NodeState.ALLOCATED
-                              else None, paid=n.name in paid))
+        held = drained and ours(n.reason) is held_why
+        usable = held or not unusable
+        if st is down and not n.alloc_gpus and n.name not in job_gpus and n.name not in paid:
+            views.append(_down_view(n.name, pool.name, held, usable))  # most nodes, at rest
+            continue
+        views.append(NodeView(
+            n.name, pool.name, st, slurm_time(n.last_busy) if st is idle else None, held,
+            usable, n.alloc_gpus or min(job_gpus.get(n.name, 0), pool.gpus_per_node),
+            free_at.get(n.name) if st is allocated else None, n.name in paid))
     by_partition = {p.partition: p for p in cfg.pools}
     pool_of: dict[tuple[str, ...], tuple[Pool | None, tuple[str, ...]]] = {}
     pending = []
     arrivals = []
+    window = max((p.policy.reuse_window_s for p in cfg.pools), default=3600.0)
     for j in jobs:
         if j.partitions in pool_of:
             pool, also = pool_of[j.partitions]
@@ -167,19 +188,17 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         if pool is None:
             continue
         submit = slurm_time(j.submit_time) or now
-        arrivals.append((submit, pool.name, j.num_nodes))
-        if arrival_log is not None:
+        if arrival_log is None:
+            arrivals.append((submit, pool.name, j.num_nodes))
+        elif submit >= now - window:  # (an older one would be dropped from the log below)
             arrival_log[j.job_id] = (submit, pool.name, j.num_nodes)
         if j.state != "PENDING":
             continue  # running or starting: an arrival for the reuse forecast, not demand
         pending.append(PendingJob(
-            job_id=j.job_id, pool=pool.name, nodes=j.num_nodes,
-            gpus_per_node=j.gpus_per_node or pool.gpus_per_node, time_limit_s=j.time_limit_s,
-            submit_s=submit, priority=j.priority,
-            actionable=(j.reason in CAPACITY_REASONS or j.job_id in requeued)
-            and j.priority > 0, also=also))
+            j.job_id, pool.name, j.num_nodes, j.gpus_per_node or pool.gpus_per_node,
+            j.time_limit_s, submit, j.priority,
+            (j.reason in CAPACITY_REASONS or j.job_id in requeued) and j.priority > 0, also))
     if arrival_log is not None:
-        window = max((p.policy.reuse_window_s for p in cfg.pools), default=3600.0)
         for job_id in [k for k, (t, _, _) in arrival_log.items() if t < now - window]:
             del arrival_log[job_id]
         arrivals = list(arrival_log.values())

@@ -108,11 +108,6 @@ class HoldPlan:
     grabbed: frozenset[str] = field(default_factory=frozenset)  # idle nodes newly reserved
 
 
-def slurm_end(k: ReservationKnobs, h: Hold) -> float:
-    """When the hold's Slurm reservation ends (Duration in whole minutes, as Slurm keeps it)."""
-    return h.created_s + 60 * max(1, round((k.max_hold_s + k.end_margin_s) / 60))
-
-
 def reservation_name(k: ReservationKnobs, job_id: str) -> str:
     return f"{k.prefix}{job_id}"
 

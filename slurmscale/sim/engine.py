@@ -36,6 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from slurmscale.config import SpotSettings
 from slurmscale.policy.model import (
     ActionKind,
     BufferRule,
@@ -43,17 +44,13 @@ from slurmscale.policy.model import (
     NodeState,
     NodeView,
     PendingJob,
+    Plan,
     PoolKnobs,
     PoolMemory,
     Snapshot,
 )
-from slurmscale.policy.reservations import (
-    GangJob,
-    Hold,
-    HoldActionKind,
-    plan_holds,
-    slurm_end,
-)
+from slurmscale.policy.observe import knobs
+from slurmscale.sim.daemon import MAIN_PREFIX, OD_PREFIX, DaemonDriver, sim_config
 from slurmscale.sim.policies import SimPolicy
 from slurmscale.sim.slurm_model import (
     FairShare,
@@ -82,6 +79,7 @@ class _Node:
     idle_since: float | None = None
     on_since: float = 0.0
     resv: str | None = None  # held in this reservation: only its job may use it
+    drain: str = ""  # drained (the reason): Slurm starts nothing on it
     free_at: float = 0.0  # latest end of its running jobs by their time limits
     pool: str = ""
     spot: bool = False
@@ -186,7 +184,7 @@ class Simulation:
         self.paid = paid or PaidCapacity()
         self.pools: list[PoolKnobs] = [self.k]
         self.od: PoolKnobs | None = None
-        self.nodes = [_Node(f"n{i + 1}", self.k.gpus_per_node, pool=self.k.name,
+        self.nodes = [_Node(f"{MAIN_PREFIX}{i + 1}", self.k.gpus_per_node, pool=self.k.name,
                             spot=spot is not None) for i in range(self.k.max_nodes)]
         if spot is not None and spot.on_demand_nodes:
             rule = ((BufferRule(self.k.name, spot.buffer, spot.warm_nodes),)
@@ -195,12 +193,24 @@ class Simulation:
             self.od = replace(self.k, name=f"{self.k.name}-od", max_nodes=spot.on_demand_nodes,
                               min_nodes=0, mode=Mode.IMMEDIATE, buffer=rule)
             self.pools.append(self.od)
-            self.nodes += [_Node(f"od{i + 1}", self.k.gpus_per_node, pool=self.od.name)
+            self.nodes += [_Node(f"{OD_PREFIX}{i + 1}", self.k.gpus_per_node, pool=self.od.name)
                            for i in range(spot.on_demand_nodes)]
+        # slurmscale's policies: the daemon's own passes on the simulated Slurm, with the
+        # config the daemon would be given (its pools' knobs are the ones simulated)
+        self.daemon: DaemonDriver | None = None
+        if policy.decide is None:
+            cfg = sim_config(self.k, policy.holds, self.od, SpotSettings(
+                on_demand_buffer=spot.buffer, warm_on_demand_nodes=spot.warm_nodes,
+                max_preemptions=spot.max_preemptions) if spot and self.od else None,
+                spot.reclaim_backoff_s if spot else 180.0, paid is not None)
+            self.pools = list(knobs(cfg))
+            self.k, self.od = self.pools[0], self.pools[1] if self.od is not None else None
+            self.daemon = DaemonDriver(self, cfg)
         # every job is submitted to both partitions (-p spot,on-demand)
         self.also: tuple[str, ...] = (self.od.name,) if self.od is not None else ()
         self.nodes_of = {k.name: [n for n in self.nodes if n.pool == k.name] for k in self.pools}
         self.by_name = {n.name: n for n in self.nodes}
+        self.touched: set[str] = set()  # nodes changed since the simulated Slurm last read them
         self.live_count = {k.name: 0 for k in self.pools}  # nodes not powered down, per pool
         self.cluster_nodes = len(self.nodes)  # what Slurm's job size factor divides by
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
@@ -220,8 +230,6 @@ class Simulation:
         self.r = SimResult(policy.name)
         self.running_gpus = 0
         self.last_launch_batch: float | None = None
-        self.holds: tuple[Hold, ...] = ()
-        self.exhausted: set[str] = set()  # jobs whose hold ran out: never held for again
         self.attached: dict[int, str] = {}  # pending job -> the reservation it is pointed at
         self.started_in: dict[str, str] = {}  # job id -> reservation it started in
         self.idx_of = {j.job_id: i for i, j in enumerate(jobs)}
@@ -253,6 +261,7 @@ class Simulation:
 
     def _power_up(self, n: _Node, now: float, paid: int | None = None) -> None:
         n.state, n.ready_at, n.free, n.on_since = "booting", now + self.cloud.boot_s, n.gpus, now
+        self.touched.add(n.name)
         self.live_count[n.pool] += 1
         n.idle_since = None
         n.paid = paid
@@ -270,6 +279,7 @@ class Simulation:
         if n.paid is not None:
             self.r.paid_node_s += now - n.on_since
         n.state, n.idle_since, n.jobs, n.free, n.paid = "down", None, 0, 0, None
+        self.touched.add(n.name)
         self.live_count[n.pool] -= 1
 
     # --- paid capacity -------------------------------------------------------------------
@@ -302,6 +312,7 @@ class Simulation:
         ran = max(0.0, now - self.start[idx])
         for m, g in self.placed.pop(idx):
             m.free += g
+            self.touched.add(m.name)
             m.jobs -= 1
             if m.jobs == 0 and m.state == "up":
                 m.idle_since = now
@@ -349,7 +360,7 @@ class Simulation:
         if resv is not None:  # pointed at its reservation: runs there, on nothing else
             headroom = 0
         pool = self.nodes_of[k.name]
-        live = [n for n in pool if n.state != "down" and n.resv == resv]
+        live = [n for n in pool if n.state != "down" and n.resv == resv and not n.drain]
         if self.paid.blocks:  # (the scheduler's hot loop: no per-node call without blocks)
             live = [n for n in live if not self._outlasts(n, max(now, n.ready_at), idx)]
         if job.nodes == 1:
@@ -376,7 +387,7 @@ class Simulation:
         others are held or beyond the cap, so Slurm cannot use them)."""
         if headroom <= 0:
             return []
-        down = [n for n in pool if n.state == "down"][:headroom]
+        down = [n for n in pool if n.state == "down" and not n.drain][:headroom]
         return down if allow is None else [n for n in down if allow(n)]
 
     def _start(self, idx: int, job: TraceJob, now: float, k: PoolKnobs,
@@ -391,6 +402,7 @@ class Simulation:
                                           else self.sched.configured(max(booting)))
         for n in chosen:
             n.free -= gpn
+            self.touched.add(n.name)
             n.jobs += 1
             n.idle_since = None
             n.free_at = max(n.free_at if n.jobs > 1 else 0.0, start + self.limit[idx])
@@ -414,11 +426,17 @@ class Simulation:
 
     def _pool_room(self, k: PoolKnobs, now: float) -> list[int]:
         """[headroom, largest free GPUs on a live node, whole free nodes] outside reservations."""
-        target = self.memory[k.name].target if k.mode is Mode.GOVERNED else k.max_nodes
+        # a governed pool's target: the daemon drains the nodes above it (so Slurm cannot
+        # power them up); the other policies' targets are applied here
+        governed = k.mode is Mode.GOVERNED and self.daemon is None
+        target = self.memory[k.name].target if governed else k.max_nodes
         head = max(0, min(target, k.max_nodes) - self._live(k.name))
+        if self.daemon is not None and head:  # the drained ones are not Slurm's to power up
+            head = sum(1 for n in self.nodes_of[k.name] if n.state == "down" and not n.drain)
         if k is self.k and now < self.spot_down_until:
-            head = 0  # spot launches fail: slurmscale holds the pool's powered-down nodes
-        live = [n for n in self.nodes_of[k.name] if n.state != "down" and n.resv is None]
+            head = 0  # spot launches fail (a storm; the other policies' reclaim backoff)
+        live = [n for n in self.nodes_of[k.name]
+                if n.state != "down" and n.resv is None and not n.drain]
         return [head, max((n.free for n in live), default=0),
                 sum(1 for n in live if n.jobs == 0)]
 
@@ -601,12 +619,12 @@ class Simulation:
         ends (for any job but the hold's own, which is placed on them, not planned). Marked in
         the cycle's plan."""
         out: dict[str, list[_Node]] = {}
-        if not self.holds or self.p.holds is None:
+        if self.daemon is None or not self.daemon.holding:
             return out
-        ends = {h.name: slurm_end(self.p.holds, h) for h in self.holds}
         for n in self.nodes:
-            if n.resv is not None and n.resv in ends:
-                busy[n.name].add(busy[n.name].now, ends[n.resv], n.gpus)
+            end = None if n.resv is None else self.daemon.reservation_end(n.resv)
+            if end is not None:
+                busy[n.name].add(busy[n.name].now, end, n.gpus)
                 out.setdefault(n.pool, []).append(n)
         return out
 
@@ -660,50 +678,6 @@ class Simulation:
         return Snapshot(now, tuple(self.pools), tuple(views), jobs, dict(self.memory),
                         tuple(self.arrivals))
 
-    def _hold_pass(self, now: float, snap: Snapshot) -> bool:
-        """The same reservation planner the daemon runs, on the simulated Slurm. True when
-        any hold changed."""
-        assert self.p.holds is not None
-        # priority: as the simulated Slurm schedules (greedy: earlier submit first)
-        jobs = [GangJob(v.job_id, self.k.name, v.nodes, v.gpus_per_node, v.submit_s,
-                        -int(v.submit_s) if self.greedy else int(self.prio[i]), "user",
-                        reservation=self.attached.get(i, ""))
-                for i, v in self.pending_views.items() if v.nodes >= 2 and i not in self.steered]
-        for h in self.holds:
-            i = self.idx_of[h.job_id]
-            if i in self.start and h.job_id in self.started_in:  # started (still running)
-                jobs.append(GangJob(h.job_id, self.k.name, h.needed, 0, 0, 0, "user",
-                                    pending=False, reservation=self.started_in[h.job_id]))
-        plan = plan_holds(self.p.holds, {self.k.name: self.k.gpus_per_node},
-                          {self.k.name: self.k.max_nodes},
-                          tuple(v for v in snap.nodes if v.pool == self.k.name), tuple(jobs),
-                          self.holds, frozenset(self.exhausted), now,
-                          frozenset(n.name for n in self.nodes if n.resv is not None))
-        before = {h.name: h for h in self.holds}
-        for a in plan.actions:
-            if a.kind is HoldActionKind.CREATE:
-                self.r.reservations_created += 1
-            if a.kind in (HoldActionKind.CREATE, HoldActionKind.EXTEND):
-                for name in a.nodes:
-                    self.by_name[name].resv = a.name
-            elif a.kind is HoldActionKind.ATTACH:
-                self.attached[self.idx_of[a.job_id]] = a.name
-            elif a.kind is HoldActionKind.RELEASE:
-                for n in self.nodes:
-                    if n.resv == a.name:
-                        n.resv = None
-                self.attached.pop(self.idx_of[a.job_id], None)
-                self.started_in.pop(a.job_id, None)
-                old = before.get(a.name)
-                if old is not None:
-                    spent = old.spent_gpu_s + (0.0 if old.attached else len(old.nodes)
-                                               * self.k.gpus_per_node * (now - old.accounted_s))
-                    self.r.reservation_idle_gpu_s += spent
-                if a.exhausted:
-                    self.exhausted.add(a.job_id)
-        self.holds = plan.holds
-        return bool(plan.actions)
-
     def _tick(self, now: float) -> None:
         before = self._usable(now)
         self._policy_step(now)
@@ -712,32 +686,30 @@ class Simulation:
 
     def _usable(self, now: float) -> tuple[object, ...]:
         """What a policy step can change of the nodes Slurm may use: targets, live nodes,
-        holds, a spot outage."""
+        a spot outage (the daemon's drains and reservations mark it themselves)."""
         return (tuple(m.target for m in self.memory.values()), tuple(self.live_count.values()),
-                self.holds, now < self.spot_down_until)
+                now < self.spot_down_until)
 
     def _policy_step(self, now: float) -> None:
         if self.spot is not None:
             self._interruptions(now)
-        snap = self._snapshot(now)
-        if self.p.holds is not None and self._hold_pass(now, snap):
-            snap = self._snapshot(now)  # nodes changed hands: the policy must see it
-        plan = self.p.decide(snap)
+        if self.daemon is not None:
+            self.daemon.step(now, frozenset(n.name for n in self.nodes if n.paid is not None))
+        else:
+            self._apply(self.p.decide(self._snapshot(now)), now)  # type: ignore[misc]
+        live_gpus = sum(n.gpus for n in self.nodes if n.state != "down")
+        demand = self.running_gpus + sum(j.gpus for j in self.pending.values())
+        self.r.timeline.append((now, demand, live_gpus))
+
+    def _apply(self, plan: Plan, now: float) -> None:
+        """The other policies' plans, carried out as the tool each models would."""
         for k in self.pools:
             self.memory[k.name] = plan.memory.get(k.name, self.memory[k.name])
-        released = [a for a in plan.actions if a.kind is ActionKind.RELEASE]
-        for a in released:
-            for name in a.nodes:
-                n = self.by_name[name]
-                if n.state == "up" and n.jobs == 0:  # the policy must never pick a busy node
-                    self._power_down(n, now)
-        if released:
-            self.r.scale_down_actions += 1
         for a in plan.actions:
-            if a.kind is ActionKind.WARM:
-                for name in a.nodes:
-                    if self.by_name[name].state == "down":
-                        self._power_up(self.by_name[name], now)
+            if a.kind is ActionKind.RELEASE:
+                self.release_nodes(list(a.nodes), now)
+            elif a.kind is ActionKind.WARM:
+                self.warm_nodes(list(a.nodes), now)
         if self.p.provision_to_target:
             k = self.k
             for n in self.nodes_of[k.name]:
@@ -745,9 +717,36 @@ class Simulation:
                     break
                 if n.state == "down":
                     self._power_up(n, now)
-        live_gpus = sum(n.gpus for n in self.nodes if n.state != "down")
-        demand = self.running_gpus + sum(j.gpus for j in self.pending.values())
-        self.r.timeline.append((now, demand, live_gpus))
+
+    # --- what Slurm does when told (the daemon's updates, through SimSlurm) ---------------
+    def release_nodes(self, names: list[str], now: float) -> None:
+        """Power these nodes down (a policy's scale-down: one action)."""
+        released = False
+        for name in names:
+            n = self.by_name[name]
+            if n.state == "up" and n.jobs == 0:  # a busy node is never taken from its job
+                self._power_down(n, now)
+                released = True
+        if released:
+            self.r.scale_down_actions += 1
+
+    def warm_nodes(self, names: list[str], now: float) -> None:
+        for name in names:
+            if self.by_name[name].state == "down":
+                self._power_up(self.by_name[name], now)
+
+    def queue_priority(self, idx: int) -> int:
+        """Job `idx`'s priority as squeue shows it: the Slurm model's multifactor value; in
+        the greedy model earlier submits rank higher. Slurm never shows a queued job that is
+        not held a priority below 1."""
+        if self.greedy:
+            return 10**10 - int(self.jobs[idx].submit_s)
+        return max(1, int(self.prio[idx]))
+
+    def partitions(self, idx: int) -> tuple[str, ...]:
+        if idx in self.steered:
+            return (self.od.name,) if self.od is not None else ()
+        return (self.k.name, *self.also)
 
     # --- spot interruptions ----------------------------------------------------------------
     def _interruptions(self, now: float) -> None:
@@ -771,10 +770,14 @@ class Simulation:
         """The warning: slurmscale drains the node and requeues its jobs; the instance goes."""
         assert self.spot is not None
         self.r.preemptions += 1
-        self.spot_down_until = max(self.spot_down_until, now + self.spot.reclaim_backoff_s)
+        if self.daemon is not None:  # the daemon's interruption pass: backoff, preemptions
+            self.daemon.reclaimed(n.pool, now)
+        else:
+            self.spot_down_until = max(self.spot_down_until, now + self.spot.reclaim_backoff_s)
         for idx in [i for i, placed in self.placed.items() if any(m is n for m, _ in placed)]:
+            if self.daemon is not None:
+                self.daemon.preempted(self.jobs[idx].job_id, n.name, n.pool, now)
             self._requeue(idx, now)
-        n.resv = None
         self._power_down(n, now)
 
     def _requeue(self, idx: int, now: float) -> None:
@@ -826,14 +829,7 @@ class Simulation:
                 self.future_events -= 1
                 self.last_event_at = now
             if kind == SUBMIT:
-                job = self.jobs[idx]
-                self.pending[idx] = job
-                self.pending_views[idx] = PendingJob(
-                    job.job_id, self.k.name, job.nodes, job.gpus_per_node(self.k.gpus_per_node),
-                    job.duration_s, job.submit_s, also=self.also)
-                if not job.carry_in:
-                    self.arrivals.append((now, self.k.name, job.nodes))
-                self._queue(idx, now)
+                self.submit(idx, now)
             elif kind == ELIGIBLE:
                 self.bf_dirty = True  # a requeued job may start again
             elif kind == BLOCK:
@@ -843,6 +839,7 @@ class Simulation:
                 n = self.nodes[idx]
                 if n.state == "booting" and n.ready_at == now:
                     n.state = "up"
+                    self.touched.add(n.name)
                     if n.jobs == 0:
                         n.idle_since = now
             elif kind == END:
@@ -872,12 +869,24 @@ class Simulation:
         self._finish(now)
         return self.r
 
+    def submit(self, idx: int, now: float) -> None:
+        """Job `idx` enters the queue (sbatch)."""
+        job = self.jobs[idx]
+        self.pending[idx] = job
+        self.pending_views[idx] = PendingJob(
+            job.job_id, self.k.name, job.nodes, job.gpus_per_node(self.k.gpus_per_node),
+            job.duration_s, job.submit_s, also=self.also)
+        if not job.carry_in:
+            self.arrivals.append((now, self.k.name, job.nodes))
+        self._queue(idx, now)
+
     def _tick_can_help(self) -> bool:
         """With nothing running, arriving or booting, only a policy step (a governed target
         rising, a hold released for its budget or time) can still start a pending job;
         otherwise the simulation is over."""
-        return bool(self.holds) or any(
-            k.mode is Mode.GOVERNED and self.memory[k.name].target < k.max_nodes
+        memory = self.memory if self.daemon is None else self.daemon.store.pool_memory()
+        return (self.daemon is not None and self.daemon.holding) or any(
+            k.mode is Mode.GOVERNED and k.name in memory and memory[k.name].target < k.max_nodes
             and any(j.nodes <= k.max_nodes for j in self.pending.values()) for k in self.pools)
 
     def _record(self, idx: int, job: TraceJob, now: float) -> None:
@@ -906,8 +915,9 @@ class Simulation:
                 self.r.waits.append(waited)
                 if job.nodes >= 2:
                     self.r.gang_waits.append(waited)
-        for h in self.holds:  # still holding at the end: count what it spent so far
-            self.r.reservation_idle_gpu_s += h.spent_gpu_s
+        if self.daemon is not None:  # every hold's idle GPU time, as the daemon accounted it
+            self.r.reservation_idle_gpu_s = self.daemon.store.spent_gpu_s()
+            self.r.reservations_created = self.daemon.store.created()
         for n in self.nodes:
             if n.state != "down":
                 self._power_down(n, now)

@@ -1,12 +1,13 @@
-"""The built-in policies the simulator compares. Each is a function Snapshot -> Plan; the two
-slurmscale ones are the product's own `decide` with its default or governed knobs."""
+"""The built-in policies the simulator compares. Each is a function Snapshot -> Plan, but the
+two slurmscale ones: those run the daemon's own capacity passes (`sim/daemon.py`) with its
+default or governed knobs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from slurmscale.policy.decide import decide, pool_demand
+from slurmscale.policy.decide import pool_demand
 from slurmscale.policy.model import (
     Action,
     ActionKind,
@@ -26,10 +27,10 @@ Decide = Callable[[Snapshot], Plan]
 class SimPolicy:
     name: str
     knobs: PoolKnobs
-    decide: Decide
+    decide: Decide | None  # None: the daemon's own passes decide (slurmscale's policies)
     all_up_from_start: bool = False  # static: every node booted at t=0, never released
     provision_to_target: bool = False  # naive: a target step launches a node at once
-    holds: ReservationKnobs | None = None  # accumulate reservations for starving gangs
+    holds: ReservationKnobs | None = None  # the daemon's: reservations for starving gangs
     description: str = ""
 
 
@@ -110,9 +111,9 @@ def builtin_policy(name: str, base: PoolKnobs,
             return SimPolicy(name, base, _static, all_up_from_start=True,
                              description="max_nodes always up")
         case "slurmscale":
-            return SimPolicy(name, replace(base, mode=Mode.IMMEDIATE), decide, holds=holds,
+            return SimPolicy(name, replace(base, mode=Mode.IMMEDIATE), None, holds=holds,
                              description="immediate whole-gang scale-up, forecast scale-down")
         case "slurmscale-governed":
-            return SimPolicy(name, replace(base, mode=Mode.GOVERNED), decide, holds=holds,
+            return SimPolicy(name, replace(base, mode=Mode.GOVERNED), None, holds=holds,
                              description="governed target, gang-aware steps")
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")

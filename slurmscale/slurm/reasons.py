@@ -28,8 +28,10 @@ class Why(StrEnum):
 # the reasons of an instance going away: the node returns once powered down
 INSTANCE_LOST = frozenset({Why.INTERRUPTED, Why.REBALANCE, Why.GONE})
 
-# longest first: a reason is matched by its most specific prefix
-_BY_LENGTH = sorted(Why, key=len, reverse=True)
+# longest first: a reason is matched by its most specific prefix (plain strings: this runs
+# for every node every pass, and an enum member's .value is a descriptor call)
+_BY_LENGTH = [(why.value, why) for why in sorted(Why, key=len, reverse=True)]
+_COMMON = "slurmscale"  # every reason of ours starts with it
 
 
 def reason(why: Why, detail: str = "") -> str:
@@ -39,8 +41,10 @@ def reason(why: Why, detail: str = "") -> str:
 
 def ours(text: str) -> Why | None:
     """Which of slurmscale's reasons this is, or None (an admin's, or Slurm's own)."""
-    for why in _BY_LENGTH:
-        if text.startswith(why.value):
+    if not text.startswith(_COMMON):
+        return None
+    for prefix, why in _BY_LENGTH:
+        if text.startswith(prefix):
             return why
     return None
 

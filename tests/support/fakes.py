@@ -240,13 +240,21 @@ class FakeSlurm:
         self.calls.append(("delete_reservation", [name]))
         if name not in self.resv:
             raise SlurmError(["scontrol"], 1, "Requested reservation is invalid")
-        if name in self.busy_reservations:
-            raise SlurmError(["scontrol"], 1, "Reservation request busy")
+        queued = {j.job_id for j in self.queue}
+        if name in self.busy_reservations or any(
+                r == name and j in queued for j, r in self.job_resv.items()):
+            # as Slurm: a reservation any job points at (pending or running) is kept
+            raise SlurmError(["scontrol"], 1, "Requested reservation is in use")
         del self.resv[name]
 
     def set_job_reservation(self, job_id: str, name: str) -> None:
         self.calls.append(("set_job_reservation", [job_id, name]))
-        self.job_resv[job_id] = name
+        if any(j.job_id == job_id and j.state != "PENDING" for j in self.queue):
+            raise SlurmError(["scontrol"], 1, "Job is no longer pending execution")
+        if name:
+            self.job_resv[job_id] = name
+        else:
+            self.job_resv.pop(job_id, None)
 
     def jobs_on_node(self, node: str) -> list[str]:
         if self.fail:

@@ -156,7 +156,7 @@ def test_only_this_clusters_untracked_instances_past_the_grace_are_leaks() -> No
     from datetime import UTC, datetime, timedelta
 
     from slurmscale.cloud.protocol import TAG_CLUSTER, CloudInstance
-    from slurmscale.daemon.reconcile import leaked_instances
+    from slurmscale.daemon.sweep import leaked_instances
 
     now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     old, young = now - timedelta(seconds=400), now - timedelta(seconds=100)
@@ -183,7 +183,7 @@ class _Killed(BaseException):
                                    "launch:after_record"])
 def test_a_daemon_killed_mid_launch_resumes_without_a_second_launch(world, monkeypatch,
                                                                      point: str) -> None:  # type: ignore[no-untyped-def]
-    import slurmscale.daemon.reconcile as rec
+    import slurmscale.daemon.launch as rec
 
     r, cloud, slurm, clock, spool = world
 

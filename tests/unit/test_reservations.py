@@ -205,3 +205,26 @@ def test_the_daemon_holds_drains_attaches_and_releases_leaving_admin_reservation
     assert [k for k, _ in events if k.startswith("reservation_")] == [
         "reservation_create", "reservation_attach", "reservation_release_pending",
         "reservation_released"]
+
+
+def test_a_hold_given_up_while_its_job_pends_is_taken_from_the_job_and_deleted(
+        capped) -> None:  # type: ignore[no-untyped-def]
+    """Slurm refuses to delete a reservation a pending job points at (checked on real Slurm by
+    the Slurm contract): the hold is detached from its job first, or it would stay forever."""
+    cp, slurm, store, events = capped
+    cp.run(T0)
+    slurm.queue = slurm.queue[:1]
+    for i in range(1, 5):
+        slurm.table[f"spot-{i}"] = SlurmNode(f"spot-{i}", "IDLE+CLOUD+RESERVED", "127.0.0.1",
+                                             f"spot-{i}")
+    cp.run(T0.replace(minute=5))
+    assert slurm.job_resv == {"500": "slurmscale-gang-500"}
+    # its user holds it (scontrol hold): nothing will start it, the hold is given up
+    slurm.queue = [slurm.queue[0]._replace(reason="JobHeldUser", priority=0)]
+    cp.run(T0.replace(minute=10))
+    row = store.hold("slurmscale-gang-500")
+    assert (row.state, row.reason) == ("released", "job 500 is held"), row.reason
+    assert "slurmscale-gang-500" not in slurm.resv and slurm.job_resv == {}
+    calls = [c for c, _ in slurm.calls]
+    assert calls.index("delete_reservation") > len(calls) - 1 - calls[::-1].index(
+        "set_job_reservation")

@@ -1,0 +1,128 @@
+"""Node addresses and tags: each node's NodeAddr points at its instance while it runs and back
+at its own name once it is gone, whatever failed in between (slurmctld down during the
+`scontrol update`, the daemon killed between recording an instance and finishing its node)."""
+
+from __future__ import annotations
+
+import logging
+
+from slurmscale.cloud.protocol import TAG_NODE, CloudError
+from slurmscale.config import AddressSource
+from slurmscale.daemon.context import PassContext, launched
+from slurmscale.hostlists import compress
+from slurmscale.lifecycles import GangStatus
+from slurmscale.model import LaunchedInstance, SlurmNode
+from slurmscale.slurm.protocol import SlurmError
+from slurmscale.store.tables import InstanceRow
+
+log = logging.getLogger(__name__)
+
+
+class NodeAddresses:
+    def __init__(self, ctx: PassContext) -> None:
+        self.ctx = ctx
+        # powered-down nodes whose NodeAddr was judged not slurmscale's (slurm.conf's): not
+        # looked up again until the node powers up or its address changes
+        self.addr_kept: dict[str, str] = {}
+
+    def finish_node(self, node: str, inst: LaunchedInstance, address: bool,
+                    gid: str | None = None) -> None:
+        """Tag the instance with its node and point Slurm's NodeAddr at it; failures are
+        events (the resume is replayed, and both steps are idempotent)."""
+        c = self.ctx
+        try:
+            c.cloud.tag(inst.instance_id, {TAG_NODE: node, "Name": f"{c.cfg.cluster_name}-{node}"})
+        except CloudError as e:
+            c.event("tag_failed", f"{inst.instance_id} ({node}): {e}", node=node, gang_id=gid)
+        if not address:
+            return
+        addr, host = c.address(node, inst)
+        try:
+            c.slurm.set_node_address(node, addr, host)
+        except SlurmError as e:
+            c.event("slurm_update_failed", f"{node} nodeaddr={addr}: {e}", node=node,
+                    gang_id=gid)
+
+    def readdress(self, nodes: list[str]) -> None:
+        """Nodes whose instances are recorded: tag and address them again (both idempotent),
+        in case the daemon died between recording an instance and finishing its node; and
+        finish the gang the daemon died in the middle of (recorded, still `launching`)."""
+        c = self.ctx
+        rows = c.store.active_instances(nodes)
+        for row in rows:
+            # the store keeps no DNS name: with private-dns the first launch's address stands
+            self.finish_node(row.node, launched(row),
+                             address=c.cfg.node_address is not AddressSource.PRIVATE_DNS)
+        for gid in sorted({r.gang_id for r in rows}):
+            gang = c.store.get_gang(gid)
+            if gang is None or gang.status != GangStatus.LAUNCHING:
+                continue
+            mine = [r for r in rows if r.gang_id == gid]
+            c.store.update_gang(gid, status=GangStatus.LAUNCHED, updated_at=c.clock())
+            c.event("launched", f"{compress([r.node for r in mine])}: "
+                    + ", ".join(f"{r.node}={r.instance_id}" for r in mine)
+                    + " (recorded before a restart; the launch is finished now)",
+                    gang_id=gid, node=compress([r.node for r in mine]))
+
+    def keep(self, nodes: list[SlurmNode], active: list[InstanceRow]) -> None:
+        """A node with an instance up whose NodeAddr is not the address slurmscale gave it
+        (the `scontrol update` after the launch failed: slurmctld was down, say) is addressed
+        again, every pass until it holds: otherwise slurmctld cannot reach the new slurmd, the
+        job is requeued and a second launch follows. Costs nothing while addresses hold.
+        With private_dns the store has no DNS name to compare: left to the launch."""
+        c = self.ctx
+        if c.cfg.node_address is AddressSource.PRIVATE_DNS:
+            return
+        by_name = {n.name: n for n in nodes}
+        for row in active:
+            n = by_name.get(row.node)
+            if n is None or {"POWERED_DOWN", "POWERING_DOWN"} & n.flags:
+                continue  # being released: release resets the address
+            addr, host = c.address(row.node, launched(row))
+            if not addr or n.addr == addr:
+                continue
+            try:
+                c.slurm.set_node_address(row.node, addr, host)
+            except SlurmError as e:
+                log.warning("cannot readdress %s: %s", row.node, e)
+                continue
+            c.event("node_address_fixed", f"{row.node} runs on {row.instance_id} but Slurm "
+                    f"had NodeAddr={n.addr}: set to {addr}", node=row.node)
+
+    def reset_stale(self, nodes: list[SlurmNode]) -> None:
+        """A powered-down node still addressed at its released instance (the reset at release
+        failed because slurmctld did not answer) is pointed back at its own name, as release
+        does, so Slurm never keeps the address of an instance that is gone. Only an address
+        slurmscale itself gave the node's last instance counts as stale: a NodeAddr from
+        slurm.conf is the admin's. Nodes in transition or with an instance tracked are left
+        alone; with private_dns addressing slurmscale never sets NodeAddr at all."""
+        c = self.ctx
+        if c.cfg.node_address is AddressSource.PRIVATE_DNS:
+            return
+        candidates = {}
+        for n in nodes:
+            if ("POWERED_DOWN" not in n.flags or {"POWERING_UP", "POWERING_DOWN"} & n.flags
+                    or n.addr == n.name or c.cfg.pool_of(n.name) is None):
+                self.addr_kept.pop(n.name, None)
+            elif self.addr_kept.get(n.name) != n.addr:
+                candidates[n.name] = n
+        if not candidates:
+            return
+        tracked = {i.node for i in c.store.active_instances(candidates)}
+        last_of = c.store.last_instances(candidates)
+        for name, n in candidates.items():
+            if name in tracked:
+                continue  # its release is pending; that resets the address
+            last = last_of.get(name)
+            given = c.address(name, launched(last))[0] if last else ""
+            if not given or n.addr != given:
+                self.addr_kept[name] = n.addr
+                continue
+            try:
+                c.slurm.set_node_address(name, name, name)
+            except SlurmError as e:
+                log.warning("cannot reset the address of %s: %s", name, e)
+                continue
+            c.event("node_address_reset", f"{name} is powered down and its instance "
+                    f"{last.instance_id} gone, but Slurm still addressed it at {n.addr}: "
+                    "reset to its name", node=name)

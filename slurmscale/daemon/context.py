@@ -1,0 +1,75 @@
+"""What every pass of the reconcile loop works with: the config, the store, the two adapters,
+the clock and the audit log; and the one way an instance is terminated (recorded, logged)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from slurmscale.cloud.protocol import CloudError, CloudProvider
+from slurmscale.config import AddressSource, Config
+from slurmscale.crashpoints import crash_point
+from slurmscale.model import LaunchedInstance
+from slurmscale.slurm.protocol import SlurmClient
+from slurmscale.store.repo import Store
+from slurmscale.store.tables import InstanceRow
+
+Clock = Callable[[], datetime]
+Event = Callable[..., None]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def launched(row: InstanceRow) -> LaunchedInstance:
+    """A recorded instance as a launch returned it (the store keeps no DNS name)."""
+    return LaunchedInstance(row.instance_id, row.instance_type, row.lifecycle,
+                            row.image_id or "", row.private_ip or "")
+
+
+@dataclass
+class TickResult:
+    """What one pass did (the daemon logs it and schedules the next pass by `next_due`)."""
+
+    drained: int = 0
+    launched_gangs: int = 0
+    failed_gangs: int = 0
+    released_nodes: int = 0
+    policy_actions: int = 0
+    events: int = 0  # EC2 event messages consumed
+    next_due: float | None = None
+
+
+@dataclass
+class PassContext:
+    cfg: Config
+    store: Store
+    slurm: SlurmClient
+    cloud: CloudProvider
+    clock: Clock
+    event: Event
+
+    def address(self, node: str, inst: LaunchedInstance) -> tuple[str, str]:
+        """The NodeAddr and NodeHostname slurmscale gives `node` running on `inst`."""
+        match self.cfg.node_address:
+            case AddressSource.LOOPBACK:
+                return "127.0.0.1", node
+            case AddressSource.PRIVATE_DNS:
+                return inst.private_dns or inst.private_ip, inst.private_dns or node
+            case _:
+                return inst.private_ip, node
+
+    def terminate(self, instance_ids: list[str], why: str) -> bool:
+        """Terminate and record; False (an event says why) when EC2 did not do it."""
+        crash_point("release:before_terminate")
+        try:
+            self.cloud.terminate(instance_ids)
+        except CloudError as e:
+            self.event("terminate_failed", f"{','.join(instance_ids)} ({why}): {e}")
+            return False
+        crash_point("release:after_terminate")
+        self.store.mark_terminated(instance_ids, self.clock())
+        self.event("terminated", f"{','.join(instance_ids)} ({why})")
+        return True

@@ -1,0 +1,234 @@
+"""Launching a gang: one all-or-nothing CreateFleet decision (or several fleets for a gang
+too large for one), recorded before and after the call so a daemon killed at any point neither
+launches twice nor leaks; a gang that falls short is rolled back and its nodes powered down
+with EC2's reason, so Slurm requeues the job."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+
+from slurmscale.cloud.errors import is_transient
+from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_POOL, TAG_REQUEST, CloudError
+from slurmscale.config import Pool
+from slurmscale.crashpoints import crash_point
+from slurmscale.daemon.addresses import NodeAddresses
+from slurmscale.daemon.backoff import CapacityBackoff
+from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
+from slurmscale.daemon.metrics import Metrics
+from slurmscale.daemon.retry import EndpointRetry
+from slurmscale.gangs import gang_id
+from slurmscale.hostlists import compress
+from slurmscale.lifecycles import GangStatus, InstanceState
+from slurmscale.model import Gang, LaunchResult
+from slurmscale.policy.routing import NO_RESERVED_FIT, Route, RouteKind, fleet_parts
+from slurmscale.slurm import reasons
+from slurmscale.slurm.protocol import SlurmError
+from slurmscale.slurm.reasons import Why
+from slurmscale.store.tables import GangRow, InstanceRow
+
+
+class Outcome(StrEnum):
+    LAUNCHED = "launched"
+    FAILED = "failed"  # rolled back, nodes powered down with the reason: the job requeues
+    DEFERRED = "deferred"  # EC2 did not answer: the request stays pending, retried later
+
+
+def client_token(gid: str) -> str:
+    """EC2 ClientToken (<= 64 ASCII chars) derived from the gang id: a retried launch of the
+    same gang is the same request to EC2, so it never launches twice."""
+    return "slurmscale-" + hashlib.sha256(gid.encode()).hexdigest()[:40]
+
+
+class GangLauncher:
+    def __init__(self, ctx: PassContext, addresses: NodeAddresses, backoff: CapacityBackoff,
+                 reserved: ReservedCapacity, fleets: GangFleets, ec2_retry: EndpointRetry,
+                 metrics: Metrics | None = None) -> None:
+        self.ctx = ctx
+        self.addresses = addresses
+        self.backoff = backoff
+        self.reserved = reserved
+        self.fleets = fleets
+        self.ec2_retry = ec2_retry
+        self.metrics = metrics
+
+    def _count_launch(self, pool: Pool, outcome: Outcome, code: str = "") -> None:
+        if self.metrics is not None:
+            self.metrics.launched(pool.name, pool.capacity_type.value, outcome.value, code)
+
+    def launch_gang(self, gang: Gang, give_up_at: float = float("inf")) -> tuple[Outcome, str]:
+        """Launch one gang with one CreateFleet; keep all of it or none of it. EC2 not
+        answering defers the launch (until `give_up_at`): an unanswered CreateFleet may have
+        launched, so the gang stays `launching` and the retry first looks for its tag."""
+        pool = self.ctx.cfg.pool(gang.pool)
+        gid = gang_id(gang)
+        token = client_token(gid)
+        now = self.ctx.clock()
+        nodes_expr = compress(list(gang.nodes))
+        existing = self.ctx.store.get_gang(gid)
+        if existing is not None and existing.status == GangStatus.FAILED:
+            # failed and rolled back before a restart cut off failing its requests: they fail
+            # now; launching again would be a second attempt Slurm never asked for
+            return Outcome.FAILED, existing.error_code or "LaunchFailed"
+        recovering = existing is not None and existing.status == GangStatus.LAUNCHING
+        route = self.reserved.route(pool, gang, now.timestamp())
+        spec = self.fleets.spec(pool, route, gid)
+        if existing is None:
+            self.ctx.store.add_gang(GangRow(
+                id=gid, pool=gang.pool, nodes=nodes_expr, size=gang.size,
+                job_ids=json.dumps(list(gang.job_ids)),
+                request_ids=json.dumps(list(gang.request_ids)), coalesced=gang.coalesced,
+                status=GangStatus.LAUNCHING, client_token=token,
+                launch_template_version=spec.launch_template_version,
+                created_at=now, updated_at=now,
+            ))
+        what = (f"job {gang.job_ids[0]} gang" if gang.job_ids else "batch of single nodes")
+        # a launch cut off by a crash: whatever it launched carries the gang's tag
+        recovered = self._recover(gid) if recovering else None
+        if route.kind is RouteKind.REFUSED and recovered is None:
+            # (a recovered gang may find short the reserved capacity it took itself)
+            self._fail_gang(gang, gid, NO_RESERVED_FIT, route.reason, obtained=[])
+            self._count_launch(pool, Outcome.FAILED, NO_RESERVED_FIT)
+            return Outcome.FAILED, NO_RESERVED_FIT
+        parts = fleet_parts(gang.size, self.ctx.cfg.aws.max_instances_per_fleet)
+        self.ctx.event("launch_requested",
+                   f"{what} {nodes_expr}: CreateFleet instant x{gang.size}"
+                   + (f" in {len(parts)} fleets ({'+'.join(map(str, parts))})"
+                      if len(parts) > 1 else "")
+                   + f" (min {gang.min_capacity}, "
+                   + (f"reserved: {route.reason}" if route.kind is RouteKind.RESERVED
+                      else pool.capacity_type.value + (f": {route.reason}"
+                                                       if pool.capacity_reservations else ""))
+                   + f", {','.join(spec.instance_types)}, LT v{spec.launch_template_version}"
+                   + (f", placement group {spec.placement_group}" if spec.placement_group
+                      else "") + ")",
+                   gang_id=gid, node=nodes_expr)
+        tags = {TAG_CLUSTER: self.ctx.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: gid,
+                TAG_REQUEST: gang.request_ids[0] if gang.request_ids else ""}
+        crash_point("launch:before_fleet")
+        result = recovered
+        if result is None:
+            try:
+                result = self.fleets.launch(pool, gang, gid, tags, spec)
+            except CloudError as e:
+                at = self.ctx.clock().timestamp()
+                if is_transient(e.code) and at < give_up_at:
+                    delay = self.ec2_retry.failed(at)
+                    self._count_launch(pool, Outcome.DEFERRED, e.code)
+                    self.ctx.event("launch_deferred",
+                               f"{what} {nodes_expr}: EC2 did not answer ({e.code}); retrying "
+                               f"in {delay:.0f}s, giving up in {give_up_at - at:.0f}s",
+                               gang_id=gid, node=nodes_expr)
+                    return Outcome.DEFERRED, e.code
+                self._fail_gang(gang, gid, e.code, e.message, obtained=[])
+                self.backoff.launch_failed(pool.name, e.code, e.message, self.ctx.clock())
+                self._count_launch(pool, Outcome.FAILED, e.code)
+                return Outcome.FAILED, e.code
+        self.ec2_retry.answered()
+        crash_point("launch:after_fleet")
+        if len(result.instances) < gang.min_capacity:
+            code = result.error_code or "PartialCapacity"
+            msg = result.error_message or (
+                f"EC2 gave {len(result.instances)} of {gang.size} instances")
+            self._fail_gang(gang, gid, code, msg,
+                            obtained=[i.instance_id for i in result.instances])
+            self.backoff.launch_failed(pool.name, code, msg, self.ctx.clock())
+            self._count_launch(pool, Outcome.FAILED, code)
+            return Outcome.FAILED, code
+        self._accept(gang, gid, result, spec.launch_template_version)
+        self._count_reserved(route, result)
+        self.backoff.launched(pool.name, self.ctx.clock())
+        self._count_launch(pool, Outcome.LAUNCHED)
+        return Outcome.LAUNCHED, ""
+
+    def _count_reserved(self, route: Route, result: LaunchResult) -> None:
+        """Gangs routed later this pass must not count the capacity this one took."""
+        if route.kind is RouteKind.RESERVED:
+            self.reserved.launched(route.reservation_ids, len(result.instances))
+
+    def _recover(self, gid: str) -> LaunchResult | None:
+        """This gang was being launched when the daemon died: whatever its CreateFleet
+        launched carries its gang tag. Take those instead of launching again (EC2's
+        ClientToken would make a repeat idempotent too, but not every endpoint honours it)."""
+        try:
+            found = self.ctx.cloud.launched_with({TAG_CLUSTER: self.ctx.cfg.cluster_name,
+                                              TAG_GANG: gid})
+        except CloudError as e:
+            self.ctx.event("cloud_error", f"looking for instances of interrupted launch {gid}: {e}",
+                       gang_id=gid)
+            return None
+        if not found:
+            return None
+        self.ctx.event("launch_recovered", f"gang {gid}: an earlier attempt launched "
+                   f"{', '.join(i.instance_id for i in found)}; taking them", gang_id=gid)
+        return LaunchResult(instances=found, error_code="", error_message="", fleet_id="")
+
+    def _accept(self, gang: Gang, gid: str, result: LaunchResult, lt_version: str) -> None:
+        pool = self.ctx.cfg.pool(gang.pool)
+        now = self.ctx.clock()
+        pairs = list(zip(gang.nodes, sorted(result.instances, key=lambda i: i.instance_id),
+                         strict=False))
+        assigned = {i.instance_id for _, i in pairs}
+        surplus = [i.instance_id for i in result.instances if i.instance_id not in assigned]
+        if surplus:
+            self.ctx.terminate(surplus, f"surplus instances of {gid}")
+        self.ctx.store.add_instances([
+            InstanceRow(instance_id=i.instance_id, node=node, pool=pool.name, gang_id=gid,
+                        instance_type=i.instance_type, lifecycle=i.lifecycle,
+                        image_id=i.image_id, launch_template_version=lt_version,
+                        capacity_reservation_id=i.capacity_reservation_id,
+                        private_ip=i.private_ip, state=InstanceState.RUNNING, launched_at=now)
+            for node, i in pairs
+        ])
+        crash_point("launch:after_record")
+        for node, inst in pairs:
+            self.addresses.finish_node(node, inst, address=True, gid=gid)
+        missing = list(gang.nodes[len(pairs):])
+        images = sorted({i.image_id for _, i in pairs if i.image_id})
+        self.ctx.store.update_gang(gid, status=GangStatus.LAUNCHED, fleet_id=result.fleet_id,
+                               error_code=result.error_code or None,
+                               error_message=result.error_message or None, updated_at=now)
+        self.ctx.event("launched",
+                   f"{compress([n for n, _ in pairs])}: "
+                   + ", ".join(f"{n}={i.instance_id}" for n, i in pairs)
+                   + f" (AMI {','.join(images) or '?'}, LT v{lt_version}"
+                   + "".join(sorted({f", {i.instance_type} in {i.capacity_reservation_id}"
+                                     for _, i in pairs if i.capacity_reservation_id}))
+                   + ")",
+                   gang_id=gid, node=compress([n for n, _ in pairs]))
+        if missing:
+            self._power_down(missing, result.error_code or "PartialCapacity", gid)
+
+    def _fail_gang(self, gang: Gang, gid: str, code: str, message: str,
+                   obtained: list[str]) -> None:
+        """All or nothing: terminate what we got (and anything EC2 launched under this gang's
+        tag that the response did not list), then tell Slurm so the job requeues."""
+        strays: list[str] = []
+        try:
+            strays = [i.instance_id for i in self.ctx.cloud.find(
+                {TAG_CLUSTER: self.ctx.cfg.cluster_name, TAG_GANG: gid})]
+        except CloudError as e:
+            self.ctx.event("cloud_error", f"listing instances of failed gang {gid}: {e}",
+                       gang_id=gid)
+        to_kill = sorted(set(obtained) | set(strays))
+        if to_kill:
+            self.ctx.terminate(to_kill, f"rollback of gang {gid}")
+        self.ctx.store.update_gang(gid, status=GangStatus.FAILED, error_code=code,
+                               error_message=message[:2000], updated_at=self.ctx.clock())
+        self.ctx.event("launch_failed",
+                   f"{compress(list(gang.nodes))}: {code}: {message}; "
+                   f"rolled back {len(to_kill)} instance(s)",
+                   gang_id=gid, node=compress(list(gang.nodes)))
+        self._power_down(list(gang.nodes), code, gid)
+
+    def _power_down(self, nodes: list[str], code: str, gid: str) -> None:
+        reason = reasons.reason(Why.LAUNCH_FAILED, code)
+        try:
+            self.ctx.slurm.power_down_force(nodes, reason)
+            self.ctx.event("nodes_powered_down", f"{compress(nodes)}: {reason}",
+                       node=compress(nodes), gang_id=gid)
+        except SlurmError as e:
+            self.ctx.event("slurm_update_failed", f"power down {compress(nodes)}: {e}",
+                       node=compress(nodes), gang_id=gid)

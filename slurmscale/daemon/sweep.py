@@ -1,0 +1,143 @@
+"""The instance sweep: one DescribeInstances by the cluster tag each pass, compared with the
+store and with Slurm. Instances that vanished without an event, instances running that no node
+expects (leaks), tracked instances whose node Slurm does not have, and nodes Slurm has up with
+no instance at all are each dealt with here; placement groups whose gang is gone are deleted."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError, CloudInstance
+from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.fleets import GangFleets
+from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.lost_nodes import LostNodes, nodes_without_instances
+from slurmscale.hostlists import compress
+from slurmscale.model import SlurmNode
+from slurmscale.slurm import reasons
+from slurmscale.slurm.protocol import SlurmError
+from slurmscale.slurm.reasons import Why
+from slurmscale.store.repo import utc
+from slurmscale.store.tables import InstanceRow
+
+log = logging.getLogger(__name__)
+
+
+def leaked_instances(seen: list[CloudInstance], cluster: str, tracked: set[str],
+                     now: datetime, grace_s: float) -> list[CloudInstance]:
+    """Instances of this cluster (by tag, checked again here) that are up, that the store does
+    not track as running, and that are older than the grace period. Anything without this
+    cluster's tag is never a leak of ours."""
+    out = []
+    for i in seen:
+        if i.tags.get(TAG_CLUSTER) != cluster or i.state not in ("pending", "running"):
+            continue
+        if i.instance_id in tracked or i.launched_at is None:
+            continue
+        if (now - utc(i.launched_at)).total_seconds() >= grace_s:  # type: ignore[operator]
+            out.append(i)
+    return out
+
+
+class InstanceSweep:
+    def __init__(self, ctx: PassContext, interruptions: InterruptionPass,
+                 fleets: GangFleets) -> None:
+        self.ctx = ctx
+        self.interruptions = interruptions
+        self.fleets = fleets
+        self.lost = LostNodes(ctx.cfg.daemon.lost_node_grace_s)
+        self.untracked_reported: set[str] = set()
+
+    def run(self, nodes: list[SlurmNode] | None) -> list[InstanceRow] | None:
+        """`nodes`: Slurm's nodes this pass, None when Slurm was unreadable. Returns the
+        instances the store tracks as running (read once for the pass), or None when EC2 did
+        not answer."""
+        c = self.ctx
+        try:
+            seen = c.cloud.find({TAG_CLUSTER: c.cfg.cluster_name}, include_terminated=True)
+        except CloudError as e:
+            log.warning("cannot list instances to look for vanished ones: %s", e)
+            return None
+        now = c.clock()
+        self.interruptions.sweep(seen, now)
+        active = c.store.active_instances()
+        leaks = leaked_instances(seen, c.cfg.cluster_name, {i.instance_id for i in active},
+                                 now, c.cfg.daemon.leak_grace_s)
+        if leaks:
+            leaks = self._not_in_use(leaks, {i.node for i in active}, nodes)
+        if leaks and c.terminate(
+                [i.instance_id for i in leaks],
+                f"leaked: tagged for cluster {c.cfg.cluster_name}, no node expects it, "
+                f"older than {c.cfg.daemon.leak_grace_s:g}s"):
+            for i in leaks:
+                c.event("leak_terminated", f"{i.instance_id} ({i.state}, node tag "
+                        f"{i.tags.get(TAG_NODE, 'none')}, launched {i.launched_at}) was "
+                        "running untracked", node=i.tags.get(TAG_NODE))
+        if nodes:
+            self._terminate_nodeless(active, nodes, now)
+            self._power_down_lost(nodes, seen, {i.node for i in active}, now)
+        for name in self.fleets.sweep_groups(c.store.live_gangs()):
+            c.event("placement_group_deleted", f"{name}: its gang's instances are gone")
+        return active
+
+    def _terminate_nodeless(self, active: list[InstanceRow], nodes: list[SlurmNode],
+                            now: datetime) -> None:
+        """A tracked instance whose node Slurm does not have (a name Slurm refused, a node
+        taken out of slurm.conf) can never run a job: terminated once older than the leak
+        grace, like an untracked one. Slurm's node list must be non-empty to judge."""
+        c = self.ctx
+        known = {n.name for n in nodes}
+        grace = c.cfg.daemon.leak_grace_s
+        orphans = [i for i in active if i.node not in known
+                   and (now - utc(i.launched_at)).total_seconds() >= grace]  # type: ignore[operator]
+        if orphans and c.terminate([i.instance_id for i in orphans],
+                                   f"no Slurm node of that name for {grace:g}s"):
+            for i in orphans:
+                c.event("leak_terminated", f"{i.instance_id} was launched for node "
+                        f"{i.node!r}, which Slurm does not have", node=i.node)
+
+    def _power_down_lost(self, nodes: list[SlurmNode], seen: list[CloudInstance],
+                         tracked: set[str], now: datetime) -> None:
+        c = self.ctx
+        lost = nodes_without_instances(nodes, lambda n: c.cfg.pool_of(n) is not None,
+                                       seen, tracked)
+        due = self.lost.due(lost, now)
+        if not due:
+            return
+        try:
+            c.slurm.power_down_force(due, reasons.reason(Why.LOST))
+        except SlurmError as e:
+            c.event("slurm_update_failed", f"power down {compress(due)}: {e}",
+                    node=compress(due))
+            return
+        c.event("node_without_instance",
+                f"{compress(due)}: up in Slurm, but neither EC2 nor the store has an "
+                f"instance for {c.cfg.daemon.lost_node_grace_s:g}s; powered down (jobs "
+                "requeue)", node=compress(due))
+
+    def _not_in_use(self, leaks: list[CloudInstance], tracked_nodes: set[str],
+                    nodes: list[SlurmNode] | None) -> list[CloudInstance]:
+        """Of untracked instances, those Slurm cannot be using: no node tag, a node no pool
+        has, a node powered down, or a node whose tracked instance is another one. An
+        untracked instance of a node Slurm has up (a store lost or pointed elsewhere, say) is
+        never terminated on that missing information: it is reported once instead. Slurm
+        unreadable: nothing is terminated this pass."""
+        if nodes is None:
+            log.warning("leak check skipped: Slurm not readable")
+            return []
+        by_name = {n.name: n for n in nodes}
+        out = []
+        for i in leaks:
+            node = i.tags.get(TAG_NODE, "")
+            n = by_name.get(node)
+            if (not node or n is None or node in tracked_nodes
+                    or ("POWERED_DOWN" in n.flags and "POWERING_UP" not in n.flags)):
+                out.append(i)
+            elif i.instance_id not in self.untracked_reported:
+                self.untracked_reported.add(i.instance_id)
+                self.ctx.event("untracked_instance", f"{i.instance_id} is tagged for node "
+                               f"{node}, which Slurm has {n.state}, but slurmscale does not "
+                               "track it; not terminated: check the store (store_url) and the "
+                               "node", node=node)
+        return out

@@ -1,0 +1,271 @@
+"""The simulated Slurm behind the daemon's `SlurmClient` protocol.
+
+The simulator runs the daemon's own capacity passes (`daemon/capacity.py`, `holds.py`,
+`backoff.py`) against this adapter: they read nodes, jobs and reservations in the shapes
+`scontrol`/`squeue` give them, and their updates (power up/down, drain, reservations, a job
+pointed at a reservation) change the engine's model the way slurmctld changes its own. What
+is not the capacity passes' (a node's address, requeues, ended jobs) is answered as Slurm
+would and changes nothing.
+
+Times: the engine counts trace seconds from 0; Slurm and the daemon see Unix seconds, the
+trace's 0 being `EPOCH` (printed in UTC with an offset, so no local-time ambiguity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from slurmscale.hostlists import compress
+from slurmscale.model import QueueJob, SlurmNode, SlurmReservation
+from slurmscale.slurm.protocol import SlurmError
+
+if TYPE_CHECKING:
+    from slurmscale.sim.engine import Simulation, _Node
+
+EPOCH = 1_700_000_000.0  # what trace second 0 is to Slurm and the daemon
+
+
+def stamp(t: float) -> str:
+    """A trace time as Slurm prints times (here with an explicit UTC offset)."""
+    return datetime.fromtimestamp(t + EPOCH, UTC).isoformat()
+
+
+@dataclass
+class SimReservation:
+    name: str
+    nodes: tuple[str, ...]
+    users: tuple[str, ...]
+    start: float
+    end: float
+
+
+class SimSlurm:
+    """Implements `SlurmClient` over a running `Simulation` (its `now` is the engine's)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.now = 0.0
+        self.res: dict[str, SimReservation] = {}
+        self._pending: dict[int, tuple[tuple[object, ...], QueueJob]] = {}
+        self._running: dict[int, tuple[float, QueueJob]] = {}
+        # every node as last read; only those the engine touched since are read again
+        self._nodes: list[SlurmNode] = [self._node(n) for n in sim.nodes]
+
+    def begin_pass(self, now: float) -> None:
+        """A daemon pass starts at `now`."""
+        self.now = now
+
+    def _changed(self, names: list[str] | tuple[str, ...] = ()) -> None:
+        """An update changed what Slurm may schedule (these nodes): the backfill plan is
+        stale."""
+        self.sim.touched.update(names)
+        self.sim.bf_dirty = True
+
+    # --- reads ---------------------------------------------------------------------------
+    def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
+        self._expire()
+        sim = self.sim
+        for name in sim.touched:
+            i = sim.node_index[name]
+            self._nodes[i] = self._node(sim.nodes[i])
+        sim.touched.clear()
+        if names is not None:
+            want = set(names)
+            return [n for n in self._nodes if n.name in want]
+        return list(self._nodes)
+
+    @staticmethod
+    def _node(n: _Node) -> SlurmNode:
+        if n.state == "down":
+            flags = ["IDLE", "CLOUD", "POWERED_DOWN"]
+        else:
+            flags = ["MIXED" if n.free else "ALLOCATED"] if n.jobs else ["IDLE"]
+            flags.append("CLOUD")
+            if n.resv is not None:
+                flags.append("RESERVED")
+            if n.state == "booting":
+                flags.append("POWERING_UP")
+        if n.drain:
+            flags.insert(2, "DRAIN")
+        return SlurmNode(n.name, "+".join(flags), n.name, n.name, n.drain, (n.pool,),
+                         stamp(n.idle_since) if n.idle_since is not None else "",
+                         n.gpus - n.free if n.jobs else 0)
+
+    def active_jobs(self) -> list[QueueJob]:
+        return self.pending_jobs() + self._started()
+
+    def pending_jobs(self) -> list[QueueJob]:
+        sim = self.sim
+        out = []
+        for idx in sim.pending:
+            prio = sim.queue_priority(idx)
+            waiting = sim.eligible_at.get(idx, 0.0) > self.now
+            resv = sim.attached.get(idx, "")
+            key = (prio, waiting, resv, idx in sim.steered)
+            hit = self._pending.get(idx)
+            if hit is None or hit[0] != key:
+                job = sim.jobs[idx]
+                # a requeued job waits out Slurm's requeue delay as BeginTime
+                hit = (key, QueueJob(
+                    job.job_id, sim.partitions(idx), job.nodes,
+                    job.gpus_per_node(sim.k.gpus_per_node), int(sim.limit[idx]),
+                    stamp(job.submit_s), "BeginTime" if waiting else "Resources", prio,
+                    job.user or "user", "PENDING", reservation=resv))
+                self._pending[idx] = hit
+            out.append(hit[1])
+        for idx in [i for i in self._pending if i not in sim.pending]:
+            del self._pending[idx]
+        return out
+
+    def _started(self) -> list[QueueJob]:
+        sim = self.sim
+        out = []
+        for idx, placed in sim.placed.items():
+            start = sim.start[idx]
+            hit = self._running.get(idx)
+            if hit is None or hit[0] != start:
+                job = sim.jobs[idx]
+                hit = (start, QueueJob(
+                    job.job_id, (placed[0][0].pool,), job.nodes,
+                    job.gpus_per_node(sim.k.gpus_per_node), int(sim.limit[idx]),
+                    stamp(job.submit_s), "None", 0, job.user or "user", "RUNNING",
+                    reservation=sim.started_in.get(job.job_id, ""),
+                    end_time=stamp(start + sim.limit[idx]),
+                    nodelist=compress([n.name for n, _ in placed]), start_time=stamp(start)))
+                self._running[idx] = hit
+            job_q = hit[1]
+            if start > self.now and job_q.state != "CONFIGURING":
+                job_q = job_q._replace(state="CONFIGURING")  # its nodes still boot
+            out.append(job_q)
+        for idx in [i for i in self._running if i not in sim.placed]:
+            del self._running[idx]
+        return out
+
+    def ended_jobs(self) -> list[QueueJob]:
+        return []
+
+    def jobs_on_node(self, node: str) -> list[str]:
+        return [self.sim.jobs[i].job_id for i, placed in self.sim.placed.items()
+                if any(n.name == node for n, _ in placed)]
+
+    def job(self, job_id: int | str) -> dict[str, str]:
+        idx = self.sim.idx_of.get(str(job_id))
+        return {} if idx is None else {"JobId": str(job_id)}
+
+    def reservations(self) -> list[SlurmReservation]:
+        self._expire()
+        return [SlurmReservation(r.name, r.nodes, r.users, start_time=stamp(r.start),
+                                 end_time=stamp(r.end), state="ACTIVE")
+                for r in self.res.values()]
+
+    # --- nodes ---------------------------------------------------------------------------
+    def power_down(self, names: list[str]) -> None:
+        self.sim.release_nodes(names, self.now)
+        self._changed()
+
+    def power_down_force(self, names: list[str], reason: str) -> None:
+        self.power_down(names)
+
+    def power_up(self, names: list[str]) -> None:
+        self.sim.warm_nodes(names, self.now)
+        self._changed()
+
+    def drain(self, names: list[str], reason: str) -> None:
+        for name in names:
+            self.sim.by_name[name].drain = reason
+        self._changed(names)
+
+    def undrain(self, names: list[str]) -> None:
+        for name in names:
+            self.sim.by_name[name].drain = ""
+        self._changed(names)
+
+    def set_node_address(self, name: str, addr: str, hostname: str) -> None:
+        return None
+
+    # --- jobs ----------------------------------------------------------------------------
+    def set_job_partitions(self, job_id: str, partitions: list[str]) -> None:
+        raise SlurmError(["scontrol", "update", f"jobid={job_id}"], 1,
+                         "the simulator submits every job to all its partitions already")
+
+    def set_job_reservation(self, job_id: str, name: str) -> None:
+        idx = self.sim.idx_of[job_id]
+        cmd = ["scontrol", "update", f"JobId={job_id}", f"Reservation={name}"]
+        if idx not in self.sim.pending:
+            raise SlurmError(cmd, 1, "Job is no longer pending execution")
+        if not name:  # "": out of its reservation
+            self.sim.attached.pop(idx, None)
+        elif name not in self.res:
+            raise SlurmError(cmd, 1, "Requested reservation is invalid")
+        else:
+            self.sim.attached[idx] = name
+        self._changed()
+
+    def requeue(self, job_id: str) -> None:
+        raise SlurmError(["scontrol", "requeue", job_id], 1,
+                         "the simulator requeues interrupted jobs itself")
+
+    # --- reservations --------------------------------------------------------------------
+    def create_reservation(self, name: str, nodes: list[str], users: list[str],
+                           duration_s: float) -> None:
+        if name in self.res:
+            raise SlurmError(["scontrol", "create", "reservation", name], 1,
+                             "Duplicate reservation name")
+        # Duration in whole minutes, as the CLI backend gives it
+        end = self.now + max(1, round(duration_s / 60)) * 60.0
+        self.res[name] = SimReservation(name, (), tuple(users), self.now, end)
+        self.set_reservation_nodes(name, nodes)
+
+    def create_window_reservation(self, name: str, nodes: list[str], users: list[str],
+                                  start_s: float | None, end_s: float) -> None:
+        raise SlurmError(["scontrol", "create", "reservation", name], 1,
+                         "window reservations (capacity blocks) are not simulated this way")
+
+    def update_window_reservation(self, name: str, nodes: list[str], start_s: float | None,
+                                  end_s: float) -> None:
+        self.create_window_reservation(name, nodes, [], start_s, end_s)
+
+    def set_reservation_nodes(self, name: str, nodes: list[str]) -> None:
+        r = self.res[name]
+        self._changed(r.nodes)
+        for n in r.nodes:
+            self.sim.by_name[n].resv = None
+        r.nodes = tuple(sorted(nodes, key=self.sim.node_index.__getitem__))
+        for n in r.nodes:
+            self.sim.by_name[n].resv = name
+        self._changed(r.nodes)
+
+    def delete_reservation(self, name: str) -> None:
+        if name not in self.res:
+            raise SlurmError(["scontrol", "delete", f"ReservationName={name}"], 1,
+                             "Invalid reservation name")
+        sim = self.sim
+        if name in sim.attached.values() or any(
+                sim.started_in.get(sim.jobs[i].job_id) == name for i in sim.placed):
+            # Slurm keeps a reservation any job points at, pending or running
+            raise SlurmError(["scontrol", "delete", f"ReservationName={name}"], 1,
+                             "Requested reservation is in use")
+        self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        r = self.res.pop(name)
+        self._changed(r.nodes)
+        for n in r.nodes:
+            if self.sim.by_name[n].resv == name:
+                self.sim.by_name[n].resv = None
+        for idx in [i for i, v in self.sim.attached.items() if v == name]:
+            del self.sim.attached[idx]  # (at its end) NO_HOLD_JOBS_AFTER: pending, not held
+        for job_id in [j for j, v in self.sim.started_in.items() if v == name]:
+            del self.sim.started_in[job_id]
+        self._changed()
+
+    def _expire(self) -> None:
+        """Slurm ends a reservation at its end time."""
+        for name in [n for n, r in self.res.items() if r.end <= self.now]:
+            self._drop(name)
+
+    def end_of(self, name: str) -> float | None:
+        r = self.res.get(name)
+        return None if r is None else r.end

@@ -1,0 +1,105 @@
+"""The capacity passes' store kept in memory: the simulator's (no database, no I/O).
+
+Rows are copied in and out, as the SQL store's detached rows are: a pass that edits a row it
+read changes nothing until it puts it back, and the lifecycle check sees the stored state."""
+
+from __future__ import annotations
+
+import bisect
+from datetime import datetime
+from typing import TypeVar
+
+from slurmscale.lifecycles import HOLD_EDGES, check
+from slurmscale.policy.model import PoolMemory
+from slurmscale.store.tables import (
+    Base,
+    CapacityReservationRow,
+    HoldRow,
+    OfferingRow,
+    PreemptionRow,
+)
+
+R = TypeVar("R", bound=Base)
+
+
+def _copy(row: R) -> R:
+    cols = type(row).__table__.columns  # type: ignore[attr-defined]
+    return type(row)(**{c.key: getattr(row, c.key) for c in cols})
+
+
+class MemoryStore:
+    """Implements `PassStore`. `paid`: the nodes whose instance runs in a capacity
+    reservation (the SQL store reads them from its instances; the simulator sets them)."""
+
+    def __init__(self) -> None:
+        self._memory: dict[str, PoolMemory] = {}
+        self._holds: dict[str, HoldRow] = {}
+        self._hold_state: dict[str, str] = {}  # name -> state (read without the ORM)
+        self._exhausted: set[str] = set()
+        self._spent: dict[str, float] = {}
+        self._offerings: dict[str, OfferingRow] = {}
+        self._preemptions: list[PreemptionRow] = []  # in time order
+        self._preempted_at: list[float] = []
+        self.paid: frozenset[str] = frozenset()
+
+    def pool_memory(self) -> dict[str, PoolMemory]:
+        return dict(self._memory)
+
+    def save_pool_memory(self, memory: dict[str, PoolMemory], now: datetime) -> None:
+        self._memory.update(memory)
+
+    def holds(self, states: tuple[str, ...] | None = None) -> list[HoldRow]:
+        names = [n for n, st in self._hold_state.items() if states is None or st in states]
+        rows = [_copy(self._holds[n]) for n in names]
+        return sorted(rows, key=lambda r: -r.created_s)
+
+    def hold(self, name: str) -> HoldRow | None:
+        row = self._holds.get(name)
+        return None if row is None else _copy(row)
+
+    def put_hold(self, row: HoldRow) -> None:
+        """Keeps `row` itself: the caller hands it over (reads give copies)."""
+        check(HOLD_EDGES, f"hold {row.name}", self._hold_state.get(row.name), row.state)
+        self._holds[row.name] = row
+        self._hold_state[row.name] = row.state
+        self._spent[row.name] = row.spent_gpu_s
+        if row.exhausted:
+            self._exhausted.add(row.job_id)
+
+    def exhausted_jobs(self) -> frozenset[str]:
+        return frozenset(self._exhausted)
+
+    def spent_gpu_s(self) -> float:
+        """Idle GPU time every hold has spent so far (the simulator's result)."""
+        return sum(self._spent.values())
+
+    def created(self) -> int:
+        return len(self._holds)
+
+    def offering(self, pool: str) -> OfferingRow | None:
+        row = self._offerings.get(pool)
+        return None if row is None else _copy(row)
+
+    def offerings(self) -> list[OfferingRow]:
+        return [_copy(r) for r in self._offerings.values()]
+
+    def put_offering(self, row: OfferingRow) -> None:
+        self._offerings[row.pool] = row
+
+    def capacity_reservations(self) -> list[CapacityReservationRow]:
+        return []
+
+    def reserved_nodes(self) -> frozenset[str]:
+        return self.paid
+
+    def add_preemption(self, row: PreemptionRow) -> None:
+        t = row.at.timestamp()
+        i = bisect.bisect_right(self._preempted_at, t)
+        self._preempted_at.insert(i, t)
+        self._preemptions.insert(i, row)
+
+    def preemptions(self, job_id: str | None = None,
+                    since: float | None = None) -> list[PreemptionRow]:
+        first = 0 if since is None else bisect.bisect_left(self._preempted_at, since)
+        return [_copy(r) for r in self._preemptions[first:]
+                if job_id is None or r.job_id == job_id]

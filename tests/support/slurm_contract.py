@@ -1,0 +1,96 @@
+"""What the capacity passes rely on from a `SlurmClient`, as one test both the simulated Slurm
+(`sim/slurm_adapter.py`, unit tests) and real slurmctld through the CLI backend (integration
+tests) must pass: the simulator is only as good as its adapter's agreement with Slurm.
+
+Each step is a call the passes make (drain and undrain a held node, create, resize, attach and
+delete a hold's reservation) and what the next read must show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from slurmscale.policy.model import NodeState
+from slurmscale.policy.observe import node_state, slurm_time
+from slurmscale.slurm import reasons
+from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.reasons import Why
+
+
+@dataclass
+class Harness:
+    slurm: SlurmClient
+    down: tuple[str, str]  # two powered-down nodes of one partition
+    partition: str
+    job_id: str  # a pending 2-node job that may run in `partition`, not held
+    user: str  # its user
+
+
+def check_contract(h: Harness, refresh: Callable[[], None] = lambda: None) -> None:
+    """`refresh`: what must happen before a read sees an update (nothing, for the simulated
+    Slurm; real slurmctld answers at once too)."""
+    s, (a, b) = h.slurm, h.down
+
+    def node(name: str):  # type: ignore[no-untyped-def]
+        refresh()
+        (n,) = [n for n in s.nodes() if n.name == name]
+        return n
+
+    def job():  # type: ignore[no-untyped-def]
+        refresh()
+        (j,) = [j for j in s.active_jobs() if j.job_id == h.job_id]
+        return j
+
+    # powered-down cloud nodes, usable, in their partition
+    for name in (a, b):
+        n = node(name)
+        assert node_state(n) is NodeState.POWERED_DOWN, n
+        assert {"POWERED_DOWN", "CLOUD"} <= n.flags and "DRAIN" not in n.flags, n
+        assert h.partition in n.partitions and reasons.drained_by_us(n) is None
+
+    # the pending gang as squeue shows it
+    j = job()
+    assert (j.state, j.num_nodes, j.reservation) == ("PENDING", 2, ""), j
+    assert h.partition in j.partitions and j.priority >= 1 and j.user == h.user, j
+    assert j.time_limit_s is not None and j.time_limit_s > 0 and slurm_time(j.submit_time)
+
+    # a governed pool holds a node above its target: drained with our reason, then returned
+    s.drain([a], reasons.reason(Why.HELD))
+    n = node(a)
+    assert "DRAIN" in n.flags and reasons.drained_by_us(n) is Why.HELD, n
+    assert node_state(n) is NodeState.POWERED_DOWN
+    s.undrain([a])
+    assert reasons.drained_by_us(node(a)) is None and "DRAIN" not in node(a).flags
+
+    # a hold: created for the gang's user, resized, the job pointed at it, deleted
+    name = "slurmscale-contract-1"
+    s.create_reservation(name, [a, b], [h.user], 3600.0)
+    refresh()
+    (r,) = [r for r in s.reservations() if r.name == name]
+    assert set(r.nodes) == {a, b} and r.users == (h.user,), r
+    start, end = slurm_time(r.start_time), slurm_time(r.end_time)
+    assert start is not None and end is not None and end - start == pytest.approx(3600, abs=60)
+    with pytest.raises(SlurmError):
+        s.create_reservation(name, [a], [h.user], 600.0)  # one name, one reservation
+    s.set_reservation_nodes(name, [a])
+    refresh()
+    assert [r.nodes for r in s.reservations() if r.name == name] == [(a,)]
+    s.set_job_reservation(h.job_id, name)
+    assert job().reservation == name and job().state == "PENDING"
+    with pytest.raises(SlurmError):
+        s.set_job_reservation(h.job_id, "slurmscale-contract-none")
+    # Slurm keeps a reservation any job points at, pending ones too: a hold given up on is
+    # first taken from its job ("" clears a job's reservation)
+    with pytest.raises(SlurmError):
+        s.delete_reservation(name)
+    s.set_job_reservation(h.job_id, "")
+    j = job()
+    assert (j.state, j.reservation) == ("PENDING", "") and j.priority >= 1, j
+    s.delete_reservation(name)
+    refresh()
+    assert name not in {r.name for r in s.reservations()}
+    with pytest.raises(SlurmError):
+        s.delete_reservation(name)

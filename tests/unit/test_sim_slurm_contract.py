@@ -1,0 +1,21 @@
+"""The simulated Slurm passes the contract real slurmctld passes
+(`tests/integration/test_slurm_contract.py`): the calls the daemon's capacity passes make, and
+what the next read shows."""
+
+from __future__ import annotations
+
+from slurmscale.policy.model import PoolKnobs
+from slurmscale.sim.engine import SimCloud, Simulation
+from slurmscale.sim.policies import builtin_policy
+from slurmscale.sim.trace import TraceJob
+from tests.support.slurm_contract import Harness, check_contract
+
+
+def test_the_simulated_slurm_keeps_the_slurm_contract() -> None:
+    sim = Simulation([TraceJob("7", 0.0, 600.0, 16, 2, user="ana")],
+                     builtin_policy("slurmscale", PoolKnobs("gpu", 8, 4)), SimCloud())
+    assert sim.daemon is not None
+    sim.submit(0, 0.0)
+    slurm = sim.daemon.slurm
+    slurm.begin_pass(0.0)
+    check_contract(Harness(slurm, ("n-1", "n-2"), "gpu", "7", "ana"))
