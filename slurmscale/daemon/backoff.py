@@ -83,11 +83,13 @@ class CapacityBackoff:
             drained = "DRAIN" in n.flags
             if not drained and not out:
                 continue  # (the common case, every node every pass: nothing to do)
+            why = reasons.ours(n.reason) if drained else None
+            ours = why is Why.NO_CAPACITY
+            if not out and not ours:
+                continue  # drained for another reason, and no pool is out
             pool = self.cfg.pool_of(n.name)
             if pool is None:
                 continue
-            why = reasons.ours(n.reason)
-            ours = why is Why.NO_CAPACITY
             if pool.name in out:
                 down = n.flags & {"POWERED_DOWN", "POWERING_DOWN"}
                 # a node drained by us for another reason may be marked unavailable too (the

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from slurmscale.config import (
     CapacityReservations,
@@ -33,12 +32,9 @@ from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.policy.reservations import ReservationKnobs
-from slurmscale.sim.slurm_adapter import EPOCH, SimSlurm
+from slurmscale.sim.slurm_adapter import EPOCH, SimModel, SimSlurm
 from slurmscale.store.memory import MemoryStore
 from slurmscale.store.tables import PreemptionRow
-
-if TYPE_CHECKING:
-    from slurmscale.sim.engine import Simulation
 
 MAIN_PREFIX = "n-"  # the simulated pools' node names: n-1.., od-1..
 OD_PREFIX = "od-"
@@ -90,7 +86,7 @@ def at(t: float) -> datetime:
 
 
 class DaemonDriver:
-    def __init__(self, sim: Simulation, cfg: Config) -> None:
+    def __init__(self, sim: SimModel, cfg: Config) -> None:
         self.cfg = cfg
         self.store = MemoryStore()
         self.slurm = SimSlurm(sim)

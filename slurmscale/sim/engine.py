@@ -1,4 +1,6 @@
-"""Discrete-event simulation: a simulated Slurm and cloud driven by the real policy code.
+"""Discrete-event simulation: a simulated Slurm and cloud. slurmscale's own policies run the
+daemon's capacity passes on it (`sim/daemon.py`, through `SimSlurm`); the other policies'
+plans are carried out here (`_apply`).
 
 Simulated Slurm: jobs ordered and started as `sim/slurm_model.py` says (Slurm's main scheduler,
 backfill by time limits and multifactor priority; or the older greedy model); single-node jobs

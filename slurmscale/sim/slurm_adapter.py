@@ -13,16 +13,59 @@ trace's 0 being `EPOCH` (printed in UTC with an offset, so no local-time ambigui
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from slurmscale.hostlists import compress
 from slurmscale.model import QueueJob, SlurmNode, SlurmReservation
+from slurmscale.policy.model import PoolKnobs
+from slurmscale.sim.trace import TraceJob
 from slurmscale.slurm.protocol import SlurmError
 
-if TYPE_CHECKING:
-    from slurmscale.sim.engine import Simulation, _Node
+
+class SimNode(Protocol):
+    """A node of the engine's model, as Slurm would report it."""
+
+    name: str
+    pool: str
+    gpus: int
+    state: str  # down | booting | up
+    free: int
+    jobs: int
+    idle_since: float | None
+    resv: str | None
+    drain: str
+
+
+class SimModel(Protocol):
+    """What this adapter reads and changes of the engine (`sim/engine.py`'s Simulation)."""
+
+    nodes: list[SimNode]
+    by_name: dict[str, SimNode]
+    node_index: dict[str, int]
+    touched: set[str]  # nodes changed since this adapter last read them
+    jobs: list[TraceJob]
+    idx_of: dict[str, int]
+    limit: list[float]
+    k: PoolKnobs
+    pending: dict[int, TraceJob]
+    eligible_at: dict[int, float]
+    steered: set[int]
+    attached: dict[int, str]  # pending job -> the reservation it is pointed at
+    placed: dict[int, Sequence[tuple[SimNode, int]]]
+    start: dict[int, float]
+    started_in: dict[str, str]  # job id -> the reservation it started in
+    bf_dirty: bool
+
+    def queue_priority(self, idx: int) -> int: ...
+
+    def partitions(self, idx: int) -> tuple[str, ...]: ...
+
+    def release_nodes(self, names: list[str], now: float) -> None: ...
+
+    def warm_nodes(self, names: list[str], now: float) -> None: ...
 
 EPOCH = 1_700_000_000.0  # what trace second 0 is to Slurm and the daemon
 
@@ -44,7 +87,7 @@ class SimReservation:
 class SimSlurm:
     """Implements `SlurmClient` over a running `Simulation` (its `now` is the engine's)."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: SimModel) -> None:
         self.sim = sim
         self.now = 0.0
         self.res: dict[str, SimReservation] = {}
@@ -77,7 +120,7 @@ class SimSlurm:
         return list(self._nodes)
 
     @staticmethod
-    def _node(n: _Node) -> SlurmNode:
+    def _node(n: SimNode) -> SlurmNode:
         if n.state == "down":
             flags = ["IDLE", "CLOUD", "POWERED_DOWN"]
         else:

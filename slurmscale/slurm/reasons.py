@@ -8,6 +8,7 @@ are what admins see in `sinfo -R`; they are kept as they were (scripts grep them
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 
 from slurmscale.model import SlurmNode
@@ -39,6 +40,7 @@ def reason(why: Why, detail: str = "") -> str:
     return f"{why.value} {detail}" if detail else why.value
 
 
+@functools.lru_cache(maxsize=4096)
 def ours(text: str) -> Why | None:
     """Which of slurmscale's reasons this is, or None (an admin's, or Slurm's own)."""
     if not text.startswith(_COMMON):

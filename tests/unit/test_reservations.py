@@ -174,19 +174,24 @@ def capped(tmp_path):  # type: ignore[no-untyped-def]
     store.close()
 
 
-def test_the_daemon_holds_drains_attaches_and_releases_leaving_admin_reservations_alone(
-        capped) -> None:  # type: ignore[no-untyped-def]
-    cp, slurm, store, events = capped
-    cp.run(T0)
-    assert slurm.resv["slurmscale-gang-500"].nodes == ("spot-1", "spot-2", "spot-3", "spot-4")
-    assert store.hold("slurmscale-gang-500").state == "active"
-    # the small jobs end; the four nodes are idle inside the reservation
+def _gathered_and_attached(cp: CapacityPass, slurm: FakeSlurm) -> None:
+    """The small jobs end; the four nodes are idle inside the reservation; the gang is pointed
+    at it."""
     slurm.queue = slurm.queue[:1]
     for i in range(1, 5):
         slurm.table[f"spot-{i}"] = SlurmNode(f"spot-{i}", "IDLE+CLOUD+RESERVED", "127.0.0.1",
                                              f"spot-{i}")
     cp.run(T0.replace(minute=5))
     assert slurm.job_resv == {"500": "slurmscale-gang-500"}
+
+
+def test_the_daemon_holds_drains_attaches_and_releases_leaving_admin_reservations_alone(
+        capped) -> None:  # type: ignore[no-untyped-def]
+    cp, slurm, store, events = capped
+    cp.run(T0)
+    assert slurm.resv["slurmscale-gang-500"].nodes == ("spot-1", "spot-2", "spot-3", "spot-4")
+    assert store.hold("slurmscale-gang-500").state == "active"
+    _gathered_and_attached(cp, slurm)
     # the job starts in it: Slurm refuses to delete a reservation its job runs in
     slurm.queue = [slurm.queue[0]._replace(state="RUNNING", reservation="slurmscale-gang-500",
                                            reason="None")]
@@ -213,12 +218,7 @@ def test_a_hold_given_up_while_its_job_pends_is_taken_from_the_job_and_deleted(
     the Slurm contract): the hold is detached from its job first, or it would stay forever."""
     cp, slurm, store, events = capped
     cp.run(T0)
-    slurm.queue = slurm.queue[:1]
-    for i in range(1, 5):
-        slurm.table[f"spot-{i}"] = SlurmNode(f"spot-{i}", "IDLE+CLOUD+RESERVED", "127.0.0.1",
-                                             f"spot-{i}")
-    cp.run(T0.replace(minute=5))
-    assert slurm.job_resv == {"500": "slurmscale-gang-500"}
+    _gathered_and_attached(cp, slurm)
     # its user holds it (scontrol hold): nothing will start it, the hold is given up
     slurm.queue = [slurm.queue[0]._replace(reason="JobHeldUser", priority=0)]
     cp.run(T0.replace(minute=10))
