@@ -30,6 +30,7 @@ from slurmscale.config import (
 )
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
+from slurmscale.daemon.interruptions import steer
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.policy.reservations import ReservationKnobs
 from slurmscale.sim.slurm_adapter import EPOCH, SimModel, SimSlurm
@@ -110,11 +111,14 @@ class DaemonDriver:
         self.backoff.reclaimed(pool, at(now))
 
     def preempted(self, job_id: str, node: str, pool: str, now: float) -> None:
-        """The interruption pass requeued `job_id` off `node`."""
+        """The interruption pass requeued `job_id` off `node`: the preemption is recorded and
+        the job moved to on-demand only once it has lost `max_preemptions` runs."""
+        self.slurm.begin_pass(now)
         self.store.add_preemption(PreemptionRow(
             at=at(now), job_id=job_id, node=node, instance_id="i-sim", pool=pool,
             instance_type="p5.48xlarge", lifecycle="spot",
             kind="EC2 Spot Instance Interruption Warning"))
+        steer(self.cfg, self.store, self.slurm, self._event, job_id, pool, node)
 
     def reservation_end(self, name: str) -> float | None:
         return self.slurm.end_of(name)

@@ -737,6 +737,13 @@ class Simulation:
             if self.by_name[name].state == "down":
                 self._power_up(self.by_name[name], now)
 
+    def steer(self, idx: int) -> None:
+        """Pending job `idx` may now run on the on-demand fallback only."""
+        assert self.od is not None
+        self.steered.add(idx)
+        self.pending_views[idx] = self.pending_views[idx]._replace(pool=self.od.name, also=())
+        self.bf_dirty = True
+
     def queue_priority(self, idx: int) -> int:
         """Job `idx`'s priority as squeue shows it: the Slurm model's multifactor value; in
         the greedy model earlier submits rank higher. Slurm never shows a queued job that is
@@ -777,9 +784,9 @@ class Simulation:
         else:
             self.spot_down_until = max(self.spot_down_until, now + self.spot.reclaim_backoff_s)
         for idx in [i for i, placed in self.placed.items() if any(m is n for m, _ in placed)]:
+            self._requeue(idx, now)
             if self.daemon is not None:
                 self.daemon.preempted(self.jobs[idx].job_id, n.name, n.pool, now)
-            self._requeue(idx, now)
         self._power_down(n, now)
 
     def _requeue(self, idx: int, now: float) -> None:
@@ -797,7 +804,9 @@ class Simulation:
         self.r.requeues += 1
         self.preempted[idx] = self.preempted.get(idx, 0) + 1
         pool = self.k.name
-        if self.preempted[idx] >= self.spot.max_preemptions and self.od is not None:
+        # the daemon's policies: its interruption pass decides (through SimSlurm, after this)
+        if (self.daemon is None and self.preempted[idx] >= self.spot.max_preemptions
+                and self.od is not None):
             self.steered.add(idx)
             pool = self.od.name
         self.pending_since[idx] = now

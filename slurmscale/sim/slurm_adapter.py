@@ -67,6 +67,8 @@ class SimModel(Protocol):
 
     def warm_nodes(self, names: list[str], now: float) -> None: ...
 
+    def steer(self, idx: int) -> None: ...
+
 EPOCH = 1_700_000_000.0  # what trace second 0 is to Slurm and the daemon
 
 
@@ -230,8 +232,20 @@ class SimSlurm:
 
     # --- jobs ----------------------------------------------------------------------------
     def set_job_partitions(self, job_id: str, partitions: list[str]) -> None:
-        raise SlurmError(["scontrol", "update", f"jobid={job_id}"], 1,
-                         "the simulator submits every job to all its partitions already")
+        """Only a pending job moves. Jobs are submitted to every partition they may use
+        (spot, then its on-demand fallback), so the one move there is: on-demand only."""
+        idx = self.sim.idx_of[job_id]
+        cmd = ["scontrol", "update", f"jobid={job_id}", f"partition={','.join(partitions)}"]
+        if idx not in self.sim.pending:
+            raise SlurmError(cmd, 1, "Job is no longer pending execution")
+        now = self.sim.partitions(idx)
+        if tuple(partitions) == now:
+            return
+        if len(now) < 2 or partitions != [now[-1]]:
+            raise SlurmError(cmd, 1, "the simulator moves a job only to its on-demand "
+                             "fallback partition")
+        self.sim.steer(idx)
+        self._changed()
 
     def set_job_reservation(self, job_id: str, name: str) -> None:
         idx = self.sim.idx_of[job_id]
