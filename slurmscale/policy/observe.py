@@ -19,7 +19,7 @@ from slurmscale.policy.model import (
     Snapshot,
 )
 from slurmscale.policy.reservations import GangJob
-from slurmscale.slurm.reasons import Why, ours
+from slurmscale.slurm.reasons import Why, drained_by_us
 
 # Pending reasons that mean "waiting for capacity"; Dependency, JobHeld*, BeginTime, limits
 # and the like are not demand the pool can answer now. The DOWN/DRAINED reason is what a job
@@ -163,7 +163,7 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
             continue
         st, drained, unusable = _state_facts(n.state)
         # held by slurmscale (governed pools): only these are ever undrained, never an admin's
-        held = drained and ours(n.reason) is held_why
+        held = drained and drained_by_us(n) is held_why
         usable = held or not unusable
         if st is down and not n.alloc_gpus and n.name not in job_gpus and n.name not in paid:
             views.append(_down_view(n.name, pool.name, held, usable))  # most nodes, at rest

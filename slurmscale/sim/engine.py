@@ -696,7 +696,9 @@ class Simulation:
         if self.spot is not None:
             self._interruptions(now)
         if self.daemon is not None:
-            self.daemon.step(now, frozenset(n.name for n in self.nodes if n.paid is not None))
+            paid = (frozenset(n.name for n in self.nodes if n.paid is not None)
+                    if self.paid.reserved_nodes or self.paid.blocks else frozenset())
+            self.daemon.step(now, paid)
         else:
             self._apply(self.p.decide(self._snapshot(now)), now)  # type: ignore[misc]
         live_gpus = sum(n.gpus for n in self.nodes if n.state != "down")
@@ -887,7 +889,7 @@ class Simulation:
         self.pending_views[idx] = PendingJob(
             job.job_id, self.k.name, job.nodes, job.gpus_per_node(self.k.gpus_per_node),
             job.duration_s, job.submit_s, also=self.also)
-        if not job.carry_in:
+        if not job.carry_in and self.daemon is None:  # (the daemon keeps its own log)
             self.arrivals.append((now, self.k.name, job.nodes))
         self._queue(idx, now)
 
