@@ -67,3 +67,15 @@ def parse_event(body: str) -> Ec2Event:
         raise EventError(f"detail-type {env.detail_type!r} is not one slurmscale acts on") from None
     return Ec2Event(kind=kind, instance_id=env.detail.instance_id, time=env.time,
                     action=env.detail.instance_action, state=env.detail.state)
+
+
+def event_message(detail_type: str, instance_id: str, time: str, **detail: str) -> str:
+    """The message body EventBridge puts on the queue for an EC2 event about `instance_id`
+    (the shape AWS documents; what `parse_event` reads): `detail_type` an `EventKind` or any
+    other. The simulator's cloud sends these."""
+    return json.dumps({
+        "version": "0", "id": f"7bf73129-1428-4cd3-a780-{instance_id[-12:]:0>12}",
+        "detail-type": str(detail_type), "source": "aws.ec2", "account": "123456789012",
+        "time": time, "region": "us-east-1",
+        "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}"],
+        "detail": {"instance-id": instance_id, **detail}})

@@ -38,7 +38,6 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
-from slurmscale.store.repo import Store
 from slurmscale.store.tables import InstanceRow, PreemptionRow
 
 log = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ def steer(cfg: Config, store: PassStore, slurm: SlurmClient, event: Event, job: 
 
 
 class InterruptionPass:
-    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, queue: EventQueue | None,
+    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, queue: EventQueue | None,
                  event: Event, backoff: CapacityBackoff | None = None) -> None:
         self.cfg = cfg
         self.backoff = backoff

@@ -5,17 +5,22 @@ config the daemon would be given for the simulated pools, and every policy tick 
 daemon's reconcile pass runs for capacity — the capacity backoff's upkeep (pools held out after
 an insufficient-capacity error or a reclaim), then `CapacityPass` (reservations for starving
 gangs, pool sizes, scale-down, spot fallback rewrites) — against `SimSlurm` and a
-`MemoryStore`. Interruptions reach it as the daemon's interruption pass reports them: a
-reclaim to the backoff, each requeued job a preemption. What the daemon does through EC2
-(launching the nodes Slurm powers up, terminating released ones) is the engine's cloud: a boot
-delay, a cap, a price.
+`MemoryStore`. A spot interruption is AWS's warning on the event queue (`SimQueue`), about
+the node's instance in the simulated EC2 (`SimEc2`): the daemon's `InterruptionPass` acts on
+it — capacity backoff, drain, requeue, preemption records, a job that lost too many runs
+moved to on-demand, power down — and undrains the node once it is down, as in production.
+Each node Slurm powers up gets its instance from `SimEc2` and recorded as a launch records it;
+each node powered down has it terminated, as the suspend hook does. What stays the engine's:
+when a node is ready (the boot delay), and that a launch succeeds (the daemon's gang launcher,
+its fleets and capacity errors are not run here; a spot outage is the engine's).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
+from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_NODE, TAG_POOL, FleetSpec
 from slurmscale.config import (
     CapacityReservations,
     CapacitySettings,
@@ -30,12 +35,15 @@ from slurmscale.config import (
 )
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
-from slurmscale.daemon.interruptions import steer
+from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.launch import client_token
+from slurmscale.lifecycles import InstanceState
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.policy.reservations import ReservationKnobs
+from slurmscale.sim.ec2_adapter import SimEc2, SimQueue
 from slurmscale.sim.slurm_adapter import EPOCH, SimModel, SimSlurm
 from slurmscale.store.memory import MemoryStore
-from slurmscale.store.tables import PreemptionRow
+from slurmscale.store.tables import InstanceRow
 
 MAIN_PREFIX = "n-"  # the simulated pools' node names: n-1.., od-1..
 OD_PREFIX = "od-"
@@ -91,34 +99,68 @@ class DaemonDriver:
         self.cfg = cfg
         self.store = MemoryStore()
         self.slurm = SimSlurm(sim)
+        self.now = 0.0
+        self.ec2 = SimEc2(clock=lambda: at(self.now))
+        self.queue = SimQueue()
         self.events: dict[str, int] = {}
         self.capacity = CapacityPass(cfg, self.store, self.slurm, self._event)
         self.backoff = CapacityBackoff(cfg, self.store, self.slurm, self._event)
+        self.interruptions = InterruptionPass(cfg, self.store, self.slurm, self.queue,
+                                              self._event, self.backoff)
+        self.instance_of: dict[str, str] = {}  # node -> its live instance
 
     def _event(self, kind: str, message: str, **_: object) -> None:
         self.events[kind] = self.events.get(kind, 0) + 1
 
+    def _begin(self, now: float) -> None:
+        self.now = now
+        self.slurm.begin_pass(now)
+
     def step(self, now: float, paid: frozenset[str]) -> None:
         """One reconcile pass's capacity part at trace time `now`."""
-        self.slurm.begin_pass(now)
+        self._begin(now)
         self.store.paid = paid
         clock = at(now)
-        self.backoff.upkeep(self.slurm.nodes(), clock)
+        if self.queue.messages:  # one Slurm did not let it finish comes back (SQS)
+            self.interruptions.run(clock)
+        nodes = self.slurm.nodes()
+        self.interruptions.return_powered_down_nodes(nodes)
+        self.backoff.upkeep(nodes, clock)
         self.capacity.run(clock)
 
-    def reclaimed(self, pool: str, now: float) -> None:
-        """AWS took a spot node back (the interruption pass tells the backoff)."""
-        self.backoff.reclaimed(pool, at(now))
+    def launched(self, node: str, pool: str, paid: bool, now: float) -> None:
+        """Slurm powered `node` up: its instance (on-demand in paid capacity), recorded as
+        the daemon's launch records one."""
+        self.now = now
+        p = self.cfg.pool(pool)
+        spec = replace(FleetSpec.of(p), reserved=paid)
+        gid = f"sim-{node}-{now:.0f}"
+        (inst,) = self.ec2.launch(p, 1, 1, client_token(gid), {
+            TAG_CLUSTER: self.cfg.cluster_name, TAG_POOL: pool, TAG_GANG: gid,
+            TAG_NODE: node}, spec).instances
+        self.store.add_instances([InstanceRow(
+            instance_id=inst.instance_id, node=node, pool=pool, gang_id=gid,
+            instance_type=inst.instance_type, lifecycle=inst.lifecycle,
+            image_id=inst.image_id, launch_template_version=spec.launch_template_version,
+            private_ip=inst.private_ip, state=InstanceState.RUNNING, launched_at=at(now))])
+        self.instance_of[node] = inst.instance_id
 
-    def preempted(self, job_id: str, node: str, pool: str, now: float) -> None:
-        """The interruption pass requeued `job_id` off `node`: the preemption is recorded and
-        the job moved to on-demand only once it has lost `max_preemptions` runs."""
-        self.slurm.begin_pass(now)
-        self.store.add_preemption(PreemptionRow(
-            at=at(now), job_id=job_id, node=node, instance_id="i-sim", pool=pool,
-            instance_type="p5.48xlarge", lifecycle="spot",
-            kind="EC2 Spot Instance Interruption Warning"))
-        steer(self.cfg, self.store, self.slurm, self._event, job_id, pool, node)
+    def released(self, node: str, now: float) -> None:
+        """Slurm powered `node` down: the suspend hook has the daemon terminate its
+        instance."""
+        iid = self.instance_of.pop(node, None)
+        if iid is not None:
+            self.ec2.terminate([iid])
+            self.store.mark_terminated([iid], at(now))
+
+    def interrupted(self, nodes: list[str], now: float) -> None:
+        """AWS reclaims these spot nodes' instances: each warning goes on the event queue and
+        the daemon's interruption pass handles what is queued."""
+        self._begin(now)
+        for node in nodes:
+            self.queue.put(self.ec2.reclaim(self.instance_of[node]))
+        for _ in range(len(nodes) // 10 + 1):  # (the pass reads up to ten at a time)
+            self.interruptions.run(at(now))
 
     def reservation_end(self, name: str) -> float | None:
         return self.slurm.end_of(name)

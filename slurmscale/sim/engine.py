@@ -269,6 +269,8 @@ class Simulation:
         n.paid = paid
         n.spot = self.spot is not None and n.pool == self.k.name and paid is None
         self.r.node_launches += 1
+        if self.daemon is not None:  # its instance, as the daemon's launch records it
+            self.daemon.launched(n.name, n.pool, paid is not None, now)
         if self.last_launch_batch != now:
             self.r.scale_up_actions += 1
             self.last_launch_batch = now
@@ -283,6 +285,8 @@ class Simulation:
         n.state, n.idle_since, n.jobs, n.free, n.paid = "down", None, 0, 0, None
         self.touched.add(n.name)
         self.live_count[n.pool] -= 1
+        if self.daemon is not None:  # Slurm's suspend hook: the daemon terminates it
+            self.daemon.released(n.name, now)
 
     # --- paid capacity -------------------------------------------------------------------
     def _in_paid(self, src: int) -> int:
@@ -723,12 +727,18 @@ class Simulation:
                     self._power_up(n, now)
 
     # --- what Slurm does when told (the daemon's updates, through SimSlurm) ---------------
-    def release_nodes(self, names: list[str], now: float) -> None:
-        """Power these nodes down (a policy's scale-down: one action)."""
+    def release_nodes(self, names: list[str], now: float, force: bool = False) -> None:
+        """Power these nodes down (a policy's scale-down: one action). `force`
+        (POWER_DOWN_FORCE): booting or busy ones too, what still runs there requeued."""
         released = False
         for name in names:
             n = self.by_name[name]
-            if n.state == "up" and n.jobs == 0:  # a busy node is never taken from its job
+            if force and n.state != "down":
+                for idx in [i for i, placed in self.placed.items()
+                            if any(m is n for m, _ in placed)]:
+                    self.requeue_job(idx, now)
+                self._power_down(n, now)
+            elif n.state == "up" and n.jobs == 0:  # a busy node is never taken from its job
                 self._power_down(n, now)
                 released = True
         if released:
@@ -774,24 +784,28 @@ class Simulation:
             take = min(len(rest), round(self.spot.storm_fraction * len(live)))
             hit += self.rng.sample(rest, take)
             self.spot_down_until = now + self.spot.storm_outage_s
+        self.r.preemptions += len(hit)
+        if self.daemon is not None:
+            # AWS's warnings reach the daemon's interruption pass: it puts the pool in
+            # backoff, drains each node, requeues its jobs (recording each preemption, moving
+            # a job that lost too many runs to on-demand) and powers the node down
+            self.daemon.interrupted([n.name for n in hit], now)
+            return
         for n in hit:
             self._interrupt(n, now)
 
     def _interrupt(self, n: _Node, now: float) -> None:
-        """The warning: slurmscale drains the node and requeues its jobs; the instance goes."""
+        """The warning, as the other policies' tools act on it: the node's jobs requeued, the
+        instance gone, spot launches held back for the reclaim backoff."""
         assert self.spot is not None
-        self.r.preemptions += 1
-        if self.daemon is not None:  # the daemon's interruption pass: backoff, preemptions
-            self.daemon.reclaimed(n.pool, now)
-        else:
-            self.spot_down_until = max(self.spot_down_until, now + self.spot.reclaim_backoff_s)
+        self.spot_down_until = max(self.spot_down_until, now + self.spot.reclaim_backoff_s)
         for idx in [i for i, placed in self.placed.items() if any(m is n for m, _ in placed)]:
-            self._requeue(idx, now)
-            if self.daemon is not None:
-                self.daemon.preempted(self.jobs[idx].job_id, n.name, n.pool, now)
+            self.requeue_job(idx, now)
         self._power_down(n, now)
 
-    def _requeue(self, idx: int, now: float) -> None:
+    def requeue_job(self, idx: int, now: float) -> None:
+        """Slurm requeues a running job (all its nodes): pending again, eligible after the
+        requeue delay."""
         assert self.spot is not None
         job = self.jobs[idx]
         self._vacate(idx, now)

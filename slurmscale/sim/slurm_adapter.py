@@ -1,11 +1,11 @@
 """The simulated Slurm behind the daemon's `SlurmClient` protocol.
 
-The simulator runs the daemon's own capacity passes (`daemon/capacity.py`, `holds.py`,
-`backoff.py`) against this adapter: they read nodes, jobs and reservations in the shapes
+The simulator runs the daemon's own passes (`daemon/capacity.py`, `holds.py`, `backoff.py`,
+`interruptions.py`) against this adapter: they read nodes, jobs and reservations in the shapes
 `scontrol`/`squeue` give them, and their updates (power up/down, drain, reservations, a job
-pointed at a reservation) change the engine's model the way slurmctld changes its own. What
-is not the capacity passes' (a node's address, requeues, ended jobs) is answered as Slurm
-would and changes nothing.
+pointed at a reservation, a requeue) change the engine's model the way slurmctld changes its
+own. What no simulated pass needs (a node's address, ended jobs) is answered as Slurm would
+and changes nothing.
 
 Times: the engine counts trace seconds from 0; Slurm and the daemon see Unix seconds, the
 trace's 0 being `EPOCH` (printed in UTC with an offset, so no local-time ambiguity).
@@ -63,7 +63,9 @@ class SimModel(Protocol):
 
     def partitions(self, idx: int) -> tuple[str, ...]: ...
 
-    def release_nodes(self, names: list[str], now: float) -> None: ...
+    def release_nodes(self, names: list[str], now: float, force: bool = False) -> None: ...
+
+    def requeue_job(self, idx: int, now: float) -> None: ...
 
     def warm_nodes(self, names: list[str], now: float) -> None: ...
 
@@ -197,7 +199,12 @@ class SimSlurm:
 
     def job(self, job_id: int | str) -> dict[str, str]:
         idx = self.sim.idx_of.get(str(job_id))
-        return {} if idx is None else {"JobId": str(job_id)}
+        if idx is None:
+            raise SlurmError(["scontrol", "show", "job", str(job_id)], 1,
+                             "Invalid job id specified")
+        state = ("PENDING" if idx in self.sim.pending else "RUNNING" if idx in self.sim.placed
+                 else "COMPLETED")
+        return {"JobId": str(job_id), "JobState": state}
 
     def reservations(self) -> list[SlurmReservation]:
         self._expire()
@@ -211,7 +218,9 @@ class SimSlurm:
         self._changed()
 
     def power_down_force(self, names: list[str], reason: str) -> None:
-        self.power_down(names)
+        """Down now, busy or booting (Slurm requeues what still runs there)."""
+        self.sim.release_nodes(names, self.now, force=True)
+        self._changed()
 
     def power_up(self, names: list[str]) -> None:
         self.sim.warm_nodes(names, self.now)
@@ -261,8 +270,17 @@ class SimSlurm:
         self._changed()
 
     def requeue(self, job_id: str) -> None:
-        raise SlurmError(["scontrol", "requeue", job_id], 1,
-                         "the simulator requeues interrupted jobs itself")
+        """The whole job back to the queue (every node of a gang), eligible again after
+        Slurm's requeue delay."""
+        idx = self.sim.idx_of.get(str(job_id))
+        cmd = ["scontrol", "requeue", str(job_id)]
+        if idx is None:
+            raise SlurmError(cmd, 1, "Invalid job id specified")
+        if idx not in self.sim.placed:
+            raise SlurmError(cmd, 1, "Job is pending execution" if idx in self.sim.pending
+                             else "Job/step already completing or completed")
+        self.sim.requeue_job(idx, self.now)
+        self._changed()
 
     # --- reservations --------------------------------------------------------------------
     def create_reservation(self, name: str, nodes: list[str], users: list[str],

@@ -1,4 +1,4 @@
-"""The capacity passes' store kept in memory: the simulator's (no database, no I/O).
+"""The passes' store kept in memory: the simulator's (no database, no I/O).
 
 Rows are copied in and out, as the SQL store's detached rows are: a pass that edits a row it
 read changes nothing until it puts it back, and the lifecycle check sees the stored state."""
@@ -6,15 +6,17 @@ read changes nothing until it puts it back, and the lifecycle check sees the sto
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from slurmscale.lifecycles import HOLD_EDGES, check
+from slurmscale.lifecycles import HOLD_EDGES, INSTANCE_EDGES, InstanceState, check
 from slurmscale.policy.model import PoolMemory
 from slurmscale.store.tables import (
     Base,
     CapacityReservationRow,
     HoldRow,
+    InstanceRow,
     OfferingRow,
     PreemptionRow,
 )
@@ -40,6 +42,8 @@ class MemoryStore:
         self._offerings: dict[str, OfferingRow] = {}
         self._preemptions: list[PreemptionRow] = []  # in time order
         self._preempted_at: list[float] = []
+        self._instances: dict[str, InstanceRow] = {}
+        self._active: dict[str, str] = {}  # node -> its running instance
         self.paid: frozenset[str] = frozenset()
 
     def pool_memory(self) -> dict[str, PoolMemory]:
@@ -103,3 +107,36 @@ class MemoryStore:
         first = 0 if since is None else bisect.bisect_left(self._preempted_at, since)
         return [_copy(r) for r in self._preemptions[first:]
                 if job_id is None or r.job_id == job_id]
+
+    def has_preemption(self, job_id: str, instance_id: str) -> bool:
+        return any(r.job_id == job_id and r.instance_id == instance_id
+                   for r in self._preemptions)
+
+    # --- instances (what a launch recorded; the interruption pass looks them up) ----------
+    def add_instances(self, rows: Sequence[InstanceRow]) -> None:
+        for r in rows:
+            old = self._instances.get(r.instance_id)
+            check(INSTANCE_EDGES, f"instance {r.instance_id}",
+                  None if old is None else old.state, r.state)
+            self._instances[r.instance_id] = r
+            if r.state == InstanceState.RUNNING:
+                self._active[r.node] = r.instance_id
+
+    def instance(self, instance_id: str) -> InstanceRow | None:
+        row = self._instances.get(instance_id)
+        return None if row is None else _copy(row)
+
+    def active_instances(self, nodes: Iterable[str] | None = None) -> list[InstanceRow]:
+        names = sorted(self._active) if nodes is None else sorted(set(nodes) & set(self._active))
+        return [_copy(self._instances[self._active[n]]) for n in names]
+
+    def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None:
+        for iid in instance_ids:
+            row = self._instances.get(iid)
+            if row is None:
+                continue  # not one we recorded (as the SQL store: nothing to mark)
+            check(INSTANCE_EDGES, f"instance {iid}", row.state, InstanceState.TERMINATED)
+            if row.state == InstanceState.RUNNING:
+                row.state, row.terminated_at = InstanceState.TERMINATED, now
+                if self._active.get(row.node) == iid:
+                    del self._active[row.node]

@@ -1,15 +1,23 @@
-"""What the capacity passes (policy, holds, capacity backoff) need of a store.
+"""What the capacity and interruption passes (policy, holds, capacity backoff, evacuating an
+interrupted node) need of a store.
 
 The daemon gives them the SQL store; the simulator gives them `MemoryStore`, so it runs the
 daemon's own passes without a database. Both refuse an illegal hold transition."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Protocol
 
 from slurmscale.policy.model import PoolMemory
-from slurmscale.store.tables import CapacityReservationRow, HoldRow, OfferingRow, PreemptionRow
+from slurmscale.store.tables import (
+    CapacityReservationRow,
+    HoldRow,
+    InstanceRow,
+    OfferingRow,
+    PreemptionRow,
+)
 
 
 class PassStore(Protocol):
@@ -39,3 +47,9 @@ class PassStore(Protocol):
 
     def preemptions(self, job_id: str | None = None,
                     since: float | None = None) -> list[PreemptionRow]: ...
+
+    def has_preemption(self, job_id: str, instance_id: str) -> bool: ...
+
+    def instance(self, instance_id: str) -> InstanceRow | None: ...
+
+    def active_instances(self, nodes: Iterable[str] | None = None) -> list[InstanceRow]: ...

@@ -6,6 +6,8 @@ AWS really produces, in AWS's response shapes.
   `errorSet` item with the capacity error code. The unlisted instances still exist in moto,
   exactly the leak a careless client would never see.
 - `none`: answer CreateFleet with no instances and the error (what MinTargetCapacity gives).
+- `short`: EC2 has only `keep` instances for this fleet: `none` when that is below its
+  MinTargetCapacity, `partial` otherwise (what EC2 answers either way).
 - `api_error`: answer with an EC2 API error (e.g. RequestLimitExceeded, HTTP 503).
 - `delay`: answer as usual, `seconds` late (a slow CreateFleet, to act while it is in flight).
 - `reclaimed`: instances AWS took back without any event reaching us: DescribeInstances shows
@@ -34,7 +36,7 @@ NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 @dataclass
 class Fault:
     action: str
-    kind: str  # partial | none | api_error
+    kind: str  # partial | none | short | api_error | delay
     code: str = "InsufficientInstanceCapacity"
     message: str = "We currently do not have sufficient capacity in the Availability Zone."
     keep: int = 0
@@ -107,6 +109,9 @@ class EC2Proxy:
                         return
                     body = _as_on_demand(params, block[1])
                 fault = proxy._take_fault(call)
+                if fault and fault.kind == "short":
+                    fault = replace(fault, kind="none" if fault.keep < _min_target(params)
+                                    else "partial")
                 if fault and fault.kind == "delay":
                     time.sleep(fault.seconds)
                 if fault and fault.kind == "api_error":
@@ -182,6 +187,12 @@ class EC2Proxy:
     def fleet_calls(self) -> list[Call]:
         """CreateFleet calls that reached EC2 (not those the proxy refused)."""
         return [c for c in self.calls if c.action == "CreateFleet" and c.status != -1]
+
+
+def _min_target(params: dict[str, str]) -> int:
+    """A CreateFleet's MinTargetCapacity (spot or on-demand options; absent: 0)."""
+    return int(params.get("SpotOptions.MinTargetCapacity")
+               or params.get("OnDemandOptions.MinTargetCapacity") or 0)
 
 
 def _api_error(code: str, message: str) -> bytes:

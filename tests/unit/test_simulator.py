@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurmscale.policy.model import PoolKnobs
-from slurmscale.sim.engine import SimCloud, SpotModel, simulate
+from slurmscale.sim.engine import SimCloud, Simulation, SpotModel, simulate
 from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
 from slurmscale.sim.report import metrics
 from slurmscale.sim.trace import TraceError, TraceJob, load_trace
@@ -175,3 +175,28 @@ def test_interruptions_are_seeded_and_repeated_preemption_steers_to_on_demand() 
     # at 0.5 per node-hour a 20 h job is hit twice within hours, then finishes on demand
     assert a["requeues"] == 2 and a["jobs_completed"] == 1 and a["jobs_failed"] == 0
     assert a["on_demand_node_hours"] >= 20
+
+
+def test_a_storm_reaches_the_daemons_interruption_pass_through_the_simulated_ec2() -> None:
+    """The warnings go on the event queue about the nodes' instances; the daemon's own pass
+    evacuates each node (drain, requeue, preemption record, power down) and undrains it once
+    powered down; the instances end as EC2 ends a reclaimed one."""
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=8)
+    spot = SpotModel(on_demand_nodes=8, storm_at_s=3600.0, storm_fraction=0.5,
+                     storm_outage_s=3600.0)
+    sim = Simulation(_storm_jobs(), builtin_policy("slurmscale", knobs),
+                     SimCloud(spot_price_per_node_hour=40.0), spot)
+    r = sim.run()
+    d = sim.daemon
+    assert d is not None and r.preemptions == 4
+    assert d.events["node_evacuated"] == 4 and d.events["nodes_returned"] >= 1
+    assert not d.queue.messages
+    rows = d.store.preemptions()
+    assert len(rows) == r.requeues  # one per job requeued (a gang once, whichever node)
+    reclaimed = {i.instance_id for i in d.ec2.find({}, include_terminated=True)
+                 if i.state_reason == "Server.SpotInstanceTermination"}
+    assert {p.instance_id for p in rows} <= reclaimed and len(reclaimed) == 4
+    assert all(p.lifecycle == "spot" and p.kind == "EC2 Spot Instance Interruption Warning"
+               for p in rows)
+    assert not any(n.drain for n in sim.nodes)  # returned once powered down
+    assert d.store.active_instances() == [] and d.ec2.find({}) == []  # all ended at the end

@@ -1,0 +1,206 @@
+"""The simulated EC2 behind the daemon's `CloudProvider` protocol, and the queue its events
+arrive on (`EventQueue`).
+
+What it keeps is what the daemon asks EC2 for: instances with their tags, states and state
+reasons; a capacity limit per market; subnets' zones; placement groups; capacity
+reservations as DescribeCapacityReservations would list them. Its answers follow EC2's
+documented behaviour, and `tests/support/ec2_contract.py` runs the same checks against it and
+against the real adapter on moto behind the fault-injecting proxy:
+
+- CreateFleet `instant` with MinTargetCapacity: EC2 launches at least the minimum or nothing;
+  whatever it could not launch comes back as an `InsufficientInstanceCapacity` error beside
+  the instances (a successful call). A fleet naming an unknown placement group is refused.
+- A placement group: created with its tags, listed by tag, deleted only once no live
+  instance is in it.
+- A terminated instance stays listed (state `terminated`, with its state reason) for those who
+  ask for terminated ones; one AWS reclaims (`reclaim`) shows `Server.SpotInstanceTermination`.
+- Not modelled (the engine's paid capacity stands in): launches into capacity reservations or
+  Capacity Blocks; ClientToken idempotency (the simulator never retries a launch; moto does
+  not honour it either, so the contract cannot check it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from slurmscale.cloud.events import EventKind, event_message
+from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
+from slurmscale.config import CapacityType, Pool
+from slurmscale.model import CapacityReservation, LaunchedInstance, LaunchResult
+
+SPOT = "spot"
+ON_DEMAND = "on-demand"
+USER_SHUTDOWN = "Client.UserInitiatedShutdown"
+SPOT_RECLAIM = "Server.SpotInstanceTermination"
+LIVE = frozenset({"pending", "running", "stopping", "stopped", "shutting-down"})
+
+
+@dataclass
+class _Instance:
+    id: str
+    instance_type: str
+    lifecycle: str
+    subnet: str
+    tags: dict[str, str]
+    launched_at: datetime
+    private_ip: str
+    group: str | None = None  # its placement group
+    state: str = "running"
+    state_reason: str = ""
+    image_id: str = "ami-0a1b2c3d4e5f60718"
+
+
+@dataclass
+class SimEc2:
+    """Implements `CloudProvider`. `limit`: per market (`spot`, `on-demand`), how many of its
+    instances may be live at once (None: no limit); a test or the simulator lowers it to make
+    EC2 run short. `clock`: when things happen (launch times, event times)."""
+
+    zones: dict[str, str] = field(default_factory=lambda: {"subnet-sim": "us-east-1a"})
+    limit: dict[str, int | None] = field(default_factory=lambda: {SPOT: None, ON_DEMAND: None})
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    reservations: dict[str, CapacityReservation] = field(default_factory=dict)
+    groups: dict[str, dict[str, str]] = field(default_factory=dict)
+    instances: dict[str, _Instance] = field(default_factory=dict)
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _live: dict[str, int] = field(default_factory=lambda: {SPOT: 0, ON_DEMAND: 0})
+
+    # --- launching ---------------------------------------------------------------------
+    def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
+               tags: dict[str, str], spec: FleetSpec | None = None) -> LaunchResult:
+        spec = spec or FleetSpec.of(pool)
+        if spec.placement_group and spec.placement_group not in self.groups:
+            raise CloudError("InvalidPlacementGroup.Unknown",
+                             f"The Placement Group '{spec.placement_group}' is unknown.")
+        market = (SPOT if pool.capacity_type is CapacityType.SPOT and not spec.reserved
+                  and not spec.capacity_block else ON_DEMAND)
+        cap = self.limit.get(market)
+        got = count if cap is None else max(0, min(count, cap - self._live[market]))
+        if got < min_count:
+            got = 0  # MinTargetCapacity: all of the minimum or nothing
+        itype, subnet = spec.instance_types[0], spec.subnets[0]
+        made = [self._new(itype, market, subnet, tags, spec.placement_group)
+                for _ in range(got)]
+        code = message = ""
+        if got < count:
+            code = "InsufficientInstanceCapacity"
+            message = (f"We currently do not have sufficient {itype} capacity in the "
+                       f"Availability Zone you requested ({self.zones.get(subnet, '')}).")
+        return LaunchResult(
+            instances=tuple(self._launched(i) for i in made), error_code=code,
+            error_message=message, fleet_id=f"fleet-{next(self._ids):08x}-sim" if made else "")
+
+    def _new(self, itype: str, market: str, subnet: str, tags: dict[str, str],
+             group: str | None) -> _Instance:
+        n = next(self._ids)
+        inst = _Instance(f"i-{n:017x}", itype, market, subnet, dict(tags), self.clock(),
+                         f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}", group)
+        self.instances[inst.id] = inst
+        self._live[market] += 1
+        return inst
+
+    @staticmethod
+    def _launched(i: _Instance) -> LaunchedInstance:
+        return LaunchedInstance(instance_id=i.id, instance_type=i.instance_type,
+                                lifecycle=i.lifecycle, image_id=i.image_id,
+                                private_ip=i.private_ip, subnet_id=i.subnet)
+
+    # --- instances ---------------------------------------------------------------------
+    def tag(self, instance_id: str, tags: dict[str, str]) -> None:
+        self._get(instance_id).tags.update(tags)
+
+    def launched_with(self, tags: dict[str, str]) -> tuple[LaunchedInstance, ...]:
+        return tuple(self._launched(i) for i in sorted(self._tagged(tags), key=lambda i: i.id)
+                     if i.state in ("pending", "running"))
+
+    def terminate(self, instance_ids: list[str]) -> None:
+        for iid in instance_ids:
+            self._end(self._get(iid), USER_SHUTDOWN)
+
+    def reclaim(self, instance_id: str) -> str:
+        """AWS takes a spot instance back: the interruption warning EventBridge sends (the
+        instance is terminated with EC2's reclaim reason once the daemon has evacuated it, or
+        at the latest two minutes later; the simulator ends it at once)."""
+        inst = self._get(instance_id)
+        body = event_message(EventKind.SPOT_WARNING, inst.id,
+                             self.clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
+                             **{"instance-action": "terminate"})
+        self._end(inst, SPOT_RECLAIM)
+        return body
+
+    def _end(self, inst: _Instance, why: str) -> None:
+        if inst.state in LIVE:
+            self._live[inst.lifecycle] -= 1
+            inst.state, inst.state_reason = "terminated", why
+
+    def _get(self, instance_id: str) -> _Instance:
+        inst = self.instances.get(instance_id)
+        if inst is None:
+            raise CloudError("InvalidInstanceID.NotFound",
+                             f"The instance ID '{instance_id}' does not exist")
+        return inst
+
+    def _tagged(self, tags: dict[str, str]) -> list[_Instance]:
+        return [i for i in self.instances.values()
+                if all(i.tags.get(k) == v for k, v in tags.items())]
+
+    def find(self, tags: dict[str, str], include_terminated: bool = False
+             ) -> list[CloudInstance]:
+        return [CloudInstance(i.id, i.state, dict(i.tags), i.private_ip, i.image_id,
+                              i.state_reason, i.launched_at)
+                for i in self._tagged(tags) if include_terminated or i.state in LIVE]
+
+    # --- reservations, zones, placement groups --------------------------------------------
+    def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]:
+        missing = [i for i in ids if i not in self.reservations]
+        if missing:
+            raise CloudError("InvalidCapacityReservationId.NotFound",
+                             f"The capacity reservation ID '{missing[0]}' does not exist")
+        return [self.reservations[i] for i in ids]
+
+    def subnet_zones(self, subnets: list[str]) -> dict[str, str]:
+        missing = [s for s in subnets if s not in self.zones]
+        if missing:
+            raise CloudError("InvalidSubnetID.NotFound",
+                             f"The subnet ID '{missing[0]}' does not exist")
+        return {s: self.zones[s] for s in subnets}
+
+    def ensure_placement_group(self, name: str, tags: dict[str, str]) -> None:
+        self.groups.setdefault(name, dict(tags))
+
+    def placement_groups(self, tags: dict[str, str]) -> dict[str, dict[str, str]]:
+        return {n: dict(t) for n, t in self.groups.items()
+                if all(t.get(k) == v for k, v in tags.items())}
+
+    def delete_placement_group(self, name: str) -> None:
+        if name not in self.groups:
+            raise CloudError("InvalidPlacementGroup.Unknown",
+                             f"The Placement Group '{name}' is unknown.")
+        if any(i.group == name and i.state in LIVE for i in self.instances.values()):
+            raise CloudError("InvalidPlacementGroup.InUse",
+                             f"There are instances in placement group {name}")
+        del self.groups[name]
+
+
+@dataclass
+class SimQueue:
+    """Implements `EventQueue`: the SQS queue EventBridge fills, in memory (delivered once
+    each, kept until deleted)."""
+
+    messages: deque[QueueMessage] = field(default_factory=deque)
+    _ids: itertools.count = field(default_factory=itertools.count)
+
+    def put(self, body: str) -> None:
+        self.messages.append(QueueMessage(f"r-{next(self._ids)}", body))
+
+    def receive(self, max_messages: int = 10) -> list[QueueMessage]:
+        return [self.messages[i] for i in range(min(max_messages, len(self.messages)))]
+
+    def delete(self, receipt: str) -> None:
+        for m in list(self.messages):
+            if m.receipt == receipt:
+                self.messages.remove(m)

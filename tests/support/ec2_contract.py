@@ -1,0 +1,150 @@
+"""What slurmscale relies on EC2 to do, as checks any `CloudProvider` must pass.
+
+`tests/unit/test_ec2_contract.py` runs them against the simulator's EC2 (`sim/ec2_adapter.py`)
+and against the real adapter (`cloud/ec2.py`) talking to an in-process moto server behind the
+fault-injecting proxy (what moto lacks — capacity errors, reclaims, placement groups,
+reservations — is injected there in EC2's response shapes). A difference is a bug in the
+simulator, or a behaviour it was never told about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import pytest
+
+from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, CloudError, CloudProvider, FleetSpec
+from slurmscale.config import CapacityType, Pool
+
+ICE = "InsufficientInstanceCapacity"
+
+
+class Ec2Side(Protocol):
+    cloud: CloudProvider
+
+    def pool(self, capacity: CapacityType) -> Pool: ...
+
+    def short(self, market: str, keep: int) -> None:
+        """EC2 can give only `keep` more instances of this market (spot | on-demand) to the
+        next CreateFleet."""
+
+    def reclaim(self, instance_id: str) -> None:
+        """AWS takes the spot instance back (no event needed to see it)."""
+
+    def add_reservation(self, rid: str, instance_type: str, total: int) -> None: ...
+
+
+def _tags(gang: str) -> dict[str, str]:
+    return {TAG_CLUSTER: "contract", TAG_GANG: gang}
+
+
+def a_gang_launches_whole_with_its_tags(side: Ec2Side) -> None:
+    pool = side.pool(CapacityType.SPOT)
+    got = side.cloud.launch(pool, 4, 4, "tok-a", _tags("g-a"))
+    assert len(got.instances) == 4 and got.error_code == ""
+    assert {i.lifecycle for i in got.instances} == {"spot"}
+    assert {i.instance_type for i in got.instances} <= set(pool.instance_types)
+    assert all(i.private_ip and i.instance_id.startswith("i-") for i in got.instances)
+    ids = sorted(i.instance_id for i in got.instances)
+    found = side.cloud.find(_tags("g-a"))
+    assert sorted(i.instance_id for i in found) == ids
+    assert {i.state for i in found} <= {"pending", "running"}
+    assert all(i.tags[TAG_GANG] == "g-a" for i in found)
+    assert [i.instance_id for i in side.cloud.launched_with(_tags("g-a"))] == ids
+
+
+def on_demand_pools_launch_on_demand(side: Ec2Side) -> None:
+    got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 2, 2, "tok-b", _tags("g-b"))
+    assert [i.lifecycle for i in got.instances] == ["on-demand", "on-demand"]
+
+
+def short_of_the_minimum_gets_nothing(side: Ec2Side) -> None:
+    side.short("spot", 2)
+    got = side.cloud.launch(side.pool(CapacityType.SPOT), 3, 3, "tok-c", _tags("g-c"))
+    assert got.instances == () and got.error_code == ICE
+    assert side.cloud.find(_tags("g-c")) == []
+
+
+def below_the_target_above_the_minimum_gets_what_there_is(side: Ec2Side) -> None:
+    side.short("spot", 1)
+    got = side.cloud.launch(side.pool(CapacityType.SPOT), 3, 1, "tok-d", _tags("g-d"))
+    assert len(got.instances) == 1 and got.error_code == ICE and got.error_message
+
+
+def terminated_instances_are_listed_only_when_asked(side: Ec2Side) -> None:
+    got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 2, 2, "tok-e", _tags("g-e"))
+    gone, kept = sorted(i.instance_id for i in got.instances)
+    side.cloud.terminate([gone])
+    assert [i.instance_id for i in side.cloud.find(_tags("g-e"))] == [kept]
+    assert [i.instance_id for i in side.cloud.launched_with(_tags("g-e"))] == [kept]
+    every = {i.instance_id: i for i in side.cloud.find(_tags("g-e"), include_terminated=True)}
+    assert every[gone].state in ("shutting-down", "terminated")
+    assert every[gone].state_reason == "Client.UserInitiatedShutdown"
+    assert every[kept].state in ("pending", "running")
+
+
+def tags_added_later_are_found(side: Ec2Side) -> None:
+    got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 1, 1, "tok-f", _tags("g-f"))
+    iid = got.instances[0].instance_id
+    side.cloud.tag(iid, {"slurmscale:node": "gpu-7"})
+    found = side.cloud.find({"slurmscale:node": "gpu-7"})
+    assert [i.instance_id for i in found] == [iid]
+    assert found[0].tags[TAG_GANG] == "g-f"
+
+
+def a_reclaimed_spot_instance_shows_why(side: Ec2Side) -> None:
+    got = side.cloud.launch(side.pool(CapacityType.SPOT), 1, 1, "tok-g", _tags("g-g"))
+    iid = got.instances[0].instance_id
+    side.reclaim(iid)
+    assert side.cloud.find(_tags("g-g")) == []
+    (inst,) = side.cloud.find(_tags("g-g"), include_terminated=True)
+    assert inst.state == "terminated"
+    assert inst.state_reason == "Server.SpotInstanceTermination"
+
+
+def placement_groups_hold_a_gang_until_it_is_gone(side: Ec2Side) -> None:
+    pool = side.pool(CapacityType.ON_DEMAND)
+    spec = FleetSpec(tuple(pool.instance_types), tuple(pool.subnets),
+                     pool.launch_template.version, placement_group="ss-contract-pg")
+    with pytest.raises(CloudError) as unknown:
+        side.cloud.launch(pool, 2, 2, "tok-h", _tags("g-h"), spec)
+    assert unknown.value.code == "InvalidPlacementGroup.Unknown"
+    side.cloud.ensure_placement_group("ss-contract-pg", _tags("g-h"))
+    side.cloud.ensure_placement_group("ss-contract-pg", _tags("g-h"))  # idempotent
+    assert side.cloud.placement_groups({TAG_CLUSTER: "contract"}) == {
+        "ss-contract-pg": _tags("g-h")}
+    got = side.cloud.launch(pool, 2, 2, "tok-h", _tags("g-h"), spec)
+    with pytest.raises(CloudError) as in_use:
+        side.cloud.delete_placement_group("ss-contract-pg")
+    assert in_use.value.code == "InvalidPlacementGroup.InUse"
+    side.cloud.terminate([i.instance_id for i in got.instances])
+    side.cloud.delete_placement_group("ss-contract-pg")
+    assert side.cloud.placement_groups({TAG_CLUSTER: "contract"}) == {}
+
+
+def subnets_answer_their_zone(side: Ec2Side) -> None:
+    pool = side.pool(CapacityType.ON_DEMAND)
+    assert side.cloud.subnet_zones(list(pool.subnets)) == {pool.subnets[0]: "us-east-1a"}
+
+
+def reservations_report_their_free_count(side: Ec2Side) -> None:
+    side.add_reservation("cr-0123456789abcdef0", "p5.48xlarge", 4)
+    (r,) = side.cloud.capacity_reservations(["cr-0123456789abcdef0"])
+    assert (r.id, r.instance_type, r.total, r.available, r.state) == (
+        "cr-0123456789abcdef0", "p5.48xlarge", 4, 4, "active")
+    assert r.availability_zone == "us-east-1a"
+
+
+CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
+    a_gang_launches_whole_with_its_tags,
+    on_demand_pools_launch_on_demand,
+    short_of_the_minimum_gets_nothing,
+    below_the_target_above_the_minimum_gets_what_there_is,
+    terminated_instances_are_listed_only_when_asked,
+    tags_added_later_are_found,
+    a_reclaimed_spot_instance_shows_why,
+    placement_groups_hold_a_gang_until_it_is_gone,
+    subnets_answer_their_zone,
+    reservations_report_their_free_count,
+)
