@@ -13,13 +13,14 @@ from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus
 from slurmscale.model import LaunchedInstance, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
+from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.tables import InstanceRow
 
 log = logging.getLogger(__name__)
 
 
 class NodeAddresses:
-    def __init__(self, ctx: PassContext) -> None:
+    def __init__(self, ctx: PassContext[LaunchStore]) -> None:
         self.ctx = ctx
         # powered-down nodes whose NodeAddr was judged not slurmscale's (slurm.conf's): not
         # looked up again until the node powers up or its address changes

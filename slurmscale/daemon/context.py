@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Generic, TypeVar
 
 from slurmscale.cloud.protocol import CloudError, CloudProvider
 from slurmscale.config import AddressSource, Config
 from slurmscale.crashpoints import crash_point
 from slurmscale.model import LaunchedInstance
 from slurmscale.slurm.protocol import SlurmClient
-from slurmscale.store.repo import Store
+from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.tables import InstanceRow
 
 Clock = Callable[[], datetime]
@@ -42,10 +43,16 @@ class TickResult:
     next_due: float | None = None
 
 
-@dataclass
-class PassContext:
+S = TypeVar("S", bound=LaunchStore, covariant=True)
+
+
+@dataclass(frozen=True)
+class PassContext(Generic[S]):
+    """`store`: the SQL store in the daemon; the launch path (requests, launches, addresses)
+    asks only for a `LaunchStore`, which the simulator's `MemoryStore` is too."""
+
     cfg: Config
-    store: Store
+    store: S
     slurm: SlurmClient
     cloud: CloudProvider
     clock: Clock

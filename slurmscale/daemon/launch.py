@@ -27,6 +27,7 @@ from slurmscale.policy.routing import NO_RESERVED_FIT, Route, RouteKind, fleet_p
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
+from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.tables import GangRow, InstanceRow
 
 
@@ -43,9 +44,9 @@ def client_token(gid: str) -> str:
 
 
 class GangLauncher:
-    def __init__(self, ctx: PassContext, addresses: NodeAddresses, backoff: CapacityBackoff,
-                 reserved: ReservedCapacity, fleets: GangFleets, ec2_retry: EndpointRetry,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(self, ctx: PassContext[LaunchStore], addresses: NodeAddresses,
+                 backoff: CapacityBackoff, reserved: ReservedCapacity, fleets: GangFleets,
+                 ec2_retry: EndpointRetry, metrics: Metrics | None = None) -> None:
         self.ctx = ctx
         self.addresses = addresses
         self.backoff = backoff

@@ -22,14 +22,15 @@ from slurmscale.lifecycles import RequestStatus
 from slurmscale.model import RequestKind
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.spool import Spool
+from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.repo import utc
 
 log = logging.getLogger(__name__)
 
 
 class RequestPass:
-    def __init__(self, ctx: PassContext, launcher: GangLauncher, addresses: NodeAddresses,
-                 ec2_retry: EndpointRetry) -> None:
+    def __init__(self, ctx: PassContext[LaunchStore], launcher: GangLauncher,
+                 addresses: NodeAddresses, ec2_retry: EndpointRetry) -> None:
         self.ctx = ctx
         self.spool = Spool(ctx.cfg.spool_dir)
         self.launcher = launcher

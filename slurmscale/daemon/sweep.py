@@ -18,7 +18,7 @@ from slurmscale.model import SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.repo import utc
+from slurmscale.store.repo import Store, utc
 from slurmscale.store.tables import InstanceRow
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def leaked_instances(seen: list[CloudInstance], cluster: str, tracked: set[str],
 
 
 class InstanceSweep:
-    def __init__(self, ctx: PassContext, interruptions: InterruptionPass,
+    def __init__(self, ctx: PassContext[Store], interruptions: InterruptionPass,
                  fleets: GangFleets) -> None:
         self.ctx = ctx
         self.interruptions = interruptions

@@ -17,33 +17,42 @@ its fleets and capacity errors are not run here; a spot outage is the engine's).
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+import itertools
+import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 
-from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_NODE, TAG_POOL, FleetSpec
 from slurmscale.config import (
     CapacityReservations,
     CapacitySettings,
     CapacityType,
     Config,
+    DaemonSettings,
     LaunchTemplate,
     Pool,
     PoolPolicy,
     PowerSaving,
+    ReservationPreference,
     ReservationSettings,
     SpotSettings,
 )
+from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
+from slurmscale.daemon.context import PassContext, TickResult
+from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.interruptions import InterruptionPass
-from slurmscale.daemon.launch import client_token
-from slurmscale.lifecycles import InstanceState
+from slurmscale.daemon.launch import GangLauncher, client_token
+from slurmscale.daemon.requests import RequestPass
+from slurmscale.daemon.retry import EndpointRetry
+from slurmscale.hostlists import compress
+from slurmscale.model import CapacityReservation, RequestKind
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.policy.reservations import ReservationKnobs
-from slurmscale.sim.ec2_adapter import SimEc2, SimQueue
+from slurmscale.sim.ec2_adapter import SPOT, SimEc2, SimQueue
 from slurmscale.sim.slurm_adapter import EPOCH, SimModel, SimSlurm
+from slurmscale.spool import SpooledRequest
 from slurmscale.store.memory import MemoryStore
-from slurmscale.store.tables import InstanceRow
 
 MAIN_PREFIX = "n-"  # the simulated pools' node names: n-1.., od-1..
 OD_PREFIX = "od-"
@@ -66,9 +75,12 @@ def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | 
     """The config the daemon runs with for the simulated pools: `main` (spot when `od` is
     its on-demand fallback), its knobs as the pool policy; `holds` None: no reservations."""
     extra: dict[str, object] = {}
-    if paid:  # an idle node in paid capacity is kept (capacity_reservations.release_idle)
+    if paid:  # an idle node in paid capacity is kept (capacity_reservations.release_idle);
+        # which nodes are in paid capacity is the engine's model (preference none: the
+        # launcher does not route into a reservation the simulated EC2 does not hold)
         extra["capacity_reservations"] = CapacityReservations(
-            ids=["cr-0000000000000000"], launch_template_version="2", release_idle=False)
+            ids=["cr-0000000000000000"], launch_template_version="2", release_idle=False,
+            preference=ReservationPreference.NONE)
     pools = []
     if od is not None:
         pools.append(_pool(main, MAIN_PREFIX, CapacityType.SPOT, fallback_pool=od.name,
@@ -86,6 +98,8 @@ def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | 
         capacity=CapacitySettings(unavailable_ttl_s=ttl, max_unavailable_ttl_s=max(1800.0, ttl)),
         # slurmscale releases nodes itself; SuspendTime is only its backstop
         power_saving=PowerSaving(suspend_time=int(longest) + 3600),
+        # a request is carried out when Slurm makes it (no batching window to wait out)
+        daemon=DaemonSettings(batch_window_seconds=0),
         store_url="sqlite://", log_file=None)
 
 
@@ -95,19 +109,35 @@ def at(t: float) -> datetime:
 
 
 class DaemonDriver:
-    def __init__(self, sim: SimModel, cfg: Config) -> None:
+    """`reserved_nodes`: the size of the pool's capacity reservation, as EC2 reports it."""
+
+    def __init__(self, sim: SimModel, cfg: Config, reserved_nodes: int = 0) -> None:
         self.cfg = cfg
         self.store = MemoryStore()
         self.slurm = SimSlurm(sim)
         self.now = 0.0
         self.ec2 = SimEc2(clock=lambda: at(self.now))
+        for p in cfg.pools:
+            for rid in p.capacity_reservations.ids if p.capacity_reservations else ():
+                self.ec2.reservations[rid] = CapacityReservation(
+                    rid, p.instance_types[0], "us-east-1a", reserved_nodes, reserved_nodes,
+                    "active")
         self.queue = SimQueue()
         self.events: dict[str, int] = {}
         self.capacity = CapacityPass(cfg, self.store, self.slurm, self._event)
         self.backoff = CapacityBackoff(cfg, self.store, self.slurm, self._event)
         self.interruptions = InterruptionPass(cfg, self.store, self.slurm, self.queue,
                                               self._event, self.backoff)
-        self.instance_of: dict[str, str] = {}  # node -> its live instance
+        ctx = PassContext(cfg, self.store, self.slurm, self.ec2, lambda: at(self.now),
+                          self._event)
+        addresses = NodeAddresses(ctx)
+        retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
+        launcher = GangLauncher(ctx, addresses, self.backoff,
+                                ReservedCapacity(cfg, self.ec2, self._event, lambda *_: None),
+                                GangFleets(cfg, self.ec2, client_token), retry)
+        self.requests = RequestPass(ctx, launcher, addresses, retry)
+        self._asked: list[SpooledRequest] = []  # the hooks' requests not yet carried out
+        self._ids = itertools.count(1)
 
     def _event(self, kind: str, message: str, **_: object) -> None:
         self.events[kind] = self.events.get(kind, 0) + 1
@@ -128,37 +158,48 @@ class DaemonDriver:
         self.backoff.upkeep(nodes, clock)
         self.capacity.run(clock)
 
-    def launched(self, node: str, pool: str, paid: bool, now: float) -> None:
-        """Slurm powered `node` up: its instance (on-demand in paid capacity), recorded as
-        the daemon's launch records one."""
-        self.now = now
-        p = self.cfg.pool(pool)
-        spec = replace(FleetSpec.of(p), reserved=paid)
-        gid = f"sim-{node}-{now:.0f}"
-        (inst,) = self.ec2.launch(p, 1, 1, client_token(gid), {
-            TAG_CLUSTER: self.cfg.cluster_name, TAG_POOL: pool, TAG_GANG: gid,
-            TAG_NODE: node}, spec).instances
-        self.store.add_instances([InstanceRow(
-            instance_id=inst.instance_id, node=node, pool=pool, gang_id=gid,
-            instance_type=inst.instance_type, lifecycle=inst.lifecycle,
-            image_id=inst.image_id, launch_template_version=spec.launch_template_version,
-            private_ip=inst.private_ip, state=InstanceState.RUNNING, launched_at=at(now))])
-        self.instance_of[node] = inst.instance_id
+    # --- Slurm's hooks -------------------------------------------------------------------
+    def resume(self, nodes: list[str], job: int | None, partition: str, now: float) -> None:
+        """Slurm runs ResumeProgram for `nodes`, for job `job` (Slurm's numeric id) or for no
+        job (nodes powered up by `scontrol`): the request the hook spools, with the
+        SLURM_RESUME_FILE Slurm writes (23.02+ keys)."""
+        hl = compress(nodes)
+        rf = json.dumps({"all_nodes_resume": hl, "jobs": [] if job is None else [
+            {"job_id": job, "nodes_alloc": hl, "nodes_resume": hl, "partition": partition}]})
+        self._ask(RequestKind.RESUME, nodes, rf, now)
 
-    def released(self, node: str, now: float) -> None:
-        """Slurm powered `node` down: the suspend hook has the daemon terminate its
-        instance."""
-        iid = self.instance_of.pop(node, None)
-        if iid is not None:
-            self.ec2.terminate([iid])
-            self.store.mark_terminated([iid], at(now))
+    def suspend(self, nodes: list[str], now: float) -> None:
+        """Slurm runs SuspendProgram for `nodes` (powered down)."""
+        self._ask(RequestKind.SUSPEND, nodes, None, now)
+
+    def _ask(self, kind: RequestKind, nodes: list[str], rf: str | None, now: float) -> None:
+        self._asked.append(SpooledRequest(f"sim-{next(self._ids)}", kind, tuple(nodes),
+                                          compress(nodes), rf, now + EPOCH))
+
+    def carry_out(self, now: float) -> None:
+        """The daemon's request pass on what the hooks spooled during this event (a hook
+        wakes the daemon at once): gangs planned from the resume files, launched all or
+        nothing by the daemon's launcher on the simulated EC2 (a gang that falls short rolled
+        back, its nodes powered down, its job requeued), released nodes' instances
+        terminated. What that powers down in turn is carried out too."""
+        while self._asked:
+            asked, self._asked = self._asked, []
+            for r in asked:
+                self.store.add_request(r)
+            self._begin(now)
+            self.requests.handle_requests(TickResult())
+
+    def spot_outage(self, out: bool) -> None:
+        """EC2 has no spot capacity (`out`) or has it again."""
+        self.ec2.limit[SPOT] = 0 if out else None
 
     def interrupted(self, nodes: list[str], now: float) -> None:
         """AWS reclaims these spot nodes' instances: each warning goes on the event queue and
         the daemon's interruption pass handles what is queued."""
         self._begin(now)
         for node in nodes:
-            self.queue.put(self.ec2.reclaim(self.instance_of[node]))
+            (inst,) = self.store.active_instances([node])
+            self.queue.put(self.ec2.reclaim(inst.instance_id))
         for _ in range(len(nodes) // 10 + 1):  # (the pass reads up to ten at a time)
             self.interruptions.run(at(now))
 

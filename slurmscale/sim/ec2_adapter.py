@@ -13,7 +13,8 @@ against the real adapter on moto behind the fault-injecting proxy:
 - A placement group: created with its tags, listed by tag, deleted only once no live
   instance is in it.
 - A terminated instance stays listed (state `terminated`, with its state reason) for those who
-  ask for terminated ones; one AWS reclaims (`reclaim`) shows `Server.SpotInstanceTermination`.
+  ask for terminated ones, for an hour (as EC2 keeps it visible); one AWS reclaims
+  (`reclaim`) shows `Server.SpotInstanceTermination`.
 - Not modelled (the engine's paid capacity stands in): launches into capacity reservations or
   Capacity Blocks; ClientToken idempotency (the simulator never retries a launch; moto does
   not honour it either, so the contract cannot check it).
@@ -25,7 +26,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from slurmscale.cloud.events import EventKind, event_message
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
@@ -36,6 +37,7 @@ SPOT = "spot"
 ON_DEMAND = "on-demand"
 USER_SHUTDOWN = "Client.UserInitiatedShutdown"
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
+VISIBLE_AFTER_END = timedelta(hours=1)
 LIVE = frozenset({"pending", "running", "stopping", "stopped", "shutting-down"})
 
 
@@ -68,6 +70,7 @@ class SimEc2:
     instances: dict[str, _Instance] = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _live: dict[str, int] = field(default_factory=lambda: {SPOT: 0, ON_DEMAND: 0})
+    _ended: deque[tuple[datetime, str]] = field(default_factory=deque)  # in end order
 
     # --- launching ---------------------------------------------------------------------
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
@@ -136,6 +139,7 @@ class SimEc2:
         if inst.state in LIVE:
             self._live[inst.lifecycle] -= 1
             inst.state, inst.state_reason = "terminated", why
+            self._ended.append((self.clock(), inst.id))
 
     def _get(self, instance_id: str) -> _Instance:
         inst = self.instances.get(instance_id)
@@ -145,6 +149,9 @@ class SimEc2:
         return inst
 
     def _tagged(self, tags: dict[str, str]) -> list[_Instance]:
+        gone = self.clock() - VISIBLE_AFTER_END
+        while self._ended and self._ended[0][0] < gone:
+            del self.instances[self._ended.popleft()[1]]
         return [i for i in self.instances.values()
                 if all(i.tags.get(k) == v for k, v in tags.items())]
 

@@ -207,7 +207,7 @@ class Simulation:
                 spot.reclaim_backoff_s if spot else 180.0, paid is not None)
             self.pools = list(knobs(cfg))
             self.k, self.od = self.pools[0], self.pools[1] if self.od is not None else None
-            self.daemon = DaemonDriver(self, cfg)
+            self.daemon = DaemonDriver(self, cfg, self.paid.reserved_nodes)
         # every job is submitted to both partitions (-p spot,on-demand)
         self.also: tuple[str, ...] = (self.od.name,) if self.od is not None else ()
         self.nodes_of = {k.name: [n for n in self.nodes if n.pool == k.name] for k in self.pools}
@@ -269,8 +269,6 @@ class Simulation:
         n.paid = paid
         n.spot = self.spot is not None and n.pool == self.k.name and paid is None
         self.r.node_launches += 1
-        if self.daemon is not None:  # its instance, as the daemon's launch records it
-            self.daemon.launched(n.name, n.pool, paid is not None, now)
         if self.last_launch_batch != now:
             self.r.scale_up_actions += 1
             self.last_launch_batch = now
@@ -286,7 +284,7 @@ class Simulation:
         self.touched.add(n.name)
         self.live_count[n.pool] -= 1
         if self.daemon is not None:  # Slurm's suspend hook: the daemon terminates it
-            self.daemon.released(n.name, now)
+            self.daemon.suspend([n.name], now)
 
     # --- paid capacity -------------------------------------------------------------------
     def _in_paid(self, src: int) -> int:
@@ -403,6 +401,8 @@ class Simulation:
         src = self._paid_source(k, idx, len(new), now) if new else None
         for n in new:
             self._power_up(n, now, src)
+        if new and self.daemon is not None:  # Slurm's resume hook for the job's new nodes
+            self.daemon.resume([n.name for n in new], idx + 1, k.name, now)
         booting = [n.ready_at for n in chosen if n.state == "booting"]
         start = now if not booting else (max(booting) if self.greedy
                                           else self.sched.configured(max(booting)))
@@ -439,7 +439,7 @@ class Simulation:
         head = max(0, min(target, k.max_nodes) - self._live(k.name))
         if self.daemon is not None and head:  # the drained ones are not Slurm's to power up
             head = sum(1 for n in self.nodes_of[k.name] if n.state == "down" and not n.drain)
-        if k is self.k and now < self.spot_down_until:
+        if k is self.k and now < self.spot_down_until and self.daemon is None:
             head = 0  # spot launches fail (a storm; the other policies' reclaim backoff)
         live = [n for n in self.nodes_of[k.name]
                 if n.state != "down" and n.resv is None and not n.drain]
@@ -700,6 +700,7 @@ class Simulation:
         if self.spot is not None:
             self._interruptions(now)
         if self.daemon is not None:
+            self.daemon.spot_outage(now < self.spot_down_until)
             paid = (frozenset(n.name for n in self.nodes if n.paid is not None)
                     if self.paid.reserved_nodes or self.paid.blocks else frozenset())
             self.daemon.step(now, paid)
@@ -745,9 +746,11 @@ class Simulation:
             self.r.scale_down_actions += 1
 
     def warm_nodes(self, names: list[str], now: float) -> None:
-        for name in names:
-            if self.by_name[name].state == "down":
-                self._power_up(self.by_name[name], now)
+        up = [name for name in names if self.by_name[name].state == "down"]
+        for name in up:
+            self._power_up(self.by_name[name], now)
+        if up and self.daemon is not None:  # Slurm's resume hook, for no job
+            self.daemon.resume(up, None, self.by_name[up[0]].pool, now)
 
     def steer(self, idx: int) -> None:
         """Pending job `idx` may now run on the on-demand fallback only."""
@@ -889,6 +892,8 @@ class Simulation:
             if kind in (READY, END, BLOCK):
                 self.bf_dirty = True
             self._schedule(now)
+            if self.daemon is not None:  # what Slurm's hooks asked of the daemon
+                self.daemon.carry_out(now)
             if (not self.greedy and self.bf_dirty and self.pending and not self.bf_due
                     and self.sched.bf_interval > 0):
                 self.bf_due = True
@@ -948,6 +953,8 @@ class Simulation:
         for n in self.nodes:
             if n.state != "down":
                 self._power_down(n, now)
+        if self.daemon is not None:
+            self.daemon.carry_out(now)
         self.r.on_gpu_s = self.r.node_on_s * self.k.gpus_per_node
         self.r.gpus_per_node = self.k.gpus_per_node
 

@@ -6,19 +6,31 @@ read changes nothing until it puts it back, and the lifecycle check sees the sto
 from __future__ import annotations
 
 import bisect
+import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
-from slurmscale.lifecycles import HOLD_EDGES, INSTANCE_EDGES, InstanceState, check
+from slurmscale.lifecycles import (
+    GANG_EDGES,
+    HOLD_EDGES,
+    INSTANCE_EDGES,
+    REQUEST_EDGES,
+    InstanceState,
+    RequestStatus,
+    check,
+)
 from slurmscale.policy.model import PoolMemory
+from slurmscale.spool import SpooledRequest
 from slurmscale.store.tables import (
     Base,
     CapacityReservationRow,
+    GangRow,
     HoldRow,
     InstanceRow,
     OfferingRow,
     PreemptionRow,
+    RequestRow,
 )
 
 R = TypeVar("R", bound=Base)
@@ -30,8 +42,9 @@ def _copy(row: R) -> R:
 
 
 class MemoryStore:
-    """Implements `PassStore`. `paid`: the nodes whose instance runs in a capacity
-    reservation (the SQL store reads them from its instances; the simulator sets them)."""
+    """Implements `LaunchStore` (and so `PassStore`). `paid`: the nodes whose instance runs
+    in a capacity reservation (the SQL store reads them from its instances; the simulator
+    sets them)."""
 
     def __init__(self) -> None:
         self._memory: dict[str, PoolMemory] = {}
@@ -42,6 +55,9 @@ class MemoryStore:
         self._offerings: dict[str, OfferingRow] = {}
         self._preemptions: list[PreemptionRow] = []  # in time order
         self._preempted_at: list[float] = []
+        self._requests: dict[str, RequestRow] = {}
+        self._pending: dict[str, RequestRow] = {}  # the pending ones, in arrival order
+        self._gangs: dict[str, GangRow] = {}
         self._instances: dict[str, InstanceRow] = {}
         self._active: dict[str, str] = {}  # node -> its running instance
         self.paid: frozenset[str] = frozenset()
@@ -130,6 +146,15 @@ class MemoryStore:
         names = sorted(self._active) if nodes is None else sorted(set(nodes) & set(self._active))
         return [_copy(self._instances[self._active[n]]) for n in names]
 
+    def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]:
+        """Each node's most recently launched instance, whatever its state."""
+        out: dict[str, InstanceRow] = {}
+        want = set(nodes)
+        for r in self._instances.values():  # (in launch order)
+            if r.node in want:
+                out[r.node] = _copy(r)
+        return out
+
     def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None:
         for iid in instance_ids:
             row = self._instances.get(iid)
@@ -140,3 +165,49 @@ class MemoryStore:
                 row.state, row.terminated_at = InstanceState.TERMINATED, now
                 if self._active.get(row.node) == iid:
                     del self._active[row.node]
+
+    # --- Slurm's requests and the gangs launched for them ------------------------------
+    def add_request(self, req: SpooledRequest) -> bool:
+        if req.id in self._requests:
+            return False
+        row = RequestRow(id=req.id, kind=req.kind.value, hostlist=req.hostlist,
+                         nodes=json.dumps(list(req.nodes)), resume_file=req.resume_file,
+                         received_at=datetime.fromtimestamp(req.received_at, UTC),
+                         status=RequestStatus.PENDING.value)
+        check(REQUEST_EDGES, f"request {req.id}", None, row.status)
+        self._requests[req.id] = self._pending[req.id] = row
+        return True
+
+    def pending_requests(self) -> list[RequestRow]:
+        return [_copy(r) for r in self._pending.values()]
+
+    def finish_requests(self, ids: Iterable[str], status: str, now: datetime,
+                        error: str | None = None) -> None:
+        for rid in ids:
+            row = self._requests.get(rid)
+            if row is None:
+                continue
+            check(REQUEST_EDGES, f"request {rid}", row.status, status)
+            row.status, row.processed_at, row.error = status, now, error
+            self._pending.pop(rid, None)
+
+    def add_gang(self, row: GangRow) -> None:
+        check(GANG_EDGES, f"gang {row.id}", None, row.status)
+        self._gangs[row.id] = row
+
+    def get_gang(self, gang_id: str) -> GangRow | None:
+        row = self._gangs.get(gang_id)
+        return None if row is None else _copy(row)
+
+    def gangs(self, limit: int = 100) -> list[GangRow]:
+        """The newest first, as the SQL store lists them."""
+        return [_copy(g) for g in list(self._gangs.values())[::-1][:limit]]
+
+    def update_gang(self, gang_id: str, **values: object) -> None:
+        row = self._gangs.get(gang_id)
+        if row is None:
+            return
+        if "status" in values:
+            check(GANG_EDGES, f"gang {gang_id}", row.status, str(values["status"]))
+        for k, v in values.items():
+            setattr(row, k, v)

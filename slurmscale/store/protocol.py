@@ -1,22 +1,25 @@
 """What the capacity and interruption passes (policy, holds, capacity backoff, evacuating an
-interrupted node) need of a store.
+interrupted node) and the launch path need of a store.
 
 The daemon gives them the SQL store; the simulator gives them `MemoryStore`, so it runs the
 daemon's own passes without a database. Both refuse an illegal hold transition."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
 from slurmscale.policy.model import PoolMemory
+from slurmscale.spool import SpooledRequest
 from slurmscale.store.tables import (
     CapacityReservationRow,
+    GangRow,
     HoldRow,
     InstanceRow,
     OfferingRow,
     PreemptionRow,
+    RequestRow,
 )
 
 
@@ -53,3 +56,27 @@ class PassStore(Protocol):
     def instance(self, instance_id: str) -> InstanceRow | None: ...
 
     def active_instances(self, nodes: Iterable[str] | None = None) -> list[InstanceRow]: ...
+
+
+class LaunchStore(PassStore, Protocol):
+    """What carrying out Slurm's requests needs besides (`daemon/requests.py`, `launch.py`):
+    the requests themselves, gangs, and the instances launched and terminated."""
+
+    def add_request(self, req: SpooledRequest) -> bool: ...
+
+    def pending_requests(self) -> list[RequestRow]: ...
+
+    def finish_requests(self, ids: Iterable[str], status: str, now: datetime,
+                        error: str | None = None) -> None: ...
+
+    def add_gang(self, row: GangRow) -> None: ...
+
+    def get_gang(self, gang_id: str) -> GangRow | None: ...
+
+    def update_gang(self, gang_id: str, **values: object) -> None: ...
+
+    def add_instances(self, rows: Sequence[InstanceRow]) -> None: ...
+
+    def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None: ...
+
+    def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]: ...

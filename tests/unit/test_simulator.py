@@ -180,7 +180,7 @@ def test_interruptions_are_seeded_and_repeated_preemption_steers_to_on_demand() 
 def test_a_storm_reaches_the_daemons_interruption_pass_through_the_simulated_ec2() -> None:
     """The warnings go on the event queue about the nodes' instances; the daemon's own pass
     evacuates each node (drain, requeue, preemption record, power down) and undrains it once
-    powered down; the instances end as EC2 ends a reclaimed one."""
+    powered down; the instances recorded for those nodes end."""
     knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=8)
     spot = SpotModel(on_demand_nodes=8, storm_at_s=3600.0, storm_fraction=0.5,
                      storm_outage_s=3600.0)
@@ -193,10 +193,33 @@ def test_a_storm_reaches_the_daemons_interruption_pass_through_the_simulated_ec2
     assert not d.queue.messages
     rows = d.store.preemptions()
     assert len(rows) == r.requeues  # one per job requeued (a gang once, whichever node)
-    reclaimed = {i.instance_id for i in d.ec2.find({}, include_terminated=True)
-                 if i.state_reason == "Server.SpotInstanceTermination"}
-    assert {p.instance_id for p in rows} <= reclaimed and len(reclaimed) == 4
+    for p in rows:  # the instances the daemon recorded for those nodes, ended
+        inst = d.store.instance(p.instance_id)
+        assert inst is not None and inst.node == p.node and inst.state == "terminated"
     assert all(p.lifecycle == "spot" and p.kind == "EC2 Spot Instance Interruption Warning"
                for p in rows)
     assert not any(n.drain for n in sim.nodes)  # returned once powered down
     assert d.store.active_instances() == [] and d.ec2.find({}) == []  # all ended at the end
+
+
+def test_a_spot_outage_reaches_the_daemons_launcher_as_ec2s_capacity_error() -> None:
+    """During the outage EC2 answers a spot fleet with InsufficientInstanceCapacity: the
+    daemon's launcher rolls the gang back and powers its nodes down (Slurm requeues the job),
+    its capacity backoff holds the spot pool out, and the job runs on on-demand; nothing is
+    lost and no instance is left running."""
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=8)
+    spot = SpotModel(on_demand_nodes=8, storm_at_s=3600.0, storm_fraction=0.5,
+                     storm_outage_s=3600.0)
+    late = [TraceJob("late", 3600.0 + 600.0, 3600.0, 16, 2)]  # after the reclaim backoff
+    sim = Simulation(_storm_jobs() + late, builtin_policy("slurmscale", knobs),
+                     SimCloud(spot_price_per_node_hour=40.0), spot)
+    r = sim.run()
+    d = sim.daemon
+    assert d is not None
+    assert d.events.get("launch_failed", 0) >= 1 and d.events.get("launched", 0) >= 3
+    failed = [g for g in d.store.gangs() if g.status == "failed"]
+    assert failed and {g.error_code for g in failed} == {"InsufficientInstanceCapacity"}
+    assert r.jobs_failed == 0 and len(r.waits) == 8
+    late_start = next(s for s, j in r.gang_starts if j == "late")
+    assert late_start > 3600.0 + 600.0 + 120.0  # requeued once: Slurm's delay, then on-demand
+    assert d.ec2.find({}) == [] and d.store.active_instances() == []
