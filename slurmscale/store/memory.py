@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from sqlalchemy.orm.base import manager_of_class
+
 from slurmscale.lifecycles import (
     GANG_EDGES,
     HOLD_EDGES,
@@ -37,8 +39,12 @@ R = TypeVar("R", bound=Base)
 
 
 def _copy(row: R) -> R:
-    cols = type(row).__table__.columns  # type: ignore[attr-defined]
-    return type(row)(**{c.key: getattr(row, c.key) for c in cols})
+    """A new transient row with `row`'s values, made as the ORM makes the rows it loads
+    (values put in place, not set one by one through the attribute events: a read is on the
+    simulator's every pass)."""
+    new: R = manager_of_class(type(row)).new_instance()
+    new.__dict__.update({k: v for k, v in row.__dict__.items() if k != "_sa_instance_state"})
+    return new
 
 
 class MemoryStore:
