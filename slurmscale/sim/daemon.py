@@ -1,18 +1,18 @@
-"""The daemon inside the simulator: its own capacity passes on the simulated Slurm.
+"""The daemon inside the simulator: its own passes on the simulated Slurm and EC2.
 
 A slurmscale policy in `simulate` is not a model of the daemon: `DaemonDriver` builds the
-config the daemon would be given for the simulated pools, and every policy tick runs what the
-daemon's reconcile pass runs for capacity — the capacity backoff's upkeep (pools held out after
-an insufficient-capacity error or a reclaim), then `CapacityPass` (reservations for starving
-gangs, pool sizes, scale-down, spot fallback rewrites) — against `SimSlurm` and a
-`MemoryStore`. A spot interruption is AWS's warning on the event queue (`SimQueue`), about
-the node's instance in the simulated EC2 (`SimEc2`): the daemon's `InterruptionPass` acts on
-it — capacity backoff, drain, requeue, preemption records, a job that lost too many runs
-moved to on-demand, power down — and undrains the node once it is down, as in production.
-Each node Slurm powers up gets its instance from `SimEc2` and recorded as a launch records it;
-each node powered down has it terminated, as the suspend hook does. What stays the engine's:
-when a node is ready (the boot delay), and that a launch succeeds (the daemon's gang launcher,
-its fleets and capacity errors are not run here; a spot outage is the engine's).
+config the daemon would be given for the simulated pools and runs the daemon's passes against
+`SimSlurm`, `SimEc2`, `SimQueue` and a `MemoryStore`:
+- every policy tick, what the reconcile pass runs for capacity: nodes back from an
+  interruption undrained, the capacity backoff's upkeep, then `CapacityPass` (reservations for
+  starving gangs, pool sizes, scale-down, the on-demand buffer);
+- what Slurm's hooks ask, at the end of the event that made Slurm ask (a hook wakes the daemon
+  at once): `RequestPass` plans the resume requests into gangs and `GangLauncher` launches
+  each all or nothing on `SimEc2` (a spot outage is EC2's capacity error: rolled back, nodes
+  powered down, job requeued, pool in backoff); a suspend terminates the node's instances;
+- a spot interruption: AWS's warning on the queue, acted on by `InterruptionPass`.
+What stays the engine's: Slurm's scheduling, when a node is ready (the boot delay), when
+interruptions come, and which nodes run in paid capacity.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | 
     extra: dict[str, object] = {}
     if paid:  # an idle node in paid capacity is kept (capacity_reservations.release_idle);
         # which nodes are in paid capacity is the engine's model (preference none: the
-        # launcher does not route into a reservation the simulated EC2 does not hold)
+        # simulated EC2 reports the reservation but does not launch into it)
         extra["capacity_reservations"] = CapacityReservations(
             ids=["cr-0000000000000000"], launch_template_version="2", release_idle=False,
             preference=ReservationPreference.NONE)
