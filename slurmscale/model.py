@@ -52,6 +52,21 @@ class QueueJob(NamedTuple):
     start_time: str = ""  # running jobs: when they started (after their nodes booted)
 
 
+class JobPriority(NamedTuple):
+    """One pending job's priority in one of its partitions, broken into its weighted factors
+    as `sprio` prints them (each already multiplied by its PriorityWeight*): what decides its
+    place in the queue, and which factor will move it."""
+
+    job_id: str
+    partition: str
+    priority: float
+    age: float
+    fairshare: float
+    job_size: float
+    partition_factor: float
+    qos: float
+
+
 @dataclass(frozen=True)
 class SlurmReservation:
     """One reservation as `scontrol show res -o` reports it."""

@@ -59,8 +59,8 @@ from slurmscale.sim.slurm_model import (
     NodePlan,
     SchedulerKind,
     SlurmModel,
+    factors,
     gang_start,
-    priority,
     size_share,
 )
 from slurmscale.sim.trace import TraceJob
@@ -246,6 +246,7 @@ class Simulation:
         self.steered: set[int] = set()  # preempted max_preemptions times: on-demand only
         # Slurm's priorities (slurm model): per pending job, recomputed every calc period
         self.prio: dict[int, float] = {}
+        self.factors: dict[int, tuple[float, float, float]] = {}  # age, size, fair-share
         self.fairshare = FairShare(self.sched.priority_decay_half_life)
         self.next_calc = 0.0
         self.order: list[int] | None = None  # pending jobs by priority (None: to sort)
@@ -427,6 +428,7 @@ class Simulation:
         del self.pending_views[idx]
         self.eligible_at.pop(idx, None)
         self.prio.pop(idx, None)
+        self.factors.pop(idx, None)
         self.order = None
         return len(new)
 
@@ -540,14 +542,23 @@ class Simulation:
         self.bf_dirty = True  # a new order may let backfill start other jobs
 
     def _priority(self, idx: int, now: float) -> float:
+        """Job `idx`'s priority now (its weighted factors kept for `sprio`)."""
         job = self.jobs[idx]
         if job.priority is not None:
+            self.factors.pop(idx, None)
             return job.priority
         m = self.sched
         fs = self.fairshare.factor(job.user) if m.priority_weight_fairshare else 0.0
         size = size_share(job.nodes, job.gpus_per_node(self.k.gpus_per_node) * job.nodes,
                           self.cluster_nodes, self.k.gpus_per_node)
-        return priority(m, now - self.eligible_at.get(idx, job.submit_s), size, fs)
+        f = self.factors[idx] = factors(m, now - self.eligible_at.get(idx, job.submit_s),
+                                        size, fs)
+        return sum(f)
+
+    def priority_factors(self, idx: int) -> tuple[float, float, float]:
+        """Pending job `idx`'s weighted age, job size and fair-share factors as of Slurm's
+        last priority calculation (none: a trace-given priority, or the greedy model)."""
+        return self.factors.get(idx, (0.0, 0.0, 0.0))
 
     def _queue(self, idx: int, now: float) -> None:
         """A job enters the queue (submitted or requeued): Slurm gives it a priority now."""

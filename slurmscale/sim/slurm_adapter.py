@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from slurmscale.hostlists import compress
-from slurmscale.model import QueueJob, SlurmNode, SlurmReservation
+from slurmscale.model import JobPriority, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.trace import TraceJob
 from slurmscale.slurm.protocol import SlurmError
@@ -60,6 +60,8 @@ class SimModel(Protocol):
     bf_dirty: bool
 
     def queue_priority(self, idx: int) -> int: ...
+
+    def priority_factors(self, idx: int) -> tuple[float, float, float]: ...
 
     def partitions(self, idx: int) -> tuple[str, ...]: ...
 
@@ -192,6 +194,22 @@ class SimSlurm:
 
     def ended_jobs(self) -> list[QueueJob]:
         return []
+
+    def priorities(self) -> list[JobPriority]:
+        """`sprio` for the pending jobs: one line per job and partition, the Slurm model's
+        weighted factors (the greedy model has none: its order is the submit order). As
+        Slurm's, it leaves out a job waiting for its BeginTime (a requeued one, here)."""
+        sim = self.sim
+        out = []
+        for idx in sim.pending:
+            if sim.eligible_at.get(idx, 0.0) > self.now:
+                continue
+            age, size, fairshare = sim.priority_factors(idx)
+            prio = float(sim.queue_priority(idx))
+            job_id = sim.jobs[idx].job_id
+            out += [JobPriority(job_id, p, prio, age, fairshare, size, 0.0, 0.0)
+                    for p in sim.partitions(idx)]
+        return out
 
     def jobs_on_node(self, node: str) -> list[str]:
         return [self.sim.jobs[i].job_id for i, placed in self.sim.placed.items()

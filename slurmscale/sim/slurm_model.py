@@ -157,14 +157,20 @@ class FairShare:
         return 2.0 ** (-(self.usage.get(user, 0.0) / total) / shares)
 
 
-def priority(m: SlurmModel, age_s: float, size: float, fairshare: float) -> float:
-    """priority/multifactor's sum (QOS, partition and TRES weights are 0 here); `size` from
-    size_share()."""
+def factors(m: SlurmModel, age_s: float, size: float, fairshare: float
+            ) -> tuple[float, float, float]:
+    """priority/multifactor's weighted factors as `sprio` prints them: age, job size,
+    fair-share (QOS, partition and TRES weights are 0 here); `size` from size_share()."""
     age = min(1.0, max(0.0, age_s) / m.priority_max_age) if m.priority_max_age > 0 else 1.0
     if m.priority_favor_small:
         size = 1.0 - size
-    return (m.priority_weight_age * age + m.priority_weight_job_size * size
-            + m.priority_weight_fairshare * fairshare)
+    return (m.priority_weight_age * age, m.priority_weight_job_size * size,
+            m.priority_weight_fairshare * fairshare)
+
+
+def priority(m: SlurmModel, age_s: float, size: float, fairshare: float) -> float:
+    """priority/multifactor's sum of the weighted factors."""
+    return sum(factors(m, age_s, size, fairshare))
 
 
 def size_share(nodes: int, gpus: int, cluster_nodes: int, gpus_per_node: int) -> float:

@@ -16,11 +16,13 @@ from pathlib import Path
 
 from slurmscale.config import SlurmSettings
 from slurmscale.hostlists import compress
-from slurmscale.model import QueueJob, SlurmNode, SlurmReservation
+from slurmscale.model import JobPriority, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.slurm.kv import (
+    SPRIO_FORMAT,
     SQUEUE_FORMAT,
     parse_oneliner,
     parse_reservations,
+    parse_sprio,
     parse_squeue_fixed,
 )
 from slurmscale.slurm.protocol import SlurmError
@@ -189,6 +191,10 @@ class SlurmCLI:
         # Slurm keeps an ended job for MinJobAge (300 s by default): a job that started and
         # ended between two passes is found here. Those that never got nodes are left out.
         return [j for j in self._jobs(ENDED_STATES) if j.nodelist and j.start_time]
+
+    def priorities(self) -> list[JobPriority]:
+        """The pending jobs' priorities and their weighted factors (`sprio`, fixed fields)."""
+        return parse_sprio(self.run("sprio", "-h", "-o", SPRIO_FORMAT))
 
     def job(self, job_id: int | str) -> dict[str, str]:
         out = self.scontrol("show", "job", "-o", str(job_id))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 
 from slurmscale.hostlists import HostlistError, expand
-from slurmscale.model import QueueJob, SlurmReservation
+from slurmscale.model import JobPriority, QueueJob, SlurmReservation
 
 log = logging.getLogger(__name__)
 
@@ -124,3 +125,33 @@ def parse_squeue_fixed(text: str) -> list[QueueJob]:
     if skipped:
         log.warning("squeue: %d line(s) slurmscale cannot read skipped", skipped)
     return jobs
+
+
+# sprio: job id, partition, then the priority and its weighted factors (age, fair-share, job
+# size, partition, QOS), each field ended by '|' so a value never runs into the next
+SPRIO_FORMAT = "%i|%r|%Y|%A|%F|%J|%P|%Q|"
+
+
+def parse_sprio(text: str) -> list[JobPriority]:
+    """Parse `sprio -h -o <SPRIO_FORMAT>`: one line per pending job and partition. A line
+    slurmscale cannot read is skipped with a warning, never the whole read."""
+    out: list[JobPriority] = []
+    skipped = 0
+    for line in text.splitlines():
+        f = [p.strip() for p in line.split("|")]
+        if len(f) < 8:
+            if line.strip():
+                skipped += 1
+            continue
+        try:
+            values = [float(v) for v in f[2:8]]
+        except ValueError:
+            skipped += 1
+            continue
+        if not all(math.isfinite(v) for v in values):
+            skipped += 1
+            continue
+        out.append(JobPriority(f[0], f[1], *values))
+    if skipped:
+        log.warning("sprio: %d line(s) slurmscale cannot read skipped", skipped)
+    return out

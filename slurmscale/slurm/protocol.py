@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from slurmscale.model import QueueJob, SlurmNode, SlurmReservation
+from slurmscale.model import JobPriority, QueueJob, SlurmNode, SlurmReservation
 
 
 class SlurmError(RuntimeError):
@@ -61,5 +61,7 @@ class SlurmClient(Protocol):
     def active_jobs(self) -> list[QueueJob]: ...
 
     def ended_jobs(self) -> list[QueueJob]: ...
+
+    def priorities(self) -> list[JobPriority]: ...
 
     def job(self, job_id: int | str) -> dict[str, str]: ...

@@ -10,6 +10,7 @@ from slurmscale.config import Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import (
     CapacityReservation,
+    JobPriority,
     LaunchedInstance,
     LaunchResult,
     QueueJob,
@@ -278,6 +279,11 @@ class FakeSlurm:
             raise SlurmError(["squeue"], 1, "slurm_load_jobs error")
         return [j for j in self.queue if j.state not in {"PENDING", "CONFIGURING", "RUNNING"}
                 and j.nodelist and j.start_time]
+
+    def priorities(self) -> list[JobPriority]:
+        """sprio: the pending jobs' priorities (no factors known here)."""
+        return [JobPriority(j.job_id, p, float(j.priority), 0.0, 0.0, 0.0, 0.0, 0.0)
+                for j in self.queue if j.state == "PENDING" for p in j.partitions]
 
     def job(self, job_id: int | str) -> dict[str, str]:
         return next(({"JobId": j.job_id, "JobState": j.state} for j in self.queue

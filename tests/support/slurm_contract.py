@@ -8,11 +8,12 @@ delete a hold's reservation) and what the next read must show.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import pytest
 
+from slurmscale.model import JobPriority
 from slurmscale.policy.model import NodeState
 from slurmscale.policy.observe import node_state, slurm_time
 from slurmscale.slurm import reasons
@@ -94,3 +95,23 @@ def check_contract(h: Harness, refresh: Callable[[], None] = lambda: None) -> No
     assert name not in {r.name for r in s.reservations()}
     with pytest.raises(SlurmError):
         s.delete_reservation(name)
+
+
+def check_priorities(s: SlurmClient, eligible: Mapping[str, tuple[str, ...]],
+                     not_listed: Collection[str]) -> None:
+    """`sprio` as the daemon reads it: each eligible pending job once per partition it may run
+    in, with the priority squeue shows, its weighted factors summing to it (sprio prints whole
+    numbers); a job waiting for its BeginTime (or held) not at all."""
+    by_job: dict[str, list[JobPriority]] = {}
+    for r in s.priorities():
+        by_job.setdefault(r.job_id, []).append(r)
+    queue = {j.job_id: j for j in s.pending_jobs()}
+    for job, parts in eligible.items():
+        got = by_job.get(job, [])
+        assert sorted(r.partition for r in got) == sorted(parts), (job, got)
+        for r in got:
+            assert r.priority == queue[job].priority >= 1, (r, queue[job])
+            assert abs(r.age + r.fairshare + r.job_size + r.partition_factor + r.qos
+                       - r.priority) <= 1, r
+        assert any(r.job_size > 0 for r in got), got  # the job size weight is set
+    assert not set(by_job) & set(not_listed), by_job

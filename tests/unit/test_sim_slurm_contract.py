@@ -8,7 +8,7 @@ from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.engine import SimCloud, Simulation
 from slurmscale.sim.policies import builtin_policy
 from slurmscale.sim.trace import TraceJob
-from tests.support.slurm_contract import Harness, check_contract
+from tests.support.slurm_contract import Harness, check_contract, check_priorities
 
 
 def test_the_simulated_slurm_keeps_the_slurm_contract() -> None:
@@ -19,3 +19,17 @@ def test_the_simulated_slurm_keeps_the_slurm_contract() -> None:
     slurm = sim.daemon.slurm
     slurm.begin_pass(0.0)
     check_contract(Harness(slurm, ("n-1", "n-2"), "gpu", "7", "ana"))
+
+
+def test_the_simulated_slurm_lists_priority_factors_as_sprio_does() -> None:
+    jobs = [TraceJob("gang", 0.0, 600.0, 16, 2, user="ana"),
+            TraceJob("one", 0.0, 600.0, 8, 1, user="bo"),
+            TraceJob("later", 0.0, 600.0, 8, 1, user="bo")]
+    sim = Simulation(jobs, builtin_policy("slurmscale", PoolKnobs("gpu", 8, 4)), SimCloud())
+    assert sim.daemon is not None
+    for i in range(3):
+        sim.submit(i, 0.0)
+    sim.eligible_at[2] = 3600.0  # requeued: waits for its BeginTime
+    slurm = sim.daemon.slurm
+    slurm.begin_pass(0.0)
+    check_priorities(slurm, {"gang": ("gpu",), "one": ("gpu",)}, {"later"})
