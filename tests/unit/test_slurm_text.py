@@ -3,6 +3,7 @@ from slurmscale.slurm.kv import (
     gpus_from_tres,
     parse_oneliner,
     parse_reservations,
+    parse_sprio,
     parse_squeue_fixed,
     parse_time_limit,
 )
@@ -74,3 +75,15 @@ def test_one_line_slurmscale_cannot_read_is_skipped_not_the_whole_read() -> None
            "ReservationName=mine StartTime=2026-11-29T12:43:11 EndTime=2026-11-29T12:53:11 "
            "Nodes=g-[1-2] Users=root\n")
     assert [r.name for r in parse_reservations(res)] == ["mine"]
+
+
+def test_sprio_fixed_fields_and_a_line_it_cannot_read() -> None:
+    """As Slurm 22.05 prints `sprio -h -o SPRIO_FORMAT` (whole numbers, no padding)."""
+    text = ("1|gpu-spot|150|0|0|150|0|0|\n3|gpu-spot|75|0|0|75|0|0|\n"
+            "3|gpu-od|75|0|0|75|0|0|\n7|gpu-od|nan|0|0|75|0|0|\n8|gpu|12|\n"
+            "9|gpu|1e400|0|0|0|0|0|\n")
+    rows = parse_sprio(text)
+    assert [(r.job_id, r.partition, r.priority, r.job_size) for r in rows] == [
+        ("1", "gpu-spot", 150.0, 150.0), ("3", "gpu-spot", 75.0, 75.0),
+        ("3", "gpu-od", 75.0, 75.0)]
+    assert parse_sprio("") == []
