@@ -137,21 +137,22 @@ def parse_sprio(text: str) -> list[JobPriority]:
     slurmscale cannot read is skipped with a warning, never the whole read."""
     out: list[JobPriority] = []
     skipped = 0
+    finite = math.isfinite
     for line in text.splitlines():
-        f = [p.strip() for p in line.split("|")]
+        f = line.split("|")  # (no width given: nothing padded; float() allows blanks anyway)
         if len(f) < 8:
             if line.strip():
                 skipped += 1
             continue
         try:
-            values = [float(v) for v in f[2:8]]
+            prio, age, fs, size, part, qos = map(float, f[2:8])
         except ValueError:
             skipped += 1
             continue
-        if not all(math.isfinite(v) for v in values):
+        if not finite(prio + age + fs + size + part + qos):  # (one inf or nan makes it so)
             skipped += 1
             continue
-        out.append(JobPriority(f[0], f[1], *values))
+        out.append(JobPriority(f[0], f[1], prio, age, fs, size, part, qos))
     if skipped:
         log.warning("sprio: %d line(s) slurmscale cannot read skipped", skipped)
     return out

@@ -1,6 +1,8 @@
 """Benchmark: one observe pass (the daemon's per-tick queue read: fixed-field `squeue` + parse
 + snapshot) at 30,000 pending jobs on a real local Slurm, against `squeue --json` + json.load
-on the same queue, measured in the same run.
+on the same queue, measured in the same run; then the priority read (`sprio`, fixed fields +
+parse) on the same 30,000 jobs made eligible (released, their nodes drained: sprio lists no
+held job), next to the squeue read again.
 
     sudo .venv/bin/python -m tests.benchmarks.observe_queue [JOBS]
 
@@ -37,7 +39,7 @@ def worker(kind: str, cfg_path: str, mode: str) -> None:
     from slurmscale.config import load_config
     from slurmscale.policy.observe import build_snapshot
     from slurmscale.slurm.cli_backend import SlurmCLI
-    from slurmscale.slurm.kv import parse_squeue_fixed
+    from slurmscale.slurm.kv import SPRIO_FORMAT, parse_sprio, parse_squeue_fixed
 
     cfg = load_config(cfg_path)
     cli = SlurmCLI(cfg.slurm)
@@ -51,6 +53,11 @@ def worker(kind: str, cfg_path: str, mode: str) -> None:
         t_parse = time.perf_counter() - t0
         snap = build_snapshot(cfg, [], jobs, time.time())
         n = len(snap.jobs)
+    elif kind == "sprio":
+        out = cli.run("sprio", "-h", "-o", SPRIO_FORMAT)
+        t_cmd = time.perf_counter() - t0
+        n = len({p.job_id for p in parse_sprio(out)})
+        t_parse = time.perf_counter() - t0
     else:
         out = cli.run("squeue", "--json")
         t_cmd = time.perf_counter() - t0
@@ -104,10 +111,18 @@ def main() -> None:
         print(f"submitted {n_jobs:,} held jobs in {time.monotonic() - t0:.0f}s")
         text = measure("text", c.cfg_path)
         js = measure("json", c.cfg_path)
+        # sprio lists eligible pending jobs only: drain the nodes, then release the holds
+        c.slurm("scontrol", "update", "nodename=g-[1-4]", "state=drain", "reason=benchmark")
+        ids = c.slurm("squeue", "-h", "-t", "PD", "-o", "%i", timeout=120).split()
+        for i in range(0, len(ids), 2000):
+            c.slurm("scontrol", "release", ",".join(ids[i:i + 2000]), timeout=300)
+        prio = measure("sprio", c.cfg_path)
+        text_eligible = measure("text", c.cfg_path)
     finally:
         c.stop()
         shutil.rmtree(root, ignore_errors=True)
-    assert text["jobs"] == js["jobs"] == n_jobs, (text, js)
+    assert text["jobs"] == js["jobs"] == prio["jobs"] == text_eligible["jobs"] == n_jobs, (
+        text, js, prio, text_eligible)
     print(f"observe pass at {n_jobs:,} pending jobs (Slurm 22.05, median of {REPEAT}; memory = "
           "peak RSS of the Slurm command + peak Python heap of the parse)")
     for name, r in (("slurmscale (squeue -O fixed fields)", text), ("squeue --json", js)):
@@ -117,6 +132,11 @@ def main() -> None:
           f"{(js['cmd_mb'] + js['py_mb']) / (text['cmd_mb'] + text['py_mb']):.1f}x memory")
     ok = text["parse_s"] < 0.5 and text["cmd_mb"] + text["py_mb"] < 100
     print(f"  target (read + parse) < 0.5 s and < 100 MB: {'OK' if ok else 'OVER'}")
+    print(f"the same {prio['jobs']:,} jobs eligible (released, nodes drained):")
+    for name, r in (("sprio -o fixed fields", prio), ("squeue -O fixed fields", text_eligible)):
+        print(f"  {name:<38} read+parse {r['parse_s']:5.2f} s (command {r['cmd_s']:.2f} s)"
+              f"  {r['cmd_mb']:5.0f} MB + {r['py_mb']:4.0f} MB")
+    print(f"  ratio sprio / squeue: {prio['parse_s'] / text_eligible['parse_s']:.1f}x time")
 
 
 if __name__ == "__main__":
