@@ -48,7 +48,11 @@ def test_a_storm_requeues_onto_the_warm_on_demand_buffer(make_cluster) -> None: 
         pools=[PoolSpec("gpu-spot", "spot-", 6, fallback_pool="gpu-od",
                         spot={"on_demand_buffer": 0.5}),
                PoolSpec("gpu-od", "od-", 3, capacity_type="on-demand")],
-        cred_expire=10)  # requeued jobs may start again 10 s later
+        cred_expire=10,  # requeued jobs may start again 10 s later
+        # Slurm's SuspendTime (the backstop) powers down a node idle that long, the buffer's
+        # warm nodes too: the cluster's default 30 s raced the requeued jobs' restart on a
+        # loaded machine (a warm node went 36 s idle, was suspended, and re-warmed by a launch)
+        suspend_time=300)
     jobs = [c.sbatch(*BOTH, "--wrap", "sleep 60") for _ in range(6)]
     for j in jobs:
         c.wait_job(j, {"RUNNING"}, 150)
