@@ -48,31 +48,6 @@ SPOT_RECLAIM = "Server.SpotInstanceTermination"
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
 
-def steer(cfg: Config, store: PassStore, slurm: SlurmClient, event: Event, job: str,
-          pool_name: str, node: str) -> None:
-    """After `max_preemptions` (the preemptions recorded for it) a requeued job runs on its
-    pool's on-demand fallback only. The interruption pass calls it for each job it requeued;
-    the simulator, for each it requeued off an interrupted node."""
-    try:
-        pool = cfg.pool(pool_name)
-    except KeyError:
-        return
-    if pool.fallback_pool is None:
-        return
-    times = len(store.preemptions(job))
-    if times < pool.spot.max_preemptions:
-        return
-    partition = cfg.pool(pool.fallback_pool).partition
-    try:
-        slurm.set_job_partitions(job, [partition])
-    except SlurmError as e:
-        event("steer_failed", f"job {job}: cannot move it to {partition}: {e}", node=node)
-        return
-    event("job_steered", f"job {job} preempted {times} time(s) (max_preemptions "
-          f"{pool.spot.max_preemptions} in {pool.name}): now runs on partition {partition} "
-          "only", node=node)
-
-
 class InterruptionPass:
     def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, queue: EventQueue | None,
                  event: Event, backoff: CapacityBackoff | None = None) -> None:
@@ -229,7 +204,27 @@ class InterruptionPass:
             return False
 
     def _steer(self, job: str, pool_name: str, node: str) -> None:
-        steer(self.cfg, self.store, self.slurm, self.event, job, pool_name, node)
+        """After `max_preemptions` (the preemptions recorded for it) a requeued job runs on
+        its pool's on-demand fallback only."""
+        try:
+            pool = self.cfg.pool(pool_name)
+        except KeyError:
+            return
+        if pool.fallback_pool is None:
+            return
+        times = len(self.store.preemptions(job))
+        if times < pool.spot.max_preemptions:
+            return
+        partition = self.cfg.pool(pool.fallback_pool).partition
+        try:
+            self.slurm.set_job_partitions(job, [partition])
+        except SlurmError as e:
+            self.event("steer_failed", f"job {job}: cannot move it to {partition}: {e}",
+                       node=node)
+            return
+        self.event("job_steered", f"job {job} preempted {times} time(s) (max_preemptions "
+                   f"{pool.spot.max_preemptions} in {pool.name}): now runs on partition "
+                   f"{partition} only", node=node)
 
     def return_powered_down_nodes(self, nodes: list[SlurmNode]) -> None:
         """Undrain nodes slurmscale drained for an interruption once they are powered down

@@ -813,9 +813,7 @@ class Simulation:
         instance gone, spot launches held back for the reclaim backoff."""
         assert self.spot is not None
         self.spot_down_until = max(self.spot_down_until, now + self.spot.reclaim_backoff_s)
-        for idx in [i for i, placed in self.placed.items() if any(m is n for m, _ in placed)]:
-            self.requeue_job(idx, now)
-        self._power_down(n, now)
+        self.release_nodes([n.name], now, force=True)
 
     def requeue_job(self, idx: int, now: float) -> None:
         """Slurm requeues a running job (all its nodes): pending again, eligible after the
