@@ -27,7 +27,7 @@ from pathlib import Path
 
 from slurmscale.config import CapacityType, Config
 from slurmscale.hostlists import expand
-from slurmscale.slurm.kv import parse_oneliner
+from slurmscale.slurm.kv import parse_oneliner, parse_show_config
 
 HOOKS = {"ResumeProgram": "slurmscale-resume", "SuspendProgram": "slurmscale-suspend",
          "ResumeFailProgram": "slurmscale-resume-fail"}
@@ -59,15 +59,6 @@ class User:
     name: str
     uid: int
     gids: frozenset[int]
-
-
-def parse_show_config(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            out[key.strip()] = value.strip()
-    return out
 
 
 def seconds(value: str) -> int | None:

@@ -7,14 +7,25 @@ import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from slurmscale import __version__
-from slurmscale.cli_common import _db_url, _load, _open_store, _parse_since, _store, _table
+from slurmscale.cli_common import (
+    _db_url,
+    _load,
+    _open_store,
+    _parse_since,
+    _store,
+    _table,
+    gang_json,
+)
 from slurmscale.config import Config
 from slurmscale.model import RequestKind
+
+if TYPE_CHECKING:
+    from slurmscale.policy.reservations import HoldPlan
 
 log = logging.getLogger("slurmscale")
 
@@ -236,7 +247,15 @@ def plan(ctx: click.Context, as_json: bool) -> None:
     "reservations": [{"kind": create|extend|attach|release, "name", "pool", "job_id",
     "reason", "nodes": [...]}], "partition_rewrites": [{"job_id", "pool", "partitions": [...],
     "reason"}], "blocks": [{"pool", "open", "reason", "closed_from", "closed_until",
-    "next_start", "jobs": [{"job_id", "reason"}]}]}
+    "next_start", "jobs": [{"job_id", "reason"}]}], "gangs": [GANG]}
+
+    GANG (each pending multi-node job): {"job_id", "pool", "partition", "nodes", "waited_s",
+    "priority", "ahead" (pending jobs Slurm ranks above it), "overtaken_by" (of those,
+    submitted after it), "factors": {"age", "fairshare", "job_size", "partition", "qos"} or
+    null (sprio does not list it), "expected_start" (backfill's plan, unix s, or null),
+    "age_lift" (when its age factor alone ranks it above the jobs that overtook it, unix s,
+    or null: never), "age_lift_note", "hold" (what the reservation planner decided for it
+    this pass, or null: not considered)}
     """
     import time as _time
 
@@ -250,7 +269,7 @@ def plan(ctx: click.Context, as_json: bool) -> None:
     # plan it would carry out.
     store = _store(cfg)
     try:
-        pp = current_plan(cfg, slurm, store, _time.time())
+        pp = current_plan(cfg, slurm, store, _time.time(), standings=True)
     except SlurmError as e:
         click.echo(f"slurmscale: cannot read Slurm: {e}", err=True)
         sys.exit(1)
@@ -272,6 +291,7 @@ def plan(ctx: click.Context, as_json: bool) -> None:
         "partition_rewrites": [{"job_id": r.job_id, "pool": r.pool,
                                 "partitions": list(r.partitions), "reason": r.reason}
                                for r in pp.rewrites],
+        "gangs": [gang_json(s, _hold_said(s.job_id, pp.holds)) for s in pp.standings],
         "blocks": [{"pool": b.pool, "open": b.plan.is_open, "reason": b.plan.reason,
                     "closed_from": b.plan.closed_from, "closed_until": b.plan.closed_until,
                     "next_start": b.plan.next.start if b.plan.next else None,
@@ -296,10 +316,39 @@ def plan(ctx: click.Context, as_json: bool) -> None:
     for w in data["partition_rewrites"]:
         click.echo(f"partition    job {w['job_id']} -> {','.join(w['partitions'])}: "
                    f"{w['reason']}")
+    if data["gangs"]:
+        click.echo()
+        click.echo(_table([_gang_row(g, p.now) for g in data["gangs"]],
+                          ["job_id", "pool", "nodes", "waited_s", "priority", "ahead",
+                           "overtaken_by", FACTORS, "expected_start", "age_lift"]))
+        for g in data["gangs"]:
+            click.echo(f"gang         job {g['job_id']}: {g['age_lift_note']}"
+                       + (f"; hold: {g['hold']}" if g["hold"] else ""))
     for b in data["blocks"]:
         click.echo(f"block        {b['pool']:<12} {b['reason']}")
         for j in b["jobs"]:
             click.echo(f"             job {j['job_id']}: {j['reason']}")
+
+
+def _hold_said(job_id: str, holds: HoldPlan) -> str | None:
+    """What the reservation planner decided for a job this pass (None: not considered)."""
+    return next((x.reason for x in holds.skipped if x.job_id == job_id), None) or next(
+        (a.reason for a in holds.actions if a.job_id == job_id), None)
+
+
+FACTORS = "age/fs/size/part/qos"  # sprio's weighted factors, as the plan's table heads them
+
+
+def _gang_row(g: dict[str, Any], now: float) -> dict[str, object]:
+    """One gang as a table row: times relative to now."""
+    def rel(t: float | None, none: str) -> str:
+        return none if t is None else f"in {max(0.0, t - now):.0f}s"
+    f = g["factors"]
+    return {**g, "priority": f"{g['priority']:.0f}",
+            FACTORS: "-" if f is None else "/".join(
+                f"{f[k]:.0f}" for k in ("age", "fairshare", "job_size", "partition", "qos")),
+            "expected_start": rel(g["expected_start"], "no plan"),
+            "age_lift": rel(g["age_lift"], "never")}
 
 
 from slurmscale.cli_check import check  # noqa: E402 - commands in modules of their own

@@ -13,14 +13,16 @@ from typing import Any
 
 import click
 
-from slurmscale.cli_common import _load, _store, _table
+from slurmscale.cli_common import _load, _store, _table, gang_json
 from slurmscale.config import Config
 from slurmscale.lifecycles import LIVE_HOLD_STATES, HoldState
 
 FIELDS_HELP = """JSON fields: name, job_id, user, partition, pool, nodes (held now, from Slurm),
 nodes_held, nodes_needed, idle_gpu_hours (spent holding), age_s, state (active |
 releasing: Slurm keeps it while its job runs in it | released), attached (the job is pointed
-at it), reason (why it was released), in_slurm (whether Slurm still has it)."""
+at it), reason (why it was released), in_slurm (whether Slurm still has it). `show` adds
+standing: its job's place in Slurm's queue while it pends (as in `plan --json`'s gangs:
+ahead, overtaken_by, priority, factors, expected_start, age_lift, age_lift_note), or null."""
 
 
 def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], str | None]:
@@ -53,6 +55,27 @@ def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], st
             "in_slurm": res is not None if err is None else None,
         })
     return out, err
+
+
+def _standing(cfg: Config, job_id: str) -> dict[str, object] | None:
+    """The held job's place in Slurm's queue now (None: not pending, or Slurm unreadable)."""
+    from slurmscale.policy.observe import gang_jobs
+    from slurmscale.policy.standing import gang_standings
+    from slurmscale.slurm.cli_backend import SlurmCLI
+    from slurmscale.slurm.protocol import SlurmError
+
+    slurm = SlurmCLI(cfg.slurm)
+    try:
+        jobs = slurm.active_jobs()
+        gang = tuple(g for g in gang_jobs(cfg, jobs, 2, frozenset({job_id}))
+                     if g.job_id == job_id)
+        if not gang or not gang[0].pending:
+            return None
+        (s,) = gang_standings(gang, {p.name: p.partition for p in cfg.pools}, jobs,
+                              slurm.priorities(), slurm.priority_weights(), time.time())
+    except SlurmError:
+        return None
+    return gang_json(s, None)
 
 
 @click.group()
@@ -89,11 +112,24 @@ def show(ctx: click.Context, name: str, as_json: bool) -> None:
     if row is None:
         click.echo(f"slurmscale: no slurmscale reservation named {name!r}", err=True)
         sys.exit(2)
+    row["standing"] = _standing(cfg, row["job_id"]) if row["state"] != "released" else None
     if as_json:
         click.echo(json.dumps(row, indent=2))
         return
     for k, v in row.items():
+        if k == "standing":
+            continue
         click.echo(f"{k:>15}: {','.join(v) if isinstance(v, list) else v}")
+    s = row["standing"]
+    if s is not None:
+        f = s["factors"]
+        click.echo(f"{'jobs ahead':>15}: {s['ahead']} ({s['overtaken_by']} submitted after it)")
+        click.echo(f"{'priority':>15}: {s['priority']:.0f}" + ("" if f is None else (
+            " = " + " + ".join(f"{k} {f[k]:.0f}" for k in f))))
+        start = s["expected_start"]
+        click.echo(f"{'backfill plan':>15}: " + ("none" if start is None else
+                                                 f"in {max(0.0, start - time.time()):.0f}s"))
+        click.echo(f"{'age lift':>15}: {s['age_lift_note']}")
     if err:
         click.echo(f"warning: Slurm not readable: {err}", err=True)
 

@@ -202,6 +202,10 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
             holds = replace(holds, max_hold_s=max_hold)
         if hold_end_margin is not None:
             holds = replace(holds, end_margin_s=hold_end_margin)
+        if not no_time_limits:
+            # the simulated site's jobs run 1/factor of limits the model gives them (a trace's
+            # own limits aside): what an admin reads from sacct
+            holds = replace(holds, limit_use=1.0 / max(1.0, time_limit_factor))
     if (storm_at is None) != (storm_fraction is None):
         raise click.BadParameter("--storm-at and --storm-fraction go together (got "
                                  f"{'--storm-at' if storm_at is not None else '--storm-fraction'}"

@@ -365,6 +365,10 @@ class ReservationSettings(_Strict):
     max_hold_s: Annotated[float, Field(gt=0)] = 5400.0
     end_margin_s: Annotated[float, Field(ge=0)] = 600.0
     drain_busy: bool = True
+    # the share of its time limit a job typically runs here (sacct: Elapsed / Timelimit): a
+    # hold is taken only where the nodes it drains should free within max_hold_s, reckoned
+    # as this share of their running jobs' remaining limits (1: the limits are run out)
+    limit_use: Annotated[float, Field(gt=0, le=1)] = 1.0
 
 
 class CapacityBlockSettings(_Strict):

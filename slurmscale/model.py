@@ -50,6 +50,9 @@ class QueueJob(NamedTuple):
     end_time: str = ""  # running jobs: start + time limit
     nodelist: str = ""  # running jobs: their nodes (a hostlist)
     start_time: str = ""  # running jobs: when they started (after their nodes booted)
+    # pending jobs: when backfill plans to start it (squeue's StartTime; "N/A" or empty when
+    # backfill has no plan for it: beyond bf_window or bf_max_job_test)
+    expected_start: str = ""
 
 
 class JobPriority(NamedTuple):
@@ -65,6 +68,14 @@ class JobPriority(NamedTuple):
     job_size: float
     partition_factor: float
     qos: float
+
+
+class PriorityWeights(NamedTuple):
+    """What priority/multifactor makes of a job's age (`scontrol show config`): the weight
+    of a job that has waited PriorityMaxAge, reached linearly from submission."""
+
+    age: float
+    max_age_s: float
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from slurmscale.policy.decide import decide
 from slurmscale.policy.fallback import Rewrite, partition_rewrites
 from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
 from slurmscale.policy.observe import build_snapshot, gang_jobs
-from slurmscale.policy.reservations import HoldPlan
+from slurmscale.policy.reservations import HoldPlan, slipped
+from slurmscale.policy.standing import GangStanding, gang_standings
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
@@ -62,21 +63,36 @@ class PassPlan:
     snapshot: Snapshot | None = None  # what the decisions were made from
     jobs: tuple[QueueJob, ...] = ()  # the queue as read this pass
     blocks: tuple[BlockOutlook, ...] = ()  # capacity-block pools: windows, pending jobs
+    standings: tuple[GangStanding, ...] = ()  # pending gangs in the queue (where read)
 
 
 def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
-                 arrival_log: dict[str, tuple[float, str, int]] | None = None) -> PassPlan:
+                 arrival_log: dict[str, tuple[float, str, int]] | None = None,
+                 plans_seen: dict[str, float] | None = None,
+                 standings: bool = False) -> PassPlan:
     """What the policy decides from Slurm as it is now (raises SlurmError if unreadable).
-    `arrival_log`: the daemon's memory of jobs seen arriving (see build_snapshot)."""
-    from slurmscale.daemon.holds import HoldPass
+    `arrival_log`: the daemon's memory of jobs seen arriving (see build_snapshot);
+    `plans_seen`: its memory of each pending gang's earliest backfill plan
+    (see with_earliest_plans); `standings`: read sprio for every pending gang's standing
+    (`plan` shows it), not only where a gang's plan slipped."""
+    from slurmscale.daemon.holds import HoldPass, with_earliest_plans
 
     nodes, jobs, res = slurm.nodes(), slurm.active_jobs(), slurm.reservations()
     requeued = frozenset(p.job_id for p in store.preemptions(since=now - REQUEUED_RECENTLY_S))
     paid = store.reserved_nodes()
     snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), arrival_log, requeued,
                           paid)
-    hold_plan, gone = HoldPass(cfg, store, slurm, _no_event).plan(
-        snap.nodes, gang_jobs(cfg, jobs, 2), res, now)
+    holds = HoldPass(cfg, store, slurm, _no_event)
+    gangs = with_earliest_plans(gang_jobs(cfg, jobs, 2), {} if plans_seen is None
+                                else plans_seen)
+    standing: tuple[GangStanding, ...] = ()
+    if standings or any(slipped(holds.knobs, g) for g in gangs):
+        # sprio only where a plan slipped (is age about to stop the overtaking?) or asked
+        standing = gang_standings(gangs, {p.name: p.partition for p in cfg.pools}, jobs,
+                                  slurm.priorities(), slurm.priority_weights(), now)
+        lift = {s.job_id: s.lift_s for s in standing}
+        gangs = tuple(replace(g, age_lift_s=lift.get(g.job_id)) for g in gangs)
+    hold_plan, gone = holds.plan(snap.nodes, gangs, res, now)
     if hold_plan.grabbed:
         # Idle nodes a hold takes this pass are not idle for the pool-size decision.
         snap = replace(snap, nodes=tuple(
@@ -88,7 +104,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
               if any(p.capacity_type is CapacityType.CAPACITY_BLOCK for p in cfg.pools) else [])
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
                     partition_rewrites(cfg, jobs, unavailable, now), snap, tuple(jobs),
-                    tuple(blocks))
+                    tuple(blocks), standing)
 
 
 class CapacityPass:
@@ -105,6 +121,7 @@ class CapacityPass:
         self.event = event
         self.holds = HoldPass(cfg, store, slurm, event)
         self.arrival_log: dict[str, tuple[float, str, int]] = {}
+        self.plans_seen: dict[str, float] = {}  # pending gang -> earliest backfill plan
         self._read_failing = False
         self.ledger = ledger
         self.pools_now: list[PoolNow] = []  # the last pass's capacity and demand (metrics)
@@ -112,7 +129,7 @@ class CapacityPass:
     def run(self, now: datetime) -> PassPlan | None:
         try:
             p = current_plan(self.cfg, self.slurm, self.store, now.timestamp(),
-                             self.arrival_log)
+                             self.arrival_log, self.plans_seen)
         except SlurmError as e:
             # Logged every pass, recorded once per outage: the audit log is for decisions.
             log.warning("capacity pass skipped: %s", e)

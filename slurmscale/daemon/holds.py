@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from slurmscale.config import Config
@@ -79,6 +80,28 @@ def current_holds(cfg: Config, store: PassStore, slurm_res: list[SlurmReservatio
                           len(r.nodes), r.nodes, created, 0.0, now))
     reserved = frozenset(n for r in slurm_res for n in r.nodes)
     return holds, gone, reserved
+
+
+def with_earliest_plans(jobs: tuple[GangJob, ...], seen: dict[str, float]
+                        ) -> tuple[GangJob, ...]:
+    """Each pending gang with the earliest start backfill has planned for it so far (`seen`,
+    the caller's memory across passes, updated here; jobs gone or started are forgotten): a
+    plan later than that one has slipped."""
+    out = []
+    pending = set()
+    for j in jobs:
+        if j.pending and j.expected_start_s is not None:
+            pending.add(j.job_id)
+            first = seen[j.job_id] = min(seen.get(j.job_id, j.expected_start_s),
+                                         j.expected_start_s)
+            j = replace(j, first_expected_s=first)
+        elif j.pending and j.job_id in seen:
+            pending.add(j.job_id)
+            j = replace(j, first_expected_s=seen[j.job_id])
+        out.append(j)
+    for gone in [i for i in seen if i not in pending]:
+        del seen[gone]
+    return tuple(out)
 
 
 class HoldPass:

@@ -96,19 +96,26 @@ def _down_view(name: str, pool: str, held: bool, usable: bool) -> NodeView:
 
 def _running(jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
     """Per node, from its running jobs: the latest end (start + time limit, when it will be
-    free at the latest) and the GPUs they use. Only running jobs carry an EndTime and node
-    list. The GPUs stand in for the node's AllocTRES, which counts GPUs only where
-    AccountingStorageTRES=gres/gpu (and so slurmdbd) is configured."""
+    free at the latest; none while a job without a limit runs there) and the GPUs they use.
+    Only running jobs carry an EndTime and node list. The GPUs stand in for the node's
+    AllocTRES, which counts GPUs only where AccountingStorageTRES=gres/gpu (and so slurmdbd)
+    is configured."""
     free_at: dict[str, float] = {}
     gpus: dict[str, int] = {}
+    endless: set[str] = set()
     for j in jobs:
         if not j.nodelist:
             continue
-        end = slurm_time(j.end_time) if j.end_time else None
+        # an UNLIMITED job's EndTime is Slurm's stand-in (a year on): when it frees is unknown
+        end = slurm_time(j.end_time) if j.end_time and j.time_limit_s is not None else None
         for name in expand_cached(j.nodelist):
             gpus[name] = gpus.get(name, 0) + j.gpus_per_node
-            if end is not None and end > free_at.get(name, 0.0):
+            if end is None:
+                endless.add(name)
+            elif end > free_at.get(name, 0.0):
                 free_at[name] = end
+    for name in endless:
+        free_at.pop(name, None)
     return free_at, gpus
 
 
@@ -134,7 +141,8 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
             waiting_for_capacity=(j.reason in CAPACITY_REASONS
                                   or j.reason.startswith("ReqNodeNotAvail")),
             held=j.reason.startswith("JobHeld") or j.priority == 0,
-            reservation=j.reservation))
+            reservation=j.reservation,
+            expected_start_s=slurm_time(j.expected_start) if j.expected_start else None))
     return tuple(out)
 
 

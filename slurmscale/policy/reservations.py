@@ -14,6 +14,7 @@ The daemon and the simulator run this same function.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -45,6 +46,7 @@ class ReservationKnobs:
     end_margin_s: float = _setting("end_margin_s")
     # hold busy nodes for the shortfall too (they drain into it)
     drain_busy: bool = _setting("drain_busy")
+    limit_use: float = _setting("limit_use")  # share of a time limit jobs typically run
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,13 @@ class GangJob:
     waiting_for_capacity: bool = True  # pending reason is Resources/Priority-like
     held: bool = False  # JobHeld*, priority 0: nothing will start it
     reservation: str = ""
+    # pending: when Slurm's backfill plans to start it (squeue's StartTime; None: no plan),
+    # and the earliest plan seen for it since the daemon started (a later one: it slipped)
+    expected_start_s: float | None = None
+    first_expected_s: float | None = None
+    # when its age factor alone ranks it above the jobs that overtook it (policy/standing.py;
+    # None: never, or not read: sprio is read only for a gang whose plan slipped)
+    age_lift_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -102,10 +111,65 @@ class HoldAction:
 
 
 @dataclass(frozen=True)
+class Skip:
+    """A gang that has waited long enough and gets no hold this pass, and why."""
+
+    job_id: str
+    pool: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class HoldPlan:
     actions: tuple[HoldAction, ...]
     holds: tuple[Hold, ...]  # after this plan: accounting updated, released ones dropped
     grabbed: frozenset[str] = field(default_factory=frozenset)  # idle nodes newly reserved
+    skipped: tuple[Skip, ...] = ()
+
+
+def _clock(t: float, now: float) -> str:
+    return f"in {t - now:.0f}s"
+
+
+def slipped(k: ReservationKnobs, j: GangJob) -> bool:
+    """Backfill's plan for `j` is later than the earliest it made by more than a gang is
+    left to wait before a hold: jobs keep overtaking it."""
+    return (j.expected_start_s is not None and j.first_expected_s is not None
+            and j.expected_start_s - j.first_expected_s > k.accumulate_after_s)
+
+
+def hold_verdict(k: ReservationKnobs, j: GangJob, gather_s: float | None,
+                 now: float) -> tuple[bool, str]:
+    """Whether to hold nodes for gang `j` now, and why in words. `gather_s`: when a hold
+    taken now would have the gang's nodes, by the running jobs' time limits (None: unknown,
+    a job without a limit). A hold that would not gather them within max_hold_s (the
+    remaining limits scaled by `limit_use`, what jobs here typically run of them) runs out
+    first: its idle cost buys nothing, and the gang is never held for again.
+
+    A hold helps only where Slurm would not start the gang as soon by itself. Slurm's
+    backfill plans each job it tests at its earliest start by the running jobs' time limits,
+    and keeps lower-priority jobs off the nodes it planned: a gang with a plan that is soon,
+    or no later than a hold could gather its nodes, needs nothing, and a hold would only
+    idle nodes and push the small jobs back. A plan that slipped (jobs of higher priority
+    keep overtaking it) or no plan at all (beyond bf_window or bf_max_job_test) is where the
+    gang can wait forever."""
+    if gather_s is not None and k.limit_use * (gather_s - now) > k.max_hold_s:
+        return False, (f"a hold could not gather its {j.nodes} nodes within max_hold_s "
+                       f"({k.max_hold_s:.0f}s): the soonest-free are free "
+                       f"{_clock(gather_s, now)} by their jobs' time limits"
+                       + ("" if k.limit_use == 1 else
+                          f", {k.limit_use * (gather_s - now):.0f}s at limit_use "
+                          f"{k.limit_use:g}"))
+    t = j.expected_start_s
+    if t is None:
+        return True, "Slurm's backfill has no plan for it"
+    if slipped(k, j):
+        slip = f"its planned start slipped by {t - (j.first_expected_s or t):.0f}s"
+        if j.age_lift_s is not None and j.age_lift_s - now <= k.accumulate_after_s:
+            return False, (f"{slip}, but its age factor ranks it above the jobs that "
+                           f"overtook it {_clock(max(now, j.age_lift_s), now)}")
+        return True, f"{slip} (now {_clock(t, now)}): jobs keep overtaking it"
+    return False, f"Slurm's backfill plans to start it {_clock(t, now)}"
 
 
 def reservation_name(k: ReservationKnobs, job_id: str) -> str:
@@ -165,6 +229,18 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
         busy[pool].sort(key=lambda n: (n.free_at if n.free_at is not None else float("inf"),
                                        n.alloc_gpus, node_order_key(n.name)))
     grabbed: set[str] = set()
+    skipped: list[Skip] = []
+
+    def gather_at(pool: str, count: int) -> float | None:
+        """When a hold taken now would hold `count` drained nodes: idle nodes now, busy ones
+        as their jobs' time limits end (None: unknown: a job without a time limit, busy
+        nodes not drained, or too few nodes to take now)."""
+        short = count - len(free.get(pool, []))
+        if short <= 0:
+            return now
+        if not k.drain_busy or len(busy.get(pool, [])) < short:
+            return None  # idle nodes come by chance, or more may come back: unknown
+        return busy[pool][short - 1].free_at
 
     def take(pool: str, count: int) -> list[str]:
         """Idle nodes first; the rest of the shortfall from busy nodes, which then drain into
@@ -178,6 +254,30 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
             got += [n.name for n in more]
         grabbed.update(got)
         return got
+
+    def swap_draining(h: Hold) -> Hold:
+        """A full hold whose nodes still drain takes nodes that fell idle outside it instead
+        of the ones that will free last (by their time limits): the gang can use an idle
+        node now, and the draining one goes back to the jobs it runs."""
+        draining = sorted((view[n] for n in h.nodes
+                           if n in view and view[n].state is NodeState.ALLOCATED),
+                          key=lambda v: (-(v.free_at if v.free_at is not None else math.inf),
+                                         node_order_key(v.name)))
+        idle_out = free.get(h.pool, [])
+        swaps = list(zip(draining, idle_out, strict=False))
+        if not swaps:
+            return h
+        out = {v.name for v, _ in swaps}
+        came = [n for _, n in swaps]
+        free[h.pool] = idle_out[len(swaps):]
+        grabbed.update(came)
+        h = replace(h, nodes=tuple(sorted([n for n in h.nodes if n not in out] + came,
+                                          key=node_order_key)))
+        actions.append(HoldAction(
+            HoldActionKind.EXTEND, h.name, h.pool, h.job_id,
+            f"{len(came)} node(s) fell idle: held instead of {len(out)} still draining "
+            f"({', '.join(sorted(out, key=node_order_key))}) for job {h.job_id}", h.nodes))
+        return h
 
     def idle_gpus(h: Hold) -> int:
         return sum(max(0, gpus_per_node.get(h.pool, 0) - (view[n].alloc_gpus if n in view
@@ -205,6 +305,8 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
                     HoldActionKind.EXTEND, h.name, h.pool, h.job_id,
                     f"{len(more)} more node(s): holding {len(h.nodes)} of {h.needed} "
                     f"for job {h.job_id}", h.nodes))
+        elif not h.attached:
+            h = swap_draining(h)
         drained = all(view[n].state is NodeState.RESERVED for n in h.nodes if n in view)
         if not h.attached and len(h.nodes) >= h.needed and drained:
             h = replace(h, attached=True)
@@ -230,6 +332,12 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
                     break
                 if j.nodes <= len(free.get(pool, [])) + down_usable.get(pool, 0):
                     continue  # the pool can start it now: Slurm (and the policy) will
+                hold, why = hold_verdict(k, j, gather_at(pool, j.nodes), now)
+                if not hold:
+                    # lower-priority gangs wait too: a hold for one would take the nodes
+                    # backfill planned for this one
+                    skipped.append(Skip(j.job_id, pool, why))
+                    break
                 got = sorted(take(pool, j.nodes), key=node_order_key)
                 if not got:
                     break  # nothing to hold yet: the highest-priority gang waits for it
@@ -238,7 +346,8 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
                 actions.append(HoldAction(
                     HoldActionKind.CREATE, name, pool, j.job_id,
                     f"job {j.job_id} ({j.nodes} nodes) has waited {now - j.submit_s:.0f}s and "
-                    f"the pool cannot grow for it: holding {len(got)} of {j.nodes} node(s)",
+                    f"the pool cannot grow for it ({why}): holding {len(got)} of {j.nodes} "
+                    "node(s)",
                     h.nodes, j.user, j.account))
                 if len(got) >= j.nodes and not any(
                         view[n].state is NodeState.ALLOCATED for n in got):
@@ -247,4 +356,4 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
                                               f"holds all {j.nodes} nodes: job {j.job_id} "
                                               "pointed at it", h.nodes))
                 kept.append(h)
-    return HoldPlan(tuple(actions), tuple(kept), frozenset(grabbed))
+    return HoldPlan(tuple(actions), tuple(kept), frozenset(grabbed), tuple(skipped))

@@ -252,6 +252,21 @@ class Simulation:
         self.order: list[int] | None = None  # pending jobs by priority (None: to sort)
         self.bf_due = False  # a backfill event is queued
         self.bf_dirty = True  # something changed since the last backfill cycle
+        # backfill's planned start per pending job (squeue's StartTime for a pending job),
+        # and what they were planned down to (None: to plan again, something changed)
+        self.expected: dict[int, float] = {}
+        self.planned_to: int | None = None
+
+    @property
+    def bf_dirty(self) -> bool:
+        """Something changed that may let backfill start a job (and changes its plans)."""
+        return self._bf_dirty
+
+    @bf_dirty.setter
+    def bf_dirty(self, value: bool) -> None:
+        self._bf_dirty = value
+        if value:
+            self.planned_to = None
 
     # --- bookkeeping ---------------------------------------------------------------------
     def _push(self, t: float, kind: int, idx: int) -> None:
@@ -429,6 +444,8 @@ class Simulation:
         self.eligible_at.pop(idx, None)
         self.prio.pop(idx, None)
         self.factors.pop(idx, None)
+        self.expected.pop(idx, None)
+        self.planned_to = None
         self.order = None
         return len(new)
 
@@ -523,6 +540,10 @@ class Simulation:
         recomputed every PriorityCalcPeriod, as slurmctld does."""
         if now >= self.next_calc:
             self._recalc(now)
+        return self._ordered()
+
+    def _ordered(self) -> list[int]:
+        """Pending jobs by their priorities as last calculated."""
         if self.order is None:
             self.order = sorted(self.pending, key=lambda i: (-self.prio[i], i))
         return self.order
@@ -579,13 +600,8 @@ class Simulation:
         room = {k.name: self._pool_room(k, now) for k in self.pools}
         if not any(self._room_left(r) for r in room.values()):
             return  # nothing can start now: a plan would change nothing
-        busy = {n.name: NodePlan(n.gpus, now) for n in self.nodes}
-        for idx, placed in self.placed.items():
-            end = self.start[idx] + self.limit[idx]
-            for n, g in placed:  # held from now (a booting node's job starts later)
-                busy[n.name].add(now, end, g)
+        busy, held = self._plan_base(now)
         horizon = now + m.bf_window
-        held = self._held(busy)
         tested = 0
         for idx in list(self._by_priority(now)):
             if tested >= m.bf_max_job_test or not any(map(self._room_left, room.values())):
@@ -603,7 +619,64 @@ class Simulation:
                         busy[n.name].add(now, self.start[idx] + lim, g)
                     break
             else:
-                self._plan_later(idx, job, now, horizon, busy, room, held)
+                self._expect(idx, self._plan_later(idx, job, now, horizon, busy, room, held))
+
+    def _plan_base(self, now: float) -> tuple[dict[str, NodePlan], dict[str, list[_Node]]]:
+        """A backfill cycle's starting plan: every running job's nodes busy until its time
+        limit, held nodes until their reservation ends."""
+        busy = {n.name: NodePlan(n.gpus, now) for n in self.nodes}
+        for idx, placed in self.placed.items():
+            end = self.start[idx] + self.limit[idx]
+            for n, g in placed:  # held from now (a booting node's job starts later)
+                busy[n.name].add(now, end, g)
+        return busy, self._held(busy)
+
+    def _expect(self, idx: int, start: float | None) -> None:
+        """Record backfill's planned start for job `idx` (squeue's StartTime); None: no plan."""
+        if start is None:
+            self.expected.pop(idx, None)
+        else:
+            self.expected[idx] = start
+
+    def estimate(self, now: float, waited_s: float) -> None:
+        """Backfill's expected starts as squeue shows them when the daemon reads the queue.
+
+        Slurm's backfill plans every job it tests each cycle, whether or not anything can
+        start; the cycles above stop planning once nothing can start (a plan would change no
+        start), which leaves the estimates stale. This plans, without starting anything, the
+        pending jobs in priority order down to the first gang that has waited `waited_s` (the
+        one the hold rule decides on: it holds for no gang below it in a pool; a
+        lower-priority job changes nothing of its plan), within bf_max_job_test, as a cycle
+        now would. Run before a daemon pass that may hold nodes; planned again only when
+        something changed (or another gang has waited long enough): the same state gives
+        the same plans."""
+        m = self.sched
+        if self.greedy:
+            return
+        # (the last calculated priorities, as backfill's last cycle used: recalculating here
+        # would move Slurm's own calculation, so holds on and off would differ by it)
+        order = self._ordered()
+        last = next((p for p, i in enumerate(order) if self.jobs[i].nodes > 1
+                     and now - self.jobs[i].submit_s >= waited_s
+                     and i not in self.attached), -1)
+        if self.planned_to == last:
+            return  # nothing changed that would change the plans
+        self.planned_to = last
+        self.expected = {}
+        if last < 0:
+            return
+        room = {k.name: self._pool_room(k, now) for k in self.pools}
+        busy, held = self._plan_base(now)
+        horizon = now + m.bf_window
+        tested = 0
+        for idx in order[:last + 1]:
+            if tested >= m.bf_max_job_test:
+                return
+            if idx in self.attached or self.eligible_at.get(idx, 0.0) > now:
+                continue
+            tested += 1
+            self._expect(idx, self._plan_later(idx, self.pending[idx], now, horizon, busy,
+                                               room, held))
 
     def _earliest(self, idx: int, job: TraceJob, pool: list[_Node], gpn: int, now: float,
                   horizon: float, busy: dict[str, NodePlan]
@@ -651,9 +724,10 @@ class Simulation:
 
     def _plan_later(self, idx: int, job: TraceJob, now: float, horizon: float,
                     busy: dict[str, NodePlan], room: dict[str, list[int]],
-                    held: dict[str, list[_Node]]) -> None:
+                    held: dict[str, list[_Node]]) -> float | None:
         """Plan job `idx` at its earliest start in any of its pools (within the window): the
-        nodes it would get are marked busy from then for its time limit."""
+        nodes it would get are marked busy from then for its time limit. Returns the start
+        (None: none within the window)."""
         lim = self.limit[idx]
         best: tuple[float, list[_Node], int] | None = None
         for k in self._pools_of(idx):
@@ -666,10 +740,12 @@ class Simulation:
             found = self._earliest(idx, job, pool, gpn, now, horizon, busy)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], found[1], gpn)
-        if best is not None:
-            t, nodes, gpn = best
-            for n in nodes:
-                busy[n.name].add(t, t + lim, gpn)
+        if best is None:
+            return None
+        t, nodes, gpn = best
+        for n in nodes:
+            busy[n.name].add(t, t + lim, gpn)
+        return t
 
     # --- the policy ----------------------------------------------------------------------
     def _snapshot(self, now: float) -> Snapshot:
@@ -712,6 +788,9 @@ class Simulation:
             self._interruptions(now)
         if self.daemon is not None:
             self.daemon.spot_outage(now < self.spot_down_until)
+            res = self.daemon.cfg.reservations
+            if res.enabled:  # squeue's StartTime, which the hold rule reads
+                self.estimate(now, res.accumulate_after_s)
             paid = (frozenset(n.name for n in self.nodes if n.paid is not None)
                     if self.paid.reserved_nodes or self.paid.blocks else frozenset())
             self.daemon.step(now, paid)

@@ -19,8 +19,15 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from slurmscale.hostlists import compress
-from slurmscale.model import JobPriority, QueueJob, SlurmNode, SlurmReservation
+from slurmscale.model import (
+    JobPriority,
+    PriorityWeights,
+    QueueJob,
+    SlurmNode,
+    SlurmReservation,
+)
 from slurmscale.policy.model import PoolKnobs
+from slurmscale.sim.slurm_model import YEAR_S, SchedulerKind, SlurmModel
 from slurmscale.sim.trace import TraceJob
 from slurmscale.slurm.protocol import SlurmError
 
@@ -54,10 +61,12 @@ class SimModel(Protocol):
     eligible_at: dict[int, float]
     steered: set[int]
     attached: dict[int, str]  # pending job -> the reservation it is pointed at
+    expected: dict[int, float]  # pending job -> backfill's planned start (squeue StartTime)
     placed: dict[int, Sequence[tuple[SimNode, int]]]
     start: dict[int, float]
     started_in: dict[str, str]  # job id -> the reservation it started in
     bf_dirty: bool
+    sched: SlurmModel
 
     def queue_priority(self, idx: int) -> int: ...
 
@@ -72,6 +81,11 @@ class SimModel(Protocol):
     def warm_nodes(self, names: list[str], now: float) -> None: ...
 
     def steer(self, idx: int) -> None: ...
+
+def _limit(limit_s: float) -> int | None:
+    """A time limit as squeue gives it: UNLIMITED (None) for the model's infinite one."""
+    return None if limit_s >= YEAR_S else int(limit_s)
+
 
 EPOCH = 1_700_000_000.0  # what trace second 0 is to Slurm and the daemon
 
@@ -152,16 +166,18 @@ class SimSlurm:
             prio = sim.queue_priority(idx)
             waiting = sim.eligible_at.get(idx, 0.0) > self.now
             resv = sim.attached.get(idx, "")
-            key = (prio, waiting, resv, idx in sim.steered)
+            expected = sim.expected.get(idx)
+            key = (prio, waiting, resv, idx in sim.steered, expected)
             hit = self._pending.get(idx)
             if hit is None or hit[0] != key:
                 job = sim.jobs[idx]
                 # a requeued job waits out Slurm's requeue delay as BeginTime
                 hit = (key, QueueJob(
                     job.job_id, sim.partitions(idx), job.nodes,
-                    job.gpus_per_node(sim.k.gpus_per_node), int(sim.limit[idx]),
+                    job.gpus_per_node(sim.k.gpus_per_node), _limit(sim.limit[idx]),
                     stamp(job.submit_s), "BeginTime" if waiting else "Resources", prio,
-                    job.user or "user", "PENDING", reservation=resv))
+                    job.user or "user", "PENDING", reservation=resv,
+                    expected_start="N/A" if expected is None else stamp(expected)))
                 self._pending[idx] = hit
             out.append(hit[1])
         for idx in [i for i in self._pending if i not in sim.pending]:
@@ -178,7 +194,7 @@ class SimSlurm:
                 job = sim.jobs[idx]
                 hit = (start, QueueJob(
                     job.job_id, (placed[0][0].pool,), job.nodes,
-                    job.gpus_per_node(sim.k.gpus_per_node), int(sim.limit[idx]),
+                    job.gpus_per_node(sim.k.gpus_per_node), _limit(sim.limit[idx]),
                     stamp(job.submit_s), "None", 0, job.user or "user", "RUNNING",
                     reservation=sim.started_in.get(job.job_id, ""),
                     end_time=stamp(start + sim.limit[idx]),
@@ -210,6 +226,12 @@ class SimSlurm:
             out += [JobPriority(job_id, p, prio, age, fairshare, size, 0.0, 0.0)
                     for p in sim.partitions(idx)]
         return out
+
+    def priority_weights(self) -> PriorityWeights | None:
+        m = self.sim.sched
+        if m.kind is not SchedulerKind.SLURM:
+            return None  # the greedy model orders by submission, as priority/basic
+        return PriorityWeights(m.priority_weight_age, m.priority_max_age)
 
     def jobs_on_node(self, node: str) -> list[str]:
         return [self.sim.jobs[i].job_id for i, placed in self.sim.placed.items()

@@ -16,14 +16,22 @@ from pathlib import Path
 
 from slurmscale.config import SlurmSettings
 from slurmscale.hostlists import compress
-from slurmscale.model import JobPriority, QueueJob, SlurmNode, SlurmReservation
+from slurmscale.model import (
+    JobPriority,
+    PriorityWeights,
+    QueueJob,
+    SlurmNode,
+    SlurmReservation,
+)
 from slurmscale.slurm.kv import (
     SPRIO_FORMAT,
     SQUEUE_FORMAT,
     parse_oneliner,
     parse_reservations,
+    parse_show_config,
     parse_sprio,
     parse_squeue_fixed,
+    priority_weights,
 )
 from slurmscale.slurm.protocol import SlurmError
 
@@ -195,6 +203,10 @@ class SlurmCLI:
     def priorities(self) -> list[JobPriority]:
         """The pending jobs' priorities and their weighted factors (`sprio`, fixed fields)."""
         return parse_sprio(self.run("sprio", "-h", "-o", SPRIO_FORMAT))
+
+    def priority_weights(self) -> PriorityWeights | None:
+        """The age weights priority/multifactor uses (`scontrol show config`)."""
+        return priority_weights(parse_show_config(self.scontrol("show", "config")))
 
     def job(self, job_id: int | str) -> dict[str, str]:
         out = self.scontrol("show", "job", "-o", str(job_id))

@@ -8,7 +8,7 @@ import math
 import re
 
 from slurmscale.hostlists import HostlistError, expand
-from slurmscale.model import JobPriority, QueueJob, SlurmReservation
+from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmReservation
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,8 @@ def parse_squeue_fixed(text: str) -> list[QueueJob]:
             gpus_from_tres(f[3]), limit, f[5], f[6],
             int(prio) if prio.isascii() and prio.lstrip("-").isdigit() else 0, f[8], state,
             "" if acct == "(null)" else acct, "" if resv == "(null)" else resv,
-            "" if pending else f[12], "" if pending else f[13], "" if pending else f[14]))
+            "" if pending else f[12], "" if pending else f[13], "" if pending else f[14],
+            f[14] if pending else ""))
     if skipped:
         log.warning("squeue: %d line(s) slurmscale cannot read skipped", skipped)
     return jobs
@@ -156,3 +157,28 @@ def parse_sprio(text: str) -> list[JobPriority]:
     if skipped:
         log.warning("sprio: %d line(s) slurmscale cannot read skipped", skipped)
     return out
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """`scontrol show config`: one `Key = Value` per line."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def priority_weights(config: dict[str, str]) -> PriorityWeights | None:
+    """The age weights from `scontrol show config` (parse_show_config's dict); None unless
+    PriorityType is priority/multifactor (priority/basic orders by submission: no factors)."""
+    if config.get("PriorityType", "") != "priority/multifactor":
+        return None
+    try:
+        weight = float(config.get("PriorityWeightAge", "0").split()[0] or 0)
+        max_age = parse_time_limit(config.get("PriorityMaxAge", "7-00:00:00"))
+    except ValueError:
+        return None
+    if not math.isfinite(weight) or max_age is None:
+        return None
+    return PriorityWeights(weight, float(max_age))

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from slurmscale.model import JobPriority, QueueJob, SlurmNode, SlurmReservation
+from slurmscale.model import (
+    JobPriority,
+    PriorityWeights,
+    QueueJob,
+    SlurmNode,
+    SlurmReservation,
+)
 
 
 class SlurmError(RuntimeError):
@@ -63,5 +69,7 @@ class SlurmClient(Protocol):
     def ended_jobs(self) -> list[QueueJob]: ...
 
     def priorities(self) -> list[JobPriority]: ...
+
+    def priority_weights(self) -> PriorityWeights | None: ...
 
     def job(self, job_id: int | str) -> dict[str, str]: ...

@@ -8,6 +8,7 @@ import getpass
 
 import pytest
 
+from slurmscale.model import PriorityWeights
 from slurmscale.slurm.cli_backend import SlurmCLI
 from tests.support.slurm_contract import Harness, check_contract, check_priorities
 
@@ -41,4 +42,4 @@ def test_real_slurm_lists_eligible_pending_jobs_priority_factors(make_cluster) -
     held = c.sbatch("--hold", "-N", "1", "--gres=gpu:8", "-p", "gpu-spot", "-t", "60",
                     "--wrap", "true")
     check_priorities(slurm, {str(gang): ("gpu-spot",), str(both): ("gpu-spot", "gpu-od")},
-                     {str(later), str(held)})
+                     {str(later), str(held)}, PriorityWeights(1000.0, 86400.0))

@@ -13,6 +13,7 @@ from slurmscale.model import (
     JobPriority,
     LaunchedInstance,
     LaunchResult,
+    PriorityWeights,
     QueueJob,
     SlurmNode,
     SlurmReservation,
@@ -149,6 +150,7 @@ class FakeSlurm:
     busy_reservations: set[str] = field(default_factory=set)  # deletes refused (job runs)
     now_text: str = "2026-11-29T12:00:00"  # what "now" means for StartTime=now
     fail: bool = False
+    weights: PriorityWeights | None = None  # priority/basic unless a test sets them
 
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
         if self.fail:
@@ -284,6 +286,9 @@ class FakeSlurm:
         """sprio: the pending jobs' priorities (no factors known here)."""
         return [JobPriority(j.job_id, p, float(j.priority), 0.0, 0.0, 0.0, 0.0, 0.0)
                 for j in self.queue if j.state == "PENDING" for p in j.partitions]
+
+    def priority_weights(self) -> PriorityWeights | None:
+        return self.weights
 
     def job(self, job_id: int | str) -> dict[str, str]:
         return next(({"JobId": j.job_id, "JobState": j.state} for j in self.queue

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from slurmscale.model import JobPriority
+from slurmscale.model import JobPriority, PriorityWeights
 from slurmscale.policy.model import NodeState
 from slurmscale.policy.observe import node_state, slurm_time
 from slurmscale.slurm import reasons
@@ -98,10 +98,12 @@ def check_contract(h: Harness, refresh: Callable[[], None] = lambda: None) -> No
 
 
 def check_priorities(s: SlurmClient, eligible: Mapping[str, tuple[str, ...]],
-                     not_listed: Collection[str]) -> None:
+                     not_listed: Collection[str], weights: PriorityWeights) -> None:
     """`sprio` as the daemon reads it: each eligible pending job once per partition it may run
     in, with the priority squeue shows, its weighted factors summing to it (sprio prints whole
-    numbers); a job waiting for its BeginTime (or held) not at all."""
+    numbers); a job waiting for its BeginTime (or held) not at all. And the age weights
+    (`scontrol show config`) the standing's age lift is reckoned with."""
+    assert s.priority_weights() == weights
     by_job: dict[str, list[JobPriority]] = {}
     for r in s.priorities():
         by_job.setdefault(r.job_id, []).append(r)

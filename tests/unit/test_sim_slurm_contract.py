@@ -4,6 +4,7 @@ what the next read shows."""
 
 from __future__ import annotations
 
+from slurmscale.model import PriorityWeights
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.engine import SimCloud, Simulation
 from slurmscale.sim.policies import builtin_policy
@@ -32,4 +33,5 @@ def test_the_simulated_slurm_lists_priority_factors_as_sprio_does() -> None:
     sim.eligible_at[2] = 3600.0  # requeued: waits for its BeginTime
     slurm = sim.daemon.slurm
     slurm.begin_pass(0.0)
-    check_priorities(slurm, {"gang": ("gpu",), "one": ("gpu",)}, {"later"})
+    check_priorities(slurm, {"gang": ("gpu",), "one": ("gpu",)}, {"later"},
+                     PriorityWeights(1000.0, 7 * 86400.0))

@@ -132,10 +132,14 @@ def test_slurm_without_time_limits_starves_the_gang_and_holds_end_it() -> None:
 
 
 def test_small_jobs_of_higher_priority_starve_the_gang_and_holds_end_it() -> None:
+    """Backfill has a plan for the gang, but the small jobs keep overtaking it: the hold
+    comes once its plan has slipped by more than accumulate_after_s (600 s) past its earliest
+    one, so the bound is accumulate + that slip + one small job's run + slack."""
     off = simulate(_stream(2000.0), builtin_policy("slurmscale", FOUR, None), CLOUD)
     on = simulate(_stream(2000.0), builtin_policy("slurmscale", FOUR), CLOUD)
     assert off.gang_waits[0] > 6000
-    assert on.gang_waits[0] <= 600 + 1200 + 120
+    assert on.gang_waits[0] <= 600 + 600 + 1200 + 120
+    assert on.reservations_created == 1
 
 
 def test_multifactor_priority() -> None:
@@ -265,3 +269,34 @@ def test_a_powered_up_job_starts_at_slurmctlds_next_periodic_check() -> None:
         315.0]
     assert simulate(jobs, pol, cloud, slurm=GREEDY).waits == [300.0]
     assert SlurmModel(power_up_check=0).configured(311.5) == 311.5
+
+
+def test_backfill_expected_start_is_what_squeue_shows_the_daemon() -> None:
+    """Before each daemon pass the simulated Slurm plans the pending jobs down to the last
+    gang that has waited accumulate_after_s (600 s: from t=610 for G), as a backfill cycle
+    would, even when nothing can start: the gang's StartTime is where the running jobs' time
+    limits free its two nodes."""
+    sim = Simulation(BACKFILL_JOBS, builtin_policy("slurmscale", TWO), CLOUD, slurm=SlurmModel())
+    g = next(i for i, j in enumerate(sim.jobs) if j.job_id == "G")
+    seen: list[tuple[float, float, str]] = []
+    step = sim._policy_step
+
+    def spy(now: float) -> None:
+        step(now)
+        if g in sim.pending:
+            (q,) = [j for j in sim.daemon.slurm.pending_jobs() if j.job_id == "G"]  # type: ignore[union-attr]
+            seen.append((now, sim.expected.get(g, -1.0), q.expected_start))
+    sim._policy_step = spy  # type: ignore[method-assign]
+    sim.run()
+    late = [(t, text) for now, t, text in seen if now >= 610]
+    assert late and {t for t, _ in late} == {1000.0}, seen
+    assert all(text != "N/A" for _, text in late)
+
+
+def test_slurm_protecting_the_gang_by_itself_gets_no_hold() -> None:
+    """Holds that only help: backfill plans the gang at the top of the queue, so the daemon
+    leaves it to Slurm (same start, no idle nodes held)."""
+    off = simulate(_stream(), builtin_policy("slurmscale", FOUR, None), CLOUD)
+    on = simulate(_stream(), builtin_policy("slurmscale", FOUR), CLOUD)
+    assert on.reservations_created == 0
+    assert on.gang_waits == off.gang_waits

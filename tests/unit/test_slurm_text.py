@@ -38,6 +38,8 @@ def test_squeue_fixed_fields_for_22_05_and_24_11() -> None:
     assert (a.end_time, a.nodelist) == ("", ""), "a pending job's estimates are not kept"
     assert (b.end_time, b.nodelist) == ("2026-11-29T14:00:00", "spot-[3-4]")
     assert (a.start_time, b.start_time) == ("", "2026-11-29T10:00:00")
+    assert (a.expected_start, b.expected_start) == ("2026-11-30T08:00:00", ""), \
+        "a pending job's StartTime is backfill's expected start"
 
 
 def test_reservations_parse_with_flags_and_node_lists() -> None:

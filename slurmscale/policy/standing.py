@@ -1,0 +1,101 @@
+"""Where each pending gang stands in Slurm's queue, from `squeue`, `sprio` and the age weights
+(pure: the caller reads Slurm).
+
+A gang starves where jobs submitted after it keep ranking above it: small jobs with more
+fair-share, a partition or QOS that weighs more. All pending jobs age at the same rate, so age
+never reorders jobs already queued; what it does is raise the gang above the jobs still to
+come. Once the gang's age factor exceeds the non-age part of every job that overtook it (the
+best a new job brings), no newcomer overtakes it again and backfill's plan for it stops
+slipping: that moment is its age lift. Age carries at most PriorityWeightAge, reached after
+PriorityMaxAge, so a gang behind jobs whose non-age priority is larger than that is never
+lifted by age alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurmscale.model import JobPriority, PriorityWeights, QueueJob
+from slurmscale.policy.observe import slurm_time
+from slurmscale.policy.reservations import GangJob
+
+
+@dataclass(frozen=True)
+class GangStanding:
+    job_id: str
+    pool: str
+    partition: str
+    nodes: int
+    waited_s: float
+    priority: float
+    ahead: int  # pending jobs in its partition that Slurm ranks above it
+    overtaken_by: int  # of those, submitted after it
+    factors: JobPriority | None  # sprio's line for it (None: sprio does not list it)
+    expected_start_s: float | None  # backfill's plan (squeue StartTime)
+    lift_s: float | None  # when its age factor alone ranks it above them (None: never)
+    lift_note: str
+
+
+def _lift(g_prio: float, g_age: float, overtakers: list[tuple[float, float]],
+          w: PriorityWeights | None, now: float) -> tuple[float | None, str]:
+    """When age alone ranks a gang (priority `g_prio`, of which `g_age` is age) above a new job
+    like each of `overtakers` (priority, age), and why in words."""
+    if not overtakers:
+        return now, "no job submitted after it ranks above it"
+    need = max(p - a for p, a in overtakers) - (g_prio - g_age)  # age factor to reach
+    if w is None or w.age <= 0:
+        return None, "age carries no weight here (priority/basic or PriorityWeightAge=0)"
+    if need > w.age:
+        return None, (f"age alone cannot lift it: the {len(overtakers)} job(s) that overtook "
+                      f"it bring {need:.0f} more priority than its age factor can reach "
+                      f"({w.age:.0f}, PriorityWeightAge)")
+    if need <= g_age:
+        return now, (f"its age factor ({g_age:.0f}) already ranks it above new jobs like the "
+                     f"{len(overtakers)} that overtook it")
+    at = now + (need - g_age) / w.age * w.max_age_s
+    return at, (f"its age factor reaches {need:.0f} in {at - now:.0f}s: then no new job like "
+                f"the {len(overtakers)} that overtook it ranks above it")
+
+
+def gang_standings(gangs: tuple[GangJob, ...], partition_of: dict[str, str],
+                   jobs: list[QueueJob], prios: list[JobPriority],
+                   weights: PriorityWeights | None, now: float) -> tuple[GangStanding, ...]:
+    """The standing of each pending gang in `gangs` (`partition_of`: pool -> partition)."""
+    todo = [g for g in gangs if g.pending and g.pool in partition_of]
+    if not todo:
+        return ()
+    line = {(p.job_id, p.partition): p for p in prios}
+    wanted = {partition_of[g.pool] for g in todo}
+    # per partition: (priority, age, submit) of every pending job, highest priority first
+    queue: dict[str, list[tuple[float, float, float, str]]] = {p: [] for p in wanted}
+    for j in jobs:
+        if j.state != "PENDING":
+            continue
+        for part in j.partitions:
+            if part in wanted:
+                f = line.get((j.job_id, part))
+                queue[part].append((f.priority if f else float(j.priority),
+                                    f.age if f else 0.0,
+                                    slurm_time(j.submit_time) or now, j.job_id))
+    for q in queue.values():
+        q.sort(key=lambda x: -x[0])
+    out = []
+    for g in todo:
+        part = partition_of[g.pool]
+        f = line.get((g.job_id, part))
+        prio = f.priority if f else float(g.priority)
+        age = f.age if f else 0.0
+        ahead = 0
+        overtakers: list[tuple[float, float]] = []
+        for p, a, submit, job_id in queue[part]:
+            if p <= prio:
+                break
+            if job_id == g.job_id:
+                continue
+            ahead += 1
+            if submit > g.submit_s:
+                overtakers.append((p, a))
+        lift, note = _lift(prio, age, overtakers, weights, now)
+        out.append(GangStanding(g.job_id, g.pool, part, g.nodes, now - g.submit_s, prio, ahead,
+                                len(overtakers), f, g.expected_start_s, lift, note))
+    return tuple(out)
