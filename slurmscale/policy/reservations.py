@@ -2,7 +2,8 @@
 
 Where a pool cannot grow (at `max_nodes`, or every other node is taken), small jobs take each
 node that frees up and a gang can wait forever. For the highest-priority gang that has waited
-`accumulate_after_s` and cannot be given new capacity now, slurmscale holds a reservation of
+`accumulate_after_s`, cannot be given new capacity now, and whose start Slurm's backfill does
+not plan or keeps pushing back (`hold_verdict`), slurmscale holds a reservation of
 its own (named with its prefix) and adds the pool's idle nodes to it as they free up; once it
 holds the gang's node count the job is pointed at it and starts. A hold costs idle GPU time, so
 each reservation has a budget in idle GPU-hours and a maximum hold time; it is released at
@@ -148,11 +149,12 @@ def hold_verdict(k: ReservationKnobs, j: GangJob, gather_s: float | None,
 
     A hold helps only where Slurm would not start the gang as soon by itself. Slurm's
     backfill plans each job it tests at its earliest start by the running jobs' time limits,
-    and keeps lower-priority jobs off the nodes it planned: a gang with a plan that is soon,
-    or no later than a hold could gather its nodes, needs nothing, and a hold would only
-    idle nodes and push the small jobs back. A plan that slipped (jobs of higher priority
-    keep overtaking it) or no plan at all (beyond bf_window or bf_max_job_test) is where the
-    gang can wait forever."""
+    and keeps lower-priority jobs off the nodes it planned: a gang with a stable plan needs
+    nothing (a plan later than what a hold could gather means jobs of higher priority come
+    first, as they should), and a hold would only idle nodes and push others back. A plan
+    that slipped (jobs submitted later keep ranking above it) or no plan at all (beyond
+    bf_window or bf_max_job_test, or jobs without limits ahead) is where the gang can wait
+    forever. Measured: tests/benchmarks/hold_sweep, docs/policy.md."""
     if gather_s is not None and k.limit_use * (gather_s - now) > k.max_hold_s:
         return False, (f"a hold could not gather its {j.nodes} nodes within max_hold_s "
                        f"({k.max_hold_s:.0f}s): the soonest-free are free "
