@@ -17,7 +17,7 @@ from slurmscale.config import CapacityType, Config
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.ledger import Ledger, PoolNow
 from slurmscale.hostlists import compress
-from slurmscale.model import QueueJob, SlurmReservation
+from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmReservation
 from slurmscale.policy.decide import decide
 from slurmscale.policy.fallback import Rewrite, partition_rewrites
 from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
@@ -66,6 +66,16 @@ class PassPlan:
     standings: tuple[GangStanding, ...] = ()  # pending gangs in the queue (where read)
 
 
+def _priorities(slurm: SlurmClient) -> tuple[list[JobPriority], PriorityWeights | None]:
+    """sprio's lines and the age weights, or none: under priority/basic sprio refuses to run,
+    and a gang's standing is then its squeue priority alone; never a reason to skip a pass."""
+    try:
+        return slurm.priorities(), slurm.priority_weights()
+    except SlurmError as e:
+        log.warning("priority factors unreadable (%s): standings from squeue alone", e)
+        return [], None
+
+
 def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
                  arrival_log: dict[str, tuple[float, str, int]] | None = None,
                  plans_seen: dict[str, float] | None = None,
@@ -89,7 +99,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
     if standings or any(slipped(holds.knobs, g) for g in gangs):
         # sprio only where a plan slipped (is age about to stop the overtaking?) or asked
         standing = gang_standings(gangs, {p.name: p.partition for p in cfg.pools}, jobs,
-                                  slurm.priorities(), slurm.priority_weights(), now)
+                                  *_priorities(slurm), now)
         lift = {s.job_id: s.lift_s for s in standing}
         gangs = tuple(replace(g, age_lift_s=lift.get(g.job_id)) for g in gangs)
     hold_plan, gone = holds.plan(snap.nodes, gangs, res, now)

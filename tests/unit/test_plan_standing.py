@@ -123,3 +123,18 @@ def test_reservations_show_gives_the_held_jobs_standing(tmp_path: Path) -> None:
     text = CliRunner().invoke(cli, ["--config", conf, "reservations", "show",
                                     "slurmscale-gang-77"]).output
     assert "2 (1 submitted after it)" in text and "age 500 + fairshare 1000" in text, text
+
+
+def test_without_sprio_plan_still_runs_and_ranks_by_squeue(tmp_path: Path) -> None:
+    """priority/basic: sprio refuses to run; the standing falls back to squeue's priority."""
+    now = time.time()
+    _slurm(tmp_path / "bin", now)
+    (tmp_path / "bin" / "sprio").write_text(
+        "#!/bin/sh\necho 'sprio: error: You are not running a supported priority plugin' >&2\n"
+        "exit 1\n")
+    conf = _conf(tmp_path)
+    _store(tmp_path).close()
+    r = CliRunner().invoke(cli, ["--config", conf, "plan", "--json"])
+    assert r.exit_code == 0, r.output
+    (g,) = json.loads(r.output)["gangs"]
+    assert (g["ahead"], g["factors"], g["age_lift"]) == (2, None, None), g
