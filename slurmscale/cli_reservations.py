@@ -59,6 +59,7 @@ def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], st
 
 def _standing(cfg: Config, job_id: str) -> dict[str, object] | None:
     """The held job's place in Slurm's queue now (None: not pending, or Slurm unreadable)."""
+    from slurmscale.daemon.capacity import read_priorities
     from slurmscale.policy.observe import gang_jobs
     from slurmscale.policy.standing import gang_standings
     from slurmscale.slurm.cli_backend import SlurmCLI
@@ -72,7 +73,7 @@ def _standing(cfg: Config, job_id: str) -> dict[str, object] | None:
         if not gang or not gang[0].pending:
             return None
         (s,) = gang_standings(gang, {p.name: p.partition for p in cfg.pools}, jobs,
-                              slurm.priorities(), slurm.priority_weights(), time.time())
+                              *read_priorities(slurm), time.time())
     except SlurmError:
         return None
     return gang_json(s, None)

@@ -66,7 +66,7 @@ class PassPlan:
     standings: tuple[GangStanding, ...] = ()  # pending gangs in the queue (where read)
 
 
-def _priorities(slurm: SlurmClient) -> tuple[list[JobPriority], PriorityWeights | None]:
+def read_priorities(slurm: SlurmClient) -> tuple[list[JobPriority], PriorityWeights | None]:
     """sprio's lines and the age weights, or none: under priority/basic sprio refuses to run,
     and a gang's standing is then its squeue priority alone; never a reason to skip a pass."""
     try:
@@ -99,7 +99,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
     if standings or any(slipped(holds.knobs, g) for g in gangs):
         # sprio only where a plan slipped (is age about to stop the overtaking?) or asked
         standing = gang_standings(gangs, {p.name: p.partition for p in cfg.pools}, jobs,
-                                  *_priorities(slurm), now)
+                                  *read_priorities(slurm), now)
         lift = {s.job_id: s.lift_s for s in standing}
         gangs = tuple(replace(g, age_lift_s=lift.get(g.job_id)) for g in gangs)
     hold_plan, gone = holds.plan(snap.nodes, gangs, res, now)
