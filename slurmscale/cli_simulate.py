@@ -99,8 +99,16 @@ if TYPE_CHECKING:
                    "PriorityWeightJobSize, PriorityWeightFairshare, PriorityMaxAge, "
                    "PriorityDecayHalfLife, PriorityCalcPeriod (times in seconds), "
                    "PriorityFavorSmall=YES|NO; repeatable.")
+@click.option("--node-failure-rate", default=None, type=click.FloatRange(0),
+              metavar="PER_NODE_HOUR",
+              help="Hardware failures per node-hour up: a failed node's jobs are requeued; "
+                   "slurmscale replaces the node, the other policies leave it down until an "
+                   "admin returns it after --admin-repair-s.")
+@click.option("--admin-repair-s", default=4 * 3600.0, show_default=True,
+              type=click.FloatRange(0), help="How long a failed node stays down without "
+                                             "slurmscale (an admin's turnaround).")
 @click.option("--seed", default=0, show_default=True, type=int,
-              help="Spot model: random seed for the interruptions.")
+              help="Random seed for the spot interruptions and node failures.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of demand vs provisioned GPUs per policy.")
@@ -118,7 +126,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
              on_demand_price: float | None, max_preemptions: int, requeue_delay: float,
              reserved_nodes: int, reserved_preference: str, capacity_blocks: tuple[str, ...],
              slurm_model: str, time_limit_factor: float, no_time_limits: bool,
-             slurm_params: tuple[str, ...], seed: int, as_json: bool,
+             slurm_params: tuple[str, ...], node_failure_rate: float | None,
+             admin_repair_s: float, seed: int, as_json: bool,
              plot_path: str | None) -> None:
     """Replay a job trace against a simulated Slurm + cloud, running the real policy code.
 
@@ -130,13 +139,13 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     node_launches, reservations_created, reservation_idle_gpu_hours, preemptions, requeues,
     jobs_failed, lost_gpu_hours, restart_wait_p50_s, restart_wait_p95_s,
     reserved_node_hours_paid, reserved_node_hours_used, reservation_utilization,
-    jobs_killed_at_block_end, gang_start_order}}}
+    jobs_killed_at_block_end, gang_start_order, node_failures, capacity_lost_gpu_hours}}}
     """
     from dataclasses import replace
 
     from slurmscale.policy.model import PoolKnobs
     from slurmscale.policy.reservations import ReservationKnobs
-    from slurmscale.sim.engine import SimCloud, SpotModel
+    from slurmscale.sim.engine import FailureModel, SimCloud, SpotModel
     from slurmscale.sim.engine import simulate as run_sim
     from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
     from slurmscale.sim.report import metrics, plot
@@ -231,8 +240,10 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
                                         time_limit_factor=time_limit_factor), slurm_params)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--slurm-param") from None
-    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot, paid, model)
-               for n in names]
+    failures = (FailureModel(node_failure_rate, admin_repair_s, seed)
+                if node_failure_rate is not None else None)
+    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot, paid, model,
+                       failures) for n in names]
     out = {"trace": trace_path, "slurm_model": slurm_model,
            "policies": {r.policy: metrics(r, cloud) for r in results}}
     if plot_path:
@@ -244,6 +255,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
             "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
     if spot is not None:
         cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s"]
+    if failures is not None:
+        cols += ["node_failures", "requeues", "capacity_lost_gpu_hours", "lost_gpu_hours"]
     if paid is not None:
         cols += ["on_demand_node_hours", "reserved_node_hours_paid", "reservation_utilization",
                  "jobs_killed_at_block_end"]

@@ -29,6 +29,7 @@ def gather(cfg: Config) -> dict[str, Any]:
     from slurmscale.report.compute import paid_now
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
+    from slurmscale.slurm.reasons import REPLACING, ours
 
     now = datetime.now(UTC)
     store = _store(cfg)
@@ -40,10 +41,15 @@ def gather(cfg: Config) -> dict[str, Any]:
         daemon = {"reachable": False, "role": None, "last_tick": None}
     memory = store.pool_memory()
     slurm_error = None
+    replacing: list[dict[str, str]] = []
     try:
         s = SlurmCLI(cfg.slurm)
-        snap = build_snapshot(cfg, s.nodes(), s.active_jobs(), now.timestamp(), memory)
+        nodes = s.nodes()
+        snap = build_snapshot(cfg, nodes, s.active_jobs(), now.timestamp(), memory)
         current = {p.pool: p for p in pools_now(snap)}
+        # nodes being replaced (unhealthy, a scheduled event) or left for an admin
+        replacing = [{"node": n.name, "state": n.state, "reason": n.reason}
+                     for n in nodes if n.reason and ours(n.reason) in REPLACING]
     except SlurmError as e:
         current, slurm_error = {}, str(e)
     instances = store.active_instances()
@@ -73,11 +79,14 @@ def gather(cfg: Config) -> dict[str, Any]:
                 "received_at": r.received_at.isoformat(timespec="seconds")}
                for r in store.pending_requests()]
     paid = [{**u.model_dump(), "period": period} for u, period in paid_now(store, now)]
+    store_replacements = [r for r in store.replacements(since=now.timestamp() - 86400)
+                          if not r.left]
     store.close()
     return {"cluster": cfg.cluster_name, "at": now.isoformat(timespec="seconds"),
             "daemon": daemon, "pools": pools, "reservations": holds, "backoff": backoff,
             "pending_requests": pending, "recent_errors": errors, "slurm_error": slurm_error,
-            "paid_capacity": paid}
+            "paid_capacity": paid, "replacing": replacing,
+            "replaced_24h": len(store_replacements)}
 
 
 
@@ -112,6 +121,10 @@ def render(d: dict[str, Any]) -> str:
                          else f"{p['utilization']:.0%}"} for p in d["paid_capacity"]],
                        ["id", "pool", "kind", "state", "free", "window", "paid", "used",
                         "use"])]
+    if d.get("replacing") or d.get("replaced_24h"):
+        out += ["", f"unhealthy nodes (replaced in 24h: {d.get('replaced_24h', 0)}):",
+                *(f"  {r['node']} {r['state']}: {r['reason']}"[:80]
+                  for r in d.get("replacing", []))]
     if d["backoff"]:
         out += ["", "pools in capacity backoff:",
                 *(f"  {b['pool']} until {b['until'][11:19]} UTC ({b['code']}, x{b['repeats']})"
@@ -141,8 +154,8 @@ def _window(p: dict[str, Any]) -> str:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     """Pools (target, nodes up/busy/booting/held/idle, pending GPUs and gangs), reservations
-    held for starving gangs, pools in capacity backoff, pending hook requests, the last
-    hour's errors, and the daemon's health and role.
+    held for starving gangs, unhealthy nodes being replaced, pools in capacity backoff,
+    pending hook requests, the last hour's errors, and the daemon's health and role.
 
     JSON: {"cluster", "at", "daemon": {reachable, role, last_tick}, "pools": [{name,
     capacity_type, mode, target, max_nodes, instances, nodes_up, nodes_busy, nodes_booting,
@@ -150,7 +163,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     "reservations": [...], "backoff": [{pool, until, code, repeats}], "pending_requests":
     [...], "recent_errors": [{at, kind, message}], "slurm_error", "paid_capacity": [{id,
     pool, kind, instance_type, state, total, available, start, end, paid_node_hours,
-    used_node_hours, idle_node_hours, utilization, period}]}"""
+    used_node_hours, idle_node_hours, utilization, period}], "replacing": [{node, state,
+    reason}] (nodes being replaced or left for an admin), "replaced_24h"}"""
     cfg = _load(ctx.find_root())
     while True:
         d = gather(cfg)

@@ -408,6 +408,54 @@ class DaemonSettings(_Strict):
     lost_node_grace_s: Annotated[float, Field(ge=0)] = 60.0
 
 
+class HealthSettings(_Strict):
+    """Unhealthy nodes replaced rather than retried into: a node whose instance fails EC2's
+    status checks, that the site's health check drained with a matching reason, or that
+    slurmctld has DOWN/NOT_RESPONDING while its instance runs, has its jobs requeued and its
+    instance terminated; the node returns powered down, and the next resume gets a fresh
+    instance. A node with a scheduled EC2 event (retirement, maintenance) is drained at once
+    and replaced once idle, or `event_lead_s` before the event at the latest."""
+
+    # regular expressions searched in a drained (or down) node's reason, e.g. ["NHC", "DCGM",
+    # "Xid"]: the site's health check says the hardware is bad. Empty: no drain is ours to act on.
+    replace_on_reasons: list[str] = []
+    # how long a node must stay unhealthy by Slurm's account (drained with a matching reason,
+    # DOWN or NOT_RESPONDING) before it is replaced: a slurmd restarting is not a dead node
+    grace_s: Annotated[float, Field(ge=0)] = 120.0
+    # DescribeInstanceStatus for the cluster's instances (status checks, scheduled events) at
+    # most this often; 0: never (scheduled changes may still arrive on the interruption queue)
+    status_interval_s: Annotated[float, Field(ge=0)] = 60.0
+    # a scheduled event's node still running jobs is replaced (jobs requeued) this long
+    # before the event's earliest start
+    event_lead_s: Annotated[float, Field(ge=0)] = 900.0
+    # a node replaced `max_replacements` times within `window_s` is left drained for an admin
+    # (the fault is not the instance: an image, a driver, a check that always fails)
+    max_replacements: Annotated[int, Field(ge=1)] = 3
+    window_s: Annotated[float, Field(gt=0)] = 86400.0
+    # `slurmscale slurm-conf` renders HealthCheckProgram (and its interval) with this program
+    check_program: str | None = None
+    check_interval_s: Annotated[int, Field(ge=1)] = 300
+
+    @field_validator("replace_on_reasons")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p:
+                raise ValueError("an empty pattern would match every drain reason")
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"{p!r} is not a regular expression: {e}") from None
+        return v
+
+    @field_validator("check_program")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"{v!r} must be an absolute path (slurmd runs it)")
+        return v
+
+
 class MetricsSettings(_Strict):
     """The Prometheus endpoint (http://address:port/metrics); port 0 turns it off."""
 
@@ -436,6 +484,7 @@ class Config(_Strict):
     capacity: CapacitySettings = CapacitySettings()
     capacity_blocks: CapacityBlockSettings = CapacityBlockSettings()
     metrics: MetricsSettings = MetricsSettings()
+    health: HealthSettings = HealthSettings()
     # USD per instance-hour by instance type and capacity type, for the reports' cost
     # estimate, e.g. {p5.48xlarge: {on-demand: 98.32, spot: 39.0}}; unpriced types show no cost
     prices: dict[str, dict[CapacityType, Annotated[float, Field(ge=0)]]] = {}

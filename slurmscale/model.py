@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
+# a node in one of these is Slurm's to finish first (POWERED_DOWN: it has no instance)
+POWER_TRANSITIONS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "POWER_DOWN"})
+
 
 @dataclass(frozen=True)
 class SlurmNode:
@@ -164,3 +167,34 @@ class LaunchResult:
     error_message: str = ""
     fleet_id: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+
+
+# EC2's scheduled event codes (DescribeInstanceStatus Events[].Code)
+SCHEDULED_CODES = frozenset({"instance-reboot", "system-reboot", "system-maintenance",
+                             "instance-retirement", "instance-stop"})
+
+
+@dataclass(frozen=True)
+class ScheduledEvent:
+    """A change AWS scheduled for an instance: `code` one of SCHEDULED_CODES (or an AWS Health
+    event type code), `not_before` its earliest start (Unix seconds; None: not given)."""
+
+    code: str
+    not_before: float | None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class InstanceHealth:
+    """One running instance's status checks and scheduled events, as DescribeInstanceStatus
+    reports them (status: ok | impaired | insufficient-data | not-applicable | initializing);
+    events already completed or canceled are left out."""
+
+    instance_id: str
+    system_status: str = "ok"
+    instance_status: str = "ok"
+    events: tuple[ScheduledEvent, ...] = ()
+
+    @property
+    def impaired(self) -> bool:
+        return "impaired" in (self.system_status, self.instance_status)

@@ -40,6 +40,16 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         "JobRequeue=1",
         "PrivateData=cloud",
     ]
+    h = cfg.health
+    if h.check_program:
+        lines += [
+            "# The site's node health check (health.check_program): a failing check drains the",
+            "# node with a reason health.replace_on_reasons matches, and slurmscale replaces it.",
+            f"HealthCheckProgram={h.check_program}",
+            f"HealthCheckInterval={h.check_interval_s}",
+            "# every node state (a busy GPU node too), spread over the interval",
+            "HealthCheckNodeState=ANY,CYCLE",
+        ]
     if any(p.gpus_per_node for p in cfg.pools):
         lines.append("GresTypes=gpu")
     for p in cfg.pools:

@@ -16,7 +16,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec
 from slurmscale.config import AwsSettings, CapacityType, Pool
-from slurmscale.model import CapacityReservation, LaunchedInstance, LaunchResult
+from slurmscale.model import (
+    CapacityReservation,
+    InstanceHealth,
+    LaunchedInstance,
+    LaunchResult,
+    ScheduledEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -251,3 +257,27 @@ class EC2Cloud:
         resp = self._call("describe_launch_template_versions", **ref, Versions=[version])
         versions = resp.get("LaunchTemplateVersions", [])
         return dict(versions[0].get("LaunchTemplateData", {})) if versions else {}
+
+    def instance_health(self) -> list[InstanceHealth]:
+        """Every running instance's status checks and scheduled events in the region:
+        DescribeInstanceStatus, paginated (it has no tag filter, and an id list cannot be
+        paginated; the caller keeps its own instances)."""
+        out: list[InstanceHealth] = []
+        token: str | None = None
+        while True:
+            r = self._call("describe_instance_status", MaxResults=1000,
+                           **({"NextToken": token} if token else {}))
+            for st in r.get("InstanceStatuses", []):
+                events = tuple(
+                    ScheduledEvent(str(e.get("Code", "")), _seconds(e.get("NotBefore")),
+                                   str(e.get("Description", "")))
+                    for e in st.get("Events", [])
+                    # AWS keeps a done or canceled event listed, its description saying so
+                    if not str(e.get("Description", "")).startswith(("[Completed]",
+                                                                      "[Canceled]")))
+                out.append(InstanceHealth(
+                    st["InstanceId"], st.get("SystemStatus", {}).get("Status", "ok"),
+                    st.get("InstanceStatus", {}).get("Status", "ok"), events))
+            token = r.get("NextToken")
+            if not token:
+                return out

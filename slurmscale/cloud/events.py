@@ -1,15 +1,21 @@
 """EC2 events as EventBridge delivers them to an SQS queue: parsed at the boundary with
 pydantic, so a malformed or foreign message is a clear error the daemon records and drops,
-never an exception in the loop."""
+never an exception in the loop. Besides EC2's own events (source aws.ec2), AWS Health's
+scheduled changes for EC2 instances (source aws.health, category scheduledChange: retirement,
+maintenance, reboots) arrive on the same queue; one of those may name several instances."""
 
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from slurmscale.model import ScheduledEvent
 from slurmscale.validation import first_problem
 
 
@@ -17,6 +23,7 @@ class EventKind(StrEnum):
     SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
     REBALANCE = "EC2 Instance Rebalance Recommendation"
     STATE_CHANGE = "EC2 Instance State-change Notification"
+    SCHEDULED = "AWS Health Event"  # a scheduledChange for EC2 instances
 
 
 class _Detail(BaseModel):
@@ -36,6 +43,28 @@ class _Envelope(BaseModel):
     detail: _Detail
 
 
+class _HealthDetail(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    service: str
+    event_type_code: Annotated[str, Field(alias="eventTypeCode")]
+    event_type_category: Annotated[str, Field(alias="eventTypeCategory")]
+    start_time: Annotated[str, Field(alias="startTime")] = ""
+    affected_entities: Annotated[list[dict[str, Any]], Field(alias="affectedEntities")] = []
+
+
+class _HealthEnvelope(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    detail_type: Annotated[str, Field(alias="detail-type")]
+    time: str = ""
+    resources: list[str] = []
+    detail: _HealthDetail
+
+
+_INSTANCE = re.compile(r"(?:^|/)(i-[0-9a-f]{8,32})$")
+
+
 class EventError(ValueError):
     """The message is not an EC2 event slurmscale understands; the text says why."""
 
@@ -46,15 +75,25 @@ class Ec2Event(BaseModel):
     time: str
     action: str | None = None  # spot warnings: terminate | stop | hibernate
     state: str | None = None  # state changes: pending | running | shutting-down | ...
+    scheduled: ScheduledEvent | None = None  # AWS Health scheduled changes
 
 
 def parse_event(body: str) -> Ec2Event:
+    """The one event in a message about one instance (an EC2 event); see `parse_events`."""
+    return parse_events(body)[0]
+
+
+def parse_events(body: str) -> list[Ec2Event]:
+    """The events a queue message carries: one for an EC2 event, one per instance an AWS
+    Health scheduled change names."""
     try:
         data: Any = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise EventError(f"not JSON: {e.msg if hasattr(e, 'msg') else e}") from None
     if not isinstance(data, dict):
         raise EventError(f"expected a JSON object, got {type(data).__name__}")
+    if data.get("source") == "aws.health":
+        return _health_events(data)
     try:
         env = _Envelope.model_validate(data)
     except ValidationError as e:
@@ -65,8 +104,62 @@ def parse_event(body: str) -> Ec2Event:
         kind = EventKind(env.detail_type)
     except ValueError:
         raise EventError(f"detail-type {env.detail_type!r} is not one slurmscale acts on") from None
-    return Ec2Event(kind=kind, instance_id=env.detail.instance_id, time=env.time,
-                    action=env.detail.instance_action, state=env.detail.state)
+    return [Ec2Event(kind=kind, instance_id=env.detail.instance_id, time=env.time,
+                     action=env.detail.instance_action, state=env.detail.state)]
+
+
+def _health_events(data: dict[str, Any]) -> list[Ec2Event]:
+    try:
+        env = _HealthEnvelope.model_validate(data)
+    except ValidationError as e:
+        raise EventError(first_problem(e)) from None
+    d = env.detail
+    if env.detail_type != EventKind.SCHEDULED or d.service != "EC2" \
+            or d.event_type_category != "scheduledChange":
+        raise EventError(f"AWS Health {env.detail_type!r} {d.service} {d.event_type_category} "
+                         "is not an EC2 scheduled change")
+    names = [str(e.get("entityValue", "")) for e in d.affected_entities] or env.resources
+    ids = sorted({m.group(1) for n in names if (m := _INSTANCE.search(n))})
+    if not ids:
+        raise EventError(f"{d.event_type_code}: names no EC2 instance")
+    ev = ScheduledEvent(d.event_type_code, _when(d.start_time), "AWS Health")
+    return [Ec2Event(kind=EventKind.SCHEDULED, instance_id=i, time=env.time, scheduled=ev)
+            for i in ids]
+
+
+def _when(text: str) -> float | None:
+    """AWS Health's startTime: RFC 1123 ("Sat, 05 Jun 2016 15:10:09 GMT") in its examples,
+    ISO 8601 elsewhere; None when absent or neither."""
+    if not text:
+        return None
+    try:
+        return parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError):
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def health_message(event_type_code: str, instance_ids: list[str], time: str,
+                   start_time: str) -> str:
+    """The message body EventBridge puts on the queue for an AWS Health scheduled change to
+    EC2 instances (the shape AWS documents; what `parse_events` reads)."""
+    return json.dumps({
+        "version": "0", "id": "1d8d2d8e-2b0c-4a1e-9b7f-5b1f0c2d3e4f",
+        "detail-type": "AWS Health Event", "source": "aws.health", "account": "123456789012",
+        "time": time, "region": "us-east-1", "resources": list(instance_ids),
+        "detail": {
+            "eventArn": f"arn:aws:health:us-east-1::event/EC2/{event_type_code}/"
+                        f"{event_type_code}_{instance_ids[0][2:]}",
+            "service": "EC2", "eventTypeCode": event_type_code,
+            "eventTypeCategory": "scheduledChange", "eventRegion": "us-east-1",
+            "startTime": start_time,
+            "eventDescription": [{"language": "en_US", "latestDescription":
+                                  "EC2 has detected degradation of the underlying hardware "
+                                  "hosting your instance; it is scheduled for retirement."}],
+            "affectedEntities": [{"entityValue": i} for i in instance_ids]}})
 
 
 def event_message(detail_type: str, instance_id: str, time: str, **detail: str) -> str:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Protocol
 
 from slurmscale.config import Pool
-from slurmscale.model import CapacityReservation, LaunchedInstance, LaunchResult
+from slurmscale.model import CapacityReservation, InstanceHealth, LaunchedInstance, LaunchResult
 
 TAG_CLUSTER = "slurmscale:cluster"
 TAG_POOL = "slurmscale:pool"
@@ -81,6 +81,8 @@ class CloudProvider(Protocol):
     def placement_groups(self, tags: dict[str, str]) -> dict[str, dict[str, str]]: ...
 
     def delete_placement_group(self, name: str) -> None: ...
+
+    def instance_health(self) -> list[InstanceHealth]: ...
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,8 @@ class CapacityBackoff:
                 down = n.flags & {"POWERED_DOWN", "POWERING_DOWN"}
                 # a node drained by us for another reason may be marked unavailable too (the
                 # reason is replaced); an admin's drain never
-                if down and not ours and (not drained or why is not None):
+                # (nor one left drained for an admin after too many replacements)
+                if down and not ours and (not drained or why not in (None, Why.REPLACE_LOOP)):
                     hold.setdefault(pool.name, []).append(n.name)
             elif ours and drained:
                 back.append(n.name)

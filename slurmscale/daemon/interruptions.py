@@ -17,6 +17,8 @@
   `sweep` on the reconcile pass and handled like a state change.
 - A job preempted `max_preemptions` times (the pool's spot settings) is moved to the pool's
   on-demand fallback partition, so it stops losing its runs to spot.
+- AWS Health's scheduled change for an instance (retirement, maintenance) goes to the health
+  pass (`health.py`), which drains the node and replaces it once idle.
 
 A node slurmscale drained for one of these is undrained once it is powered down, so the next
 launch can use it.
@@ -28,12 +30,13 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from slurmscale.cloud.events import Ec2Event, EventError, EventKind, parse_event
+from slurmscale.cloud.events import Ec2Event, EventError, EventKind, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
 from slurmscale.config import CapacityType, Config
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.drains import undrain
-from slurmscale.model import SlurmNode
+from slurmscale.model import ScheduledEvent, SlurmNode
+from slurmscale.policy.health import REPLACED_KIND
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
@@ -60,6 +63,8 @@ class InterruptionPass:
         # Instances already evacuated: the store calls them running until the suspend hook
         # has terminated them, and neither a late event nor the sweep may requeue twice.
         self.evacuated: set[str] = set()
+        # AWS Health scheduled changes go there (the health pass): True once acted on
+        self.on_scheduled: Callable[[InstanceRow, ScheduledEvent], bool] | None = None
 
     def run(self, now: datetime) -> int:
         """Handle what is queued now; returns the number of messages read. SQS delivers at
@@ -77,13 +82,15 @@ class InterruptionPass:
             return 0
         for m in messages:
             try:
-                ev = parse_event(m.body)
+                evs = parse_events(m.body)
             except EventError as e:
                 self.event("event_dropped", f"malformed EC2 event message dropped: {e}")
             else:
-                if not self._handle(ev, now):
+                # (every one handled, even after one that must come back: each is idempotent)
+                left = [ev.instance_id for ev in evs if not self._handle(ev, now)]
+                if left:
                     log.warning("EC2 event for %s not handled yet; it comes back after the "
-                                "queue's visibility timeout", ev.instance_id)
+                                "queue's visibility timeout", ", ".join(left))
                     continue
             try:
                 self.queue.delete(m.receipt)
@@ -106,7 +113,7 @@ class InterruptionPass:
             case EventKind.SPOT_WARNING:
                 reason = reasons.reason(Why.INTERRUPTED, f"{ev.time} ({ev.action or 'terminate'})")
                 self._reclaimed(inst.pool, now)
-                return self._evacuate(inst, ev.kind.value, ev.time, reason, now)
+                return self.evacuate(inst, ev.kind.value, ev.time, reason, now)
             case EventKind.REBALANCE:
                 reason = reasons.reason(Why.REBALANCE, ev.time)
                 try:
@@ -116,10 +123,13 @@ class InterruptionPass:
                     return False
                 self.event("rebalance_drained", f"{inst.node} ({inst.instance_id}): {reason}; "
                            "running jobs continue, nothing new starts there", node=inst.node)
+            case EventKind.SCHEDULED:
+                if self.on_scheduled is not None and ev.scheduled is not None:
+                    return self.on_scheduled(inst, ev.scheduled)
             case EventKind.STATE_CHANGE:
                 if (ev.state or "") in GONE_STATES:
                     reason = reasons.reason(Why.GONE, f"{inst.instance_id} {ev.state} at {ev.time}")
-                    return self._evacuate(inst, ev.kind.value, ev.time, reason, now)
+                    return self.evacuate(inst, ev.kind.value, ev.time, reason, now)
         return True
 
     def sweep(self, seen: list[CloudInstance], now: datetime) -> int:
@@ -137,8 +147,8 @@ class InterruptionPass:
                 self._reclaimed(inst.pool, now)
             reason = reasons.reason(Why.GONE, f"{inst.instance_id} {found.state} without "
                                     f"notice ({why})")
-            self._evacuate(inst, f"vanished:{why}", now.isoformat(timespec="seconds"),
-                           reason, now)
+            self.evacuate(inst, f"vanished:{why}", now.isoformat(timespec="seconds"),
+                          reason, now)
             n += 1
         return n
 
@@ -152,10 +162,12 @@ class InterruptionPass:
         if self.backoff is not None and pool.capacity_type is CapacityType.SPOT:
             self.backoff.reclaimed(pool.name, now)
 
-    def _evacuate(self, inst: InstanceRow, kind: str, notice_time: str, reason: str,
-                  now: datetime) -> bool:
+    def evacuate(self, inst: InstanceRow, kind: str, notice_time: str, reason: str,
+                 now: datetime, steer: bool = True) -> bool:
         """Drain, requeue the node's jobs, power it down. True when done (now or before);
-        False when Slurm did not let it finish: called again, it redoes only what is left."""
+        False when Slurm did not let it finish: called again, it redoes only what is left.
+        `steer`: a job that lost `max_preemptions` runs moves to on-demand (spot's doing;
+        not for a node that was merely unhealthy)."""
         if inst.instance_id in self.evacuated:
             return True
         node = inst.node
@@ -185,7 +197,8 @@ class InterruptionPass:
                 instance_type=inst.instance_type, lifecycle=inst.lifecycle,
                 kind=kind, notice_time=notice_time))
             self.event("job_requeued", f"job {job} on {node} requeued: {reason}", node=node)
-            self._steer(job, inst.pool, node)
+            if steer:
+                self._steer(job, inst.pool, node)
         try:
             self.slurm.power_down_force([node], reason)
         except SlurmError as e:
@@ -212,7 +225,8 @@ class InterruptionPass:
             return
         if pool.fallback_pool is None:
             return
-        times = len(self.store.preemptions(job))
+        times = sum(1 for p in self.store.preemptions(job)
+                    if not p.kind.startswith(REPLACED_KIND))
         if times < pool.spot.max_preemptions:
             return
         partition = self.cfg.pool(pool.fallback_pool).partition

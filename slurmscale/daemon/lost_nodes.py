@@ -13,9 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from slurmscale.cloud.protocol import TAG_NODE, CloudInstance
-from slurmscale.model import SlurmNode
-
-TRANSITIONS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "POWER_DOWN"})
+from slurmscale.model import POWER_TRANSITIONS, SlurmNode
 
 
 def nodes_without_instances(nodes: Iterable[SlurmNode], is_cloud_node: Callable[[str], bool],
@@ -25,7 +23,7 @@ def nodes_without_instances(nodes: Iterable[SlurmNode], is_cloud_node: Callable[
     (by node tag) or in the store."""
     in_ec2 = {i.tags.get(TAG_NODE) for i in seen if i.state in ("pending", "running")}
     return {n.name for n in nodes
-            if is_cloud_node(n.name) and not (n.flags & TRANSITIONS)
+            if is_cloud_node(n.name) and not (n.flags & POWER_TRANSITIONS)
             and n.name not in in_ec2 and n.name not in tracked_nodes}
 
 

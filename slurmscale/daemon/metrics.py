@@ -69,6 +69,18 @@ class Metrics:
         self.block_window = Gauge("slurmscale_capacity_block_window_timestamp_seconds",
                                   "a Capacity Block's start and end (Unix time)",
                                   ["reservation", "pool", "edge"], registry=r)
+        self.replacements = Counter("slurmscale_node_replacements",
+                                    "unhealthy nodes replaced (jobs requeued, instance "
+                                    "terminated)", ["pool", "cause"], registry=r)
+        self.left = Counter("slurmscale_nodes_left_drained",
+                            "nodes replaced too often, left drained for an admin", ["pool"],
+                            registry=r)
+        self.unhealthy_gpu_hours = Counter("slurmscale_unhealthy_gpu_hours",
+                                           "GPU-hours of nodes from detected unhealthy to "
+                                           "replaced", ["pool"], registry=r)
+        self.replacement_seconds = Histogram("slurmscale_node_replacement_seconds",
+                                             "detected unhealthy to back in service",
+                                             ["pool"], buckets=WAIT_BUCKETS, registry=r)
         self._server: Any = None
 
     def serve(self, address: str, port: int) -> None:
@@ -95,6 +107,16 @@ class Metrics:
         self.job_start.labels(pool).observe(wait_s)
         if nodes >= 2:
             self.gang_start.labels(pool).observe(wait_s)
+
+    def replaced(self, pool: str, cause: str, gpu_hours: float) -> None:
+        self.replacements.labels(pool, cause).inc()
+        self.unhealthy_gpu_hours.labels(pool).inc(gpu_hours)
+
+    def left_drained(self, pool: str) -> None:
+        self.left.labels(pool).inc()
+
+    def replacement_time(self, pool: str, seconds: float) -> None:
+        self.replacement_seconds.labels(pool).observe(seconds)
 
     def pools(self, current: Iterable[PoolNow]) -> None:
         for p in current:

@@ -2,12 +2,14 @@
 
 1. requests (`requests.py`): the hooks' spool into the store, then Slurm's resume, suspend
    and resume-fail requests carried out (gangs launched by `launch.py`);
-2. interruptions (`interruptions.py`): EC2's spot and health events;
+2. interruptions (`interruptions.py`): EC2's spot events and AWS Health's scheduled changes;
 3. the instance sweep (`sweep.py`): EC2 compared with the store and Slurm (vanished
    instances, leaks, nodes up with no instance);
-4. capacity blocks (`blocks.py`) and node upkeep: drains placed as time passes (backoff,
+4. health (`health.py`): unhealthy nodes replaced (EC2 status checks, scheduled events,
+   the site's health check, nodes slurmctld has DOWN or not responding);
+5. capacity blocks (`blocks.py`) and node upkeep: drains placed as time passes (backoff,
    interruptions) and node addresses (`addresses.py`);
-5. capacity (`capacity.py`): the policy's decisions carried out (pool sizes, holds).
+6. capacity (`capacity.py`): the policy's decisions carried out (pool sizes, holds).
 
 Order of every side effect: record the intent, call the cloud or Slurm, record the outcome.
 No network call happens inside a database transaction.
@@ -26,6 +28,7 @@ from slurmscale.daemon.blocks import BlockPass
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.context import Clock, PassContext, TickResult, utcnow
 from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
+from slurmscale.daemon.health import HealthPass
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.launch import GangLauncher, client_token
 from slurmscale.daemon.ledger import Ledger
@@ -68,6 +71,7 @@ class Reconciler:
             ctx, self.addresses, self.backoff, self.reserved, fleets, ec2_retry, metrics),
             self.addresses, ec2_retry)
         self.sweep = InstanceSweep(ctx, self.interruptions, fleets)
+        self.health = HealthPass(ctx, self.interruptions, metrics)
         self.blocks = BlockPass(cfg, slurm, self.reserved, self.event)
 
     def event(self, kind: str, message: str, **kw: str | None) -> None:
@@ -91,6 +95,7 @@ class Reconciler:
         # the reservations' state and free count (one cached call): status, plan, metrics
         self.reserved.reservations(self.clock().timestamp())
         if nodes is not None:
+            self.health.run(nodes, active)
             self.blocks.run(nodes, self.clock())
             self._node_upkeep(nodes, active)
         p = self.capacity.run(self.clock())

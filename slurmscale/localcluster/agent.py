@@ -77,6 +77,15 @@ class InstanceAgent:
             self.on_halt(node)
         log.info("agent: %s (%s) shut down", node, b.instance_id)
 
+    def crash(self, node: str) -> int:
+        """The node's hardware fails under it: its slurmd is killed (SIGKILL) while its
+        instance keeps running, and it is not restarted. Returns the killed slurmd's PID."""
+        b = self.booted[node]
+        b.proc.kill()
+        b.proc.wait(10)
+        log.info("agent: %s (%s) slurmd killed", node, b.instance_id)
+        return b.proc.pid
+
     def step(self, now: datetime) -> None:
         running: dict[str, tuple[str, datetime]] = {}
         for inst in self._instances():

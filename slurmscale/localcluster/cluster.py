@@ -88,6 +88,7 @@ class ClusterOptions:
     daemon_env: dict[str, str] = field(default_factory=dict)  # the first daemon's extra env
     # Slurm keeps a requeued job ineligible for cred_expire seconds (default 120)
     cred_expire: int | None = None
+    slurmd_timeout: int = 120  # slurmctld sets a silent node DOWN after this
     store_url: str | None = None  # default: SQLite under the cluster's directory
     metrics: bool = False  # serve Prometheus metrics on a free loopback port (metrics_url)
     extra_config: dict[str, Any] = field(default_factory=dict)  # top-level config keys
@@ -384,7 +385,7 @@ ReturnToService=2
 {"" if self.chroot else "CommunicationParameters=NoAddrCache"}
 KillWait=5
 MinJobAge=600
-SlurmdTimeout=120
+SlurmdTimeout={self.o.slurmd_timeout}
 """
         body = render_slurm_conf(self.cfg, node_extra=lambda p: f"NodeHostname=localhost "
                                  f"Port={ports[p.name]}")

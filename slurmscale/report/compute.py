@@ -24,8 +24,9 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel
 
 from slurmscale.config import CapacityType, Config
+from slurmscale.policy.health import REPLACED_KIND
 from slurmscale.store.repo import Store, utc
-from slurmscale.store.tables import CapacityReservationRow, InstanceRow, JobRow
+from slurmscale.store.tables import CapacityReservationRow, InstanceRow, JobRow, ReplacementRow
 
 SIZE_BUCKETS = (("1 node", 1, 1), ("2-7 nodes", 2, 7), ("8+ nodes", 8, 10**9))
 SCALE_KINDS = ("launched", "released", "target_raised", "target_lowered", "scale_down",
@@ -93,6 +94,21 @@ class PaidUsage(BaseModel):
     utilization: float | None
 
 
+class Replacements(BaseModel):
+    """Unhealthy nodes one pool lost to one cause in the window."""
+
+    pool: str
+    cause: str
+    replaced: int
+    left_for_admin: int  # replaced too often: left drained
+    jobs_requeued: int
+    # detection -> the pool's next instance launched after the replacement (median; None:
+    # none launched yet): the capacity back, on whichever node the next job needed
+    p50_to_fresh_s: float | None
+    # GPUs x (detection -> the bad instance terminated)
+    lost_gpu_hours: float
+
+
 class Report(BaseModel):
     cluster: str
     since: str
@@ -114,6 +130,7 @@ class Report(BaseModel):
     recent_anomalies: list[Anomaly]
     unpriced: list[str]  # instance type/capacity type pairs without a price
     paid_capacity: list[PaidUsage] = []
+    replacements: list[Replacements] = []
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -200,6 +217,43 @@ def _usage(cfg: Config, pool: str, ctype: str, insts: list[InstanceRow], jobs: l
                      est_cost_usd=None if cost is None else round(cost, 2))
 
 
+def replacements(store: Store, insts: list[InstanceRow], since: datetime,
+                 until: datetime) -> list[Replacements]:
+    """Per pool and cause: how many, the time from detection to the pool's next instance,
+    and the GPU-hours from detection to the bad instance's end."""
+    rows = [r for r in store.replacements(since=since.timestamp())
+            if utc(r.at) < until]  # type: ignore[operator]
+    launches: dict[str, list[datetime]] = {}
+    ended = {}
+    for i in insts:
+        launches.setdefault(i.pool, []).append(utc(i.launched_at))  # type: ignore[arg-type]
+        ended[i.instance_id] = i.terminated_at
+    out = []
+    for (pool, cause), group in sorted(_group(rows).items()):
+        done = [r for r in group if not r.left]
+        fresh, lost = [], 0.0
+        for r in done:
+            seen = utc(r.detected_at)
+            nxt = [t for t in launches.get(r.pool, []) if t > utc(r.at)]  # type: ignore[operator]
+            if nxt:
+                fresh.append((min(nxt) - seen).total_seconds())  # type: ignore[operator]
+            end = ended.get(r.instance_id)
+            stop = utc(end) if end is not None else until
+            lost += r.gpus * max(0.0, (stop - seen).total_seconds()) / 3600  # type: ignore[operator]
+        out.append(Replacements(
+            pool=pool, cause=cause, replaced=len(done), left_for_admin=len(group) - len(done),
+            jobs_requeued=sum(r.jobs_requeued for r in done),
+            p50_to_fresh_s=percentile(fresh, 50), lost_gpu_hours=round(lost, 4)))
+    return out
+
+
+def _group(rows: list[ReplacementRow]) -> dict[tuple[str, str], list[ReplacementRow]]:
+    out: dict[tuple[str, str], list[ReplacementRow]] = {}
+    for r in rows:
+        out.setdefault((r.pool, r.cause), []).append(r)
+    return out
+
+
 def build_report(cfg: Config, store: Store, since: datetime, until: datetime) -> Report:
     insts = store.instances_between(since, until)
     jobs = store.jobs(since, until)
@@ -236,7 +290,8 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         until=until.isoformat(timespec="seconds"), pools=pools, totals=totals, waits=waits,
         gang_time_to_start=gang,
         preemptions=sum(1 for p in store.preemptions(since=since.timestamp())
-                        if utc(p.at) < until),  # type: ignore[operator]
+                        if utc(p.at) < until  # type: ignore[operator]
+                        and not p.kind.startswith(REPLACED_KIND)),
         requeues=kinds["job_requeued"],
         launches=sum(1 for g in gangs if g.status == "launched"),
         launch_failures=sum(1 for g in gangs if g.status == "failed"),
@@ -253,4 +308,5 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
                                   kind=e.kind, message=e.message) for e in anomalies],
         unpriced=sorted(unpriced),
         paid_capacity=[paid_usage(r, store.reserved_instances(r.id, since), since, until)
-                       for r in store.capacity_reservations()])
+                       for r in store.capacity_reservations()],
+        replacements=replacements(store, insts, since, until))

@@ -57,6 +57,10 @@ def _rows(r: Report) -> Iterator[tuple[str, str, str, Any]]:
         for f in ("pool", "kind", "total", "start", "end", "paid_node_hours",
                   "used_node_hours", "idle_node_hours", "utilization"):
             yield "paid_capacity", u.id, f, getattr(u, f)
+    for x in r.replacements:
+        for f in ("replaced", "left_for_admin", "jobs_requeued", "p50_to_fresh_s",
+                  "lost_gpu_hours"):
+            yield "replacements", f"{x.pool}/{x.cause}", f, getattr(x, f)
 
 
 def to_csv(r: Report) -> str:
@@ -96,6 +100,11 @@ def to_text(r: Report) -> str:
                f"{r.reservation_idle_gpu_hours:,.2f} GPU-hours")
     out += [f"  {h.name} job {h.job_id} ({h.pool}, {h.needed} nodes): {h.state}, "
             f"{h.idle_gpu_hours:,.2f} GPU-h idle" for h in r.reservations]
+    if r.replacements:
+        out.append("Unhealthy nodes replaced   replaced  left  requeued  to fresh  lost GPU-h")
+        out += [f"  {x.pool[:12]:<12} {x.cause[:16]:<16} {x.replaced:>4} {x.left_for_admin:>5} "
+                f"{x.jobs_requeued:>9} {_dur(x.p50_to_fresh_s):>9} {x.lost_gpu_hours:>11,.2f}"
+                for x in r.replacements]
     if r.paid_capacity:
         out.append("Paid capacity (node-hours)      paid      used      idle   use")
         out += [f"  {u.id[-12:]:<12} {'block' if u.kind == 'capacity-block' else 'odcr':<5} "
@@ -190,6 +199,12 @@ def to_html(r: Report, samples: list[SampleRow], gpus_per_node: dict[str, int]) 
                [[e.pool, e.code, e.gangs] for e in r.capacity_errors]) if r.capacity_errors
         else "<p>No capacity errors.</p>",
         _table(["fallback", "count"], [[k, v] for k, v in r.fallbacks.items()]),
+        "<h2>Unhealthy nodes replaced</h2>",
+        _table(["pool", "cause", "replaced", "left for an admin", "jobs requeued",
+                "detection to fresh node (p50)", "GPU-hours lost"],
+               [[x.pool, x.cause, x.replaced, x.left_for_admin, x.jobs_requeued,
+                 _dur(x.p50_to_fresh_s), f"{x.lost_gpu_hours:,.2f}"] for x in r.replacements])
+        if r.replacements else "<p>None.</p>",
         "<h2>Reservations for starving gangs</h2>",
         _table(["reservation", "pool", "job", "nodes needed", "state", "idle GPU-hours"],
                [[h.name, h.pool, h.job_id, h.needed, h.state, f"{h.idle_gpu_hours:,.2f}"]

@@ -10,7 +10,10 @@ config the daemon would be given for the simulated pools and runs the daemon's p
   at once): `RequestPass` plans the resume requests into gangs and `GangLauncher` launches
   each all or nothing on `SimEc2` (a spot outage is EC2's capacity error: rolled back, nodes
   powered down, job requeued, pool in backoff); a suspend terminates the node's instances;
-- a spot interruption: AWS's warning on the queue, acted on by `InterruptionPass`.
+- a spot interruption: AWS's warning on the queue, acted on by `InterruptionPass`;
+- with node failures modelled, `HealthPass` every tick: a node Slurm has DOWN and not
+  responding is replaced after `health.grace_s` (EC2's status is not read: the simulated
+  failure is the hardware under slurmd, which Slurm sees first).
 What stays the engine's: Slurm's scheduling, when a node is ready (the boot delay), when
 interruptions come, and which nodes run in paid capacity.
 """
@@ -28,6 +31,7 @@ from slurmscale.config import (
     CapacityType,
     Config,
     DaemonSettings,
+    HealthSettings,
     LaunchTemplate,
     Pool,
     PoolPolicy,
@@ -41,6 +45,7 @@ from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.context import PassContext, TickResult
 from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
+from slurmscale.daemon.health import HealthPass
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.launch import GangLauncher, client_token
 from slurmscale.daemon.requests import RequestPass
@@ -100,6 +105,8 @@ def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | 
         power_saving=PowerSaving(suspend_time=int(longest) + 3600),
         # a request is carried out when Slurm makes it (no batching window to wait out)
         daemon=DaemonSettings(batch_window_seconds=0),
+        # failures are Slurm's to see (DOWN, not responding): no EC2 status reads
+        health=HealthSettings(status_interval_s=0),
         store_url="sqlite://", log_file=None)
 
 
@@ -111,7 +118,8 @@ def at(t: float) -> datetime:
 class DaemonDriver:
     """`reserved_nodes`: the size of the pool's capacity reservation, as EC2 reports it."""
 
-    def __init__(self, sim: SimModel, cfg: Config, reserved_nodes: int = 0) -> None:
+    def __init__(self, sim: SimModel, cfg: Config, reserved_nodes: int = 0,
+                 health: bool = False) -> None:
         self.cfg = cfg
         self.store = MemoryStore()
         self.slurm = SimSlurm(sim)
@@ -136,6 +144,8 @@ class DaemonDriver:
                                 ReservedCapacity(cfg, self.ec2, self._event, lambda *_: None),
                                 GangFleets(cfg, self.ec2, client_token), retry)
         self.requests = RequestPass(ctx, launcher, addresses, retry)
+        # (only where failures are modelled: nothing else makes a node unhealthy here)
+        self.health = HealthPass(ctx, self.interruptions) if health else None
         self._asked: list[SpooledRequest] = []  # the hooks' requests not yet carried out
         self._ids = itertools.count(1)
 
@@ -154,6 +164,10 @@ class DaemonDriver:
         if self.queue.messages:  # one Slurm did not let it finish comes back (SQS)
             self.interruptions.run(clock)
         nodes = self.slurm.nodes()
+        if self.health is not None:
+            # (the nodes as read before it: a node it powers down returns on the next pass,
+            # once the suspend hook's request has terminated its instance, as in the daemon)
+            self.health.run(nodes, None)
         self.interruptions.return_powered_down_nodes(nodes)
         self.backoff.upkeep(nodes, clock)
         self.capacity.run(clock)

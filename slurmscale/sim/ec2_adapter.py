@@ -31,7 +31,12 @@ from datetime import UTC, datetime, timedelta
 from slurmscale.cloud.events import EventKind, event_message
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
 from slurmscale.config import CapacityType, Pool
-from slurmscale.model import CapacityReservation, LaunchedInstance, LaunchResult
+from slurmscale.model import (
+    CapacityReservation,
+    InstanceHealth,
+    LaunchedInstance,
+    LaunchResult,
+)
 
 SPOT = "spot"
 ON_DEMAND = "on-demand"
@@ -54,6 +59,7 @@ class _Instance:
     state: str = "running"
     state_reason: str = ""
     image_id: str = "ami-0a1b2c3d4e5f60718"
+    impaired: bool = False  # failed EC2's instance status check (the simulator's node failure)
 
 
 @dataclass
@@ -191,6 +197,10 @@ class SimEc2:
             raise CloudError("InvalidPlacementGroup.InUse",
                              f"There are instances in placement group {name}")
         del self.groups[name]
+
+    def instance_health(self) -> list[InstanceHealth]:
+        return [InstanceHealth(i.id, instance_status="impaired" if i.impaired else "ok")
+                for i in self.instances.values() if i.state == "running"]
 
 
 @dataclass

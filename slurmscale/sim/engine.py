@@ -68,6 +68,7 @@ from slurmscale.sim.trace import TraceJob
 # same-time order: arrivals first, policy last
 SUBMIT, ELIGIBLE, READY, END, BLOCK, BACKFILL, TICK = 0, 1, 2, 3, 4, 5, 6
 ODCR = -1  # a node's `paid` when it runs in the On-Demand Capacity Reservation
+NOT_RESPONDING = "Not responding"  # what Slurm says of a node whose hardware failed
 
 
 @dataclass
@@ -86,6 +87,7 @@ class _Node:
     pool: str = ""
     spot: bool = False
     paid: int | None = None  # ODCR or a block's index: in capacity paid used or not
+    failed_at: float | None = None  # its hardware failed then (Slurm: DOWN, not responding)
 
 
 @dataclass
@@ -117,6 +119,8 @@ class SimResult:
     paid_available_node_s: float = 0.0  # node time paid for (the reservation, the blocks)
     jobs_killed_at_block_end: int = 0
     gang_starts: list[tuple[float, str]] = field(default_factory=list)  # (last) start, job id
+    node_failures: int = 0  # nodes whose hardware failed under them
+    capacity_lost_gpu_s: float = 0.0  # GPU time of failed nodes until replaced or repaired
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,19 @@ class SpotModel:
 
 
 @dataclass(frozen=True)
+class FailureModel:
+    """Hardware failing under running nodes: `rate` failures per node-hour up. A failed node
+    kills its jobs (Slurm requeues them: node failure) and Slurm has it DOWN, not
+    responding. slurmscale's health pass replaces it (powered down, a fresh instance next
+    time); the other policies leave it down until an admin returns it after `admin_repair_s`
+    (its instance kept meanwhile, as a drained node's is)."""
+
+    rate: float
+    admin_repair_s: float = 4 * 3600.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class BlockSpec:
     start_s: float
     end_s: float
@@ -166,8 +183,11 @@ class PaidCapacity:
 class Simulation:
     def __init__(self, jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
                  spot: SpotModel | None = None, paid: PaidCapacity | None = None,
-                 slurm: SlurmModel | None = None) -> None:
+                 slurm: SlurmModel | None = None, failures: FailureModel | None = None
+                 ) -> None:
         self.sched = slurm or SlurmModel()
+        self.failures = failures
+        self.fail_rng = random.Random(failures.seed if failures else 0)
         self.greedy = self.sched.kind is SchedulerKind.GREEDY
         if self.greedy:  # the old model: no limits, the run time stands in
             self.limit = [j.duration_s for j in jobs]
@@ -207,7 +227,8 @@ class Simulation:
                 spot.reclaim_backoff_s if spot else 180.0, paid is not None)
             self.pools = list(knobs(cfg))
             self.k, self.od = self.pools[0], self.pools[1] if self.od is not None else None
-            self.daemon = DaemonDriver(self, cfg, self.paid.reserved_nodes)
+            self.daemon = DaemonDriver(self, cfg, self.paid.reserved_nodes,
+                                       health=failures is not None)
         # every job is submitted to both partitions (-p spot,on-demand)
         self.also: tuple[str, ...] = (self.od.name,) if self.od is not None else ()
         self.nodes_of = {k.name: [n for n in self.nodes if n.pool == k.name] for k in self.pools}
@@ -291,6 +312,8 @@ class Simulation:
         self._push(n.ready_at, READY, self.node_index[n.name])
 
     def _power_down(self, n: _Node, now: float) -> None:
+        if n.failed_at is not None:  # the instance goes, and its hardware fault with it
+            self._recovered(n, now)
         self.r.node_on_s += now - n.on_since
         if n.spot:
             self.r.spot_node_s += now - n.on_since
@@ -786,6 +809,8 @@ class Simulation:
     def _policy_step(self, now: float) -> None:
         if self.spot is not None:
             self._interruptions(now)
+        if self.failures is not None:
+            self._fail(now)
         if self.daemon is not None:
             self.daemon.spot_outage(now < self.spot_down_until)
             res = self.daemon.cfg.reservations
@@ -894,11 +919,12 @@ class Simulation:
         self.spot_down_until = max(self.spot_down_until, now + self.spot.reclaim_backoff_s)
         self.release_nodes([n.name], now, force=True)
 
-    def requeue_job(self, idx: int, now: float) -> None:
+    def requeue_job(self, idx: int, now: float, preempted: bool = True) -> None:
         """Slurm requeues a running job (all its nodes): pending again, eligible after the
-        requeue delay."""
-        assert self.spot is not None
+        requeue delay. `preempted`: spot took its node (counts toward max_preemptions); a
+        node failure does not."""
         job = self.jobs[idx]
+        delay = self.spot.requeue_delay_s if self.spot is not None else 120.0
         self._vacate(idx, now)
         start = self.start.pop(idx)
         g = job.gpus_per_node(self.k.gpus_per_node) * job.nodes
@@ -909,15 +935,16 @@ class Simulation:
         if start > now:  # allocated but still waiting for its nodes to boot
             self.waited[idx] -= start - now
         self.r.requeues += 1
-        self.preempted[idx] = self.preempted.get(idx, 0) + 1
+        if preempted:
+            self.preempted[idx] = self.preempted.get(idx, 0) + 1
         pool = self.k.name
         # the daemon's policies: its interruption pass decides (through SimSlurm, after this)
-        if (self.daemon is None and self.preempted[idx] >= self.spot.max_preemptions
-                and self.od is not None):
+        if (self.daemon is None and self.spot is not None and self.od is not None
+                and self.preempted.get(idx, 0) >= self.spot.max_preemptions):
             self.steered.add(idx)
             pool = self.od.name
         self.pending_since[idx] = now
-        self.eligible_at[idx] = now + self.spot.requeue_delay_s
+        self.eligible_at[idx] = now + delay
         self.pending[idx] = job
         self.pending_views[idx] = PendingJob(job.job_id, pool, job.nodes,
                                              job.gpus_per_node(self.k.gpus_per_node),
@@ -926,7 +953,45 @@ class Simulation:
         # greedy: a requeued job keeps its place in submit order
         self.pending = dict(sorted(self.pending.items()))
         self._queue(idx, now)
-        self._push(now + self.spot.requeue_delay_s, ELIGIBLE, idx)
+        self._push(now + delay, ELIGIBLE, idx)
+
+    # --- node failures ------------------------------------------------------------------
+    def _fail(self, now: float) -> None:
+        """Nodes up fail at random (a rate per node-hour): their jobs requeued as Slurm does on
+        a node failure, the node DOWN. The other policies' admins return a failed node after
+        `admin_repair_s`; slurmscale's health pass replaces it (through SimSlurm)."""
+        f = self.failures
+        assert f is not None
+        if self.daemon is None:
+            for n in self.nodes:
+                if n.failed_at is not None and now >= n.failed_at + f.admin_repair_s:
+                    self._recovered(n, now)
+        if f.rate <= 0:
+            return
+        p = 1.0 - math.exp(-f.rate * self.cloud.tick_s / 3600.0)
+        for n in self.nodes:
+            if n.state != "up" or n.failed_at is not None or self.fail_rng.random() >= p:
+                continue
+            # DOWN: nothing starts there, never idle (so never powered down by Slurm)
+            n.failed_at, n.drain = now, NOT_RESPONDING
+            self.touched.add(n.name)
+            self.r.node_failures += 1
+            for idx in [i for i, placed in self.placed.items() if any(m is n for m, _ in placed)]:
+                self.requeue_job(idx, now, preempted=False)
+            n.idle_since = None  # (after the requeues, which mark it idle)
+            self.bf_dirty = True
+
+    def _recovered(self, n: _Node, now: float) -> None:
+        """A failed node's fault is over: replaced (powered down) or repaired by an admin."""
+        assert n.failed_at is not None
+        self.r.capacity_lost_gpu_s += n.gpus * (now - n.failed_at)
+        n.failed_at = None
+        if n.drain == NOT_RESPONDING:
+            n.drain = ""
+        if n.state == "up" and n.jobs == 0:
+            n.idle_since = now
+        self.touched.add(n.name)
+        self.bf_dirty = True
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -1049,5 +1114,6 @@ class Simulation:
 
 def simulate(jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
              spot: SpotModel | None = None, paid: PaidCapacity | None = None,
-             slurm: SlurmModel | None = None) -> SimResult:
-    return Simulation(jobs, policy, cloud, spot, paid, slurm).run()
+             slurm: SlurmModel | None = None, failures: FailureModel | None = None
+             ) -> SimResult:
+    return Simulation(jobs, policy, cloud, spot, paid, slurm, failures).run()

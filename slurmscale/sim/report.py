@@ -57,6 +57,8 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "reservation_utilization": round(paid_used_h / paid_h, 3) if paid_h else None,
         "jobs_killed_at_block_end": r.jobs_killed_at_block_end,
         "gang_start_order": [j for _, j in sorted(r.gang_starts)],
+        "node_failures": r.node_failures,
+        "capacity_lost_gpu_hours": round(r.capacity_lost_gpu_s / 3600, 1),
     }
 
 

@@ -44,6 +44,7 @@ class SimNode(Protocol):
     idle_since: float | None
     resv: str | None
     drain: str
+    failed_at: float | None  # hardware failed: Slurm has it DOWN, not responding
 
 
 class SimModel(Protocol):
@@ -145,6 +146,8 @@ class SimSlurm:
             flags = ["IDLE", "CLOUD", "POWERED_DOWN"]
         else:
             flags = ["MIXED" if n.free else "ALLOCATED"] if n.jobs else ["IDLE"]
+            if n.failed_at is not None:
+                flags = ["DOWN"]
             flags.append("CLOUD")
             if n.resv is not None:
                 flags.append("RESERVED")
@@ -152,6 +155,8 @@ class SimSlurm:
                 flags.append("POWERING_UP")
         if n.drain:
             flags.insert(2, "DRAIN")
+        if n.failed_at is not None and n.state != "down":
+            flags.append("NOT_RESPONDING")
         return SlurmNode(n.name, "+".join(flags), n.name, n.name, n.drain, (n.pool,),
                          stamp(n.idle_since) if n.idle_since is not None else "",
                          n.gpus - n.free if n.jobs else 0)

@@ -24,10 +24,17 @@ class Why(StrEnum):
     GONE = "slurmscale: instance"  # + id, state, time: vanished, powered down
     LOST = "slurmscale: node has no instance"  # Slurm had it up with nothing behind it
     LAUNCH_FAILED = "slurmscale launch failed:"  # + EC2's code: powered down, job requeues
+    UNHEALTHY = "slurmscale: unhealthy, replaced:"  # + cause and what was seen: powered down
+    SCHEDULED = "slurmscale: scheduled EC2 event"  # + code and start: drained, replaced once idle
+    REPLACE_LOOP = "slurmscale: replaced too often"  # + count, window, cause: left for an admin
 
 
 # the reasons of an instance going away: the node returns once powered down
-INSTANCE_LOST = frozenset({Why.INTERRUPTED, Why.REBALANCE, Why.GONE})
+INSTANCE_LOST = frozenset({Why.INTERRUPTED, Why.REBALANCE, Why.GONE, Why.UNHEALTHY,
+                           Why.SCHEDULED})
+
+# a node being replaced (unhealthy, a scheduled event) or left for an admin: `status` lists them
+REPLACING = frozenset({Why.UNHEALTHY, Why.SCHEDULED, Why.REPLACE_LOOP})
 
 # longest first: a reason is matched by its most specific prefix (plain strings: this runs
 # for every node every pass, and an enum member's .value is a descriptor call)

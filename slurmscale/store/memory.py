@@ -32,6 +32,7 @@ from slurmscale.store.tables import (
     InstanceRow,
     OfferingRow,
     PreemptionRow,
+    ReplacementRow,
     RequestRow,
 )
 
@@ -61,6 +62,7 @@ class MemoryStore:
         self._offerings: dict[str, OfferingRow] = {}
         self._preemptions: list[PreemptionRow] = []  # in time order
         self._preempted_at: list[float] = []
+        self._replacements: list[ReplacementRow] = []  # in time order
         self._requests: dict[str, RequestRow] = {}
         self._pending: dict[str, RequestRow] = {}  # the pending ones, in arrival order
         self._gangs: dict[str, GangRow] = {}
@@ -133,6 +135,13 @@ class MemoryStore:
     def has_preemption(self, job_id: str, instance_id: str) -> bool:
         return any(r.job_id == job_id and r.instance_id == instance_id
                    for r in self._preemptions)
+
+    def add_replacement(self, row: ReplacementRow) -> None:
+        self._replacements.append(_copy(row))
+
+    def replacements(self, since: float | None = None) -> list[ReplacementRow]:
+        return [_copy(r) for r in self._replacements
+                if since is None or r.at.timestamp() >= since]
 
     # --- instances (what a launch recorded; the interruption pass looks them up) ----------
     def add_instances(self, rows: Sequence[InstanceRow]) -> None:

@@ -19,6 +19,7 @@ from slurmscale.store.tables import (
     InstanceRow,
     OfferingRow,
     PreemptionRow,
+    ReplacementRow,
     RequestRow,
 )
 
@@ -52,6 +53,10 @@ class PassStore(Protocol):
                     since: float | None = None) -> list[PreemptionRow]: ...
 
     def has_preemption(self, job_id: str, instance_id: str) -> bool: ...
+
+    def add_replacement(self, row: ReplacementRow) -> None: ...
+
+    def replacements(self, since: float | None = None) -> list[ReplacementRow]: ...
 
     def instance(self, instance_id: str) -> InstanceRow | None: ...
 

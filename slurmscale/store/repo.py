@@ -37,6 +37,7 @@ from slurmscale.store.tables import (
     OfferingRow,
     PoolStateRow,
     PreemptionRow,
+    ReplacementRow,
     RequestRow,
     SampleRow,
 )
@@ -361,6 +362,18 @@ class Store:
             q = q.where(PreemptionRow.at >= datetime.fromtimestamp(since, UTC))
         with self.session() as s:
             return list(s.scalars(q.order_by(PreemptionRow.id)))
+
+    def add_replacement(self, row: ReplacementRow) -> None:
+        with self.session() as s:
+            s.add(row)
+            s.commit()
+
+    def replacements(self, since: float | None = None) -> list[ReplacementRow]:
+        q = select(ReplacementRow)
+        if since is not None:
+            q = q.where(ReplacementRow.at >= datetime.fromtimestamp(since, UTC))
+        with self.session() as s:
+            return list(s.scalars(q.order_by(ReplacementRow.id)))
 
     def instance(self, instance_id: str) -> InstanceRow | None:
         with self.session() as s:

@@ -135,6 +135,27 @@ class PreemptionRow(Base):
     notice_time: Mapped[str] = mapped_column(String(64), default="")
 
 
+class ReplacementRow(Base):
+    """A node whose instance slurmscale replaced because it was unhealthy (or about to be
+    retired): jobs requeued, instance terminated, node returned. `detected_at`: when first
+    seen unhealthy; `at`: when the replacement was carried out. `left`: not replaced but left
+    drained for an admin (replaced too often)."""
+
+    __tablename__ = "replacements"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    detected_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    node: Mapped[str] = mapped_column(String(128), index=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    instance_id: Mapped[str] = mapped_column(String(32))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    cause: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    jobs_requeued: Mapped[int] = mapped_column(Integer, default=0)
+    left: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
 class OfferingRow(Base):
     """A pool's capacity after an insufficient-capacity error: unavailable until `until_s`
     (Unix seconds); `repeats` errors in a row double the TTL; a launch that works resets it.

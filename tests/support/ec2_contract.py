@@ -34,6 +34,9 @@ class Ec2Side(Protocol):
 
     def add_reservation(self, rid: str, instance_type: str, total: int) -> None: ...
 
+    def impair(self, instance_id: str) -> None:
+        """The instance fails EC2's instance status check (reachability)."""
+
 
 def _tags(gang: str) -> dict[str, str]:
     return {TAG_CLUSTER: "contract", TAG_GANG: gang}
@@ -136,6 +139,19 @@ def reservations_report_their_free_count(side: Ec2Side) -> None:
     assert r.availability_zone == "us-east-1a"
 
 
+def status_checks_list_running_instances_and_show_an_impaired_one(side: Ec2Side) -> None:
+    got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 3, 3, "tok-h", _tags("g-h"))
+    bad, gone, ok = sorted(i.instance_id for i in got.instances)
+    side.cloud.terminate([gone])
+    side.impair(bad)
+    seen = {h.instance_id: h for h in side.cloud.instance_health()}
+    assert gone not in seen  # a terminated instance has no status to check
+    assert seen[bad].impaired and seen[bad].instance_status == "impaired"
+    assert not seen[ok].impaired and (seen[ok].system_status, seen[ok].instance_status) == (
+        "ok", "ok")
+    assert seen[ok].events == ()
+
+
 CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
     a_gang_launches_whole_with_its_tags,
     on_demand_pools_launch_on_demand,
@@ -147,4 +163,5 @@ CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
     placement_groups_hold_a_gang_until_it_is_gone,
     subnets_answer_their_zone,
     reservations_report_their_free_count,
+    status_checks_list_running_instances_and_show_an_impaired_one,
 )

@@ -12,6 +12,9 @@ AWS really produces, in AWS's response shapes.
 - `delay`: answer as usual, `seconds` late (a slow CreateFleet, to act while it is in flight).
 - `reclaimed`: instances AWS took back without any event reaching us: DescribeInstances shows
   them terminated with state reason Server.SpotInstanceTermination.
+- `impaired` / `scheduled`: DescribeInstanceStatus shows these instances failing their
+  instance status check, or with a scheduled event (code, NotBefore, description), in EC2's
+  response shape (moto reports every running instance ok with no events).
 - capacity reservations and placement groups, which moto lacks (`capacity`, ec2_capacity.py).
 Loopback only: it listens on 127.0.0.1 and forwards only to the moto URL it is given.
 """
@@ -63,6 +66,9 @@ class EC2Proxy:
     calls: list[Call] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     reclaimed: set[str] = field(default_factory=set)
+    impaired: set[str] = field(default_factory=set)
+    # instance -> (code, NotBefore ISO 8601, description)
+    scheduled: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     # the endpoint down: every request's connection is closed unanswered (botocore raises
     # ConnectionClosedError after its retries, as for a load balancer dropping connections)
     refusing: bool = False
@@ -132,6 +138,9 @@ class EC2Proxy:
                     data = _rewrite_reservations(data, proxy.capacity.in_reservation())
                 if fault and fault.kind == "partial" and status == 200:
                     data = _rewrite_partial(data, fault)
+                if call.action == "DescribeInstanceStatus" and status == 200 and (
+                        proxy.impaired or proxy.scheduled):
+                    data = _rewrite_status(data, proxy.impaired, proxy.scheduled)
                 if call.action == "DescribeInstances" and proxy.reclaimed and status == 200:
                     data = _rewrite_reclaimed(data, proxy.reclaimed)
                 self._reply(status, data, call)
@@ -260,6 +269,32 @@ def _rewrite_reclaimed(data: bytes, reclaimed: set[str]) -> bytes:
         ET.SubElement(reason, q("code")).text = "Server.SpotInstanceTermination"
         ET.SubElement(reason, q("message")).text = (
             "Server.SpotInstanceTermination: Spot instance termination")
+    return ET.tostring(root, xml_declaration=True, encoding="UTF-8")
+
+
+def _rewrite_status(data: bytes, impaired: set[str],
+                    scheduled: dict[str, tuple[str, str, str]]) -> bytes:
+    """DescribeInstanceStatus as EC2 answers for an instance whose instance status check
+    failed (status impaired, reachability failed) or that has a scheduled event."""
+    root, q = _doc(data)
+    for item in list(root.iterfind(f"{q('instanceStatusSet')}/{q('item')}")):
+        iid = item.findtext(q("instanceId"))
+        if iid in impaired:
+            st = item.find(q("instanceStatus"))
+            if st is not None:
+                for el in st.iterfind(f"{q('details')}/{q('item')}/{q('status')}"):
+                    el.text = "failed"
+                top = st.find(q("status"))
+                if top is not None:
+                    top.text = "impaired"
+        if iid is not None and iid in scheduled:
+            code, not_before, description = scheduled[iid]
+            events = ET.SubElement(item, q("eventsSet"))
+            ev = ET.SubElement(events, q("item"))
+            ET.SubElement(ev, q("instanceEventId")).text = f"instance-event-{iid[2:19]:0>17}"
+            ET.SubElement(ev, q("code")).text = code
+            ET.SubElement(ev, q("description")).text = description
+            ET.SubElement(ev, q("notBefore")).text = not_before
     return ET.tostring(root, xml_declaration=True, encoding="UTF-8")
 
 

@@ -10,6 +10,7 @@ from slurmscale.config import Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import (
     CapacityReservation,
+    InstanceHealth,
     JobPriority,
     LaunchedInstance,
     LaunchResult,
@@ -38,6 +39,9 @@ class FakeCloud:
     describes: int = 0  # capacity reservation reads
     zones: dict[str, str] = field(default_factory=dict)  # subnet -> AZ (default us-east-1a)
     groups: dict[str, dict[str, str]] = field(default_factory=dict)  # placement groups
+    # DescribeInstanceStatus: what is not here is a running instance with every check ok
+    health: dict[str, InstanceHealth] = field(default_factory=dict)
+    health_reads: int = 0
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
@@ -101,6 +105,12 @@ class FakeCloud:
     def delete_placement_group(self, name: str) -> None:
         self._up()
         self.groups.pop(name)
+
+    def instance_health(self) -> list[InstanceHealth]:
+        self._up()
+        self.health_reads += 1
+        return [self.health.get(i.instance_id, InstanceHealth(i.instance_id))
+                for i in self.instances.values() if i.state == "running"]
 
     def _up(self) -> None:
         if self.down is not None:

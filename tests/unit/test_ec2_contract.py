@@ -46,6 +46,9 @@ class SimSide:
         self.ec2.reservations[rid] = CapacityReservation(rid, instance_type, "us-east-1a",
                                                          total, total, "active")
 
+    def impair(self, instance_id: str) -> None:
+        self.ec2.instances[instance_id].impaired = True
+
 
 class MotoSide:
     def __init__(self, moto_url: str) -> None:
@@ -71,6 +74,9 @@ class MotoSide:
 
     def add_reservation(self, rid: str, instance_type: str, total: int) -> None:
         self.proxy.capacity.add(Reservation(rid, instance_type, total))
+
+    def impair(self, instance_id: str) -> None:
+        self.proxy.impaired.add(instance_id)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurmscale.policy.model import PoolKnobs
-from slurmscale.sim.engine import SimCloud, Simulation, SpotModel, simulate
+from slurmscale.sim.engine import FailureModel, SimCloud, Simulation, SpotModel, simulate
 from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
 from slurmscale.sim.report import metrics
 from slurmscale.sim.trace import TraceError, TraceJob, load_trace
@@ -97,7 +97,8 @@ def test_simulate_cli_prints_the_documented_json(tmp_path) -> None:  # type: ign
         "reservation_idle_gpu_hours", "spot_node_hours", "on_demand_node_hours", "preemptions",
         "requeues", "jobs_failed", "lost_gpu_hours", "restart_wait_p50_s", "restart_wait_p95_s",
         "reserved_node_hours_paid", "reserved_node_hours_used", "reservation_utilization",
-        "jobs_killed_at_block_end", "gang_start_order"}
+        "jobs_killed_at_block_end", "gang_start_order", "node_failures",
+        "capacity_lost_gpu_hours"}
     assert out["slurm_model"] == "slurm"
     assert out["policies"]["slurmscale"]["gang_start_order"] == ["a"]
     bad = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace",
@@ -223,3 +224,26 @@ def test_a_spot_outage_reaches_the_daemons_launcher_as_ec2s_capacity_error() -> 
     late_start = next(s for s, j in r.gang_starts if j == "late")
     assert late_start > 3600.0 + 600.0 + 120.0  # requeued once: Slurm's delay, then on-demand
     assert d.ec2.find({}) == [] and d.store.active_instances() == []
+
+
+def _failing(policy: str, rate: float, repair_s: float = 4 * 3600.0) -> dict[str, object]:
+    """Eight 1-node jobs of 6 h on 8 nodes, then eight more: failures hit the nodes up."""
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=8)
+    jobs = ([TraceJob(f"a{i}", 0.0, 6 * 3600.0, 8, 1) for i in range(8)]
+            + [TraceJob(f"b{i}", 7 * 3600.0, 6 * 3600.0, 8, 1) for i in range(8)])
+    r = simulate(jobs, builtin_policy(policy, knobs), BOOT,
+                 failures=FailureModel(rate, repair_s, seed=3))
+    return metrics(r, BOOT)
+
+
+def test_failed_nodes_requeue_their_jobs_and_slurmscale_replaces_them_before_an_admin() -> None:
+    none = _failing("slurmscale", 0.0)
+    assert none["node_failures"] == 0 and none["capacity_lost_gpu_hours"] == 0
+    ours, theirs = _failing("slurmscale", 0.05), _failing("immediate", 0.05)
+    for m in (ours, theirs):
+        assert m["jobs_completed"] == 16 and m["jobs_failed"] == 0
+        assert m["node_failures"] >= 3 and m["requeues"] >= 1
+    # replaced after the health grace (~2 min + a pass) vs down for the admin's 4 h
+    assert ours["capacity_lost_gpu_hours"] / ours["node_failures"] < 8 * 0.25
+    assert theirs["capacity_lost_gpu_hours"] / theirs["node_failures"] > 8 * 1.0
+    assert ours == _failing("slurmscale", 0.05), "seeded: same failures, same result"

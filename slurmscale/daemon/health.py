@@ -1,0 +1,162 @@
+"""The health pass: unhealthy nodes replaced, not retried into (`policy/health.py` decides).
+
+What it does with a verdict:
+- replace: the node's jobs are requeued (the whole job, every node of a gang; never FAILED)
+  and the node drained and powered down with slurmscale's reason, through the interruption
+  pass's evacuation; Slurm runs the suspend hook, the instance is terminated, and the node,
+  once powered down, is returned (`InterruptionPass.return_powered_down_nodes`): the next
+  resume gets a fresh instance. One replacement row is recorded (the replace-loop guard,
+  `report`, metrics).
+- drain (a scheduled event): nothing new starts there; replaced once idle, or before the
+  event's start at the latest.
+- leave: replaced `max_replacements` times within `window_s`: drained with a reason saying so
+  and left for an admin (its instance kept, to look at); an event names the pool losing nodes.
+
+EC2's status checks and scheduled events are read with one paginated DescribeInstanceStatus
+at most every `health.status_interval_s`; AWS Health's scheduled changes arrive on the
+interruption queue and reach `scheduled`."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from slurmscale.cloud.protocol import CloudError
+from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.metrics import Metrics
+from slurmscale.model import InstanceHealth, ScheduledEvent, SlurmNode
+from slurmscale.policy.health import REPLACED_KIND, HealthWatch, Running, Step, Verdict, iso
+from slurmscale.slurm import reasons
+from slurmscale.slurm.protocol import SlurmError
+from slurmscale.slurm.reasons import Why
+from slurmscale.store.protocol import LaunchStore
+from slurmscale.store.tables import InstanceRow, ReplacementRow
+
+log = logging.getLogger(__name__)
+
+
+class HealthPass:
+    def __init__(self, ctx: PassContext[LaunchStore], interruptions: InterruptionPass,
+                 metrics: Metrics | None = None) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.cfg.health
+        self.interruptions = interruptions
+        self.metrics = metrics
+        self.watch = HealthWatch(self.cfg)
+        self.statuses: dict[str, InstanceHealth] = {}
+        self.read_at: float | None = None
+        self.verdicts: list[Verdict] = []  # the last pass's, for `status`
+        # node -> (detected, pool) of replacements in flight: the time to a fresh node
+        self.replacing: dict[str, tuple[float, str]] = {}
+        interruptions.on_scheduled = self.scheduled
+
+    def scheduled(self, inst: InstanceRow, ev: ScheduledEvent) -> bool:
+        """AWS Health announced a scheduled change for `inst`: remembered, and its node
+        drained on this pass (not at the next status read)."""
+        self.watch.heard(inst.instance_id, ev)
+        self.ctx.event("scheduled_event", f"{inst.node} ({inst.instance_id}): {ev.code} from "
+                       f"{iso(ev.not_before)} ({ev.description})", node=inst.node)
+        return True
+
+    def run(self, nodes: list[SlurmNode], active: list[InstanceRow] | None) -> None:
+        """`active`: the store's running instances (read this pass); None: not readable."""
+        c = self.ctx
+        now = c.clock()
+        t = now.timestamp()
+        self._read_statuses(t)
+        rows = c.store.active_instances() if active is None else active
+        running = {i.node: Running(i.instance_id, i.pool) for i in rows
+                   if i.state == "running"}
+        recent: dict[str, int] = {}
+        for r in c.store.replacements(since=t - self.cfg.window_s):
+            recent[r.node] = recent.get(r.node, 0) + 1
+        self._fresh(nodes, t)
+        self.verdicts = self.watch.verdicts(nodes, running, self.statuses, recent, t)
+        by_id = {i.instance_id: i for i in rows}
+        for v in self.verdicts:
+            inst = by_id.get(v.instance_id)
+            if inst is None:
+                continue
+            try:
+                match v.step:
+                    case Step.DRAIN:
+                        self._drain(v)
+                    case Step.REPLACE:
+                        self._replace(v, inst, now)
+                    case Step.LEAVE:
+                        self._leave(v, inst, recent.get(v.node, 0), now)
+            except SlurmError as e:  # one node's trouble never stops the others
+                c.event("slurm_update_failed", f"{v.step.value} {v.node}: {e}", node=v.node)
+
+    def _read_statuses(self, t: float) -> None:
+        every = self.cfg.status_interval_s
+        if every <= 0 or (self.read_at is not None and t - self.read_at < every):
+            return
+        self.read_at = t
+        try:
+            found = self.ctx.cloud.instance_health()
+        except CloudError as e:
+            log.warning("cannot read EC2 instance status: %s", e)
+            return
+        self.statuses = self.watch.statuses_read(found)
+
+    def _drain(self, v: Verdict) -> None:
+        self.ctx.slurm.drain([v.node], reasons.reason(Why.SCHEDULED, v.detail))
+        self.ctx.event("node_drained_scheduled", f"{v.node} ({v.instance_id}): {v.detail}; "
+                       "running jobs continue, nothing new starts there; replaced once idle "
+                       f"or {self.cfg.event_lead_s:g}s before the event", node=v.node)
+
+    def _replace(self, v: Verdict, inst: InstanceRow, now: datetime) -> None:
+        c = self.ctx
+        reason = reasons.reason(Why.UNHEALTHY, f"{v.cause.value}: {v.detail}")
+        if not self.interruptions.evacuate(inst, f"{REPLACED_KIND}{v.cause.value}",
+                                           iso(v.since), reason, now, steer=False):
+            return  # Slurm did not let it finish: the next pass redoes what is left
+        requeued = sum(1 for p in c.store.preemptions(since=v.since - 1)
+                       if p.instance_id == v.instance_id)
+        gpus = self._record(v, inst, now, requeued, left=False)
+        self.replacing[v.node] = (v.since, v.pool)
+        c.event("node_replaced", f"{v.node} ({v.instance_id}, pool {v.pool}): "
+                f"{v.cause.value}: {v.detail}; {requeued} job(s) requeued, instance "
+                "terminated by the suspend hook, node returned once powered down",
+                node=v.node)
+        if self.metrics is not None:
+            self.metrics.replaced(v.pool, v.cause.value,
+                                  gpus * max(0.0, now.timestamp() - v.since) / 3600)
+
+    def _leave(self, v: Verdict, inst: InstanceRow, times: int, now: datetime) -> None:
+        c = self.ctx
+        why = (f"{times} time(s) in {self.cfg.window_s:g}s, now {v.cause.value}: {v.detail}; "
+               "left for an admin")
+        c.slurm.drain([v.node], reasons.reason(Why.REPLACE_LOOP, why)[:250])
+        self._record(v, inst, now, 0, left=True)
+        c.event("node_replace_loop", f"pool {v.pool} is losing nodes: {v.node} "
+                f"({v.instance_id}) replaced {why}", node=v.node)
+        if self.metrics is not None:
+            self.metrics.left_drained(v.pool)
+
+    def _fresh(self, nodes: list[SlurmNode], t: float) -> None:
+        """Replaced nodes back in service (returned, not drained by us any more): the time
+        from detection to a node ready for the next job."""
+        if not self.replacing:
+            return
+        for n in nodes:
+            if n.name in self.replacing and reasons.drained_by_us(n) is None:
+                since, pool = self.replacing.pop(n.name)
+                if self.metrics is not None:
+                    self.metrics.replacement_time(pool, t - since)
+
+    def _record(self, v: Verdict, inst: InstanceRow, now: datetime, requeued: int,
+                left: bool) -> int:
+        """One replacement row (the loop guard counts them); returns the node's GPUs."""
+        try:
+            gpus = self.ctx.cfg.pool(inst.pool).gpus_per_node
+        except KeyError:
+            gpus = 0
+        self.ctx.store.add_replacement(ReplacementRow(
+            at=now, detected_at=datetime.fromtimestamp(v.since, UTC), node=v.node,
+            pool=v.pool, instance_id=v.instance_id, instance_type=inst.instance_type,
+            gpus=gpus, cause=v.cause.value, detail=v.detail[:500], jobs_requeued=requeued,
+            left=left))
+        return gpus

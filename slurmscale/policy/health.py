@@ -1,0 +1,171 @@
+"""Which cloud nodes are unhealthy, and what is done about each: pure (Slurm's nodes, the
+running instances, EC2's status reading and the watch's memory in; verdicts out).
+
+A node is unhealthy when, while its instance runs:
+- EC2's system or instance status check reports it impaired (acted on at once: EC2's checks
+  already span minutes);
+- slurmctld has it NOT_RESPONDING, or DOWN because it stopped responding;
+- the site's health check (HealthCheckProgram, NHC, a DCGM prolog) drained or downed it with a
+  reason matching `health.replace_on_reasons`.
+The two Slurm-side causes must last `health.grace_s` across passes (a slurmd restarting is
+not a dead node). A node with a scheduled EC2 event (retirement, maintenance, a reboot or a
+stop) is drained at once, and replaced once idle or `event_lead_s` before the event.
+
+Never touched: a node an admin drained or downed with any other reason, a node in a power
+transition, a node slurmscale already drained because its instance is going away, and a node
+left for an admin after `max_replacements` within `window_s` (replacing it again would only
+loop: the fault is not the instance)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from slurmscale.config import HealthSettings
+from slurmscale.model import POWER_TRANSITIONS, InstanceHealth, ScheduledEvent, SlurmNode
+from slurmscale.slurm import reasons
+from slurmscale.slurm.reasons import Why
+
+# the kind of a preemption row (a requeue) when the node was replaced as unhealthy
+REPLACED_KIND = "unhealthy:"
+# drained by slurmscale already: its instance is going away, or it is left for an admin
+_HANDLED = (reasons.INSTANCE_LOST - {Why.SCHEDULED}) | {Why.REPLACE_LOOP}
+NOT_RESPONDING = "Not responding"  # the reason slurmctld gives a node it set DOWN for that
+
+
+class Cause(StrEnum):
+    IMPAIRED = "ec2-status-check"
+    NOT_RESPONDING = "not-responding"
+    HEALTH_CHECK = "health-check"
+    SCHEDULED = "scheduled-event"
+
+
+class Step(StrEnum):
+    WAIT = "wait"  # unhealthy, not acted on yet (grace, or a scheduled event's node busy)
+    DRAIN = "drain"  # scheduled event: nothing new starts there
+    REPLACE = "replace"  # jobs requeued, node powered down (instance terminated), returned
+    LEAVE = "leave"  # replaced too often: drained and left for an admin
+
+
+@dataclass(frozen=True)
+class Verdict:
+    node: str
+    instance_id: str
+    pool: str
+    cause: Cause
+    detail: str  # what was seen, for the reason, the audit log and `status`
+    step: Step
+    since: float  # when first seen unhealthy (Unix seconds)
+
+
+@dataclass(frozen=True)
+class Running:
+    """A node's running instance as the store has it."""
+
+    instance_id: str
+    pool: str
+
+
+def iso(t: float | None) -> str:
+    return "unknown" if t is None else datetime.fromtimestamp(t, UTC).isoformat(
+        timespec="seconds")
+
+
+@dataclass
+class HealthWatch:
+    """The verdicts, with the memory they need across passes: since when each node has been
+    unhealthy by Slurm's account (the grace), and the scheduled events heard of (from
+    DescribeInstanceStatus or AWS Health on the queue) by instance."""
+
+    settings: HealthSettings
+    since: dict[str, float] = field(default_factory=dict)
+    scheduled: dict[str, ScheduledEvent] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.patterns = [re.compile(p) for p in self.settings.replace_on_reasons]
+
+    def heard(self, instance_id: str, ev: ScheduledEvent) -> None:
+        """A scheduled change AWS Health announced on the queue."""
+        self.scheduled[instance_id] = ev
+
+    def statuses_read(self, statuses: Iterable[InstanceHealth]) -> dict[str, InstanceHealth]:
+        """EC2's latest reading by instance; its scheduled events join those heard of."""
+        out = {s.instance_id: s for s in statuses}
+        for s in out.values():
+            if s.events:
+                self.scheduled[s.instance_id] = min(
+                    s.events, key=lambda e: e.not_before or float("inf"))
+        return out
+
+    def verdicts(self, nodes: Iterable[SlurmNode], running: Mapping[str, Running],
+                 statuses: Mapping[str, InstanceHealth], replaced_recently: Mapping[str, int],
+                 now: float) -> list[Verdict]:
+        """`running`: node -> its running instance (store); `statuses`: EC2's latest reading
+        by instance (empty when never read); `replaced_recently`: replacements per node
+        within `window_s`."""
+        out: list[Verdict] = []
+        unwell: dict[str, float] = {}
+        for n in nodes:
+            inst = running.get(n.name)
+            if inst is None or n.flags & POWER_TRANSITIONS:
+                continue
+            found = self._cause(n, inst, statuses.get(inst.instance_id))
+            if found is None:
+                continue
+            cause, detail = found
+            since = now
+            if cause in (Cause.NOT_RESPONDING, Cause.HEALTH_CHECK):
+                since = unwell[n.name] = self.since.get(n.name, now)
+            step = self._step(n, cause, inst, since, now)
+            if step is Step.REPLACE and replaced_recently.get(n.name, 0) >= \
+                    self.settings.max_replacements:
+                step = Step.LEAVE
+            out.append(Verdict(n.name, inst.instance_id, inst.pool, cause, detail, step, since))
+        self.since = unwell
+        live = {r.instance_id for r in running.values()}
+        self.scheduled = {i: e for i, e in self.scheduled.items() if i in live}
+        return out
+
+    def _cause(self, n: SlurmNode, inst: Running, status: InstanceHealth | None
+               ) -> tuple[Cause, str] | None:
+        flags = n.flags
+        why = reasons.ours(n.reason) if n.reason else None
+        if "DRAIN" in flags and why in _HANDLED:
+            return None
+        admins = n.reason and why is None and not n.reason.startswith(NOT_RESPONDING)
+        matched = admins and any(p.search(n.reason) for p in self.patterns)
+        if admins and not matched and (flags & {"DRAIN", "DOWN"}):
+            return None  # an admin's drain or down: never touched
+        if status is not None and status.impaired:
+            return Cause.IMPAIRED, (f"EC2 status checks: system {status.system_status}, "
+                                    f"instance {status.instance_status}")
+        if "NOT_RESPONDING" in flags or ("DOWN" in flags and not matched):
+            return Cause.NOT_RESPONDING, f"Slurm has it {n.state}"
+        if matched:
+            return Cause.HEALTH_CHECK, n.reason
+        ev = self.scheduled.get(inst.instance_id)
+        if ev is not None or why is Why.SCHEDULED:
+            code = ev.code if ev else "event"
+            return Cause.SCHEDULED, f"{code} from {iso(ev.not_before if ev else None)}"
+        return None
+
+    def _step(self, n: SlurmNode, cause: Cause, inst: Running, since: float,
+              now: float) -> Step:
+        match cause:
+            case Cause.IMPAIRED:
+                return Step.REPLACE
+            case Cause.NOT_RESPONDING | Cause.HEALTH_CHECK:
+                return Step.REPLACE if now - since >= self.settings.grace_s else Step.WAIT
+        if reasons.drained_by_us(n) is not Why.SCHEDULED:
+            return Step.DRAIN
+        if n.base_state == "IDLE" and "COMPLETING" not in n.flags:
+            return Step.REPLACE  # drained and idle: nothing is lost by replacing it now
+        ev = self.scheduled.get(inst.instance_id)
+        if ev is not None and ev.not_before is not None and \
+                now >= ev.not_before - self.settings.event_lead_s:
+            return Step.REPLACE  # its jobs requeue now rather than die in the event
+        return Step.WAIT
+

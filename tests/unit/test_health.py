@@ -1,0 +1,251 @@
+"""Unhealthy nodes: the verdicts (pure, with properties), AWS Health's scheduled changes parsed
+at the boundary, and the health pass on a fake Slurm and cloud with the real store."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmscale.cloud.events import EventError, EventKind, health_message, parse_events
+from slurmscale.cloud.protocol import CloudInstance
+from slurmscale.config import HealthSettings, parse_config
+from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.health import HealthPass
+from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.model import InstanceHealth, QueueJob, ScheduledEvent, SlurmNode
+from slurmscale.policy.health import Cause, HealthWatch, Running, Step
+from slurmscale.slurm import reasons
+from slurmscale.slurm.reasons import Why
+from slurmscale.store.repo import Store
+from slurmscale.store.tables import InstanceRow
+from tests.support.fakes import FakeCloud, FakeQueue, FakeSlurm
+from tests.unit.conftest import base_config
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+IID = "i-0000000000000001"
+RUN = {"spot-1": Running(IID, "gpu-spot")}
+SETTINGS = HealthSettings(replace_on_reasons=["NHC", r"Xid \d+"], grace_s=60)
+
+
+def node(state: str, reason: str = "") -> SlurmNode:
+    return SlurmNode("spot-1", state, "127.0.0.1", "spot-1", reason)
+
+
+def steps(watch: HealthWatch, n: SlurmNode, t: float, statuses: dict | None = None,
+          recent: dict | None = None) -> list[tuple[Cause, Step]]:
+    return [(v.cause, v.step) for v in watch.verdicts([n], RUN, statuses or {}, recent or {},
+                                                      t)]
+
+
+def test_an_impaired_instance_is_replaced_at_once() -> None:
+    w = HealthWatch(SETTINGS)
+    bad = {IID: InstanceHealth(IID, system_status="impaired")}
+    assert steps(w, node("ALLOCATED+CLOUD"), 0, bad) == [(Cause.IMPAIRED, Step.REPLACE)]
+    assert steps(w, node("ALLOCATED+CLOUD"), 0, {IID: InstanceHealth(IID)}) == []
+
+
+def test_a_health_check_drain_waits_out_the_grace_and_an_admin_drain_is_never_touched() -> None:
+    w = HealthWatch(SETTINGS)
+    nhc = node("IDLE+CLOUD+DRAIN", "NHC: check_nv_gpu: Xid 79 on GPU 3")
+    assert steps(w, nhc, 1000) == [(Cause.HEALTH_CHECK, Step.WAIT)]
+    assert steps(w, nhc, 1059) == [(Cause.HEALTH_CHECK, Step.WAIT)]
+    assert steps(w, nhc, 1060) == [(Cause.HEALTH_CHECK, Step.REPLACE)]
+    admin = node("IDLE+CLOUD+DRAIN", "bad cable, ticket 4411")
+    impaired = {IID: InstanceHealth(IID, instance_status="impaired")}
+    assert steps(HealthWatch(SETTINGS), admin, 0, impaired) == []
+    assert steps(HealthWatch(SETTINGS), node("DOWN+CLOUD", "maintenance"), 0) == []
+
+
+def test_not_responding_must_last_the_grace_across_passes() -> None:
+    w = HealthWatch(SETTINGS)
+    gone = node("IDLE+CLOUD+NOT_RESPONDING")
+    assert steps(w, gone, 0) == [(Cause.NOT_RESPONDING, Step.WAIT)]
+    assert steps(w, node("IDLE+CLOUD"), 30) == []  # it answered again: the grace restarts
+    assert steps(w, gone, 40) == [(Cause.NOT_RESPONDING, Step.WAIT)]
+    assert steps(w, node("DOWN+CLOUD", "Not responding"), 100) == [
+        (Cause.NOT_RESPONDING, Step.REPLACE)]
+
+
+def test_nodes_without_an_instance_in_transition_or_ours_already_are_left_alone() -> None:
+    w = HealthWatch(SETTINGS)
+    bad = {IID: InstanceHealth(IID, system_status="impaired")}
+    assert steps(w, node("IDLE+CLOUD+POWERED_DOWN+NOT_RESPONDING"), 0, bad) == []
+    assert steps(w, node("IDLE+CLOUD+POWERING_UP"), 0, bad) == []
+    lost = reasons.reason(Why.INTERRUPTED, "2026-11-30T12:00:00Z (terminate)")
+    assert steps(w, node("IDLE+CLOUD+DRAIN", lost), 0, bad) == []
+    assert steps(w, node("IDLE+CLOUD+DRAIN", reasons.reason(Why.REPLACE_LOOP, "3")), 0,
+                 bad) == []
+    assert w.verdicts([node("IDLE+CLOUD+NOT_RESPONDING")], {}, {}, {}, 0) == []
+
+
+def test_a_scheduled_event_drains_then_replaces_once_idle_or_before_the_event() -> None:
+    w = HealthWatch(SETTINGS)  # event_lead_s 900
+    ev = ScheduledEvent("instance-retirement", 10_000.0, "scheduled retirement")
+    st_ = {IID: InstanceHealth(IID, events=(ev,))}
+    w.statuses_read(st_.values())
+    busy = node("MIXED+CLOUD")
+    (v,) = w.verdicts([busy], RUN, st_, {}, 0)
+    assert (v.cause, v.step) == (Cause.SCHEDULED, Step.DRAIN)
+    assert v.detail == "instance-retirement from 1970-01-01T02:46:40+00:00"
+    drained = reasons.reason(Why.SCHEDULED, v.detail)
+    assert steps(w, node("MIXED+CLOUD+DRAIN", drained), 9_099, st_) == [
+        (Cause.SCHEDULED, Step.WAIT)]
+    assert steps(w, node("MIXED+CLOUD+DRAIN", drained), 9_100, st_) == [
+        (Cause.SCHEDULED, Step.REPLACE)]
+    assert steps(w, node("IDLE+CLOUD+DRAIN", drained), 0, st_) == [
+        (Cause.SCHEDULED, Step.REPLACE)]
+    # the memory lost (a restart before the status read): drained by us, idle -> replaced
+    assert steps(HealthWatch(SETTINGS), node("IDLE+CLOUD+DRAIN", drained), 0) == [
+        (Cause.SCHEDULED, Step.REPLACE)]
+
+
+def test_a_node_replaced_too_often_is_left_for_an_admin() -> None:
+    w = HealthWatch(SETTINGS)  # max_replacements 3
+    bad = {IID: InstanceHealth(IID, instance_status="impaired")}
+    assert steps(w, node("IDLE+CLOUD"), 0, bad, {"spot-1": 2}) == [
+        (Cause.IMPAIRED, Step.REPLACE)]
+    assert steps(w, node("IDLE+CLOUD"), 0, bad, {"spot-1": 3}) == [
+        (Cause.IMPAIRED, Step.LEAVE)]
+
+
+STATES = st.sets(st.sampled_from(["DRAIN", "NOT_RESPONDING", "COMPLETING", "POWERED_DOWN",
+                                  "POWERING_UP", "RESERVED"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(base=st.sampled_from(["IDLE", "MIXED", "ALLOCATED", "DOWN"]), flags=STATES,
+       why=st.text(min_size=1, max_size=30), status=st.sampled_from(
+           ["ok", "impaired", "insufficient-data", "initializing"]),
+       t=st.floats(0, 1e6), recent=st.integers(0, 5))
+def test_an_admins_drain_is_never_acted_on_and_replacing_respects_the_guard(
+        base: str, flags: set[str], why: str, status: str, t: float, recent: int) -> None:
+    w = HealthWatch(SETTINGS)
+    n = node("+".join([base, "CLOUD", *sorted(flags)]), why)
+    out = w.verdicts([n], RUN, {IID: InstanceHealth(IID, instance_status=status)},
+                     {"spot-1": recent}, t)
+    admins = (reasons.ours(why) is None and not why.startswith("Not responding")
+              and not any(p.search(why) for p in w.patterns))
+    if admins and (n.flags & {"DRAIN", "DOWN"}):
+        assert out == []
+    for v in out:
+        assert v.step is not Step.REPLACE or recent < SETTINGS.max_replacements
+
+
+def test_aws_health_scheduled_changes_parse_one_event_per_instance() -> None:
+    body = health_message("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+                          ["i-0123456789abcdef0", "i-0123456789abcdef1"],
+                          "2026-11-30T10:00:00Z", "Tue, 01 Dec 2026 10:00:00 GMT")
+    evs = parse_events(body)
+    assert [e.instance_id for e in evs] == ["i-0123456789abcdef0", "i-0123456789abcdef1"]
+    assert {e.kind for e in evs} == {EventKind.SCHEDULED}
+    assert evs[0].scheduled == ScheduledEvent(
+        "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+        datetime(2026, 12, 1, 10, tzinfo=UTC).timestamp(), "AWS Health")
+    data = json.loads(body)
+    data["detail"]["eventTypeCategory"] = "issue"
+    with pytest.raises(EventError, match="not an EC2 scheduled change"):
+        parse_events(json.dumps(data))
+    data = json.loads(body)
+    data["detail"]["affectedEntities"], data["resources"] = [{"entityValue": "vol-1"}], []
+    with pytest.raises(EventError, match="names no EC2 instance"):
+        parse_events(json.dumps(data))
+
+
+@pytest.fixture
+def world(tmp_path):  # type: ignore[no-untyped-def]
+    d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}")
+    d["health"] = {"replace_on_reasons": ["NHC"], "grace_s": 0, "status_interval_s": 60}
+    cfg = parse_config(d)
+    store = Store(cfg.store_url)
+    store.upgrade()
+    store.add_instances([InstanceRow(
+        instance_id=IID, node="spot-1", pool="gpu-spot", gang_id="g",
+        instance_type="p5.48xlarge", lifecycle="spot", launch_template_version="3",
+        state="running", launched_at=T0)])
+    slurm = FakeSlurm(table={"spot-1": SlurmNode("spot-1", "ALLOCATED+CLOUD", "127.0.0.1",
+                                                 "spot-1")})
+    slurm.queue = [QueueJob("42", ("gpu-spot",), 2, 8, 3600, "2026-11-30T11:00:00", "None",
+                            100, "alice", "RUNNING", nodelist="spot-[1-2]")]
+    cloud = FakeCloud(instances={IID: CloudInstance(IID, "running", {})})
+    now = [T0]
+    events: list[tuple[str, str]] = []
+    ctx = PassContext(cfg, store, slurm, cloud, lambda: now[0],
+                      lambda k, m, **_: events.append((k, m)))
+    q = FakeQueue()
+    ip = InterruptionPass(cfg, store, slurm, q, ctx.event)
+    yield HealthPass(ctx, ip), ip, slurm, cloud, store, events, now, q
+    store.close()
+
+
+def test_the_pass_replaces_an_impaired_node_requeues_its_gang_and_records_it(world) -> None:  # type: ignore[no-untyped-def]
+    hp, _, slurm, cloud, store, events, now, _ = world
+    cloud.health[IID] = InstanceHealth(IID, system_status="impaired")
+    hp.run(slurm.nodes(), None)
+    ops = [c[0] for c in slurm.calls]
+    assert ("requeue", ["42"]) in slurm.calls and "power_down_force" in ops
+    assert slurm.powered_down[0][1].startswith(
+        "slurmscale: unhealthy, replaced: ec2-status-check: EC2 status checks: system impaired")
+    (r,) = store.replacements()
+    assert (r.node, r.cause, r.jobs_requeued, r.gpus, r.left) == (
+        "spot-1", "ec2-status-check", 1, 8, False)
+    (pre,) = store.preemptions("42")
+    assert pre.kind == "unhealthy:ec2-status-check"
+    assert "node_replaced" in [k for k, _ in events]
+    # EC2 is read at most every status_interval_s
+    now[0] = T0 + timedelta(seconds=30)
+    hp.run(slurm.nodes(), None)
+    assert cloud.health_reads == 1
+
+
+def test_a_node_past_the_guard_is_drained_for_an_admin_not_replaced(world) -> None:  # type: ignore[no-untyped-def]
+    hp, _, slurm, cloud, store, events, now, _ = world
+    hp.cfg = hp.cfg.model_copy(update={"max_replacements": 1})
+    hp.watch.settings = hp.cfg
+    slurm.table["spot-1"] = SlurmNode("spot-1", "IDLE+CLOUD+DRAIN", "127.0.0.1", "spot-1",
+                                      "NHC: nvidia-smi failed")
+    slurm.queue = []
+    hp.run(slurm.nodes(), None)
+    assert len(store.replacements()) == 1 and slurm.powered_down
+    # a fresh instance for the node, unhealthy again: left for an admin
+    iid2 = "i-0000000000000002"
+    store.mark_terminated([IID], T0)
+    store.add_instances([InstanceRow(
+        instance_id=iid2, node="spot-1", pool="gpu-spot", gang_id="g2",
+        instance_type="p5.48xlarge", lifecycle="spot", launch_template_version="3",
+        state="running", launched_at=T0)])
+    slurm.powered_down.clear()
+    slurm.table["spot-1"] = SlurmNode("spot-1", "IDLE+CLOUD+DRAIN", "127.0.0.1", "spot-1",
+                                      "NHC: nvidia-smi failed")
+    now[0] = T0 + timedelta(seconds=600)
+    hp.run(slurm.nodes(), None)
+    assert slurm.powered_down == []
+    assert slurm.table["spot-1"].reason.startswith("slurmscale: replaced too often 1 time(s)")
+    msg = dict(events)["node_replace_loop"]
+    assert "pool gpu-spot is losing nodes" in msg
+    assert [r.left for r in store.replacements()] == [False, True]
+    hp.run(slurm.nodes(), None)  # left alone from now on
+    assert len(store.replacements()) == 2
+
+
+def test_an_aws_health_message_drains_the_node_on_the_same_pass(world) -> None:  # type: ignore[no-untyped-def]
+    hp, ip, slurm, _, store, events, now, q = world
+    q.bodies.append(health_message("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", [IID],
+                                   "2026-11-30T12:00:00Z", "Wed, 02 Dec 2026 12:00:00 GMT"))
+    assert ip.run(T0) == 1 and q.deleted == ["0"]
+    hp.run(slurm.nodes(), None)
+    n = slurm.table["spot-1"]
+    assert "DRAIN" in n.flags and n.reason.startswith(
+        "slurmscale: scheduled EC2 event AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED from "
+        "2026-12-02T12:00:00+00:00")
+    assert ("requeue", ["42"]) not in slurm.calls  # its job runs on
+    # the job ends: idle and drained -> replaced
+    slurm.table["spot-1"] = SlurmNode("spot-1", "IDLE+CLOUD+DRAIN", "127.0.0.1", "spot-1",
+                                      n.reason)
+    slurm.queue = []
+    hp.run(slurm.nodes(), None)
+    (r,) = store.replacements()
+    assert r.cause == "scheduled-event" and slurm.powered_down
