@@ -83,21 +83,28 @@ class HealthWatch:
     settings: HealthSettings
     since: dict[str, float] = field(default_factory=dict)
     scheduled: dict[str, ScheduledEvent] = field(default_factory=dict)
+    announced: set[str] = field(default_factory=set)  # instances AWS Health told us of
 
     def __post_init__(self) -> None:
         self.patterns = [re.compile(p) for p in self.settings.replace_on_reasons]
 
     def heard(self, instance_id: str, ev: ScheduledEvent) -> None:
-        """A scheduled change AWS Health announced on the queue."""
+        """A scheduled change AWS Health announced on the queue (kept until the instance is
+        gone: a status read that does not list it yet does not undo it)."""
         self.scheduled[instance_id] = ev
+        self.announced.add(instance_id)
 
     def statuses_read(self, statuses: Iterable[InstanceHealth]) -> dict[str, InstanceHealth]:
-        """EC2's latest reading by instance; its scheduled events join those heard of."""
+        """EC2's latest reading by instance. Its scheduled events replace what was known of
+        each instance it lists: one EC2 no longer lists was completed or canceled (a node
+        already drained for it is still replaced once idle); AWS Health's stay."""
         out = {s.instance_id: s for s in statuses}
         for s in out.values():
             if s.events:
                 self.scheduled[s.instance_id] = min(
                     s.events, key=lambda e: e.not_before or float("inf"))
+            elif s.instance_id not in self.announced:
+                self.scheduled.pop(s.instance_id, None)
         return out
 
     def verdicts(self, nodes: Iterable[SlurmNode], running: Mapping[str, Running],
@@ -127,6 +134,7 @@ class HealthWatch:
         self.since = unwell
         live = {r.instance_id for r in running.values()}
         self.scheduled = {i: e for i, e in self.scheduled.items() if i in live}
+        self.announced &= live
         return out
 
     def _cause(self, n: SlurmNode, inst: Running, status: InstanceHealth | None

@@ -101,6 +101,9 @@ def test_a_scheduled_event_drains_then_replaces_once_idle_or_before_the_event() 
     # the memory lost (a restart before the status read): drained by us, idle -> replaced
     assert steps(HealthWatch(SETTINGS), node("IDLE+CLOUD+DRAIN", drained), 0) == [
         (Cause.SCHEDULED, Step.REPLACE)]
+    # EC2 lists it no more (canceled): an undrained node is left alone
+    w.statuses_read([InstanceHealth(IID)])
+    assert steps(w, busy, 0, {IID: InstanceHealth(IID)}) == []
 
 
 def test_a_node_replaced_too_often_is_left_for_an_admin() -> None:
