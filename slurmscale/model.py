@@ -56,6 +56,11 @@ class QueueJob(NamedTuple):
     # pending jobs: when backfill plans to start it (squeue's StartTime; "N/A" or empty when
     # backfill has no plan for it: beyond bf_window or bf_max_job_test)
     expected_start: str = ""
+    # a job array's line: its ArrayJobID; a pending line stands for `array_tasks` tasks, of
+    # which at most `array_throttle` (its `%N`, 0: no limit) run at once
+    array_job: str = ""
+    array_tasks: int = 1
+    array_throttle: int = 0
 
 
 class JobPriority(NamedTuple):

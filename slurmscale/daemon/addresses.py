@@ -5,6 +5,7 @@ at its own name once it is gone, whatever failed in between (slurmctld down duri
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from slurmscale.cloud.protocol import TAG_NODE, CloudError
 from slurmscale.config import AddressSource
@@ -18,6 +19,8 @@ from slurmscale.store.tables import InstanceRow
 
 log = logging.getLogger(__name__)
 
+TAG_THREADS = 8  # CreateTags in flight at once for one gang
+
 
 class NodeAddresses:
     def __init__(self, ctx: PassContext[LaunchStore]) -> None:
@@ -26,23 +29,53 @@ class NodeAddresses:
         # looked up again until the node powers up or its address changes
         self.addr_kept: dict[str, str] = {}
 
-    def finish_node(self, node: str, inst: LaunchedInstance, address: bool,
-                    gid: str | None = None) -> None:
-        """Tag the instance with its node and point Slurm's NodeAddr at it; failures are
-        events (the resume is replayed, and both steps are idempotent)."""
+    def finish_nodes(self, pairs: list[tuple[str, LaunchedInstance]], address: bool,
+                     gid: str | None = None) -> None:
+        """Tag each instance with its node and point Slurm's NodeAddr at it; failures are
+        events (the resume is replayed, and both steps are idempotent). A gang's tags go out
+        in parallel (one CreateTags per instance: the node tag differs; at most TAG_THREADS
+        at once, well within EC2's mutating-call rate), its addresses in one scontrol
+        update; if Slurm refuses that, node by node, so each failure names its node."""
+        c = self.ctx
+        if len(pairs) > 2:
+            with ThreadPoolExecutor(min(TAG_THREADS, len(pairs))) as pool:
+                list(pool.map(lambda p: self._tag(p[0], p[1], gid), pairs))
+        else:
+            for node, inst in pairs:
+                self._tag(node, inst, gid)
+        if not address or not pairs:
+            return
+        for node, addr, e in self.set_all([(node, *c.address(node, inst))
+                                           for node, inst in pairs]):
+            c.event("slurm_update_failed", f"{node} nodeaddr={addr}: {e}", node=node,
+                    gang_id=gid)
+
+    def set_all(self, entries: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        """(node, addr, hostname) set in one scontrol update; if Slurm refuses that, node by
+        node, so one bad node does not keep the others unaddressed. Returns (node, addr,
+        error) of those Slurm refused."""
+        c = self.ctx
+        if len(entries) > 1:
+            try:
+                c.slurm.set_node_addresses(entries)
+                return []
+            except SlurmError as e:
+                log.warning("addressing %s in one update failed (%s); node by node",
+                            compress([n for n, _, _ in entries]), e)
+        failed = []
+        for node, addr, host in entries:
+            try:
+                c.slurm.set_node_address(node, addr, host)
+            except SlurmError as e:
+                failed.append((node, addr, str(e)))
+        return failed
+
+    def _tag(self, node: str, inst: LaunchedInstance, gid: str | None) -> None:
         c = self.ctx
         try:
             c.cloud.tag(inst.instance_id, {TAG_NODE: node, "Name": f"{c.cfg.cluster_name}-{node}"})
         except CloudError as e:
             c.event("tag_failed", f"{inst.instance_id} ({node}): {e}", node=node, gang_id=gid)
-        if not address:
-            return
-        addr, host = c.address(node, inst)
-        try:
-            c.slurm.set_node_address(node, addr, host)
-        except SlurmError as e:
-            c.event("slurm_update_failed", f"{node} nodeaddr={addr}: {e}", node=node,
-                    gang_id=gid)
 
     def readdress(self, nodes: list[str]) -> None:
         """Nodes whose instances are recorded: tag and address them again (both idempotent),
@@ -50,10 +83,9 @@ class NodeAddresses:
         finish the gang the daemon died in the middle of (recorded, still `launching`)."""
         c = self.ctx
         rows = c.store.active_instances(nodes)
-        for row in rows:
-            # the store keeps no DNS name: with private-dns the first launch's address stands
-            self.finish_node(row.node, launched(row),
-                             address=c.cfg.node_address is not AddressSource.PRIVATE_DNS)
+        # the store keeps no DNS name: with private-dns the first launch's address stands
+        self.finish_nodes([(row.node, launched(row)) for row in rows],
+                          address=c.cfg.node_address is not AddressSource.PRIVATE_DNS)
         for gid in sorted({r.gang_id for r in rows}):
             gang = c.store.get_gang(gid)
             if gang is None or gang.status != GangStatus.LAUNCHING:
@@ -111,6 +143,7 @@ class NodeAddresses:
             return
         tracked = {i.node for i in c.store.active_instances(candidates)}
         last_of = c.store.last_instances(candidates)
+        stale = []
         for name, n in candidates.items():
             if name in tracked:
                 continue  # its release is pending; that resets the address
@@ -119,11 +152,12 @@ class NodeAddresses:
             if not given or n.addr != given:
                 self.addr_kept[name] = n.addr
                 continue
-            try:
-                c.slurm.set_node_address(name, name, name)
-            except SlurmError as e:
-                log.warning("cannot reset the address of %s: %s", name, e)
+            stale.append(name)
+        refused = {node: e for node, _, e in self.set_all([(s, s, s) for s in stale])}
+        for name in stale:
+            if name in refused:
+                log.warning("cannot reset the address of %s: %s", name, refused[name])
                 continue
             c.event("node_address_reset", f"{name} is powered down and its instance "
-                    f"{last.instance_id} gone, but Slurm still addressed it at {n.addr}: "
-                    "reset to its name", node=name)
+                    f"{last_of[name].instance_id} gone, but Slurm still addressed it at "
+                    f"{candidates[name].addr}: reset to its name", node=name)

@@ -184,8 +184,7 @@ class GangLauncher:
             for node, i in pairs
         ])
         crash_point("launch:after_record")
-        for node, inst in pairs:
-            self.addresses.finish_node(node, inst, address=True, gid=gid)
+        self.addresses.finish_nodes(pairs, address=True, gid=gid)
         missing = list(gang.nodes[len(pairs):])
         images = sorted({i.image_id for _, i in pairs if i.image_id})
         self.ctx.store.update_gang(gid, status=GangStatus.LAUNCHED, fleet_id=result.fleet_id,

@@ -64,11 +64,11 @@ def pools_now(snap: Snapshot) -> list[PoolNow]:
             nodes_booting=count[NodeState.BOOTING],
             nodes_held=count[NodeState.RESERVED] + sum(1 for n in nodes if n.held),
             nodes_idle=count[NodeState.IDLE],
-            pending_gpus=sum(j.nodes * j.gpus_per_node for j in jobs),
-            pending_gpu_hours=sum(j.nodes * j.gpus_per_node
+            pending_gpus=sum(j.nodes * j.gpus_per_node * j.tasks for j in jobs),
+            pending_gpu_hours=sum(j.nodes * j.gpus_per_node * j.tasks
                                   * (j.time_limit_s or k.default_time_limit_s)
                                   for j in jobs) / 3600.0,
-            pending_gangs=sum(1 for j in jobs if j.nodes >= 2)))
+            pending_gangs=sum(j.tasks for j in jobs if j.nodes >= 2)))
     return out
 
 

@@ -20,7 +20,6 @@ from slurmscale.gangs import PendingRequest, plan_requests
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import RequestStatus
 from slurmscale.model import RequestKind
-from slurmscale.slurm.protocol import SlurmError
 from slurmscale.spool import Spool
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.repo import utc
@@ -165,10 +164,8 @@ class RequestPass:
                 self.ctx.event("resume_failed",
                            f"Slurm gave up on {node} (ResumeTimeout); instance released",
                            node=node, request_id=rid)
-            try:
-                self.ctx.slurm.set_node_address(node, node, node)
-            except SlurmError as e:
-                self.ctx.event("slurm_update_failed", f"reset nodeaddr of {node}: {e}", node=node)
+        for node, _, e in self.addresses.set_all([(n, n, n) for n in nodes]):
+            self.ctx.event("slurm_update_failed", f"reset nodeaddr of {node}: {e}", node=node)
         self.ctx.event("released", f"{compress(nodes)} ({'/'.join(sorted(kinds))}): "
                    f"{len(ids)} instance(s) terminated", node=compress(nodes))
         return len(nodes), []

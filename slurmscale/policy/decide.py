@@ -44,13 +44,16 @@ LIVE = (NodeState.BOOTING, NodeState.IDLE, NodeState.ALLOCATED, NodeState.RESERV
 
 
 def pool_demand(knobs: PoolKnobs, jobs: list[PendingJob], now: float) -> PoolDemand:
+    """A pending array line counts as its tasks (GPU-hours, jobs); its gangs (multi-node
+    tasks) as many as may start now, no more than the pool could hold."""
     act = [j for j in jobs if j.actionable]
     gpu_h = sum(j.nodes * j.gpus_per_node * (j.time_limit_s or knobs.default_time_limit_s)
-                for j in act) / 3600.0
+                * j.tasks for j in act) / 3600.0
     order = sorted(act, key=lambda j: (-j.priority, j.submit_s, j.job_id))
-    gangs = tuple((j.job_id, j.nodes) for j in order if j.nodes >= 2)
+    gangs = tuple((j.job_id, j.nodes) for j in order if j.nodes >= 2
+                  for _ in range(min(j.startable, max(1, knobs.max_nodes // j.nodes))))
     oldest = max((now - j.submit_s for j in act), default=0.0)
-    return PoolDemand(len(act), round(gpu_h, 6), gangs, max(0.0, oldest))
+    return PoolDemand(sum(j.tasks for j in act), round(gpu_h, 6), gangs, max(0.0, oldest))
 
 
 def _clamp(v: int, k: PoolKnobs) -> int:

@@ -82,6 +82,10 @@ class PendingJob(NamedTuple):
     priority: int = 0
     actionable: bool = True  # pending for capacity (Resources/Priority), not held/dependent
     also: tuple[str, ...] = ()  # other pools it may run in (submitted to several partitions)
+    # a pending job array's line: the tasks it stands for (pending GPU-hours, GPUs), and how
+    # many of them may start now (its `%` throttle less its tasks running: nodes to find)
+    tasks: int = 1
+    startable: int = 1
 
 
 class NodeView(NamedTuple):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from datetime import datetime
 
 from slurmscale.config import CapacityType, Config, Pool
@@ -185,6 +186,10 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
     pending = []
     arrivals = []
     window = max((p.policy.reuse_window_s for p in cfg.pools), default=3600.0)
+    # a throttled array (`%N`) starts no more tasks than N less those running
+    running_tasks: Counter[str] = Counter()
+    if any(j.array_throttle for j in jobs):
+        running_tasks.update(j.array_job for j in jobs if j.array_job and j.state != "PENDING")
     for j in jobs:
         if j.partitions in pool_of:
             pool, also = pool_of[j.partitions]
@@ -196,16 +201,22 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         if pool is None:
             continue
         submit = slurm_time(j.submit_time) or now
+        # (a pending array line: every task is an arrival; the log keys tasks by line)
+        arrived = j.num_nodes * min(j.array_tasks, pool.max_nodes)
         if arrival_log is None:
-            arrivals.append((submit, pool.name, j.num_nodes))
+            arrivals.append((submit, pool.name, arrived))
         elif submit >= now - window:  # (an older one would be dropped from the log below)
-            arrival_log[j.job_id] = (submit, pool.name, j.num_nodes)
+            arrival_log[j.job_id] = (submit, pool.name, arrived)
         if j.state != "PENDING":
             continue  # running or starting: an arrival for the reuse forecast, not demand
+        tasks = startable = j.array_tasks
+        if j.array_throttle:
+            startable = max(0, min(tasks, j.array_throttle - running_tasks[j.array_job]))
         pending.append(PendingJob(
             j.job_id, pool.name, j.num_nodes, j.gpus_per_node or pool.gpus_per_node,
             j.time_limit_s, submit, j.priority,
-            (j.reason in CAPACITY_REASONS or j.job_id in requeued) and j.priority > 0, also))
+            (j.reason in CAPACITY_REASONS or j.job_id in requeued) and j.priority > 0
+            and startable > 0, also, tasks, startable))
     if arrival_log is not None:
         for job_id in [k for k, (t, _, _) in arrival_log.items() if t < now - window]:
             del arrival_log[job_id]

@@ -112,6 +112,13 @@ class SlurmCLI:
         self.scontrol("update", f"nodename={name}", f"nodeaddr={addr}",
                       f"nodehostname={hostname}")
 
+    def set_node_addresses(self, entries: list[tuple[str, str, str]]) -> None:
+        # slurmctld pairs a node list with address and hostname lists of the same length,
+        # in order: one update for a whole gang (it was one scontrol per node)
+        names, addrs, hosts = (",".join(col) for col in zip(*entries, strict=True))
+        self.scontrol("update", f"nodename={names}", f"nodeaddr={addrs}",
+                      f"nodehostname={hosts}")
+
     def power_down_force(self, names: list[str], reason: str) -> None:
         self.scontrol("update", f"nodename={compress(names)}", "state=POWER_DOWN_FORCE",
                       f"reason={reason}")

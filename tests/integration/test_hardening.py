@@ -57,9 +57,10 @@ def test_an_address_lost_to_a_slurmctld_outage_is_written_again(make_cluster) ->
     c.stop_slurmctld()
     wait_for("the answer back and the address writes failed", lambda: any(
         x.action == "CreateFleet" and x.status == 200 for x in proxy.calls), 30)
-    log = c.root / "log" / "slurmscale-daemon.log"
-    wait_for("the daemon to fail writing the address",
-             lambda: "nodeaddr=127.0.0.1" in log.read_text(), 120)
+    # (the gang's one update fails, then each node's: an event per node)
+    wait_for("the daemon to fail writing the addresses", lambda: len([
+        e for e in c.events() if e["kind"] == "slurm_update_failed"
+        and "nodeaddr=" in e["message"]]) == 2, 120)
     c.start_slurmctld()
     c.wait_job(job, {"COMPLETED"}, 240)
     assert len(proxy.fleet_calls()) == 1, "no second launch"

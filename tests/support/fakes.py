@@ -203,6 +203,11 @@ class FakeSlurm:
         if name in self.table:
             self.table[name] = replace(self.table[name], addr=addr, hostname=hostname)
 
+    def set_node_addresses(self, entries: list[tuple[str, str, str]]) -> None:
+        self.calls.append(("set_node_addresses", [n for n, _, _ in entries]))
+        for name, addr, host in entries:
+            self.set_node_address(name, addr, host)
+
     def power_down_force(self, names: list[str], reason: str) -> None:
         if self.fail:
             raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")

@@ -57,6 +57,9 @@ def test_a_gang_is_one_launch_with_min_capacity_equal_to_its_size(world) -> None
         "spot-1", "spot-2", "spot-3", "spot-4"}
     assert all(i.tags["slurmscale:cluster"] == "unit" for i in cloud.running())
     assert slurm.addresses["spot-1"] == ("10.0.0.1", "spot-1")
+    # the gang's four nodes addressed in one scontrol update, not four
+    assert [c for c in slurm.calls if c[0] == "set_node_addresses"] == [
+        ("set_node_addresses", ["spot-1", "spot-2", "spot-3", "spot-4"])]
     assert r.store.pending_requests() == []
     insts = r.store.active_instances()
     assert {i.launch_template_version for i in insts} == {"3"}
@@ -532,3 +535,14 @@ def test_a_gang_failed_before_a_restart_fails_its_requests_and_is_not_launched_a
     assert res.failed_gangs == 1 and len(cloud.launches) == launches
     assert [q.status for q in r.store.requests()] == ["failed"]
     assert r.store.gangs()[0].status == "failed"
+
+
+def test_a_gang_update_slurm_refuses_is_retried_node_by_node(world) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, slurm, clock, spool = world
+
+    def refuse(entries: list[tuple[str, str, str]]) -> None:
+        raise SlurmError(["scontrol"], 1, "Invalid node name specified")
+    slurm.set_node_addresses = refuse  # type: ignore[method-assign]
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2", "spot-3"]})
+    assert r.tick().launched_gangs == 1
+    assert set(slurm.addresses) == {"spot-1", "spot-2", "spot-3"}
