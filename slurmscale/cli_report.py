@@ -33,7 +33,7 @@ def report(ctx: click.Context, since: str, until: str | None, fmt: str,
     Cron: `0 7 * * * slurmscale report --since 24h --format html -o /srv/reports/today.html`
     """
     from slurmscale.report.compute import build_report
-    from slurmscale.report.render import to_csv, to_html, to_json, to_text
+    from slurmscale.report.render import MAX_POINTS, to_csv, to_html, to_json, to_text
 
     cfg = _load(ctx.find_root())
     start = _parse_since(since)
@@ -48,7 +48,7 @@ def report(ctx: click.Context, since: str, until: str | None, fmt: str,
     try:
         r = build_report(cfg, store, start, end)
         if fmt == "html":
-            text = to_html(r, store.samples(start, end),
+            text = to_html(r, store.sample_series(start, end, MAX_POINTS),
                            {p.name: p.gpus_per_node for p in cfg.pools})
         else:
             text = {"text": to_text, "json": to_json, "csv": to_csv}[fmt](r)

@@ -14,8 +14,6 @@ from typing import Any
 
 from slurmscale.report.compute import Report, Wait
 from slurmscale.report.svg import bar_chart, line_chart
-from slurmscale.store.repo import utc
-from slurmscale.store.tables import SampleRow
 
 
 def _dur(s: float | None) -> str:
@@ -135,24 +133,13 @@ text-align:right}th{background:#f5f5f5}td:first-child,th:first-child{text-align:
 .bad{color:#b00}svg{max-width:100%;height:auto}"""
 
 
-MAX_POINTS = 720  # per line: a month of minute samples drawn as hourly means
+MAX_POINTS = 720  # per line: a month of minute samples drawn as hourly means (in SQL)
 
 
-def _downsample(xs: list[float], series: dict[str, list[float]]
-                ) -> tuple[list[float], dict[str, list[float]]]:
-    if len(xs) <= MAX_POINTS:
-        return xs, series
-    step = len(xs) / MAX_POINTS
-    cuts = [round(i * step) for i in range(MAX_POINTS + 1)]
-    pairs = list(zip(cuts, cuts[1:], strict=False))
-
-    def mean(vs: list[float], a: int, b: int) -> float:
-        return sum(vs[a:b]) / (b - a)
-    return ([mean(xs, a, b) for a, b in pairs],
-            {k: [mean(vs, a, b) for a, b in pairs] for k, vs in series.items()})
-
-
-def to_html(r: Report, samples: list[SampleRow], gpus_per_node: dict[str, int]) -> str:
+def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]],
+            gpus_per_node: dict[str, int]) -> str:
+    """`series`: per pool, (time, nodes up, busy, pending GPUs) averaged per chart point
+    (`Store.sample_series(since, until, MAX_POINTS)`)."""
     t = r.totals
     util = (t.gpu_hours_busy / t.gpu_hours_provisioned * 100) if t.gpu_hours_provisioned \
         else None
@@ -162,16 +149,13 @@ def to_html(r: Report, samples: list[SampleRow], gpus_per_node: dict[str, int]) 
             ("gang time-to-start p95", _dur(r.gang_time_to_start.p95_s)),
             ("preemptions", str(r.preemptions)),
             ("anomalies", str(sum(r.anomalies.values())))]
-    pools = sorted({s.pool for s in samples})
     charts = []
-    for pool in pools:
-        rows = [s for s in samples if s.pool == pool]
+    for pool in sorted(series):
+        rows = series[pool]
         gpn = gpus_per_node.get(pool, 1) or 1
-        xs = [utc(s.at).timestamp() for s in rows]  # type: ignore[union-attr]
-        charts.append(line_chart(f"{pool}: capacity vs demand (nodes)", *_downsample(xs, {
-            "nodes up": [float(s.nodes_up) for s in rows],
-            "busy": [float(s.nodes_busy) for s in rows],
-            "demand (pending GPUs / GPUs per node)": [s.pending_gpus / gpn for s in rows]})))
+        charts.append(line_chart(f"{pool}: capacity vs demand (nodes)", [p[0] for p in rows], {
+            "nodes up": [p[1] for p in rows], "busy": [p[2] for p in rows],
+            "demand (pending GPUs / GPUs per node)": [p[3] / gpn for p in rows]}))
     waits = [*r.waits, r.gang_time_to_start]
     charts.append(bar_chart("queue wait by job size (minutes)", [w.size for w in waits],
                             {"p50": [(w.p50_s or 0) / 60 for w in waits],

@@ -137,7 +137,10 @@ def test_the_renderings_carry_the_same_numbers(filled) -> None:  # type: ignore[
     text = to_text(r)
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "InsufficientInstanceCapacity x1" in text
-    page = to_html(r, store.samples(T0, T0 + 6 * H), {"gpu-spot": 8, "gpu-od": 8})
+    from slurmscale.report.render import MAX_POINTS
+
+    page = to_html(r, store.sample_series(T0, T0 + 6 * H, MAX_POINTS),
+                   {"gpu-spot": 8, "gpu-od": 8})
     assert page.count("<svg") == 2 and "<script" not in page
     assert "260.00" in page and "slurmscale-gang-9" in page
 
@@ -204,12 +207,24 @@ def test_status_runs_without_slurm_or_daemon_and_says_so(filled, tmp_path) -> No
     assert "daemon NOT REACHABLE" in text and "Slurm not readable" in text
 
 
-def test_a_month_of_samples_draws_at_most_max_points_per_line() -> None:
-    from slurmscale.report.render import MAX_POINTS, _downsample
+def test_a_month_of_samples_is_averaged_in_sql_to_at_most_max_points_per_pool() -> None:
+    from slurmscale.report.render import MAX_POINTS
+    from slurmscale.store.tables import SampleRow
 
-    xs = [float(i * 60) for i in range(43_200)]
-    ys = [float(i % 100) for i in range(43_200)]
-    dx, dy = _downsample(xs, {"up": ys})
-    assert len(dx) == len(dy["up"]) == MAX_POINTS
-    assert dx[0] == sum(xs[:60]) / 60 and max(dy["up"]) <= 99
-    assert _downsample(xs[:10], {"up": ys[:10]}) == (xs[:10], {"up": ys[:10]})
+    store = Store("sqlite://")
+    store.upgrade()
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    with store.session() as s:
+        s.add_all([SampleRow(at=start + timedelta(minutes=m), pool=p, nodes_up=m % 100,
+                             nodes_busy=1, nodes_booting=0, nodes_held=0, pending_gpus=8 * p_i,
+                             pending_gpu_hours=1.0, pending_gangs=0)
+                   for m in range(43_200) for p_i, p in enumerate(("a", "b", "c"))])
+        s.commit()
+    series = store.sample_series(start, start + timedelta(days=30), MAX_POINTS)
+    assert sorted(series) == ["a", "b", "c"]
+    assert {len(v) for v in series.values()} == {MAX_POINTS}
+    t0, up0, busy0, gpus0 = series["a"][0]  # the first hour: minutes 0..59
+    assert t0 == start.timestamp() + 59 * 30 and up0 == sum(range(60)) / 60 and busy0 == 1
+    assert [p[3] for p in series["c"]] == [16.0] * MAX_POINTS
+    few = store.sample_series(start, start + timedelta(minutes=10), MAX_POINTS)
+    assert [p[1] for p in few["a"]] == [float(m) for m in range(10)]  # fewer: as they are
