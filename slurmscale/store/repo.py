@@ -9,10 +9,20 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from sqlalchemy import Integer, cast, create_engine, delete, event, func, or_, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy import (
+    Integer,
+    cast,
+    create_engine,
+    delete,
+    event,
+    func,
+    inspect,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -44,6 +54,21 @@ from slurmscale.store.tables import (
 )
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
+VERSIONS = Path(__file__).with_name("migrations") / "versions"
+
+
+def schema_head() -> str:
+    """The latest migration's revision, without importing Alembic: the migrations are
+    numbered in order (0001_initial.py, ...) and each file's revision is its number (a test
+    checks this against Alembic's own head)."""
+    return max(p.name.split("_", 1)[0] for p in VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.py"))
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The store's schema revision as Alembic records it (None: never upgraded)."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 ACTIVE_INSTANCE_STATES = (InstanceState.RUNNING.value,)
 
@@ -116,6 +141,10 @@ class Store:
         return self._session()
 
     def upgrade(self) -> None:
+        # (Alembic only here: importing it costs every other command about half a second)
+        from alembic import command
+        from alembic.config import Config as AlembicConfig
+
         cfg = AlembicConfig(str(ALEMBIC_INI))
         with self.engine.begin() as conn:
             cfg.attributes["connection"] = conn
@@ -124,13 +153,10 @@ class Store:
     def schema_problem(self) -> str | None:
         """None when the schema is at the latest migration; otherwise what to do about it.
         Read-only commands check this instead of migrating behind the admin's back."""
-        from alembic.migration import MigrationContext
-        from alembic.script import ScriptDirectory
-
-        head = ScriptDirectory.from_config(AlembicConfig(str(ALEMBIC_INI))).get_current_head()
+        head = schema_head()
         try:
             with self.engine.connect() as conn:
-                current = MigrationContext.configure(conn).get_current_revision()
+                current = current_revision(conn)
         except Exception as e:  # noqa: BLE001 - reported to the admin verbatim
             from slurmscale.config import redact
 

@@ -107,3 +107,33 @@ def test_last_instances_is_each_nodes_newest_whatever_its_state(cfg) -> None:  #
     last = store.last_instances(["spot-1", "spot-2", "spot-3"])
     assert {n: r.instance_id for n, r in last.items()} == {"spot-1": "i-3", "spot-2": "i-4"}
     store.close()
+
+
+def test_the_schema_head_and_revision_are_read_without_alembic_and_agree_with_it(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
+
+    from slurmscale.store.repo import ALEMBIC_INI, Store, current_revision, schema_head
+
+    head = ScriptDirectory.from_config(AlembicConfig(str(ALEMBIC_INI))).get_current_head()
+    assert schema_head() == head
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    with store.engine.connect() as conn:
+        assert current_revision(conn) is None
+    assert store.schema_problem() is not None
+    store.upgrade()
+    with store.engine.connect() as conn:
+        assert current_revision(conn) == head
+    assert store.schema_problem() is None
+    store.close()
+    # a read-only command's path (open the store, check its schema) imports no Alembic
+    code = (f"import sys; from slurmscale.store.repo import Store; "
+            f"s = Store('sqlite:///{tmp_path / 's.db'}'); assert s.schema_problem() is None; "
+            "print('alembic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"
