@@ -174,15 +174,12 @@ class LaunchResult:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-# EC2's scheduled event codes (DescribeInstanceStatus Events[].Code)
-SCHEDULED_CODES = frozenset({"instance-reboot", "system-reboot", "system-maintenance",
-                             "instance-retirement", "instance-stop"})
-
-
 @dataclass(frozen=True)
 class ScheduledEvent:
-    """A change AWS scheduled for an instance: `code` one of SCHEDULED_CODES (or an AWS Health
-    event type code), `not_before` its earliest start (Unix seconds; None: not given)."""
+    """A change AWS scheduled for an instance: `code` EC2's (DescribeInstanceStatus
+    Events[].Code: instance-reboot, system-reboot, system-maintenance, instance-retirement,
+    instance-stop) or an AWS Health event type code; `not_before` its earliest start (Unix
+    seconds; None: not given)."""
 
     code: str
     not_before: float | None

@@ -19,6 +19,7 @@ interruption queue and reach `scheduled`."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from datetime import UTC, datetime
 
 from slurmscale.cloud.protocol import CloudError
@@ -68,9 +69,7 @@ class HealthPass:
         rows = c.store.active_instances() if active is None else active
         running = {i.node: Running(i.instance_id, i.pool) for i in rows
                    if i.state == "running"}
-        recent: dict[str, int] = {}
-        for r in c.store.replacements(since=t - self.cfg.window_s):
-            recent[r.node] = recent.get(r.node, 0) + 1
+        recent = Counter(r.node for r in c.store.replacements(since=t - self.cfg.window_s))
         self._fresh(nodes, t)
         self.verdicts = self.watch.verdicts(nodes, running, self.statuses, recent, t)
         by_id = {i.instance_id: i for i in rows}
