@@ -22,7 +22,7 @@ from slurmscale.cli_common import (
     gang_json,
 )
 from slurmscale.config import Config
-from slurmscale.model import RequestKind
+from slurmscale.spool import RequestKind
 
 if TYPE_CHECKING:
     from slurmscale.policy.reservations import HoldPlan

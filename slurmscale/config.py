@@ -1,7 +1,8 @@
 """slurmscale's configuration: one YAML file, validated by pydantic.
 
-The hooks load this on every call, so it must stay cheap to import: pydantic and yaml only.
-Every validation error names the key path and the value that was refused.
+The hooks read a compiled view of it (hookview.py) and load it whole only when that view is
+missing or stale; commands and the daemon load it whole. Every validation error names the key
+path and the value that was refused.
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ from pydantic import (
     model_validator,
 )
 
-DEFAULT_CONFIG_PATH = Path("/etc/slurmscale/slurmscale.yaml")
-CONFIG_ENV = "SLURMSCALE_CONFIG"
+from slurmscale.hookview import (  # noqa: F401  (resolve_path: re-exported)
+    DEFAULT_SPOOL_DIR,
+    MAX_CONFIG_BYTES,
+    digest,
+    resolve_path,
+)
+from slurmscale.hostlists import owns
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
@@ -306,11 +312,7 @@ class Pool(_Strict):
         )
 
     def owns(self, node: str) -> bool:
-        if not node.startswith(self.node_prefix):
-            return False
-        idx = node[len(self.node_prefix):]
-        return (idx.isascii() and idx.isdigit() and not idx.startswith("0")
-                and 1 <= int(idx) <= self.max_nodes)
+        return owns(self.node_prefix, self.max_nodes, node)
 
 
 class AwsSettings(_Strict):
@@ -471,7 +473,7 @@ class Config(_Strict):
     # only its owner may read, holding the password alone. Used with a store_url without one.
     store_password_file: str | None = None
     socket_path: str = "/run/slurmscale/slurmscale.sock"
-    spool_dir: str = "/var/spool/slurmscale"
+    spool_dir: str = DEFAULT_SPOOL_DIR
     log_file: str | None = "/var/log/slurmscale/slurmscale.log"
     log_format: Literal["text", "json"] = "text"  # json: one object per line
     hook_log_file: str = "/var/log/slurmscale/hooks.log"
@@ -593,13 +595,6 @@ def _format_validation_error(path: Path | str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def resolve_path(path: str | Path | None) -> Path:
-    if path:
-        return Path(path)
-    env = os.environ.get(CONFIG_ENV)
-    return Path(env) if env else DEFAULT_CONFIG_PATH
-
-
 def parse_config(data: Any, source: str | Path = "<data>") -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"invalid config {source}: expected a mapping at the top level, "
@@ -610,10 +605,9 @@ def parse_config(data: Any, source: str | Path = "<data>") -> Config:
         raise ConfigError(_format_validation_error(source, e)) from None
 
 
-# A config is a page of YAML: a larger file, or one whose aliases expand it beyond what a
-# person writes, is refused before it is expanded (a "billion laughs" alias bomb, a few
-# hundred bytes, hung every command, the resume hook included, for over a minute).
-MAX_CONFIG_BYTES = 1 << 20
+# A config is a page of YAML: a larger file (MAX_CONFIG_BYTES), or one whose aliases expand
+# it beyond what a person writes, is refused before it is expanded (a "billion laughs" alias
+# bomb, a few hundred bytes, hung every command, the resume hook included, for over a minute).
 MAX_CONFIG_NODES = 100_000
 
 
@@ -646,14 +640,25 @@ def _safe_yaml(text: str, source: Path) -> Any:
 
 
 def load_config(path: str | Path | None = None) -> Config:
+    return load_config_and_digest(path)[0]
+
+
+def load_config_and_digest(path: str | Path | None = None) -> tuple[Config, str]:
+    """The validated config and the SHA-256 of the very bytes validated (the hooks' view is
+    stamped with it: hashing the file again could see a newer edit)."""
     p = resolve_path(path)
     try:
-        mode = p.stat().st_mode
-        if p.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config {p} is larger than {MAX_CONFIG_BYTES} bytes; refusing it")
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(f"config {p} is larger than {MAX_CONFIG_BYTES} bytes; "
+                                  "refusing it")
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ConfigError(f"cannot read config {p}: {e.strerror}") from None
+    mode = st.st_mode
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"config {p} is not UTF-8 text (byte {e.start})") from None
     if mode & 0o022:
@@ -672,7 +677,7 @@ def load_config(path: str | Path | None = None) -> Config:
         raise ConfigError(f"config {p} is world-readable and its store_url carries a password; "
                           "move the password to store_password_file (mode 0600) or "
                           f"chmod o-r {p}")
-    return cfg
+    return cfg, digest(raw)
 
 
 # Query parameters of a database URL that carry a credential (SQLAlchemy passes the query to

@@ -16,8 +16,9 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from slurmscale.model import Gang, RequestKind
+from slurmscale.model import Gang
 from slurmscale.slurm.resume_file import ResumeFileError, parse_resume_file
+from slurmscale.spool import RequestKind
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,15 @@ def expand(expr: str) -> list[str]:
     return names
 
 
+def owns(prefix: str, size: int, node: str) -> bool:
+    """Whether a pool of `size` nodes named `<prefix>1`..`<prefix><size>` has this node
+    (`gpu-01` and `gpu-٣` are not `gpu-1` and `gpu-3`)."""
+    if not node.startswith(prefix):
+        return False
+    idx = node[len(prefix):]
+    return idx.isascii() and idx.isdigit() and not idx.startswith("0") and 1 <= int(idx) <= size
+
+
 @functools.lru_cache(maxsize=65536)
 def expand_cached(expr: str) -> tuple[str, ...]:
     """`expand` for hostlists read again every pass (running jobs' node lists)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import NamedTuple
 
 # a node in one of these is Slurm's to finish first (POWERED_DOWN: it has no instance)
@@ -98,12 +97,6 @@ class SlurmReservation:
     start_time: str = ""
     end_time: str = ""
     state: str = ""
-
-
-class RequestKind(StrEnum):
-    RESUME = "resume"
-    SUSPEND = "suspend"
-    RESUME_FAIL = "resume_fail"
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,21 @@ import json
 import os
 import re
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 from slurmscale.hostlists import NODE_NAME
-from slurmscale.model import RequestKind
+
+
+class RequestKind(StrEnum):
+    """Which hook recorded a request (the hooks are named after these)."""
+
+    RESUME = "resume"
+    SUSPEND = "suspend"
+    RESUME_FAIL = "resume_fail"
+
 
 REQUEST_ID = re.compile(r"[0-9]{13}-[0-9a-f]{12}")  # what new_request makes
 MAX_NODES = 100_000
@@ -27,8 +35,9 @@ MAX_TEXT = 4 * 1024 * 1024  # a hostlist or resume file larger than this is not 
 LATEST_TIME = 4102444800.0  # 2100-01-01: any later "received_at" is garbage
 
 
-@dataclass(frozen=True)
-class SpooledRequest:
+class SpooledRequest(NamedTuple):
+    """One hook call as recorded (a NamedTuple: the hook imports no dataclasses)."""
+
     id: str
     kind: RequestKind
     nodes: tuple[str, ...]
@@ -37,7 +46,7 @@ class SpooledRequest:
     received_at: float
 
     def to_json(self) -> str:
-        d = asdict(self)
+        d = self._asdict()
         d["kind"] = self.kind.value
         d["nodes"] = list(self.nodes)
         return json.dumps(d, sort_keys=True)
@@ -84,7 +93,7 @@ class Spool:
                     resume_file: str | None, now: float | None = None) -> SpooledRequest:
         now = time.time() if now is None else now
         return SpooledRequest(
-            id=f"{int(now * 1000):013d}-{uuid.uuid4().hex[:12]}",
+            id=f"{int(now * 1000):013d}-{os.urandom(6).hex()}",
             kind=kind, nodes=tuple(nodes), hostlist=hostlist, resume_file=resume_file,
             received_at=now,
         )

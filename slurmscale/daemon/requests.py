@@ -19,8 +19,7 @@ from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, plan_requests
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import RequestStatus
-from slurmscale.model import RequestKind
-from slurmscale.spool import Spool
+from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.repo import utc
 

@@ -29,6 +29,7 @@ import boto3
 import yaml
 
 from slurmscale.config import Config, Pool, load_config
+from slurmscale.hookview import VIEW_NAME
 from slurmscale.localcluster.agent import InstanceAgent
 from slurmscale.localcluster.procs import Procs, free_port_range, release_port_range, wait_for
 from slurmscale.slurm.kv import parse_oneliner
@@ -407,6 +408,7 @@ SlurmdTimeout={self.o.slurmd_timeout}
         else:
             env = {"SLURMSCALE_PYTHON": sys.executable}
         env["SLURMSCALE_CONFIG"] = str(self.cfg_path)
+        env["SLURMSCALE_HOOK_VIEW"] = str(Path(self.cfg.spool_dir) / VIEW_NAME)
         (dst / "hooks.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
 
     def stop_slurmctld(self) -> None:

@@ -51,12 +51,12 @@ from slurmscale.daemon.launch import GangLauncher, client_token
 from slurmscale.daemon.requests import RequestPass
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.hostlists import compress
-from slurmscale.model import CapacityReservation, RequestKind
+from slurmscale.model import CapacityReservation
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.policy.reservations import ReservationKnobs
 from slurmscale.sim.ec2_adapter import SPOT, SimEc2, SimQueue
 from slurmscale.sim.slurm_adapter import EPOCH, SimModel, SimSlurm
-from slurmscale.spool import SpooledRequest
+from slurmscale.spool import RequestKind, SpooledRequest
 from slurmscale.store.memory import MemoryStore
 
 MAIN_PREFIX = "n-"  # the simulated pools' node names: n-1.., od-1..

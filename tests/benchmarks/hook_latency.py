@@ -1,5 +1,7 @@
 """Benchmark: wall time of the resume hook as slurmctld runs it (no PATH, closed stdio),
-against a bare `python -c pass` measured in the same run as the baseline.
+against a bare `python -c pass` measured in the same run as the baseline: with the config's
+compiled view current (every hook but the first after a config change), and with no view
+(each call validates the whole config: what every hook did before the view).
 
     .venv/bin/python -m tests.benchmarks.hook_latency [N]
 
@@ -45,18 +47,30 @@ def main() -> None:
         cfg = base_config(spool_dir=str(root / "spool"), socket_path=str(root / "none.sock"),
                           hook_log_file=str(root / "hooks.log"))
         (root / "c.yaml").write_text(yaml.safe_dump(cfg))
-        (hooks / "hooks.env").write_text(f"SLURMSCALE_PYTHON={sys.executable}\n"
-                                         f"SLURMSCALE_CONFIG={root / 'c.yaml'}\n")
+        (root / "spool").mkdir()
+        env_file = (f"SLURMSCALE_PYTHON={sys.executable}\n"
+                    f"SLURMSCALE_CONFIG={root / 'c.yaml'}\n")
         rf = root / "rf.json"
         rf.write_text(json.dumps({"jobs": [{"job_id": 1, "nodes": "spot-[1-8]"}],
                                   "all_nodes": "spot-[1-8]"}))
         env = {"SLURM_RESUME_FILE": str(rf)}
+        hook = [str(hooks / "slurmscale-resume"), "spot-[1-8]"]
         base = _time([sys.executable, "-c", "pass"], env, n)
-        hook = _time([str(hooks / "slurmscale-resume"), "spot-[1-8]"], env, n)
-        b, h = statistics.median(base), statistics.median(hook)
-        print(f"python -c pass   median {b * 1000:7.1f} ms  (baseline)")
-        print(f"resume hook      median {h * 1000:7.1f} ms  max {max(hook) * 1000:.1f} ms  "
-              f"= {h / b:.1f}x baseline  ({n} runs, 8-node gang, daemon down)")
+        # a view nobody can write: every call validates the config whole
+        (hooks / "hooks.env").write_text(env_file + "SLURMSCALE_HOOK_VIEW=/nonexistent/v.json\n")
+        slow = _time(hook, env, n)
+        view = root / "spool" / "v.json"
+        (hooks / "hooks.env").write_text(env_file + f"SLURMSCALE_HOOK_VIEW={view}\n")
+        _time(hook, env, 1)  # compiles the view
+        assert view.exists(), "the first hook call wrote no view"
+        fast = _time(hook, env, n)
+        b = statistics.median(base)
+        print(f"python -c pass          median {b * 1000:7.1f} ms  (baseline)")
+        for name, t in (("hook, view current", fast), ("hook, no view", slow)):
+            m = statistics.median(t)
+            print(f"{name:<22}  median {m * 1000:7.1f} ms  max {max(t) * 1000:6.1f} ms  "
+                  f"= {m / b:.1f}x baseline, +{(m - b) * 1000:.0f} ms  ({n} runs, 8-node "
+                  "gang, daemon down)")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from slurmscale.config import parse_config
 from slurmscale.daemon.reconcile import Reconciler
-from slurmscale.model import CapacityReservation, QueueJob, RequestKind, SlurmNode
+from slurmscale.model import CapacityReservation, QueueJob, SlurmNode
 from slurmscale.policy.blocks import FOREVER_S, plan_block, starts_at_open, windows
 from slurmscale.policy.observe import slurm_time
-from slurmscale.spool import Spool
+from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.unit.conftest import base_config

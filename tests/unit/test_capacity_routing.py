@@ -15,11 +15,11 @@ from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.protocol import FleetSpec
 from slurmscale.config import AwsSettings, ConfigError, ReservationPreference, parse_config
 from slurmscale.daemon.reconcile import Reconciler
-from slurmscale.model import CapacityReservation, RequestKind
+from slurmscale.model import CapacityReservation
 from slurmscale.policy.decide import decide
 from slurmscale.policy.model import NodeState, NodeView, PoolKnobs, Snapshot
 from slurmscale.policy.routing import RouteKind, fleet_parts, route_gang
-from slurmscale.spool import Spool
+from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.unit.conftest import base_config

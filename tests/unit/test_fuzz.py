@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 from slurmscale.config import ConfigError, parse_config
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.hooks import EXIT_BAD_INPUT, EXIT_OK, BadInput, build_request, run_hook
+from slurmscale.hookview import fresh_view
 from slurmscale.hostlists import HostlistError, expand
-from slurmscale.model import QueueJob, RequestKind, SlurmNode
+from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.resume_file import ResumeFileError, parse_resume_file
+from slurmscale.spool import RequestKind
 from tests.support.ec2_events import ec2_event
 from tests.support.fakes import FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
@@ -266,3 +268,16 @@ def test_any_trace_row_loads_in_range_or_is_named_by_line(
         return
     for j in jobs:
         assert math.isfinite(j.submit_s) and 0 <= j.duration_s <= MAX_SECONDS and j.nodes >= 1
+
+
+@settings(max_examples=200, suppress_health_check=FIXTURE_OK)
+@given(st.binary(max_size=300) | st.builds(lambda d: json.dumps(d).encode(), st.dictionaries(
+    st.sampled_from(["config_path", "config_sha256", "spool_dir", "socket_path", "pools",
+                     "hook_log_file", "version", "format", "store_url_has_secret"]),
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5)
+    | st.lists(st.lists(st.text(max_size=3) | st.integers(), max_size=3), max_size=2))))
+def test_any_view_file_is_used_or_set_aside_never_a_crash(tmp_path, raw: bytes) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "c.yaml").write_text("cluster_name: x\n")
+    (tmp_path / "v.json").write_bytes(raw)
+    view, why = fresh_view(tmp_path / "c.yaml", tmp_path / "v.json")
+    assert view is None and why

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmscale.gangs import PendingRequest, gang_id, plan_requests
-from slurmscale.model import RequestKind
+from slurmscale.spool import RequestKind
 
 POOLS = {"spot-": "gpu-spot", "od-": "gpu-od"}
 

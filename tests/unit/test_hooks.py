@@ -26,8 +26,10 @@ def hooks(tmp_path):  # type: ignore[no-untyped-def]
     cfg = base_config(spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "s.sock"),
                       hook_log_file=str(tmp_path / "hooks.log"))
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "spool").mkdir()  # as the install makes it
     (d / "hooks.env").write_text(f"SLURMSCALE_PYTHON={sys.executable}\n"
-                                 f"SLURMSCALE_CONFIG={tmp_path / 'c.yaml'}\n")
+                                 f"SLURMSCALE_CONFIG={tmp_path / 'c.yaml'}\n"
+                                 f"SLURMSCALE_HOOK_VIEW={tmp_path / 'spool' / 'hookview.json'}\n")
     return tmp_path
 
 
@@ -183,3 +185,101 @@ def test_a_since_out_of_reach_is_named(tmp_path, since: str, needle: str, cmd: s
     p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), cmd,
                         "--since", since], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+# --- the compiled view of the config (hookview.py): fast, never wrong -----------------------
+
+def _log_lines(root: Path) -> list[str]:
+    return (root / "hooks.log").read_text().splitlines()
+
+
+def test_the_first_hook_compiles_the_view_and_the_next_ones_use_it(hooks) -> None:  # type: ignore[no-untyped-def]
+    assert run(hooks, "suspend", "spot-1") == 0
+    assert "config validated: no view at" in _log_lines(hooks)[-1]
+    assert (hooks / "spool" / "hookview.json").exists()
+    assert run(hooks, "resume", "spot-[1-2]",
+               resume='{"jobs":[{"job_id":5,"nodes":"spot-[1-2]"}],"all_nodes":"spot-[1-2]"}') == 0
+    assert "config from its view" in _log_lines(hooks)[-1]
+    # the view refuses what the config refuses, with the same words
+    assert run(hooks, "suspend", "spot-9") == 2
+    assert "node 'spot-9' is not in any slurmscale pool" in _log_lines(hooks)[-1]
+    assert [r["nodes"] for r in spooled(hooks)] in (
+        [["spot-1"], ["spot-1", "spot-2"]], [["spot-1", "spot-2"], ["spot-1"]])
+
+
+def test_the_fast_path_imports_neither_pydantic_nor_yaml(hooks) -> None:  # type: ignore[no-untyped-def]
+    assert run(hooks, "suspend", "spot-1") == 0  # compiles the view
+    code = ("import sys\nfrom slurmscale.hooks import run_hook\nfrom slurmscale.spool import "
+            "RequestKind\nrc = run_hook(RequestKind.SUSPEND, ['od-1'])\n"
+            "print(rc, sorted(m for m in ('pydantic', 'yaml', 'sqlalchemy', 'boto3', "
+            "'logging', 'dataclasses') if m in sys.modules))")
+    env = {"SLURMSCALE_CONFIG": str(hooks / "c.yaml"),
+           "SLURMSCALE_HOOK_VIEW": str(hooks / "spool" / "hookview.json")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=30, cwd=REPO)
+    assert out.stdout.split("\n")[0] == "0 []", out.stdout + out.stderr
+    assert "config from its view" in _log_lines(hooks)[-1]
+
+
+def test_an_edited_config_is_validated_again_never_read_through_a_stale_view(hooks) -> None:  # type: ignore[no-untyped-def]
+    assert run(hooks, "suspend", "spot-8") == 0
+    cfg = yaml.safe_load((hooks / "c.yaml").read_text())
+    cfg["pools"][0]["max_nodes"] = 4  # spot-8 is no longer a node
+    (hooks / "c.yaml").write_text(yaml.safe_dump(cfg))
+    assert run(hooks, "suspend", "spot-8") == 2
+    assert "changed since the view was written" in _log_lines(hooks)[-1]
+    assert "node 'spot-8' is not in any slurmscale pool" in _log_lines(hooks)[-1]
+    assert run(hooks, "suspend", "spot-4") == 0
+    assert "config from its view" in _log_lines(hooks)[-1]
+
+
+def test_a_config_made_writable_by_others_is_refused_though_the_view_is_current(hooks) -> None:  # type: ignore[no-untyped-def]
+    assert run(hooks, "suspend", "spot-1") == 0
+    (hooks / "c.yaml").chmod(0o664)
+    p = subprocess.run([str(hooks / "hooks" / "slurmscale-suspend"), "spot-2"], env={},
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "group- or world-writable" in p.stderr
+    assert len(spooled(hooks)) == 1
+
+
+def test_a_store_password_in_a_config_made_world_readable_is_refused(hooks) -> None:  # type: ignore[no-untyped-def]
+    cfg = yaml.safe_load((hooks / "c.yaml").read_text())
+    cfg["store_url"] = "postgresql://u:hunter2@127.0.0.1/s"
+    (hooks / "c.yaml").write_text(yaml.safe_dump(cfg))
+    (hooks / "c.yaml").chmod(0o600)
+    assert run(hooks, "suspend", "spot-1") == 0
+    (hooks / "c.yaml").chmod(0o644)
+    p = subprocess.run([str(hooks / "hooks" / "slurmscale-suspend"), "spot-2"], env={},
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "world-readable" in p.stderr and "hunter2" not in p.stderr
+
+
+@pytest.mark.parametrize("garbage", [b"", b"{", b"\xff\xfe", b"[]", b'{"pools": 1}',
+                                     b'{"format": 1, "pools": [["spot-", 0]]}'])
+def test_a_garbled_view_costs_speed_not_correctness(hooks, garbage: bytes) -> None:  # type: ignore[no-untyped-def]
+    assert run(hooks, "suspend", "spot-1") == 0
+    (hooks / "spool" / "hookview.json").write_bytes(garbage)
+    assert run(hooks, "suspend", "spot-2") == 0
+    assert "config validated: view" in _log_lines(hooks)[-1]
+    assert run(hooks, "suspend", "spot-3") == 0
+    assert "config from its view" in _log_lines(hooks)[-1]
+
+
+def test_a_view_of_another_config_or_slurmscale_is_not_used(hooks) -> None:  # type: ignore[no-untyped-def]
+    assert run(hooks, "suspend", "spot-1") == 0
+    view = hooks / "spool" / "hookview.json"
+    d = json.loads(view.read_text())
+    for key, value, why in (("config_path", "/etc/other.yaml", "of another config"),
+                            ("version", "0.0.1", "from another slurmscale")):
+        view.write_text(json.dumps({**d, key: value}))
+        assert run(hooks, "suspend", "spot-2") == 0
+        assert why in _log_lines(hooks)[-1]
+
+
+def test_a_view_that_cannot_be_written_says_where_to_put_it(hooks) -> None:  # type: ignore[no-untyped-def]
+    env = (hooks / "hooks" / "hooks.env").read_text().replace(
+        str(hooks / "spool" / "hookview.json"), "/proc/nowhere/hookview.json")
+    (hooks / "hooks" / "hooks.env").write_text(env)
+    assert run(hooks, "suspend", "spot-1") == 0
+    assert f"set SLURMSCALE_HOOK_VIEW={hooks / 'spool' / 'hookview.json'}" in \
+        _log_lines(hooks)[-1]

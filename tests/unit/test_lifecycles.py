@@ -19,8 +19,7 @@ from slurmscale.lifecycles import (
     InstanceState,
     RequestStatus,
 )
-from slurmscale.model import RequestKind
-from slurmscale.spool import SpooledRequest
+from slurmscale.spool import RequestKind, SpooledRequest
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import GangRow, HoldRow, InstanceRow
 

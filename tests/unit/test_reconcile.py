@@ -9,9 +9,8 @@ import pytest
 
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.daemon.reconcile import Reconciler
-from slurmscale.model import RequestKind
 from slurmscale.slurm.protocol import SlurmError
-from slurmscale.spool import Spool
+from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
 from tests.support.fakes import FakeCloud, FakeSlurm
 
