@@ -17,7 +17,7 @@ from slurmscale.config import CapacityType, Config
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.ledger import Ledger, PoolNow
 from slurmscale.hostlists import compress
-from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmReservation
+from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.decide import decide
 from slurmscale.policy.fallback import Rewrite, partition_rewrites
 from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
@@ -79,15 +79,19 @@ def read_priorities(slurm: SlurmClient) -> tuple[list[JobPriority], PriorityWeig
 def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
                  arrival_log: dict[str, tuple[float, str, int]] | None = None,
                  plans_seen: dict[str, float] | None = None,
-                 standings: bool = False) -> PassPlan:
+                 standings: bool = False,
+                 nodes: list[SlurmNode] | None = None) -> PassPlan:
     """What the policy decides from Slurm as it is now (raises SlurmError if unreadable).
     `arrival_log`: the daemon's memory of jobs seen arriving (see build_snapshot);
     `plans_seen`: its memory of each pending gang's earliest backfill plan
     (see with_earliest_plans); `standings`: read sprio for every pending gang's standing
-    (`plan` shows it), not only where a gang's plan slipped."""
+    (`plan` shows it), not only where a gang's plan slipped; `nodes`: the pass's node read,
+    current (None: read them here)."""
     from slurmscale.daemon.holds import HoldPass, with_earliest_plans
 
-    nodes, jobs, res = slurm.nodes(), slurm.active_jobs(), slurm.reservations()
+    if nodes is None:
+        nodes = slurm.nodes()
+    jobs, res = slurm.active_jobs(), slurm.reservations()
     requeued = frozenset(p.job_id for p in store.preemptions(since=now - REQUEUED_RECENTLY_S))
     paid = store.reserved_nodes()
     snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), arrival_log, requeued,
@@ -136,10 +140,11 @@ class CapacityPass:
         self.ledger = ledger
         self.pools_now: list[PoolNow] = []  # the last pass's capacity and demand (metrics)
 
-    def run(self, now: datetime) -> PassPlan | None:
+    def run(self, now: datetime, nodes: list[SlurmNode] | None = None) -> PassPlan | None:
+        """`nodes`: the pass's node read as it stands now (None: read here)."""
         try:
             p = current_plan(self.cfg, self.slurm, self.store, now.timestamp(),
-                             self.arrival_log, self.plans_seen)
+                             self.arrival_log, self.plans_seen, nodes=nodes)
         except SlurmError as e:
             # Logged every pass, recorded once per outage: the audit log is for decisions.
             log.warning("capacity pass skipped: %s", e)

@@ -38,6 +38,7 @@ from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.daemon.sweep import InstanceSweep
 from slurmscale.model import CapacityReservation, SlurmNode
 from slurmscale.policy.model import ActionKind
+from slurmscale.slurm.node_writes import NodeWrites
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import CapacityReservationRow, InstanceRow
@@ -54,7 +55,8 @@ class Reconciler:
         self.cfg = cfg
         self.metrics = metrics
         self.store = store
-        self.slurm = slurm
+        # every pass shares it: the capacity pass re-reads only the nodes the others wrote
+        self.slurm = slurm = NodeWrites(slurm)  # type: ignore[assignment]
         self.cloud = cloud
         self.clock = clock
         ctx = PassContext(cfg, store, slurm, cloud, clock, self.event)
@@ -98,11 +100,20 @@ class Reconciler:
             self.health.run(nodes, active)
             self.blocks.run(nodes, self.clock())
             self._node_upkeep(nodes, active)
-        p = self.capacity.run(self.clock())
+        p = self.capacity.run(self.clock(), self._nodes_now(nodes))
         if p is not None:
             res.policy_actions = len(p.holds.actions) + sum(
                 1 for a in p.capacity.actions if a.kind is not ActionKind.KEEP)
         return res
+
+    def _nodes_now(self, read: list[SlurmNode] | None) -> list[SlurmNode] | None:
+        """This pass's read as the passes since have left the nodes (None: read again)."""
+        if read is None:
+            return None
+        try:
+            return self.slurm.current(read)  # type: ignore[attr-defined]
+        except SlurmError:
+            return None  # the capacity pass reads again and reports what it finds
 
     def _node_upkeep(self, nodes: list[SlurmNode], active: list[InstanceRow] | None) -> None:
         """Drains slurmscale placed and must lift (or place) as time passes: nodes back from

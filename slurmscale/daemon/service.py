@@ -19,6 +19,7 @@ from slurmscale.daemon.api import ApiServer, SocketInUse, resolve_uids
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.reconcile import Reconciler, utcnow
+from slurmscale.gc_tuning import tune_gc
 from slurmscale.report.compute import paid_now
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.repo import Store
@@ -146,6 +147,7 @@ class Daemon:
             self._close()
             return
         self._serve_api()
+        tune_gc()  # start-up's objects out of the collector's walks; fewer collections a pass
         self.scheduler.add_job(self._tick, "interval", id=JOB_ID,
                                seconds=self.cfg.daemon.tick_seconds, max_instances=1,
                                coalesce=True, next_run_time=datetime.now(UTC),

@@ -55,13 +55,28 @@ def buffer_rules(cfg: Config, pool: str) -> tuple[BufferRule, ...]:
                  and (p.spot.on_demand_buffer or p.spot.warm_on_demand_nodes))
 
 
-@functools.lru_cache(maxsize=65536)
 def slurm_time(text: str) -> float | None:
-    """Slurm prints local times without a zone (2026-11-29T11:00:00); Unknown/None -> None."""
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
+    """Slurm prints local times without a zone (2026-11-29T11:00:00); Unknown/None -> None.
+
+    Read for every job every pass (submit, start, end, backfill's plan), the same times pass
+    after pass: remembered. Not in an LRU: one smaller than the queue's distinct times misses
+    on every read, pass after pass, and pays its bookkeeping for nothing (65,536 did past
+    ~65k jobs). A plain dict, emptied whole when full, refills in one pass and then hits."""
+    t = _TIMES.get(text, _MISSING)
+    if t is _MISSING:
+        try:
+            t = datetime.fromisoformat(text).timestamp()
+        except ValueError:
+            t = None
+        if len(_TIMES) >= MAX_TIMES:
+            _TIMES.clear()
+        _TIMES[text] = t
+    return t  # type: ignore[return-value]
+
+
+MAX_TIMES = 1 << 18  # ~40 MB at most; a queue of 50,000 jobs holds ~150,000 distinct times
+_TIMES: dict[str, float | None] = {}
+_MISSING = object()
 
 
 def node_state(n: SlurmNode) -> NodeState:

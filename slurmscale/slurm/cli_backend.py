@@ -26,6 +26,7 @@ from slurmscale.model import (
 from slurmscale.slurm.kv import (
     SPRIO_FORMAT,
     SQUEUE_FORMAT,
+    parse_node_line,
     parse_oneliner,
     parse_reservations,
     parse_show_config,
@@ -95,7 +96,7 @@ class SlurmCLI:
         for line in out.splitlines():
             if not line.startswith("NodeName="):
                 continue
-            kv = parse_oneliner(line)
+            kv = parse_node_line(line)
             nodes.append(SlurmNode(
                 name=kv.get("NodeName", ""),
                 state=kv.get("State", ""),

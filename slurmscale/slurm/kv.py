@@ -26,6 +26,32 @@ def parse_oneliner(line: str) -> dict[str, str]:
     return out
 
 
+# What slurmscale reads of a node: a node line carries ~40 keys and is read for every node
+# twice a pass, so only these are picked out.
+NODE_KEYS = ("NodeName", "State", "NodeAddr", "NodeHostName", "Reason", "Partitions",
+             "LastBusyTime", "AllocTRES")
+
+
+def parse_node_line(line: str, keys: tuple[str, ...] = NODE_KEYS) -> dict[str, str]:
+    """`keys` of one `scontrol show node -o` line, as parse_oneliner splits them (a value
+    runs to the next Key= token), without splitting the other ~30: each key found by its
+    first " Key=" (a Reason quoting "State=x" cannot shadow the real State, which comes
+    first), each value ended by the next key."""
+    out: dict[str, str] = {}
+    for key in keys:
+        tag = key + "="
+        if line.startswith(tag):
+            start = len(tag)
+        else:
+            i = line.find(" " + tag)
+            if i < 0:
+                continue
+            start = i + 1 + len(tag)
+        m = _KEY.search(line, start)
+        out[key] = line[start:m.start() if m else len(line)].strip()
+    return out
+
+
 SQUEUE_FIELDS = (
     "JobID", "Partition", "NumNodes", "tres-per-node", "TimeLimit", "SubmitTime", "Reason",
     "PriorityLong", "UserName", "State", "Account", "Reservation", "EndTime", "NodeList",

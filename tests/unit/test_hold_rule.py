@@ -6,10 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmscale.daemon.holds import with_earliest_plans
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob
 from slurmscale.policy.model import NodeState, NodeView
+from slurmscale.policy.observe import slurm_time
 from slurmscale.policy.reservations import (
     GangJob,
     Hold,
@@ -140,3 +143,55 @@ def test_a_full_hold_swaps_a_node_still_draining_for_one_that_fell_idle() -> Non
     assert a.kind is HoldActionKind.EXTEND and a.nodes == ("g-1", "g-3"), a
     assert "instead of 1 still draining (g-2)" in a.reason
     assert plan.grabbed == {"g-3"}
+
+
+def _scan(g: GangJob, jobs: list[QueueJob], prios: list[JobPriority]) -> tuple[int, int, float]:
+    """The standing by its definition, one scan per gang: (ahead, overtaken_by, the largest
+    non-age priority of those that overtook it)."""
+    line = {(p.job_id, p.partition): p for p in prios}
+    mine = line.get((g.job_id, "gpu"))
+    prio = mine.priority if mine else float(g.priority)
+    ahead, over, excess = 0, 0, float("-inf")
+    for j in jobs:
+        f = line.get((j.job_id, "gpu"))
+        p, a = (f.priority, f.age) if f else (float(j.priority), 0.0)
+        if j.job_id != g.job_id and p > prio:
+            ahead += 1
+            if slurm_time(j.submit_time) > g.submit_s:
+                over, excess = over + 1, max(excess, p - a)
+    return ahead, over, excess
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 40), st.integers(0, 10),
+                          st.booleans()), min_size=1, max_size=40))
+def test_the_standing_sweep_counts_what_a_scan_of_the_queue_counts(rows) -> None:  # type: ignore[no-untyped-def]
+    """Ties in priority and submit time included: the sweep must agree with the definition."""
+    jobs = [q(str(i), NOW - 100 * t, 100 * p) for i, (t, p, _, _) in enumerate(rows)]
+    prios = [JobPriority(str(i), "gpu", 100 * p, 10 * a, 100 * p - 10 * a, 0, 0, 0)
+             for i, (_, p, a, listed) in enumerate(rows) if listed]
+    gangs = tuple(GangJob(str(i), "gpu", 2, 8, NOW - 100 * t, 100 * p, "u")
+                  for i, (t, p, _, _) in enumerate(rows) if i % 2 == 0)
+    got = gang_standings(gangs, {"gpu": "gpu"}, jobs, prios, W, NOW)
+    assert [s.job_id for s in got] == [g.job_id for g in gangs]
+    for g, s in zip(gangs, got, strict=True):
+        ahead, over, excess = _scan(g, jobs, prios)
+        assert (s.ahead, s.overtaken_by) == (ahead, over)
+        want_lift = gang_standings((g,), {"gpu": "gpu"}, jobs, prios, W, NOW)[0].lift_s
+        assert s.lift_s == want_lift
+        if over:
+            need = excess - (s.priority - (s.factors.age if s.factors else 0.0))
+            assert (s.lift_s is None) == (need > W.age)
+
+
+def test_the_time_memo_is_bounded_and_stays_right_when_emptied(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from slurmscale.policy import observe
+
+    monkeypatch.setattr(observe, "MAX_TIMES", 100)
+    monkeypatch.setattr(observe, "_TIMES", {})
+    texts = [stamp(float(i)) for i in range(1000)]
+    first = [slurm_time(t) for t in texts]
+    assert len(observe._TIMES) <= 100
+    assert [slurm_time(t) for t in texts] == first
+    assert first == sorted(first) and first[1] - first[0] == 1.0
+    assert slurm_time("Unknown") is None and slurm_time("N/A") is None

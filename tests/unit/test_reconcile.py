@@ -545,3 +545,64 @@ def test_a_gang_update_slurm_refuses_is_retried_node_by_node(world) -> None:  # 
     hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2", "spot-3"]})
     assert r.tick().launched_gangs == 1
     assert set(slurm.addresses) == {"spot-1", "spot-2", "spot-3"}
+
+
+def _reads(slurm: FakeSlurm) -> list[list[str] | None]:
+    """Every node read the pass makes (None: all nodes), recorded on the fake."""
+    seen: list[list[str] | None] = []
+    inner = slurm.nodes
+
+    def nodes(names: list[str] | None = None):  # type: ignore[no-untyped-def]
+        seen.append(None if names is None else list(names))
+        return inner(names)
+    slurm.nodes = nodes  # type: ignore[method-assignment]
+    return seen
+
+
+def test_a_pass_reads_the_nodes_once_and_the_capacity_pass_sees_the_upkeeps_writes(
+        world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The backoff drains an unavailable pool's powered-down nodes AFTER the pass's one node
+    read: the capacity pass must decide on them drained (a re-read of just those nodes), not
+    as the read left them (idle capacity)."""
+    from slurmscale.model import SlurmNode
+    from slurmscale.store.tables import OfferingRow
+
+    r, _, slurm, clock, _ = world
+    slurm.table.update({n: SlurmNode(n, "IDLE+CLOUD+POWERED_DOWN", n, n)
+                        for n in ("spot-1", "spot-2", "od-1")})
+    seen_by_capacity: list[list[SlurmNode] | None] = []
+    run = r.capacity.run
+
+    def capacity_run(now, nodes=None):  # type: ignore[no-untyped-def]
+        seen_by_capacity.append(nodes)
+        return run(now, nodes)
+    monkeypatch.setattr(r.capacity, "run", capacity_run)
+    reads = _reads(slurm)
+    r.tick()
+    assert reads == [None], "a quiet pass reads the nodes once"
+    r.store.put_offering(OfferingRow(pool="gpu-spot", until_s=clock.now.timestamp() + 600,
+                                     repeats=1, last_code="InsufficientInstanceCapacity",
+                                     updated_at=clock.now))
+    reads.clear()
+    r.tick()
+    assert reads == [None, ["spot-1", "spot-2"]], "one read, then just the nodes it drained"
+    seen = {n.name: n for n in seen_by_capacity[-1] or []}
+    assert "DRAIN" in seen["spot-1"].flags and "DRAIN" in seen["spot-2"].flags
+    assert "DRAIN" not in seen["od-1"].flags
+
+
+def test_a_write_whose_nodes_are_unknown_makes_the_capacity_pass_read_again() -> None:
+    from slurmscale.model import SlurmNode
+    from slurmscale.slurm.node_writes import NodeWrites
+
+    fake = FakeSlurm(table={"a-1": SlurmNode("a-1", "ALLOCATED+CLOUD", "x", "x")})
+    w = NodeWrites(fake)
+    read = w.nodes()
+    assert w.current(read) is read
+    w.drain(["a-1"], "r")
+    assert "DRAIN" in (w.current(read) or [])[0].flags
+    w.nodes()
+    w.requeue("7")
+    assert w.current(read) is None, "a requeue moves a job off nodes it does not name"
+    w.nodes()
+    assert w.current(read) is read, "a full read starts over"

@@ -1,6 +1,11 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from slurmscale.slurm.kv import (
+    NODE_KEYS,
     SQUEUE_FORMAT,
     gpus_from_tres,
+    parse_node_line,
     parse_oneliner,
     parse_reservations,
     parse_sprio,
@@ -89,3 +94,41 @@ def test_sprio_fixed_fields_and_a_line_it_cannot_read() -> None:
         ("1", "gpu-spot", 150.0, 150.0), ("3", "gpu-spot", 75.0, 75.0),
         ("3", "gpu-od", 75.0, 75.0)]
     assert parse_sprio("") == []
+
+
+# a real 22.05 line (a powered-up node); parse_node_line must read it as parse_oneliner does
+NODE_22_05 = ("NodeName=od-1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=2 CPUEfctv=2 CPUTot=2 "
+              "CPULoad=0.05 AvailableFeatures=on-demand,p5.48xlarge ActiveFeatures=on-demand,"
+              "p5.48xlarge Gres=gpu:8 NodeAddr=127.0.0.1 NodeHostName=localhost Port=19691  "
+              "RealMemory=1 AllocMem=0 FreeMem=N/A Sockets=2 Boards=1 State={state} "
+              "ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions={parts}  "
+              "BootTime=2026-11-30T12:00:00 SlurmdStartTime=2026-11-30T12:00:01 "
+              "LastBusyTime={busy} CfgTRES=cpu=2,mem=1M,billing=2 AllocTRES={tres} "
+              "CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 "
+              "ExtSensorsTemp=n/s{reason}")
+
+
+@settings(max_examples=300)
+@given(st.sampled_from(["IDLE+CLOUD", "ALLOCATED+CLOUD", "IDLE+CLOUD+POWERED_DOWN",
+                        "DOWN+CLOUD+NOT_RESPONDING", "MIXED+DRAIN"]),
+       st.sampled_from(["gpu-od", "gpu-od,all", ""]),
+       st.sampled_from(["Unknown", "2026-11-30T12:01:02", "None"]),
+       st.sampled_from(["", "cpu=2,mem=1M,gres/gpu=8"]),
+       st.none() | st.text(st.sampled_from("abcXYZ =:[]@-_/0123"), min_size=1, max_size=40))
+def test_the_lean_node_parser_reads_what_the_whole_parser_reads(state, parts, busy, tres,
+                                                                 reason) -> None:  # type: ignore[no-untyped-def]
+    line = NODE_22_05.format(state=state, parts=parts, busy=busy, tres=tres,
+                             reason="" if reason is None else f" Reason={reason} [root@2026-11"
+                             "-30T12:00:00]")
+    whole, lean = parse_oneliner(line), parse_node_line(line)
+    assert set(lean) <= set(NODE_KEYS)
+    if reason is None or not any(f"{k}=" in reason for k in NODE_KEYS):
+        assert lean == {k: whole[k] for k in NODE_KEYS if k in whole}
+    assert (lean["NodeName"], lean["State"], lean["Partitions"]) == ("od-1", state, parts)
+
+
+def test_a_reason_quoting_a_key_cannot_shadow_the_real_one() -> None:
+    line = NODE_22_05.format(state="IDLE+CLOUD+DRAIN", parts="gpu-od", busy="Unknown", tres="",
+                             reason=" Reason=was State=DOWN before [root@2026-11-30T12:00:00]")
+    assert parse_node_line(line)["State"] == "IDLE+CLOUD+DRAIN"
+    assert parse_node_line(line)["Reason"].startswith("was")
