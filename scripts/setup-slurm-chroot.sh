@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Builds a Debian 13 (trixie) tree with a current Slurm (24.11) and the few Python packages the
-# slurmscale hooks need, so the local cluster can run that Slurm through chroot.
-# Usage: scripts/setup-slurm-chroot.sh [DIR]   (default /var/cache/slurmscale/trixie; as root)
+# Builds a Debian tree with a newer Slurm than the host's and the few Python packages the
+# slurmscale hooks need, so the local cluster can run that Slurm through chroot:
+# trixie (Debian 13) carries Slurm 24.11, sid 26.05.
+# Usage: scripts/setup-slurm-chroot.sh [DIR [SUITE]]   (as root)
+#   DIR defaults to /var/cache/slurmscale/trixie; SUITE to DIR's last component (trixie, sid)
 set -euo pipefail
 dir=${1:-/var/cache/slurmscale/trixie}
+suite=${2:-$(basename "$dir")}
+case "$suite" in
+  trixie|sid) ;;
+  *) echo "unknown Debian suite '$suite' (trixie: Slurm 24.11, sid: 26.05)" >&2; exit 2 ;;
+esac
 marker="$dir/.slurmscale-ready"
 if [ -f "$marker" ]; then
   echo "slurm chroot ready at $dir"; exit 0
@@ -19,9 +26,9 @@ case "$mirror" in
 esac
 rm -rf "$dir"
 mkdir -p "$dir"
-echo "building Debian 13 Slurm chroot in $dir (about a minute)"
+echo "building a Debian $suite Slurm chroot in $dir (a minute or two)"
 debootstrap --variant=minbase \
   --include=slurmctld,slurmd,slurm-client,munge,python3,python3-pydantic,python3-yaml,python3-hostlist \
-  trixie "$dir" "$mirror" >"$dir.log" 2>&1 || { tail -n 30 "$dir.log" >&2; exit 1; }
+  "$suite" "$dir" "$mirror" >"$dir.log" 2>&1 || { tail -n 30 "$dir.log" >&2; exit 1; }
 chroot "$dir" slurmctld -V
 touch "$marker"

@@ -105,7 +105,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
         standing = gang_standings(gangs, {p.name: p.partition for p in cfg.pools}, jobs,
                                   *read_priorities(slurm), now)
         lift = {s.job_id: s.lift_s for s in standing}
-        gangs = tuple(replace(g, age_lift_s=lift.get(g.job_id)) for g in gangs)
+        gangs = tuple(g._replace(age_lift_s=lift.get(g.job_id)) for g in gangs)
     hold_plan, gone = holds.plan(snap.nodes, gangs, res, now)
     if hold_plan.grabbed:
         # Idle nodes a hold takes this pass are not idle for the pool-size decision.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime
 
 from slurmscale.config import Config
@@ -94,10 +93,10 @@ def with_earliest_plans(jobs: tuple[GangJob, ...], seen: dict[str, float]
             pending.add(j.job_id)
             first = seen[j.job_id] = min(seen.get(j.job_id, j.expected_start_s),
                                          j.expected_start_s)
-            j = replace(j, first_expected_s=first)
+            j = j._replace(first_expected_s=first)
         elif j.pending and j.job_id in seen:
             pending.add(j.job_id)
-            j = replace(j, first_expected_s=seen[j.job_id])
+            j = j._replace(first_expected_s=seen[j.job_id])
         out.append(j)
     for gone in [i for i in seen if i not in pending]:
         del seen[gone]

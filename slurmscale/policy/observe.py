@@ -135,6 +135,9 @@ def _running(jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
     return free_at, gpus
 
 
+_NO_POOL: object = object()
+
+
 def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
               also: frozenset[str] = frozenset()) -> tuple[GangJob, ...]:
     """Jobs the reservation planner considers: multi-node jobs, and any job in `also` (the
@@ -142,11 +145,15 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
     # a capacity-block pool's gangs wait for its block's window, never for a hold
     by_partition = {p.partition: p for p in cfg.pools
                     if p.capacity_type is not CapacityType.CAPACITY_BLOCK}
+    pool_of: dict[tuple[str, ...], Pool | None] = {}  # (a queue has few partition lists)
     out = []
     for j in jobs:
         if j.num_nodes < min_nodes and j.job_id not in also:
             continue
-        pool = next((by_partition[p] for p in j.partitions if p in by_partition), None)
+        pool = pool_of.get(j.partitions, _NO_POOL)
+        if pool is _NO_POOL:
+            pool = pool_of[j.partitions] = next(
+                (by_partition[p] for p in j.partitions if p in by_partition), None)
         if pool is None:
             continue
         out.append(GangJob(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurmscale.config import ReservationSettings
 from slurmscale.hostlists import node_order_key
@@ -50,9 +50,10 @@ class ReservationKnobs:
     limit_use: float = _setting("limit_use")  # share of a time limit jobs typically run
 
 
-@dataclass(frozen=True)
-class GangJob:
-    """A queued job as the reservation planner needs it (pending or running)."""
+class GangJob(NamedTuple):
+    """A queued job as the reservation planner needs it (pending or running). A NamedTuple:
+    one is built per multi-node job every pass (tens of thousands), and a frozen dataclass's
+    __init__ costs ~5 us of the pass each."""
 
     job_id: str
     pool: str

@@ -36,7 +36,8 @@ def parse_node_line(line: str, keys: tuple[str, ...] = NODE_KEYS) -> dict[str, s
     """`keys` of one `scontrol show node -o` line, as parse_oneliner splits them (a value
     runs to the next Key= token), without splitting the other ~30: each key found by its
     first " Key=" (a Reason quoting "State=x" cannot shadow the real State, which comes
-    first), each value ended by the next key."""
+    first), each value ended by the next key - or, for a value that cannot hold a space
+    (a name, a state, a time, a TRES list), by the first space."""
     out: dict[str, str] = {}
     for key in keys:
         tag = key + "="
@@ -47,9 +48,17 @@ def parse_node_line(line: str, keys: tuple[str, ...] = NODE_KEYS) -> dict[str, s
             if i < 0:
                 continue
             start = i + 1 + len(tag)
-        m = _KEY.search(line, start)
-        out[key] = line[start:m.start() if m else len(line)].strip()
+        if key in _SPACED:
+            m = _KEY.search(line, start)
+            out[key] = line[start:m.start() if m else len(line)].strip()
+        else:  # a value without spaces ends at the first one
+            end = line.find(" ", start)
+            out[key] = line[start:] if end < 0 else line[start:end]
     return out
+
+
+# Of NODE_KEYS, those whose values may hold spaces (an admin's or a health check's words)
+_SPACED = frozenset({"Reason"})
 
 
 SQUEUE_FIELDS = (

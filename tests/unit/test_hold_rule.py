@@ -3,8 +3,6 @@ standing in the queue (sprio's factors, the age weights). Times worked out by ha
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,8 +57,8 @@ def busy(i: int, free_at: float) -> NodeView:
 def test_a_gang_backfill_plans_soon_gets_no_hold_and_neither_does_one_behind_it() -> None:
     """A hold for the lower gang would take the very nodes backfill planned for the first."""
     nodes = tuple(busy(i, NOW + 300 * i) for i in range(1, 5))
-    first = replace(gang("1"), priority=50, expected_start_s=NOW + 600)
-    second = replace(gang("2"), priority=5)  # no plan: would be held for on its own
+    first = gang("1")._replace(priority=50, expected_start_s=NOW + 600)
+    second = gang("2")._replace(priority=5)  # no plan: would be held for on its own
     plan = plan_holds(K, {"gpu": 8}, {"gpu": 4}, nodes, (first, second), (), frozenset(), NOW)
     assert plan.actions == ()
     (skip,) = plan.skipped
@@ -105,7 +103,7 @@ def test_standing_counts_the_jobs_ahead_and_when_age_lifts_the_gang() -> None:
     """Gang 7 (submitted 1000 s ago, 2500 = 500 age + 2000 other) is behind an older job and
     two newer ones; the newer bring at most 2800 without age: the gang's age factor must
     reach 800, i.e. 300 more = 300/1000 of a day = 25,920 s."""
-    g = replace(gang("7"), submit_s=NOW - 1000)
+    g = gang("7")._replace(submit_s=NOW - 1000)
     jobs = [q("7", NOW - 1000, 2500, nodes=2), q("1", NOW - 5000, 9000), q("8", NOW - 100, 2900),
             q("9", NOW - 50, 2600), q("10", NOW - 10, 100), q("11", NOW - 10, 5000, "cpu")]
     prios = [JobPriority("7", "gpu", 2500, 500, 1000, 1000, 0, 0),

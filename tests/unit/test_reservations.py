@@ -72,7 +72,7 @@ def test_no_hold_while_the_pool_can_start_the_gang_or_before_it_has_waited() -> 
 
 def test_one_hold_per_pool_for_the_highest_priority_gang() -> None:
     busy = tuple(node(i, NodeState.ALLOCATED, 8) for i in range(1, 5))
-    jobs = (replace(gang("1"), priority=5), replace(gang("2"), priority=50))
+    jobs = (gang("1")._replace(priority=5), gang("2")._replace(priority=50))
     plan = plan_holds(K, GPUS, MAXN, busy, jobs, (), frozenset(), NOW)
     assert [a.job_id for a in plan.actions] == ["2"]
 
