@@ -3,7 +3,7 @@
 # idempotently (as root): Slurm and munge from the distribution, a virtualenv in .venv with
 # slurmscale and its dev and postgres extras, and (with --tests) what only the tests use:
 # PostgreSQL's server (the HA tests), Chromium (renders the HTML report), docker-compose
-# (validates docker-compose.slurm.yml) and a Debian 13 tree with Slurm 24.11.
+# (validates docker-compose.slurm.yml) and Debian trees with Slurm 24.11 (trixie) and 26.05 (sid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for_tests=0
@@ -47,6 +47,8 @@ fi
 .venv/bin/python -m pip install -q -e '.[dev,postgres]'
 
 if [ $for_tests -eq 1 ]; then
-  scripts/setup-slurm-chroot.sh "${SLURMSCALE_TEST_CHROOT:-/var/cache/slurmscale/trixie}"
+  # the newer Slurm releases the integration tests also run: 24.11 (trixie), 26.05 (sid)
+  scripts/setup-slurm-chroot.sh "${SLURMSCALE_TEST_CHROOT:-/var/cache/slurmscale/trixie}" trixie
+  scripts/setup-slurm-chroot.sh "${SLURMSCALE_TEST_CHROOT_SID:-/var/cache/slurmscale/sid}" sid
 fi
 echo "setup done: $(.venv/bin/slurmscale --version), $(slurmctld -V)"

@@ -23,7 +23,7 @@ from slurmscale.hostlists import expand
 from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.procs import wait_for
 from slurmscale.slurm.reasons import Why
-from tests.integration.test_slurm_24_11 import CHROOT, _require_chroot
+from tests.integration.slurm_releases import slurm_root
 
 pytestmark = pytest.mark.slurm
 
@@ -116,14 +116,11 @@ def test_a_health_check_drain_is_replaced_an_admin_drain_is_not_and_a_loop_is_st
     assert "unhealthy nodes (replaced in 24h: 1)" in c.cli("status").stdout
 
 
-@pytest.mark.parametrize("slurm_root", ["/", "24.11"])
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
 def test_a_gang_whose_node_dies_is_requeued_once_and_completes_on_fresh_instances(
-        make_cluster, slurm_root: str) -> None:  # type: ignore[no-untyped-def]
-    if slurm_root == "24.11":
-        _require_chroot()
-        slurm_root = str(CHROOT)
+        make_cluster, release: str) -> None:  # type: ignore[no-untyped-def]
     c, _proxy = make_cluster(tick_seconds=TICK, slurmd_timeout=10, cred_expire=10,
-                             metrics=True, slurm_root=slurm_root,
+                             metrics=True, slurm_root=slurm_root(release),
                              extra_config={"health": {"grace_s": 4}})
     job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 30")
     c.wait_job(job, {"RUNNING"}, 150)

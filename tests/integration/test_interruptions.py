@@ -27,8 +27,14 @@ def _instance_of(c: LocalCluster, node: str) -> str:
 
 
 def test_a_spot_warning_requeues_the_gang_which_then_completes(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    spot_warning_scenario(make_cluster)
+
+
+def spot_warning_scenario(make_cluster, slurm_root: str = "/") -> None:  # type: ignore[no-untyped-def]
+    """(test_slurm_releases runs it on the newer Slurms.)"""
     # the warning puts gpu-spot in capacity backoff; this spot-only job waits it out
-    c, _proxy = make_cluster(capacity={"unavailable_ttl_s": 5, "max_unavailable_ttl_s": 10})
+    c, _proxy = make_cluster(capacity={"unavailable_ttl_s": 5, "max_unavailable_ttl_s": 10},
+                             slurm_root=slurm_root)
     job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 20")
     c.wait_job(job, {"RUNNING"}, 150)
     victim = expand(c.job(job)["NodeList"])[0]

@@ -24,9 +24,10 @@ SMALL_S = 6  # the small jobs' run time
 ADMIN_RES = "maint-window"
 
 
-def _cluster(make_cluster, **reservations):  # type: ignore[no-untyped-def]
+def _cluster(make_cluster, slurm_root: str = "/", **reservations):  # type: ignore[no-untyped-def]
     # 5 nodes, one of them in an admin's reservation: 4 for the jobs, all busy with small ones
     c, _ = make_cluster(pools=[PoolSpec("gpu-cap", "cap-", 5)], suspend_time=600,
+                        slurm_root=slurm_root,
                         reservations={"accumulate_after_s": 10, "hold_budget_gpu_hours": 1000,
                                       "max_hold_s": 500, **reservations})
     c.slurm("scontrol", "create", "reservation", f"ReservationName={ADMIN_RES}",
@@ -101,7 +102,13 @@ def _admin_untouched(c: LocalCluster) -> None:
 
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_a_starving_gang_runs_only_with_accumulation(make_cluster, accumulate: bool) -> None:  # type: ignore[no-untyped-def]
-    c = _cluster(make_cluster, enabled=accumulate)
+    starving_gang_scenario(make_cluster, accumulate)
+
+
+def starving_gang_scenario(make_cluster, accumulate: bool, slurm_root: str = "/") -> None:  # type: ignore[no-untyped-def]
+    """A 4-node gang behind a stream of small jobs: overtaken for good without holds, started
+    within accumulate_after + one small job with them (test_slurm_releases: newer Slurms)."""
+    c = _cluster(make_cluster, slurm_root, enabled=accumulate)
     with small_job_stream(c) as small:
         wait_for("all four nodes busy with small jobs", lambda: _all_busy(c), 180)
         gang = _gang(c)

@@ -6,19 +6,14 @@ from __future__ import annotations
 import pytest
 
 from slurmscale.slurm.cli_backend import SlurmCLI
-from tests.integration.test_slurm_24_11 import CHROOT
+from tests.integration.slurm_releases import slurm_root
 
 pytestmark = pytest.mark.slurm
 
 
-@pytest.mark.parametrize("flavor", ["22.05", "24.11"])
+@pytest.mark.parametrize("flavor", ["22.05", "24.11", "26.05"])
 def test_pending_jobs_and_nodes_parse_on_real_slurm(make_cluster, flavor: str) -> None:  # type: ignore[no-untyped-def]
-    opts: dict[str, object] = {"start_daemon": False}
-    if flavor == "24.11":
-        if not (CHROOT / ".slurmscale-ready").exists():
-            pytest.skip(f"no Slurm 24.11 chroot at {CHROOT}")
-        opts["slurm_root"] = str(CHROOT)
-    c, _ = make_cluster(**opts)
+    c, _ = make_cluster(start_daemon=False, slurm_root=slurm_root(flavor))
     assert flavor in c.slurm("scontrol", "--version")
     held = c.sbatch("-H", "-N", "4", "--gres=gpu:8", "-p", "gpu-spot,gpu-od", "-t", "90",
                     "--wrap", "true")
