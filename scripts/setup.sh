@@ -2,8 +2,9 @@
 # Installs what slurmscale's local cluster, demo and tests need on a Debian/Ubuntu machine,
 # idempotently (as root): Slurm and munge from the distribution, a virtualenv in .venv with
 # slurmscale and its dev and postgres extras, and (with --tests) what only the tests use:
-# PostgreSQL's server (the HA tests), Chromium (renders the HTML report), docker-compose
-# (validates docker-compose.slurm.yml) and Debian trees with Slurm 24.11 (trixie) and 26.05 (sid).
+# PostgreSQL's server (the HA tests), Chromium (renders the HTML report), docker.io and
+# docker-compose (the dev cluster in containers) and Debian trees with Slurm 24.11 (trixie) and
+# 26.05 (sid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for_tests=0
@@ -20,7 +21,8 @@ if [ $for_tests -eq 1 ]; then
   # Debian packages these; where a distribution does not (Ubuntu's chromium is a snap), the
   # tests that need them say so and skip outside CI
   [ -n "$(apt-cache search --names-only '^chromium$' 2>/dev/null)" ] || apt-get update -qq
-  for opt in chromium docker-compose; do
+  # (docker.io: the private engine test_devcluster_docker.py starts; docker-compose drives it)
+  for opt in chromium docker-compose docker.io; do
     if [ -n "$(apt-cache search --names-only "^${opt}\$" 2>/dev/null)" ]; then pkgs+=("$opt"); fi
   done
 fi

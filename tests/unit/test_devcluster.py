@@ -1,7 +1,6 @@
-"""docker-compose.slurm.yml: no Docker engine runs here, so the file is validated by Debian's
-docker-compose and each service's command is checked against this package (the module exists,
-its arguments parse). tests/integration/test_devcluster.py runs the same commands without
-Docker."""
+"""docker-compose.slurm.yml, statically: Debian's docker-compose accepts it and each
+service's command is checked against this package (the module exists, its arguments parse).
+tests/integration/test_devcluster_docker.py builds it and runs it in containers."""
 
 from __future__ import annotations
 
@@ -18,13 +17,13 @@ import yaml
 
 from slurmscale.cli import cli
 from slurmscale.localcluster.devcluster import parser
+from tests.support.compose import COMPOSE, services
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE = ROOT / "docker-compose.slurm.yml"
 
 
 def _services() -> dict[str, dict]:
-    return yaml.safe_load(COMPOSE.read_text())["services"]
+    return services()
 
 
 def test_docker_compose_accepts_the_file() -> None:
