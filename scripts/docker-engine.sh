@@ -64,6 +64,10 @@ case "$cmd" in
       kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
     fi
     rm -f "$pidfile"
+    # what dockerd leaves mounted under its roots (the default network namespace's bind mount)
+    awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+      umount "$m" 2>/dev/null || umount -l "$m" || true
+    done
     ;;
   *)
     echo "usage: $0 start|stop [DIR]" >&2; exit 2 ;;
