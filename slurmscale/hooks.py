@@ -21,6 +21,7 @@ from typing import Protocol
 
 from slurmscale.api_client import poke
 from slurmscale.hookview import (
+    VIEW_NAME,
     HookView,
     compile_view,
     fresh_view,
@@ -33,6 +34,7 @@ from slurmscale.slurm.resume_file import ResumeFileError, parse_resume_file
 from slurmscale.spool import MAX_TEXT, RequestKind, Spool
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
 
 class BadInput(ValueError):
     pass
@@ -145,8 +147,11 @@ def _validated_view(config_path: Path, target: Path) -> tuple[HookView, str]:
     try:
         write_view(view, target)
     except OSError as e:
-        return view, (f"; view not written to {target} ({e.strerror}): set SLURMSCALE_HOOK_VIEW="
-                      f"{Path(cfg.spool_dir) / target.name} in hooks.env")
+        why = f"; view not written to {target} ({e.strerror})"
+        beside = Path(cfg.spool_dir) / VIEW_NAME
+        if target != beside:  # (the spool is SlurmUser's to write: the view's place)
+            why += f": set SLURMSCALE_HOOK_VIEW={beside} in hooks.env"
+        return view, why
     return view, ""
 
 

@@ -135,9 +135,6 @@ def _running(jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
     return free_at, gpus
 
 
-_NO_POOL: object = object()
-
-
 def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
               also: frozenset[str] = frozenset()) -> tuple[GangJob, ...]:
     """Jobs the reservation planner considers: multi-node jobs, and any job in `also` (the
@@ -150,8 +147,9 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
     for j in jobs:
         if j.num_nodes < min_nodes and j.job_id not in also:
             continue
-        pool = pool_of.get(j.partitions, _NO_POOL)
-        if pool is _NO_POOL:
+        if j.partitions in pool_of:
+            pool = pool_of[j.partitions]
+        else:
             pool = pool_of[j.partitions] = next(
                 (by_partition[p] for p in j.partitions if p in by_partition), None)
         if pool is None:

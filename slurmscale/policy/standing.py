@@ -68,8 +68,8 @@ def gang_standings(gangs: tuple[GangJob, ...], partition_of: dict[str, str],
         return ()
     line = {(p.job_id, p.partition): p for p in prios}
     wanted = {partition_of[g.pool] for g in todo}
-    # per partition: (priority, age, submit) of every pending job, highest priority first
-    queue: dict[str, list[tuple[float, float, float, str]]] = {p: [] for p in wanted}
+    # per partition: (priority, age, submit) of every pending job
+    queue: dict[str, list[tuple[float, float, float]]] = {p: [] for p in wanted}
     for j in jobs:
         if j.state != "PENDING":
             continue
@@ -78,7 +78,7 @@ def gang_standings(gangs: tuple[GangJob, ...], partition_of: dict[str, str],
                 f = line.get((j.job_id, part))
                 queue[part].append((f.priority if f else float(j.priority),
                                     f.age if f else 0.0,
-                                    slurm_time(j.submit_time) or now, j.job_id))
+                                    slurm_time(j.submit_time) or now))
     out: dict[tuple[str, str], GangStanding] = {}
     for part in wanted:
         mine = [g for g in todo if partition_of[g.pool] == part]
@@ -86,7 +86,7 @@ def gang_standings(gangs: tuple[GangJob, ...], partition_of: dict[str, str],
     return tuple(out[g.job_id, g.pool] for g in todo)
 
 
-def _standings_in(part: str, gangs: list[GangJob], queue: list[tuple[float, float, float, str]],
+def _standings_in(part: str, gangs: list[GangJob], queue: list[tuple[float, float, float]],
                   line: dict[tuple[str, str], JobPriority], weights: PriorityWeights | None,
                   now: float) -> dict[tuple[str, str], GangStanding]:
     """The standings of one partition's gangs in one sweep (a queue of 50,000 jobs and 10,000
@@ -101,12 +101,15 @@ def _standings_in(part: str, gangs: list[GangJob], queue: list[tuple[float, floa
     excess = [float("-inf")] * (n + 1)
     admitted = 0
     out: dict[tuple[str, str], GangStanding] = {}
-    for g in sorted(gangs, key=lambda g: -_prio(g, part, line)):
+    ranked = []  # (priority, sprio's line or None, gang), the same rule as the queue's
+    for g in gangs:
         f = line.get((g.job_id, part))
-        prio = f.priority if f else float(g.priority)
+        ranked.append((f.priority if f else float(g.priority), f, g))
+    ranked.sort(key=lambda r: -r[0])
+    for prio, f, g in ranked:
         age = f.age if f else 0.0
         while admitted < n and queue[admitted][0] > prio:
-            p, a, submit, _ = queue[admitted]
+            p, a, submit = queue[admitted]
             i = n - bisect_right(submits, submit) + 1  # reversed rank, 1-based
             x = p - a
             while i <= n:
@@ -127,8 +130,3 @@ def _standings_in(part: str, gangs: list[GangJob], queue: list[tuple[float, floa
                                              now - g.submit_s, prio, admitted, n_over, f,
                                              g.expected_start_s, lift, note)
     return out
-
-
-def _prio(g: GangJob, part: str, line: dict[tuple[str, str], JobPriority]) -> float:
-    f = line.get((g.job_id, part))
-    return f.priority if f else float(g.priority)

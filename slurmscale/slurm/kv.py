@@ -27,7 +27,7 @@ def parse_oneliner(line: str) -> dict[str, str]:
 
 
 # What slurmscale reads of a node: a node line carries ~40 keys and is read for every node
-# twice a pass, so only these are picked out.
+# every pass, so only these are picked out.
 NODE_KEYS = ("NodeName", "State", "NodeAddr", "NodeHostName", "Reason", "Partitions",
              "LastBusyTime", "AllocTRES")
 
