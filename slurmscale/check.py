@@ -4,8 +4,9 @@ What it compares: every pool's partition and CLOUD nodes exist; slurm.conf's pow
 hooks are slurmscale's and SlurmUser may run them; SlurmUser may read the config and write the
 spool; ResumeTimeout outlasts every pool's boot time (and matches the config, whose daemon
 gives up on a silent EC2 at half of it); SuspendTime is the backstop behind the policy's idle
-limits; the settings slurmscale relies on (JobRequeue, idle_on_node_suspend) are on, and
-Slurm remembers ended jobs long enough for the reports (MinJobAge).
+limits (and, before Slurm 23.02, the longest hold); the settings slurmscale relies on
+(JobRequeue, idle_on_node_suspend) are on, and Slurm remembers ended jobs long enough for
+the reports (MinJobAge).
 
 Pools with EFA, capacity reservations or Capacity Blocks also have their launch template
 versions read from EC2: EFA interfaces where `efa: true`; a reserved version that targets the
@@ -182,6 +183,14 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
         err("suspend_time", f"SuspendTime {suspend} s is not longer than the longest "
             f"policy.max_idle_s ({longest:g} s): Slurm would power nodes down before the "
             "policy decides")
+    elif cfg.reservations.enabled and suspend <= cfg.reservations.max_hold_s and \
+            "SuspendExcStates" not in c:
+        # 23.02+ (which added SuspendExcStates) lets the daemon list a hold's nodes in
+        # SuspendExcNodes as it gathers them; before it, only a long SuspendTime keeps them up
+        err("suspend_time_hold", f"SuspendTime {suspend} s is not longer than "
+            f"reservations.max_hold_s ({cfg.reservations.max_hold_s:g} s) and this Slurm "
+            "(before 23.02) cannot exclude held nodes from power saving at run time: it "
+            "would power down a hold's idle nodes before its gang starts")
     if c.get("JobRequeue", "1") != "1":
         warn("job_requeue", f"JobRequeue is {c.get('JobRequeue')}: jobs on a failed launch or "
              "an interrupted spot node fail instead of requeueing")

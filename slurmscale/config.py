@@ -343,8 +343,10 @@ class PowerSaving(_Strict):
     """Rendered into slurm.conf by `slurmscale slurm-conf` so the two never disagree.
 
     slurmscale releases idle nodes itself (each pool's policy.max_idle_s at the latest), so
-    Slurm's SuspendTime is only the backstop for a daemon that is down: it must be longer, and
-    longer than reservations.max_hold_s too (Slurm 22.05 powers down idle reserved nodes)."""
+    Slurm's SuspendTime is only the backstop for a daemon that is down: it must be longer.
+    Before Slurm 23.02 it must also outlast reservations.max_hold_s (Slurm powers down idle
+    reserved nodes; 23.02+ lets the daemon exclude them at run time): `slurmscale check`
+    knows the running Slurm and says so."""
 
     suspend_time: Annotated[int, Field(ge=1)] = 6000
     suspend_timeout: Annotated[int, Field(ge=1)] = 120
@@ -520,12 +522,6 @@ class Config(_Strict):
             raise ValueError(f"capacity_blocks.prefix ({self.capacity_blocks.prefix!r}) and "
                              f"reservations.prefix ({self.reservations.prefix!r}) must not "
                              "overlap: each names its own reservations")
-        hold = self.reservations
-        if hold.enabled and self.power_saving.suspend_time <= hold.max_hold_s:
-            raise ValueError(
-                f"power_saving.suspend_time ({self.power_saving.suspend_time}) must be longer "
-                f"than reservations.max_hold_s ({hold.max_hold_s:g}): Slurm 22.05 powers down "
-                "idle reserved nodes after SuspendTime, which would undo a hold")
         for p in self.pools:
             if self.power_saving.suspend_time <= p.policy.max_idle_s:
                 raise ValueError(

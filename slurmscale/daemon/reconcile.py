@@ -9,7 +9,9 @@
    the site's health check, nodes slurmctld has DOWN or not responding);
 5. capacity blocks (`blocks.py`) and node upkeep: drains placed as time passes (backoff,
    interruptions) and node addresses (`addresses.py`);
-6. capacity (`capacity.py`): the policy's decisions carried out (pool sizes, holds).
+6. capacity (`capacity.py`): the policy's decisions carried out (pool sizes, holds);
+7. keep-up (`keep_up.py`): the nodes it keeps idle on purpose listed in Slurm's
+   SuspendExcNodes (Slurm 23.02+), so SuspendTime does not power them down.
 
 Order of every side effect: record the intent, call the cloud or Slurm, record the outcome.
 No network call happens inside a database transaction.
@@ -30,6 +32,7 @@ from slurmscale.daemon.context import Clock, PassContext, TickResult, utcnow
 from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.health import HealthPass
 from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.keep_up import KeepUpPass
 from slurmscale.daemon.launch import GangLauncher, client_token
 from slurmscale.daemon.ledger import Ledger
 from slurmscale.daemon.metrics import Metrics
@@ -75,6 +78,7 @@ class Reconciler:
         self.sweep = InstanceSweep(ctx, self.interruptions, fleets)
         self.health = HealthPass(ctx, self.interruptions, metrics)
         self.blocks = BlockPass(cfg, slurm, self.reserved, self.event)
+        self.keep_up = KeepUpPass(cfg, slurm, self.event)
 
     def event(self, kind: str, message: str, **kw: str | None) -> None:
         log.info("%s: %s", kind, message)
@@ -102,6 +106,7 @@ class Reconciler:
             self._node_upkeep(nodes, active)
         p = self.capacity.run(self.clock(), self._nodes_now(nodes))
         if p is not None:
+            self.keep_up.run(p)
             res.policy_actions = len(p.holds.actions) + sum(
                 1 for a in p.capacity.actions if a.kind is not ActionKind.KEEP)
         return res

@@ -201,7 +201,7 @@ def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, target:
         if paid:
             actions.append(Action(ActionKind.KEEP, k.name, "idle on reserved capacity, paid "
                                   "whether used or not: releasing it saves nothing and a "
-                                  "relaunch costs a boot", nodes=tuple(paid)))
+                                  "relaunch costs a boot", nodes=tuple(paid), lasting=True))
             idle = [n for n in idle if not n.paid]
     # Idle capacity a pending job is about to use is not idle: Slurm will place it there, with
     # powered-down nodes under the target for the rest of a gang. A gang that fits in neither
@@ -243,12 +243,16 @@ def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, target:
             f"idle >= {k.min_idle_s:.0f}s with no pending job for them and a reuse forecast of "
             f"{forecast:.1f} node(s) in {k.reuse_horizon_s:.0f}s", nodes=tuple(out),
             count=len(out)))
-    if floor > k.min_nodes and len(out) == room and len(live) - room <= floor:
+    bottom = max(k.min_nodes, floor)
+    if bottom and len(out) == room and len(live) - room <= bottom:
         kept = [n.name for n in candidates if n.name not in out and n.name not in kept_reuse
                 and now - (n.idle_since if n.idle_since is not None else now) >= k.min_idle_s]
         if kept:
-            actions.append(Action(ActionKind.KEEP, k.name, "kept idle as the on-demand safety "
-                                  "buffer", nodes=tuple(kept)))
+            why = ("kept idle as the on-demand safety buffer" if floor > k.min_nodes
+                   else f"kept idle: the pool keeps at least {k.min_nodes} node(s) up "
+                   "(min_nodes)")
+            actions.append(Action(ActionKind.KEEP, k.name, why, nodes=tuple(kept),
+                                  lasting=True))
     if kept_reuse:
         actions.append(Action(ActionKind.KEEP, k.name,
                               f"recent arrivals forecast {forecast:.1f} node(s) needed within "

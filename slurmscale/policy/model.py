@@ -139,6 +139,9 @@ class Action:
     reason: str
     nodes: tuple[str, ...] = ()
     count: int = 0
+    # KEEP only: kept idle past max_idle_s on purpose (paid capacity, the safety buffer,
+    # min_nodes), so Slurm's own SuspendTime must not release them either (slurm/suspend_exc)
+    lasting: bool = False
 
 
 @dataclass(frozen=True)

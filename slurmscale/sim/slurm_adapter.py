@@ -242,6 +242,14 @@ class SimSlurm:
         return [self.sim.jobs[i].job_id for i, placed in self.sim.placed.items()
                 if any(n.name == node for n, _ in placed)]
 
+    def suspend_exc_nodes(self) -> str | None:
+        # the simulated Slurm powers nothing down on its own: nothing to exclude
+        return None
+
+    def set_suspend_exc_nodes(self, value: str) -> None:
+        raise SlurmError(["scontrol", "update", f"SuspendExcNodes={value}"], 1,
+                         "the simulated Slurm has no power saving of its own")
+
     def job(self, job_id: int | str) -> dict[str, str]:
         idx = self.sim.idx_of.get(str(job_id))
         if idx is None:

@@ -216,6 +216,18 @@ class SlurmCLI:
         """The age weights priority/multifactor uses (`scontrol show config`)."""
         return priority_weights(parse_show_config(self.scontrol("show", "config")))
 
+    def suspend_exc_nodes(self) -> str | None:
+        # 23.02 added SuspendExcStates and run-time updates of the SuspendExc* lists together;
+        # 22.05 has neither, and takes `scontrol update SuspendExcNodes=` silently as a no-op
+        conf = parse_show_config(self.scontrol("show", "config"))
+        if "SuspendExcStates" not in conf:
+            return None
+        value = conf.get("SuspendExcNodes", "")
+        return "" if value == "(null)" else value
+
+    def set_suspend_exc_nodes(self, value: str) -> None:
+        self.scontrol("update", f"SuspendExcNodes={value}")
+
     def job(self, job_id: int | str) -> dict[str, str]:
         out = self.scontrol("show", "job", "-o", str(job_id))
         return parse_oneliner(out.strip().splitlines()[0]) if out.strip() else {}

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from slurmscale.hostlists import expand
 from slurmscale.localcluster.cluster import LocalCluster, PoolSpec
 from slurmscale.localcluster.procs import wait_for
 
@@ -24,9 +25,10 @@ SMALL_S = 6  # the small jobs' run time
 ADMIN_RES = "maint-window"
 
 
-def _cluster(make_cluster, slurm_root: str = "/", **reservations):  # type: ignore[no-untyped-def]
+def _cluster(make_cluster, slurm_root: str = "/", suspend_time: int = 600,  # type: ignore[no-untyped-def]
+             **reservations):
     # 5 nodes, one of them in an admin's reservation: 4 for the jobs, all busy with small ones
-    c, _ = make_cluster(pools=[PoolSpec("gpu-cap", "cap-", 5)], suspend_time=600,
+    c, _ = make_cluster(pools=[PoolSpec("gpu-cap", "cap-", 5)], suspend_time=suspend_time,
                         slurm_root=slurm_root,
                         reservations={"accumulate_after_s": 10, "hold_budget_gpu_hours": 1000,
                                       "max_hold_s": 500, **reservations})
@@ -136,6 +138,54 @@ def starving_gang_scenario(make_cluster, accumulate: bool, slurm_root: str = "/"
         assert kinds[-1] == "reservation_released"
         listing = c.cli("reservations", "list", "--all", "--json")
         assert '"state": "released"' in listing.stdout and f'"job_id": "{gang}"' in listing.stdout
+    _admin_untouched(c)
+
+
+def held_node_outlives_suspend_time_scenario(make_cluster, slurm_root: str) -> None:  # type: ignore[no-untyped-def]
+    """Slurm 23.02+ (test_slurm_releases): SuspendTime 20 s, holds up to 500 s. A hold that
+    cannot fill (a long job keeps one of the four nodes) keeps its idle nodes up well past
+    SuspendTime, listed in SuspendExcNodes; once the gang has run and the hold is gone, the
+    list no longer names them."""
+    suspend = 20
+    c = _cluster(make_cluster, slurm_root, suspend_time=suspend, max_hold_s=500)
+    with small_job_stream(c):
+        wait_for("all four nodes busy", lambda: _all_busy(c), 180)
+        blocker = c.sbatch("-N", "1", "--gres=gpu:8", "-p", "gpu-cap", "--priority=5000",
+                           "-J", "blocker", "--wrap", "sleep 600")
+        c.wait_job(blocker, {"RUNNING"}, 60)
+        gang = _gang(c)
+        name = f"slurmscale-gang-{gang}"
+
+        def idle_held() -> str | None:
+            res = _reservations(c).get(name)
+            for n in expand(res["Nodes"]) if res and res.get("Nodes") not in (None, "",
+                                                                               "(null)") else []:
+                if c.node(n).get("State", "").startswith("IDLE"):
+                    return n
+            return None
+        node = wait_for(f"an idle node in {name}", idle_held, 120, interval=0.5)
+        idle_from = time.time()
+        # for SuspendTime and two daemon passes beyond it, the held node is never powered down
+        while time.time() - idle_from < suspend + 15:
+            state = c.node(node).get("State", "")
+            assert "POWER" not in state, f"held {node} powered down by Slurm: {state}"
+            time.sleep(1)
+        exc = c.slurm("scontrol", "show", "config")
+        listed = next(ln.split("=", 1)[1].strip() for ln in exc.splitlines()
+                      if ln.startswith("SuspendExcNodes"))
+        assert node in expand(listed), listed
+        assert any(e["kind"] == "suspend_exclusions_set" and node in expand(
+            e["message"].split()[1].strip("+:")) for e in c.events()), c.events()[-5:]
+        c.slurm("scancel", str(blocker))
+        c.wait_job(gang, {"RUNNING", "COMPLETED"}, 120)
+    c.wait_job(gang, {"COMPLETED"}, 60)
+
+    def released() -> bool:
+        exc = c.slurm("scontrol", "show", "config")
+        listed = next(ln.split("=", 1)[1].strip() for ln in exc.splitlines()
+                      if ln.startswith("SuspendExcNodes"))
+        return listed == "(null)"
+    wait_for("slurmscale's part of SuspendExcNodes emptied", released, 60)
     _admin_untouched(c)
 
 

@@ -10,7 +10,10 @@ from tests.integration.slurm_releases import NEWER, slurm_root
 from tests.integration.test_capacity import capacity_block_scenario
 from tests.integration.test_elastic_loop import four_node_gang_scenario
 from tests.integration.test_interruptions import spot_warning_scenario
-from tests.integration.test_reservations import starving_gang_scenario
+from tests.integration.test_reservations import (
+    held_node_outlives_suspend_time_scenario,
+    starving_gang_scenario,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_releases]
 
@@ -38,3 +41,9 @@ def test_a_hold_starts_a_starving_gang(make_cluster, release: str) -> None:  # t
 @pytest.mark.parametrize("release", NEWER)
 def test_a_spot_warning_requeues_the_gang(make_cluster, release: str) -> None:  # type: ignore[no-untyped-def]
     spot_warning_scenario(make_cluster, slurm_root=slurm_root(release))
+
+
+@pytest.mark.parametrize("release", NEWER)
+def test_a_held_node_outlives_suspend_time(make_cluster, release: str) -> None:  # type: ignore[no-untyped-def]
+    """23.02+: SuspendExcNodes changed at run time, so SuspendTime may be shorter than a hold."""
+    held_node_outlives_suspend_time_scenario(make_cluster, slurm_root(release))

@@ -161,6 +161,7 @@ class FakeSlurm:
     now_text: str = "2026-11-29T12:00:00"  # what "now" means for StartTime=now
     fail: bool = False
     weights: PriorityWeights | None = None  # priority/basic unless a test sets them
+    suspend_exc: str | None = None  # SuspendExcNodes; None: a Slurm that cannot change it
 
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
         if self.fail:
@@ -304,6 +305,17 @@ class FakeSlurm:
 
     def priority_weights(self) -> PriorityWeights | None:
         return self.weights
+
+    def suspend_exc_nodes(self) -> str | None:
+        if self.fail:
+            raise SlurmError(["scontrol"], 1, "slurm_load_ctl_conf error: Unable to contact")
+        return self.suspend_exc
+
+    def set_suspend_exc_nodes(self, value: str) -> None:
+        if self.fail:
+            raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")
+        self.calls.append(("suspend_exc", [value]))
+        self.suspend_exc = value
 
     def job(self, job_id: int | str) -> dict[str, str]:
         return next(({"JobId": j.job_id, "JobState": j.state} for j in self.queue

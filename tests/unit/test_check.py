@@ -115,6 +115,19 @@ def test_suspend_time_off_or_shorter_than_the_policy(world) -> None:  # type: ig
         assert p.code == "suspend_time" and needle in p.message
 
 
+def test_a_hold_outlasting_suspend_time_needs_slurm_23_02(world) -> None:  # type: ignore[no-untyped-def]
+    """SuspendTime 3000 s, holds up to 5400 s: refused where Slurm cannot exclude held nodes
+    at run time (no SuspendExcStates: 22.05), fine where it can, fine with holds off."""
+    cfg, view, conf = world
+    short = {**view.config, "SuspendTime": "3000 sec"}
+    (p,) = check(cfg, replace(view, config=short), conf)
+    assert p.code == "suspend_time_hold" and "max_hold_s (5400 s)" in p.message
+    assert check(cfg, replace(view, config={**short, "SuspendExcStates": "(null)"}), conf) == []
+    off = cfg.model_copy(update={"reservations": cfg.reservations.model_copy(
+        update={"enabled": False})})
+    assert check(off, replace(view, config=short), conf) == []
+
+
 def test_requeue_and_idle_on_node_suspend_are_warnings(world) -> None:  # type: ignore[no-untyped-def]
     cfg, view, conf = world
     v = replace(view, config={**view.config, "JobRequeue": "0", "SlurmctldParameters": "",

@@ -1,0 +1,75 @@
+"""Keeps Slurm's own power saving off the nodes slurmscale keeps idle on purpose.
+
+Slurm powers down any node idle for SuspendTime, a backstop for when the daemon is down. Some
+idle nodes the daemon means to keep longer: a hold's nodes, gathered one by one while a starving
+gang waits for the rest (minutes); the on-demand safety buffer, a pool's min_nodes and idle
+capacity already paid for (indefinitely). On Slurm 23.02+ this pass lists exactly those in
+SuspendExcNodes after each capacity pass (slurm/suspend_exc.py says which part of the list is
+slurmscale's); on 22.05, which cannot change the list at run time, it does nothing and
+`slurmscale check` requires SuspendTime to outlast the longest hold instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from slurmscale.config import Config
+from slurmscale.daemon.capacity import PassPlan
+from slurmscale.hostlists import compress
+from slurmscale.policy.model import ActionKind
+from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.suspend_exc import parse, render
+
+log = logging.getLogger(__name__)
+
+Event = Callable[..., None]
+
+
+def kept_up(p: PassPlan) -> frozenset[str]:
+    """The nodes this pass's plan keeps idle past max_idle_s: its holds' and the lasting
+    KEEPs (a node kept for a forecast reuse is released by max_idle_s, before SuspendTime)."""
+    held = {n for h in p.holds.holds for n in h.nodes}
+    kept = {n for a in p.capacity.actions if a.kind is ActionKind.KEEP and a.lasting
+            for n in a.nodes}
+    return frozenset(held | kept)
+
+
+class KeepUpPass:
+    def __init__(self, cfg: Config, slurm: SlurmClient, event: Event) -> None:
+        self.slurm = slurm
+        self.event = event
+        self.pools = cfg.pools
+        self._unsupported_logged = False
+
+    def _is_pool_node(self, name: str) -> bool:
+        return any(p.owns(name) for p in self.pools)
+
+    def run(self, p: PassPlan) -> None:
+        want = kept_up(p)
+        try:
+            value = self.slurm.suspend_exc_nodes()
+        except SlurmError as e:
+            log.warning("SuspendExcNodes unreadable (%s): left as it is this pass", e)
+            return
+        if value is None:
+            if not self._unsupported_logged:
+                log.info("this Slurm cannot change SuspendExcNodes at run time (before "
+                         "23.02): SuspendTime alone protects held and kept nodes")
+                self._unsupported_logged = True
+            return
+        now = parse(value, self._is_pool_node)
+        if now.ours == want:
+            return
+        new = render(now.theirs, want)
+        added, removed = want - now.ours, now.ours - want
+        try:
+            self.slurm.set_suspend_exc_nodes(new)
+        except SlurmError as e:
+            self.event("slurm_update_failed", f"SuspendExcNodes={new}: {e}")
+            return
+        parts = ([f"+{compress(added)}"] if added else []) + (
+            [f"-{compress(removed)}"] if removed else [])
+        self.event("suspend_exclusions_set",
+                   f"SuspendExcNodes {' '.join(parts)}: held for a gang or kept idle on "
+                   f"purpose (buffer, min_nodes, paid capacity); now {new or '(empty)'}")
