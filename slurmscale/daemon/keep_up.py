@@ -12,6 +12,7 @@ slurmscale's); on 22.05, which cannot change the list at run time, it does nothi
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from slurmscale.config import Config
@@ -24,6 +25,10 @@ from slurmscale.slurm.suspend_exc import parse, render
 log = logging.getLogger(__name__)
 
 Event = Callable[..., None]
+
+# A Slurm that cannot change the list is asked again this seldom (an upgraded slurmctld under
+# a running daemon), not every pass: the answer costs a `scontrol show config`.
+RECHECK_UNSUPPORTED_S = 600.0
 
 
 def kept_up(p: PassPlan) -> frozenset[str]:
@@ -40,23 +45,25 @@ class KeepUpPass:
         self.slurm = slurm
         self.event = event
         self.pools = cfg.pools
-        self._unsupported_logged = False
+        self._unsupported_until = 0.0  # monotonic: no run-time SuspendExcNodes until then
 
     def _is_pool_node(self, name: str) -> bool:
         return any(p.owns(name) for p in self.pools)
 
     def run(self, p: PassPlan) -> None:
         want = kept_up(p)
+        if time.monotonic() < self._unsupported_until:
+            return
         try:
             value = self.slurm.suspend_exc_nodes()
         except SlurmError as e:
             log.warning("SuspendExcNodes unreadable (%s): left as it is this pass", e)
             return
         if value is None:
-            if not self._unsupported_logged:
+            if not self._unsupported_until:
                 log.info("this Slurm cannot change SuspendExcNodes at run time (before "
                          "23.02): SuspendTime alone protects held and kept nodes")
-                self._unsupported_logged = True
+            self._unsupported_until = time.monotonic() + RECHECK_UNSUPPORTED_S
             return
         now = parse(value, self._is_pool_node)
         if now.ours == want:

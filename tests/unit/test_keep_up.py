@@ -79,6 +79,9 @@ def test_slurm_before_23_02_is_left_alone(tmp_path) -> None:  # type: ignore[no-
     keep.run(p)
     assert not [c for c in slurm.calls if c[0] == "suspend_exc"]
     assert not [k for k, _ in events if k == "suspend_exclusions_set"]
+    slurm.suspend_exc = ""  # an upgraded slurmctld: not asked again at once (a read a pass)
+    keep.run(p)
+    assert slurm.suspend_exc == ""
 
 
 def test_slurm_unreachable_is_no_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
