@@ -1,3 +1,3 @@
-from slurmscale.cli import main
+from slurmscale.entry import main
 
 main()

@@ -7,7 +7,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -19,13 +19,9 @@ from slurmscale.cli_common import (
     _parse_since,
     _store,
     _table,
-    gang_json,
 )
 from slurmscale.config import Config
 from slurmscale.spool import RequestKind
-
-if TYPE_CHECKING:
-    from slurmscale.policy.reservations import HoldPlan
 
 log = logging.getLogger("slurmscale")
 
@@ -236,12 +232,16 @@ def events(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--live", is_flag=True,
+              help="Compute the plan from live Slurm state now, not the daemon's last pass.")
 @click.pass_context
-def plan(ctx: click.Context, as_json: bool) -> None:
-    """The capacity plan the policy makes from live Slurm state now, with reasons. Changes
-    nothing.
+def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
+    """The capacity plan, with reasons: the one the running daemon made at its last pass
+    (what it carried out), or, with --live or when no daemon answers on the config's
+    socket, the one the policy makes from live Slurm state now. Changes nothing.
 
-    JSON: {"now": unix_s, "pools": {NAME: {"target": n, "pending_jobs": n,
+    JSON: {"source": "daemon"|"live", "now": unix_s (when the plan was made),
+    "pools": {NAME: {"target": n, "pending_jobs": n,
     "pending_gpu_hours": x, "pending_gangs": [[job_id, nodes]], "oldest_wait_s": x}},
     "actions": [{"kind", "pool", "reason", "nodes": [...], "count"}],
     "reservations": [{"kind": create|extend|attach|release, "name", "pool", "job_id",
@@ -259,56 +259,24 @@ def plan(ctx: click.Context, as_json: bool) -> None:
     """
     import time as _time
 
-    from slurmscale.daemon.capacity import current_plan
-    from slurmscale.slurm.cli_backend import SlurmCLI
-    from slurmscale.slurm.protocol import SlurmError
-
     cfg = _load(ctx)
-    slurm = SlurmCLI(cfg.slurm)
-    # The daemon's memory (governed targets, cooldown clocks, hold budgets) makes this the
-    # plan it would carry out.
-    store = _store(cfg)
-    try:
-        pp = current_plan(cfg, slurm, store, _time.time(), standings=True)
-    except SlurmError as e:
-        click.echo(f"slurmscale: cannot read Slurm: {e}", err=True)
-        sys.exit(1)
-    finally:
-        store.close()
-    p = pp.capacity
-    data = {
-        "now": p.now,
-        "pools": {name: {"target": p.targets[name], "pending_jobs": d.pending_jobs,
-                         "pending_gpu_hours": round(d.pending_gpu_hours, 2),
-                         "pending_gangs": [list(g) for g in d.pending_gangs],
-                         "oldest_wait_s": round(d.oldest_wait_s, 1)}
-                  for name, d in p.demand.items()},
-        "actions": [{"kind": a.kind.value, "pool": a.pool, "reason": a.reason,
-                     "nodes": list(a.nodes), "count": a.count} for a in p.actions],
-        "reservations": [{"kind": a.kind.value, "name": a.name, "pool": a.pool,
-                          "job_id": a.job_id, "reason": a.reason, "nodes": list(a.nodes)}
-                         for a in pp.holds.actions],
-        "partition_rewrites": [{"job_id": r.job_id, "pool": r.pool,
-                                "partitions": list(r.partitions), "reason": r.reason}
-                               for r in pp.rewrites],
-        "gangs": [gang_json(s, _hold_said(s.job_id, pp.holds)) for s in pp.standings],
-        "blocks": [{"pool": b.pool, "open": b.plan.is_open, "reason": b.plan.reason,
-                    "closed_from": b.plan.closed_from, "closed_until": b.plan.closed_until,
-                    "next_start": b.plan.next.start if b.plan.next else None,
-                    "jobs": [{"job_id": j, "reason": why} for j, why in b.jobs]}
-                   for b in pp.blocks],
-    }
+    data = None if live else _daemon_plan(cfg)
+    if data is None:
+        data = _live_plan(cfg)
     if as_json:
         # indented for a person at a terminal; compact for a program (json's C encoder does
         # not indent: at 10,000 gangs the indented dump alone took 0.5 s)
         click.echo(json.dumps(data, indent=2 if sys.stdout.isatty() else None))
         return
+    age = _time.time() - data["now"]
+    click.echo(f"the daemon's plan of {age:.0f}s ago (--live: from Slurm now)"
+               if data["source"] == "daemon" else "planned from live Slurm state now")
     click.echo(_table([{"pool": k, **{kk: vv for kk, vv in v.items() if kk != "pending_gangs"},
                         "gangs": len(v["pending_gangs"])} for k, v in data["pools"].items()],
                       ["pool", "target", "pending_jobs", "pending_gpu_hours", "gangs",
                        "oldest_wait_s"]))
     click.echo()
-    if not p.actions:
+    if not data["actions"]:
         click.echo("no actions: capacity matches demand")
     for a in data["actions"]:
         nodes = f" [{','.join(a['nodes'])}]" if a["nodes"] else ""
@@ -320,7 +288,7 @@ def plan(ctx: click.Context, as_json: bool) -> None:
                    f"{w['reason']}")
     if data["gangs"]:
         click.echo()
-        click.echo(_table([_gang_row(g, p.now) for g in data["gangs"]],
+        click.echo(_table([_gang_row(g, data["now"]) for g in data["gangs"]],
                           ["job_id", "pool", "nodes", "waited_s", "priority", "ahead",
                            "overtaken_by", FACTORS, "expected_start", "age_lift"]))
         for g in data["gangs"]:
@@ -332,10 +300,44 @@ def plan(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"             job {j['job_id']}: {j['reason']}")
 
 
-def _hold_said(job_id: str, holds: HoldPlan) -> str | None:
-    """What the reservation planner decided for a job this pass (None: not considered)."""
-    return next((x.reason for x in holds.skipped if x.job_id == job_id), None) or next(
-        (a.reason for a in holds.actions if a.job_id == job_id), None)
+def _daemon_plan(cfg: Config) -> dict[str, Any] | None:
+    """The running daemon's plan of its last pass, or None (and why, on stderr) when it
+    has none to give: not running, standing by, no pass yet, this user not allowed."""
+    from slurmscale.api_client import PLAN_TIMEOUT_S, ApiError, call
+
+    try:
+        status, data = call(cfg.socket_path, "GET", "/v1/plan", timeout=PLAN_TIMEOUT_S)
+    except ApiError as e:
+        why = str(e)
+    else:
+        if status == 200 and isinstance(data, dict):
+            return data
+        why = f"{status}: {data.get('error') if isinstance(data, dict) else data}"
+    click.echo(f"slurmscale: no plan from the daemon ({why}); planning from live Slurm "
+               "state", err=True)
+    return None
+
+
+def _live_plan(cfg: Config) -> dict[str, Any]:
+    import time as _time
+
+    from slurmscale.daemon.capacity import current_plan
+    from slurmscale.plan_view import SOURCE_LIVE, plan_data
+    from slurmscale.slurm.cli_backend import SlurmCLI
+    from slurmscale.slurm.protocol import SlurmError
+
+    slurm = SlurmCLI(cfg.slurm)
+    # The daemon's memory (governed targets, cooldown clocks, hold budgets) makes this the
+    # plan it would carry out.
+    store = _store(cfg)
+    try:
+        pp = current_plan(cfg, slurm, store, _time.time(), standings=True)
+    except SlurmError as e:
+        click.echo(f"slurmscale: cannot read Slurm: {e}", err=True)
+        sys.exit(1)
+    finally:
+        store.close()
+    return plan_data(pp, SOURCE_LIVE)
 
 
 FACTORS = "age/fs/size/part/qos"  # sprio's weighted factors, as the plan's table heads them

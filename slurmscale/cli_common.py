@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from slurmscale.config import Config, ConfigError, load_config
-
-if TYPE_CHECKING:
-    from slurmscale.policy.standing import GangStanding
 
 
 def _load(ctx: click.Context) -> Config:
@@ -82,17 +79,3 @@ def _parse_since(text: str | None, param: str = "--since") -> datetime | None:
         raise click.BadParameter(f"{text!r} is neither a duration (30m, 24h, 7d) nor an "
                                  "ISO date", param_hint=param) from None
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
-def gang_json(s: GangStanding, hold: str | None) -> dict[str, object]:
-    """A pending gang's standing in Slurm's queue as `plan` and `reservations show` print it;
-    `hold`: what the reservation planner decided for it."""
-    f = s.factors
-    return {"job_id": s.job_id, "pool": s.pool, "partition": s.partition, "nodes": s.nodes,
-            "waited_s": round(s.waited_s), "priority": s.priority, "ahead": s.ahead,
-            "overtaken_by": s.overtaken_by,
-            "factors": None if f is None else {
-                "age": f.age, "fairshare": f.fairshare, "job_size": f.job_size,
-                "partition": f.partition_factor, "qos": f.qos},
-            "expected_start": s.expected_start_s, "age_lift": s.lift_s,
-            "age_lift_note": s.lift_note, "hold": hold}

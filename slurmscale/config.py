@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from slurmscale.hookview import (  # noqa: F401  (resolve_path: re-exported)
+    DEFAULT_SOCKET_PATH,
     DEFAULT_SPOOL_DIR,
     MAX_CONFIG_BYTES,
     digest,
@@ -474,7 +475,7 @@ class Config(_Strict):
     # The store's password, kept out of this file (which SlurmUser's hooks must read): a file
     # only its owner may read, holding the password alone. Used with a store_url without one.
     store_password_file: str | None = None
-    socket_path: str = "/run/slurmscale/slurmscale.sock"
+    socket_path: str = DEFAULT_SOCKET_PATH
     spool_dir: str = DEFAULT_SPOOL_DIR
     log_file: str | None = "/var/log/slurmscale/slurmscale.log"
     log_format: Literal["text", "json"] = "text"  # json: one object per line

@@ -30,6 +30,7 @@ from slurmscale.hostlists import owns
 DEFAULT_CONFIG_PATH = Path("/etc/slurmscale/slurmscale.yaml")
 CONFIG_ENV = "SLURMSCALE_CONFIG"
 DEFAULT_SPOOL_DIR = "/var/spool/slurmscale"
+DEFAULT_SOCKET_PATH = "/run/slurmscale/slurmscale.sock"
 # Where the hooks keep the view: hooks.env sets it when spool_dir is not the default.
 VIEW_ENV = "SLURMSCALE_HOOK_VIEW"
 VIEW_NAME = "hookview.json"

@@ -103,7 +103,8 @@ def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) ->
             self._dispatch("POST")
 
         def _send(self, status: int, data: Any) -> None:
-            payload = json.dumps(data, default=str).encode()
+            # bytes: a reply already in JSON (the plan, serialised once per pass)
+            payload = data if isinstance(data, bytes) else json.dumps(data, default=str).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))

@@ -22,7 +22,7 @@ from slurmscale.policy.decide import decide
 from slurmscale.policy.fallback import Rewrite, partition_rewrites
 from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
 from slurmscale.policy.observe import build_snapshot, gang_jobs
-from slurmscale.policy.reservations import HoldPlan, slipped
+from slurmscale.policy.reservations import GangJob, HoldPlan, slipped
 from slurmscale.policy.standing import GangStanding, gang_standings
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
@@ -64,6 +64,7 @@ class PassPlan:
     jobs: tuple[QueueJob, ...] = ()  # the queue as read this pass
     blocks: tuple[BlockOutlook, ...] = ()  # capacity-block pools: windows, pending jobs
     standings: tuple[GangStanding, ...] = ()  # pending gangs in the queue (where read)
+    gangs: tuple[GangJob, ...] = ()  # the pending gangs this pass planned holds for
 
 
 def read_priorities(slurm: SlurmClient) -> tuple[list[JobPriority], PriorityWeights | None]:
@@ -118,7 +119,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
               if any(p.capacity_type is CapacityType.CAPACITY_BLOCK for p in cfg.pools) else [])
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
                     partition_rewrites(cfg, jobs, unavailable, now), snap, tuple(jobs),
-                    tuple(blocks), standing)
+                    tuple(blocks), standing, tuple(gangs))
 
 
 class CapacityPass:
@@ -139,6 +140,7 @@ class CapacityPass:
         self._read_failing = False
         self.ledger = ledger
         self.pools_now: list[PoolNow] = []  # the last pass's capacity and demand (metrics)
+        self.last: PassPlan | None = None  # the last pass's plan (`slurmscale plan` asks)
 
     def run(self, now: datetime, nodes: list[SlurmNode] | None = None) -> PassPlan | None:
         """`nodes`: the pass's node read as it stands now (None: read here)."""
@@ -169,6 +171,7 @@ class CapacityPass:
         self.store.save_pool_memory(p.capacity.memory, now)
         if p.snapshot is not None and self.ledger is not None:
             self.pools_now = self.ledger.observe(p.snapshot, list(p.jobs), now)
+        self.last = p
         return p
 
     def _apply(self, a: Action) -> None:

@@ -3,6 +3,7 @@ hook pokes the local API (or when a batching window closes)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -20,6 +21,7 @@ from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.reconcile import Reconciler, utcnow
 from slurmscale.gc_tuning import tune_gc
+from slurmscale.plan_view import SOURCE_DAEMON, plan_data, with_standings
 from slurmscale.report.compute import paid_now
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.repo import Store
@@ -48,11 +50,32 @@ class Daemon:
         self.last_tick: dict[str, Any] = {}
         self.api: ApiServer | None = None
         self._socket_busy = False
+        # the last pass's plan as `plan --json` prints it, made on the first ask after a pass
+        self._plan_lock = threading.Lock()
+        self._plan_json: tuple[object, bytes] | None = None  # (the pass's PassPlan, JSON)
 
     def _poke(self, _body: Any) -> tuple[int, Any]:
         self.poked.set()
         self.run_soon(datetime.now(UTC))
         return 202, {"queued": True}
+
+    def _plan(self, _body: Any) -> tuple[int, Any]:
+        """The plan of the last pass (`slurmscale plan`): what this daemon carried out, with
+        every pending gang's standing completed from a sprio read now. Serialised once per
+        pass: a second ask within the tick is a copy."""
+        reconciler = self.reconciler
+        if reconciler is None:
+            return 503, {"error": "this daemon stands by: ask the leader, or use --live"}
+        pp = reconciler.capacity.last
+        if pp is None:
+            return 503, {"error": "no capacity pass has completed yet"}
+        with self._plan_lock:
+            cached = self._plan_json
+            if cached is None or cached[0] is not pp:
+                full = with_standings(self.cfg, reconciler.slurm, pp)
+                cached = self._plan_json = (pp, json.dumps(plan_data(full, SOURCE_DAEMON),
+                                                           default=str).encode())
+        return 200, cached[1]
 
     def run_soon(self, when: datetime) -> None:
         job = self.scheduler.get_job(JOB_ID)
@@ -175,6 +198,7 @@ class Daemon:
         try:
             self.api = ApiServer(self.cfg.socket_path, {
                 ("POST", "/v1/poke"): self._poke,
+                ("GET", "/v1/plan"): self._plan,
                 ("GET", "/v1/health"): lambda _b: (200, {"ok": True, "role": self.role,
                                                          "last_tick": self.last_tick}),
             }, resolve_uids(self.cfg.daemon.api_users))

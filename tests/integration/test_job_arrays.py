@@ -26,7 +26,15 @@ def test_a_pending_20_task_array_is_20_tasks_of_demand_in_plan(make_cluster) -> 
                              "JobID:|,ArrayTaskID:|,Reason:|").splitlines()
         if ln.startswith(f"{arr}|") and ("Resources|" in ln or "Priority|" in ln)], 60)
     assert lines == [f"{arr}|0-19|{lines[0].split('|')[2]}|"]  # one line for 20 tasks
-    plan = json.loads(c.cli("plan", "--json").stdout)
-    d = plan["pools"]["gpu-spot"]
-    assert d["pending_jobs"] == 20, d
-    assert d["pending_gpu_hours"] == 20 * 8 * 1.0, d  # 20 tasks x 8 GPUs x 60 min
+
+    def plan_with_demand(*args: str) -> dict | None:
+        p = json.loads(c.cli(*args).stdout)
+        return p if p["pools"]["gpu-spot"]["pending_jobs"] else None
+
+    # the running daemon's plan (of its first pass that saw the array), then one made now
+    for args in (("plan", "--json"), ("plan", "--json", "--live")):
+        plan = wait_for(" ".join(args), lambda a=args: plan_with_demand(*a), 30)
+        assert plan["source"] == ("live" if "--live" in args else "daemon"), plan["source"]
+        d = plan["pools"]["gpu-spot"]
+        assert d["pending_jobs"] == 20, d
+        assert d["pending_gpu_hours"] == 20 * 8 * 1.0, d  # 20 tasks x 8 GPUs x 60 min

@@ -89,9 +89,13 @@ def test_plan_says_where_each_gang_stands_and_why_it_gets_no_hold(tmp_path: Path
     _slurm(tmp_path / "bin", now)
     conf = _conf(tmp_path)
     _store(tmp_path).close()
+    # no daemon answers: plan says so on stderr and plans from live Slurm state
     r = CliRunner().invoke(cli, ["--config", conf, "plan", "--json"])
     assert r.exit_code == 0, r.output
-    (g,) = json.loads(r.output)["gangs"]
+    assert "no plan from the daemon" in r.stderr and "planning from live" in r.stderr
+    data = json.loads(r.stdout)
+    assert data["source"] == "live"
+    (g,) = data["gangs"]
     assert (g["job_id"], g["nodes"], g["ahead"], g["overtaken_by"]) == ("77", 2, 2, 1)
     assert g["factors"] == {"age": 500.0, "fairshare": 1000.0, "job_size": 1000.0,
                             "partition": 0.0, "qos": 0.0}
@@ -100,7 +104,8 @@ def test_plan_says_where_each_gang_stands_and_why_it_gets_no_hold(tmp_path: Path
     # 300/1000 of PriorityMaxAge (a day)
     assert abs(g["age_lift"] - (now + 0.3 * 86400)) <= 2, g["age_lift_note"]
     assert "Slurm's backfill plans to start it in" in g["hold"], g
-    text = CliRunner().invoke(cli, ["--config", conf, "plan"]).output
+    text = CliRunner().invoke(cli, ["--config", conf, "plan", "--live"]).output
+    assert "planned from live Slurm state now" in text and "no plan from" not in text
     assert "500/1000/1000/0/0" in text and "age factor reaches 800" in text, text
 
 
@@ -134,7 +139,7 @@ def test_without_sprio_plan_still_runs_and_ranks_by_squeue(tmp_path: Path) -> No
         "exit 1\n")
     conf = _conf(tmp_path)
     _store(tmp_path).close()
-    r = CliRunner().invoke(cli, ["--config", conf, "plan", "--json"])
+    r = CliRunner().invoke(cli, ["--config", conf, "plan", "--json", "--live"])
     assert r.exit_code == 0, r.output
     (g,) = json.loads(r.output)["gangs"]
     assert (g["ahead"], g["factors"], g["age_lift"]) == (2, None, None), g
