@@ -624,8 +624,13 @@ def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
     return n
 
 
+# libyaml where PyYAML has it: it refuses nesting past 1,000 levels at once, where the pure
+# Python parser recursed to the interpreter's limit (a second per hostile file, ten under load)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _safe_yaml(text: str, source: Path) -> Any:
-    loader = yaml.SafeLoader(text)
+    loader = _LOADER(text)
     try:
         node = loader.get_single_node()
         if node is not None and _expanded(node, {}) > MAX_CONFIG_NODES:

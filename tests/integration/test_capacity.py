@@ -192,7 +192,13 @@ def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: igno
     wait_for("the gang pending", lambda: c.job(gang).get("Reason") not in ("", "None"), 30)
     assert c.job(gang)["JobState"] == "PENDING", c.job(gang)
     pending_reason = c.job(gang)["Reason"]
-    (block,) = json.loads(c.cli("plan", "--json").stdout)["blocks"]
+    ids = {str(gang), str(tail), str(too_long)}
+
+    def block_with_jobs() -> dict | None:
+        # the daemon's plan of its last pass: the one after the submissions lists them
+        (b,) = json.loads(c.cli("plan", "--json").stdout)["blocks"]
+        return b if ids <= {j["job_id"] for j in b["jobs"]} else None
+    block = wait_for("the plan lists the block's pending jobs", block_with_jobs, 30)
     assert not block["open"] and "waiting for block" in block["reason"]
     said = {j["job_id"]: j["reason"] for j in block["jobs"]}
     assert said[str(gang)].startswith("starts when block"), said
