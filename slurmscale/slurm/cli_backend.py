@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 from slurmscale.config import SlurmSettings
 from slurmscale.hostlists import compress
@@ -38,6 +43,8 @@ from slurmscale.slurm.protocol import SlurmError
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 def _local(t: float) -> str:
     """Unix seconds as scontrol takes a time: slurmctld's local time."""
@@ -56,6 +63,26 @@ def _alloc_gpus(tres: str) -> int:
     return 0
 
 
+def _parse_nodes(lines: Iterable[str]) -> list[SlurmNode]:
+    """`scontrol show node -o`, a node a line (as streamed: newline kept)."""
+    nodes: list[SlurmNode] = []
+    for line in lines:
+        if not line.startswith("NodeName="):
+            continue
+        kv = parse_node_line(line.rstrip("\n"))
+        nodes.append(SlurmNode(
+            name=kv.get("NodeName", ""),
+            state=kv.get("State", ""),
+            addr=kv.get("NodeAddr", ""),
+            hostname=kv.get("NodeHostName", ""),
+            reason=kv.get("Reason", ""),
+            partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
+            last_busy=kv.get("LastBusyTime", ""),
+            alloc_gpus=_alloc_gpus(kv.get("AllocTRES", "")),
+        ))
+    return nodes
+
+
 class SlurmCLI:
     def __init__(self, settings: SlurmSettings) -> None:
         self.s = settings
@@ -63,13 +90,51 @@ class SlurmCLI:
     def _bin(self, name: str) -> str:
         return str(Path(self.s.bin_dir) / name)
 
-    def run(self, tool: str, *args: str, timeout: float | None = None) -> str:
+    def _cmd(self, tool: str, args: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
         cmd = [*self.s.command_prefix, self._bin(tool), *args]
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
         if self.s.conf:
             env["SLURM_CONF"] = self.s.conf
         elif "SLURM_CONF" in os.environ:
             env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        return cmd, env
+
+    def run_parsed(self, parse: Callable[[Iterable[str]], T], tool: str, *args: str) -> T:
+        """`parse` over the command's output lines as they arrive (each with its newline).
+        squeue prints a 30,000-job queue over the last third of its run: parsed this way,
+        the parse runs while squeue still prints, not after it. Errors as `run`: the
+        command's exit status and stderr, or its timeout, raise SlurmError (and whatever
+        was parsed is dropped)."""
+        cmd, env = self._cmd(tool, args)
+        with tempfile.TemporaryFile() as err:
+            try:
+                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                                     env=env, stdin=subprocess.DEVNULL)
+            except OSError as e:
+                raise SlurmError(cmd, 127, str(e)) from None
+            timer = threading.Timer(self.s.timeout_s, p.kill)
+            timer.start()
+            try:
+                assert p.stdout is not None
+                with p.stdout:
+                    result = parse(p.stdout)
+                    for _ in p.stdout:  # a parser that stopped early: drain, never block
+                        pass
+                code = p.wait()
+            finally:
+                timer.cancel()
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            if code != 0:
+                err.seek(0)
+                text = err.read().decode(errors="replace")
+                # killed by the timer: no exit status, as `run` reports a timeout
+                raise SlurmError(cmd, None if code == -signal.SIGKILL else code, text)
+        return result
+
+    def run(self, tool: str, *args: str, timeout: float | None = None) -> str:
+        cmd, env = self._cmd(tool, args)
         try:
             p = subprocess.run(
                 cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
@@ -91,23 +156,7 @@ class SlurmCLI:
         args = ["show", "node", "-o"]
         if names:
             args.insert(2, compress(names))
-        out = self.scontrol(*args)
-        nodes: list[SlurmNode] = []
-        for line in out.splitlines():
-            if not line.startswith("NodeName="):
-                continue
-            kv = parse_node_line(line)
-            nodes.append(SlurmNode(
-                name=kv.get("NodeName", ""),
-                state=kv.get("State", ""),
-                addr=kv.get("NodeAddr", ""),
-                hostname=kv.get("NodeHostName", ""),
-                reason=kv.get("Reason", ""),
-                partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
-                last_busy=kv.get("LastBusyTime", ""),
-                alloc_gpus=_alloc_gpus(kv.get("AllocTRES", "")),
-            ))
-        return nodes
+        return self.run_parsed(_parse_nodes, "scontrol", *args)
 
     def set_node_address(self, name: str, addr: str, hostname: str) -> None:
         self.scontrol("update", f"nodename={name}", f"nodeaddr={addr}",
@@ -146,8 +195,8 @@ class SlurmCLI:
 
     def _jobs(self, states: str) -> list[QueueJob]:
         # -S i: sorting by job id alone is the cheapest order for squeue at 30,000 jobs
-        return parse_squeue_fixed(self.run("squeue", "-h", "-t", states, "-S", "i", "-O",
-                                           SQUEUE_FORMAT))
+        return self.run_parsed(parse_squeue_fixed, "squeue", "-h", "-t", states, "-S", "i",
+                               "-O", SQUEUE_FORMAT)
 
     def reservations(self) -> list[SlurmReservation]:
         return parse_reservations(self.scontrol("show", "reservation", "-o"))

@@ -132,3 +132,48 @@ def test_a_reason_quoting_a_key_cannot_shadow_the_real_one() -> None:
                              reason=" Reason=was State=DOWN before [root@2026-11-30T12:00:00]")
     assert parse_node_line(line)["State"] == "IDLE+CLOUD+DRAIN"
     assert parse_node_line(line)["Reason"].startswith("was")
+
+
+def test_squeue_parsed_as_it_streams_equals_the_whole_text() -> None:
+    """run_parsed hands the parser lines with their newlines, as the pipe gives them."""
+    import io
+
+    from tests.benchmarks.canned_slurm import cluster_text
+
+    text = cluster_text(500, 50, 200, 1_790_000_000.0)["jobs"]
+    whole = parse_squeue_fixed(text)
+    assert len(whole) > 500 and any(j.array_tasks > 1 for j in whole)
+    assert parse_squeue_fixed(io.StringIO(text)) == whole
+
+
+def test_run_parsed_reports_what_run_reports(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A failing command's status and stderr, a command past its timeout, a missing one:
+    SlurmError, as `run` raises; what was parsed is dropped. A parser that stops early does
+    not leave the command blocked on a full pipe."""
+    import os
+
+    import pytest
+
+    from slurmscale.config import SlurmSettings
+    from slurmscale.slurm.cli_backend import SlurmCLI
+    from slurmscale.slurm.protocol import SlurmError
+
+    def tool(name: str, body: str) -> None:
+        (tmp_path / name).write_text("#!/bin/sh\n" + body)
+        os.chmod(tmp_path / name, 0o755)
+
+    tool("ok", "seq 1 200000\n")
+    tool("bad", "echo 1; echo 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
+    tool("slow", "echo 1; exec sleep 30\n")
+    cli = SlurmCLI(SlurmSettings(bin_dir=str(tmp_path), timeout_s=1.0))
+    assert cli.run_parsed(lambda lines: sum(1 for _ in lines), "ok") == 200000
+    assert cli.run_parsed(lambda lines: next(iter(lines)), "ok") == "1\n"
+    with pytest.raises(SlurmError) as e:
+        cli.run_parsed(list, "bad")
+    assert e.value.returncode == 1 and "Unable to contact" in str(e.value)
+    with pytest.raises(SlurmError) as e:
+        cli.run_parsed(list, "slow")
+    assert e.value.returncode is None
+    with pytest.raises(SlurmError) as e:
+        cli.run_parsed(list, "missing")
+    assert e.value.returncode == 127
