@@ -144,6 +144,9 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
                     if p.capacity_type is not CapacityType.CAPACITY_BLOCK}
     pool_of: dict[tuple[str, ...], Pool | None] = {}  # (a queue has few partition lists)
     out = []
+    # (tens of thousands a pass: each GangJob made as the tuple it is, in field order, and
+    # a time looked up in slurm_time's memo before calling it)
+    make, times, missing = tuple.__new__, _TIMES, _MISSING
     for j in jobs:
         if j.num_nodes < min_nodes and j.job_id not in also:
             continue
@@ -154,16 +157,21 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
                 (by_partition[p] for p in j.partitions if p in by_partition), None)
         if pool is None:
             continue
-        out.append(GangJob(
-            job_id=j.job_id, pool=pool.name, nodes=j.num_nodes,
-            gpus_per_node=j.gpus_per_node or pool.gpus_per_node,
-            submit_s=slurm_time(j.submit_time) or 0.0, priority=j.priority, user=j.user,
-            account=j.account, pending=j.state == "PENDING",
-            waiting_for_capacity=(j.reason in CAPACITY_REASONS
-                                  or j.reason.startswith("ReqNodeNotAvail")),
-            held=j.reason.startswith("JobHeld") or j.priority == 0,
-            reservation=j.reservation,
-            expected_start_s=slurm_time(j.expected_start) if j.expected_start else None))
+        submit = times.get(j.submit_time, missing)
+        if submit is missing:
+            submit = slurm_time(j.submit_time)
+        expected = None
+        if j.expected_start:
+            expected = times.get(j.expected_start, missing)
+            if expected is missing:
+                expected = slurm_time(j.expected_start)
+        reason = j.reason
+        out.append(make(GangJob, (
+            j.job_id, pool.name, j.num_nodes, j.gpus_per_node or pool.gpus_per_node,
+            submit or 0.0, j.priority, j.user, j.account, j.state == "PENDING",
+            reason in CAPACITY_REASONS or reason.startswith("ReqNodeNotAvail"),
+            reason.startswith("JobHeld") or j.priority == 0, j.reservation, expected,
+            None, None)))
     return tuple(out)
 
 
@@ -202,7 +210,9 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
             usable, n.alloc_gpus or min(job_gpus.get(n.name, 0), pool.gpus_per_node),
             free_at.get(n.name) if st is allocated else None, n.name in paid))
     by_partition = {p.partition: p for p in cfg.pools}
-    pool_of: dict[tuple[str, ...], tuple[Pool | None, tuple[str, ...]]] = {}
+    # partition list -> (pool name, its other pools, max nodes, GPUs a node), or None: not
+    # slurmscale's (a queue has few partition lists; looked up once each)
+    pool_of: dict[tuple[str, ...], tuple[str, tuple[str, ...], int, int] | None] = {}
     pending = []
     arrivals = []
     window = max((p.policy.reuse_window_s for p in cfg.pools), default=3600.0)
@@ -210,32 +220,35 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
     running_tasks: Counter[str] = Counter()
     if any(j.array_throttle for j in jobs):
         running_tasks.update(j.array_job for j in jobs if j.array_job and j.state != "PENDING")
-    for j in jobs:
-        if j.partitions in pool_of:
-            pool, also = pool_of[j.partitions]
+    # (every job every pass: each QueueJob unpacked once, not read field by field)
+    for (job_id, partitions, num_nodes, gpus, limit, submit_time, reason, priority, _user,
+         state, _account, _resv, _end, _nodes, _start, _expected, array_job, tasks,
+         throttle) in jobs:
+        if partitions in pool_of:
+            seen = pool_of[partitions]
         else:
-            mine = [by_partition[p] for p in j.partitions if p in by_partition]
-            pool = mine[0] if mine else None
-            also = tuple(p.name for p in mine[1:] if p is not pool)
-            pool_of[j.partitions] = (pool, also)
-        if pool is None:
+            mine = [by_partition[p] for p in partitions if p in by_partition]
+            seen = pool_of[partitions] = (mine[0].name, tuple(
+                p.name for p in mine[1:] if p is not mine[0]), mine[0].max_nodes,
+                mine[0].gpus_per_node) if mine else None
+        if seen is None:
             continue
-        submit = slurm_time(j.submit_time) or now
+        pool, also, max_nodes, pool_gpus = seen
+        submit = slurm_time(submit_time) or now
         # (a pending array line: every task is an arrival; the log keys tasks by line)
-        arrived = j.num_nodes * min(j.array_tasks, pool.max_nodes)
+        arrived = num_nodes * min(tasks, max_nodes)
         if arrival_log is None:
-            arrivals.append((submit, pool.name, arrived))
+            arrivals.append((submit, pool, arrived))
         elif submit >= now - window:  # (an older one would be dropped from the log below)
-            arrival_log[j.job_id] = (submit, pool.name, arrived)
-        if j.state != "PENDING":
+            arrival_log[job_id] = (submit, pool, arrived)
+        if state != "PENDING":
             continue  # running or starting: an arrival for the reuse forecast, not demand
-        tasks = startable = j.array_tasks
-        if j.array_throttle:
-            startable = max(0, min(tasks, j.array_throttle - running_tasks[j.array_job]))
+        startable = tasks
+        if throttle:
+            startable = max(0, min(tasks, throttle - running_tasks[array_job]))
         pending.append(PendingJob(
-            j.job_id, pool.name, j.num_nodes, j.gpus_per_node or pool.gpus_per_node,
-            j.time_limit_s, submit, j.priority,
-            (j.reason in CAPACITY_REASONS or j.job_id in requeued) and j.priority > 0
+            job_id, pool, num_nodes, gpus or pool_gpus, limit, submit, priority,
+            (reason in CAPACITY_REASONS or job_id in requeued) and priority > 0
             and startable > 0, also, tasks, startable))
     if arrival_log is not None:
         for job_id in [k for k, (t, _, _) in arrival_log.items() if t < now - window]:

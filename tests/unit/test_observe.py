@@ -185,3 +185,26 @@ def test_gpus_in_use_come_from_running_jobs_when_alloc_tres_has_none() -> None:
     views = {v.name: v for v in build_snapshot(cfg, nodes, run, 0.0).nodes}
     assert views["spot-1"].alloc_gpus == 8  # 3 x 4 GPUs, capped at the node's 8
     assert views["spot-2"].alloc_gpus == 8  # AllocTRES, when Slurm reports it, wins
+
+
+def test_gang_jobs_fills_every_field_in_order() -> None:
+    """gang_jobs makes each GangJob as a bare tuple (speed): it must be the GangJob the
+    keywords make, field for field (a field added to GangJob and not here fails this)."""
+    from slurmscale.policy.observe import gang_jobs, slurm_time
+    from slurmscale.policy.reservations import GangJob
+
+    cfg = parse_config(base_config())
+    q = [QueueJob("7", ("gpu-spot",), 4, 8, 3600, "2026-11-29T10:00:00", "Resources", 50,
+                  "alice", "PENDING", "proj", "resv", "", "", "",
+                  "2026-11-29T12:00:00"),
+         QueueJob("8", ("gpu-spot",), 2, 0, None, "2026-11-29T10:00:01",
+                  "JobHeldUser", 0, "bob", "PENDING")]
+    a, b = gang_jobs(cfg, q, 2)
+    assert a == GangJob(job_id="7", pool="gpu-spot", nodes=4, gpus_per_node=8,
+                        submit_s=slurm_time("2026-11-29T10:00:00"), priority=50,
+                        user="alice", account="proj", pending=True,
+                        waiting_for_capacity=True, held=False, reservation="resv",
+                        expected_start_s=slurm_time("2026-11-29T12:00:00"))
+    assert (b.gpus_per_node, b.held, b.waiting_for_capacity, b.expected_start_s) == (
+        8, True, False, None)
+    assert len(a) == len(GangJob._fields) and type(a) is GangJob
