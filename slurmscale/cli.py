@@ -322,7 +322,7 @@ def _live_plan(cfg: Config) -> dict[str, Any]:
     import time as _time
 
     from slurmscale.daemon.capacity import current_plan
-    from slurmscale.plan_view import SOURCE_LIVE, plan_data
+    from slurmscale.daemon.plan_view import SOURCE_LIVE, plan_data
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
 

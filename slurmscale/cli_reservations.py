@@ -15,8 +15,8 @@ import click
 
 from slurmscale.cli_common import _load, _store, _table
 from slurmscale.config import Config
+from slurmscale.daemon.plan_view import gang_json
 from slurmscale.lifecycles import LIVE_HOLD_STATES, HoldState
-from slurmscale.plan_view import gang_json
 
 FIELDS_HELP = """JSON fields: name, job_id, user, partition, pool, nodes (held now, from Slurm),
 nodes_held, nodes_needed, idle_gpu_hours (spent holding), age_s, state (active |

@@ -19,9 +19,9 @@ from slurmscale.config import Config, redact
 from slurmscale.daemon.api import ApiServer, SocketInUse, resolve_uids
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
+from slurmscale.daemon.plan_view import SOURCE_DAEMON, plan_data, with_standings
 from slurmscale.daemon.reconcile import Reconciler, utcnow
 from slurmscale.gc_tuning import tune_gc
-from slurmscale.plan_view import SOURCE_DAEMON, plan_data, with_standings
 from slurmscale.report.compute import paid_now
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.repo import Store
