@@ -51,7 +51,6 @@ class KeepUpPass:
         return any(p.owns(name) for p in self.pools)
 
     def run(self, p: PassPlan) -> None:
-        want = kept_up(p)
         if time.monotonic() < self._unsupported_until:
             return
         try:
@@ -65,7 +64,7 @@ class KeepUpPass:
                          "23.02): SuspendTime alone protects held and kept nodes")
             self._unsupported_until = time.monotonic() + RECHECK_UNSUPPORTED_S
             return
-        now = parse(value, self._is_pool_node)
+        now, want = parse(value, self._is_pool_node), kept_up(p)
         if now.ours == want:
             return
         new = render(now.theirs, want)
