@@ -7,6 +7,7 @@ the next launch tries the pool again."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -19,6 +20,8 @@ from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
 from slurmscale.store.tables import OfferingRow
+
+log = logging.getLogger(__name__)
 
 Event = Callable[..., None]
 
@@ -65,6 +68,14 @@ class CapacityBackoff:
                    f"{pool}: {code} ({repeats} in a row): unavailable for {ttl:.0f}s, until "
                    f"{datetime.fromtimestamp(until, UTC).isoformat(timespec='seconds')}"
                    + (f"; jobs that may run on {fb} go there meanwhile" if fb else ""))
+        # Held at once, not at the pass's node upkeep: the jobs an interruption requeues next
+        # would otherwise be placed on the pool's powered-down nodes in between, and draining
+        # a node already powering up for a job requeues that job a second time.
+        try:
+            self.upkeep(self.slurm.nodes(self.cfg.pool(pool).node_names()), now)
+        except SlurmError as e:
+            log.warning("%s: powered-down nodes not held yet (%s): the pass's upkeep will", pool,
+                        e)
 
     def launched(self, pool: str, now: datetime) -> None:
         row = self.store.offering(pool)

@@ -187,6 +187,26 @@ def test_warnings_put_the_spot_pool_in_capacity_backoff_once(world) -> None:  # 
     assert len(unavailable) == 1 and "gpu-od go there meanwhile" in unavailable[0]
 
 
+def test_the_pools_powered_down_nodes_are_held_before_the_jobs_are_requeued(world) -> None:  # type: ignore[no-untyped-def]
+    """Found in a full run: the requeued gang was placed on the pool's powered-down nodes
+    before the pass's upkeep drained them, and that drain (of a node powering up for it)
+    requeued it a second time. The pool's nodes are now held when it becomes unavailable,
+    before its jobs are requeued."""
+    from slurmscale.daemon.backoff import CapacityBackoff
+
+    p, slurm, q, store, events = world
+    p.backoff = CapacityBackoff(p.cfg, store, slurm, lambda k, m, **_: events.append((k, m)))
+    for i in range(2, 5):
+        slurm.table[f"spot-{i}"] = SlurmNode(f"spot-{i}", "IDLE+CLOUD+POWERED_DOWN",
+                                             f"spot-{i}", f"spot-{i}")
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
+    p.run(T0)
+    held = [i for i, c in enumerate(slurm.calls) if c == ("drain", ["spot-2", "spot-3",
+                                                                    "spot-4"])]
+    assert held and held[0] < slurm.calls.index(("requeue", ["42"])), slurm.calls
+    assert [k for k, _ in events][:2] == ["capacity_unavailable", "nodes_held_no_capacity"]
+
+
 def test_a_warning_for_a_node_still_booting_records_its_job_even_if_slurm_requeues_it(
         world) -> None:  # type: ignore[no-untyped-def]
     """Slurm 22.05 requeues a configuring job itself when its booting node is drained: the
