@@ -53,7 +53,8 @@ def with_standings(cfg: Config, slurm: SlurmClient, pp: PassPlan) -> PassPlan:
     from slurmscale.daemon.capacity import read_priorities
     from slurmscale.policy.standing import gang_standings
 
-    if not pp.gangs or len(pp.standings) == len(pp.gangs):
+    # a pass that read sprio ranked every pending gang (pp.gangs holds running ones too)
+    if pp.standings or not any(g.pending for g in pp.gangs):
         return pp
     standings = gang_standings(pp.gangs, {p.name: p.partition for p in cfg.pools},
                                list(pp.jobs), *read_priorities(slurm), pp.capacity.now)
