@@ -97,7 +97,8 @@ if TYPE_CHECKING:
 @click.option("--slurm-param", "slurm_params", multiple=True, metavar="NAME=VALUE",
               help="slurm model: bf_interval, bf_window, bf_max_job_test, PriorityWeightAge, "
                    "PriorityWeightJobSize, PriorityWeightFairshare, PriorityMaxAge, "
-                   "PriorityDecayHalfLife, PriorityCalcPeriod (times in seconds), "
+                   "PriorityDecayHalfLife, PriorityCalcPeriod, power_up_check, "
+                   "power_up_check_phase, sched_tick, batch_sched_delay (times in seconds), "
                    "PriorityFavorSmall=YES|NO; repeatable.")
 @click.option("--node-failure-rate", default=None, type=click.FloatRange(0),
               metavar="PER_NODE_HOUR",

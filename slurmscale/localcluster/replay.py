@@ -9,8 +9,11 @@ policy, so the simulator can be checked against real Slurm.
 N, B and G mean exactly what they mean to `simulate` (B in trace seconds). Everything that is
 a time runs S times faster: submit times, run times (`sleep`), the boot delay, the policy's
 and the holds' time knobs, the daemon's pass (the simulator's 60 s), Slurm's backfill interval
-(the simulator's 30 s, at least Slurm's minimum of 1 s). Waits are measured from the real
-submission to the moment the job is seen RUNNING, and scaled back to trace seconds.
+(the simulator's 30 s, at least Slurm's minimum of 1 s). Slurm's own clocks do not scale:
+backfill's whole seconds, slurmctld's once-a-second loop that serves the main scheduler, its
+batch_sched_delay; `simulate_args` hands them to the simulator S times longer. Waits are
+measured from the real submission to the moment the job is seen RUNNING, and scaled back to
+trace seconds.
 
 Slurm keeps time limits in whole minutes, so a job's limit is rounded up to a minute of real
 time; `--sim-trace OUT` writes the trace with those limits, and the JSON's `simulate_args` is
@@ -87,11 +90,27 @@ def hold_margin(scale: float) -> float:
     return real * scale - k.max_hold_s
 
 
+def bf_interval_s(model: SlurmModel, scale: float) -> int:
+    """The real Slurm's bf_interval: the model's, S times faster, but whole seconds, >= 1."""
+    return max(1, round(model.bf_interval / scale))
+
+
+def timing_args(model: SlurmModel, scale: float) -> list[str]:
+    """What `simulate` needs to see this Slurm's own clocks, which do not scale with S, in
+    trace seconds: backfill's interval (at least Slurm's 1 s, 200 trace s at 200x), and the
+    main scheduler's (slurmctld's 1 s loop and its batch_sched_delay, left at Slurm's
+    default, that the model's defaults are). Without them the simulator starts a job the
+    moment its nodes free, and a replay at 200x up to 200 trace s later per start in a chain."""
+    return ["--slurm-param", f"bf_interval={bf_interval_s(model, scale) * scale:g}",
+            "--slurm-param", f"sched_tick={model.sched_tick * scale:g}",
+            "--slurm-param", f"batch_sched_delay={model.batch_sched_delay * scale:g}"]
+
+
 def slurm_conf_lines(model: SlurmModel, scale: float) -> list[str]:
     """The simulator's Slurm model, written for a Slurm running S times faster."""
     max_age_min = max(1, round(model.priority_max_age / scale / 60))
     return [
-        f"SchedulerParameters=bf_interval={max(1, round(model.bf_interval / scale))},"
+        f"SchedulerParameters=bf_interval={bf_interval_s(model, scale)},"
         "bf_resolution=1,"
         f"bf_window={max(1, math.ceil(model.bf_window / scale / 60))},"
         f"bf_max_job_test={model.bf_max_job_test}",
@@ -302,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
            "simulate_args": [*SIM_ARGS, "--max-nodes", str(a.max_nodes), "--boot-time",
                              f"{a.boot_time:g}", "--gpus-per-node", str(a.gpus_per_node),
                              "--slurm-param", f"power_up_check={30 * a.time_scale:g}",
+                             *timing_args(model, a.time_scale),
                              "--hold-end-margin", f"{hold_margin(a.time_scale):g}",
                              *(["--no-accumulate"] if a.no_accumulate else []),
                              "--slurm-param",

@@ -66,7 +66,8 @@ from slurmscale.sim.slurm_model import (
 from slurmscale.sim.trace import TraceJob
 
 # same-time order: arrivals first, policy last
-SUBMIT, ELIGIBLE, READY, END, BLOCK, BACKFILL, TICK = 0, 1, 2, 3, 4, 5, 6
+SUBMIT, ELIGIBLE, READY, END, BLOCK, SCHED, BACKFILL, TICK = 0, 1, 2, 3, 4, 5, 6, 7
+PERIODIC = (SCHED, BACKFILL, TICK)  # Slurm's and the daemon's own wake-ups, not the trace's
 ODCR = -1  # a node's `paid` when it runs in the On-Demand Capacity Reservation
 NOT_RESPONDING = "Not responding"  # what Slurm says of a node whose hardware failed
 
@@ -272,6 +273,8 @@ class Simulation:
         self.next_calc = 0.0
         self.order: list[int] | None = None  # pending jobs by priority (None: to sort)
         self.bf_due = False  # a backfill event is queued
+        self.sched_due = False  # a main scheduler run is queued (slurmctld's request count)
+        self.last_main_run = -math.inf
         self.bf_dirty = True  # something changed since the last backfill cycle
         # backfill's planned start per pending job (squeue's StartTime for a pending job),
         # and what they were planned down to (None: to plan again, something changed)
@@ -291,7 +294,7 @@ class Simulation:
 
     # --- bookkeeping ---------------------------------------------------------------------
     def _push(self, t: float, kind: int, idx: int) -> None:
-        if kind not in (TICK, BACKFILL):
+        if kind not in PERIODIC:
             self.future_events += 1
         heapq.heappush(self.ev, (t, kind, next(self.seq), idx))
 
@@ -487,6 +490,17 @@ class Simulation:
                 if n.state != "down" and n.resv is None and not n.drain]
         return [head, max((n.free for n in live), default=0),
                 sum(1 for n in live if n.jobs == 0)]
+
+    def _wake_main_scheduler(self, now: float, kind: int) -> None:
+        """Run the main scheduler, or queue its run for slurmctld's background loop. What
+        queues one is an event of Slurm's own (a submission, a job's end, a node up, a
+        block's edge), not backfill's or the daemon's wake-ups. The greedy model, the one
+        before issue 15, runs it on every event."""
+        if self.greedy or kind == SCHED:
+            self._schedule(now)
+        elif kind not in PERIODIC and self.pending and not self.sched_due:
+            self.sched_due = True
+            self._push(self.sched.main_run(now, self.last_main_run), SCHED, -1)
 
     def _schedule(self, now: float) -> None:
         """Slurm's event-triggered scheduling pass: jobs in reservations first (they start on
@@ -1008,7 +1022,7 @@ class Simulation:
         now = 0.0
         while self.ev:
             now, kind, _, idx = heapq.heappop(self.ev)
-            if kind not in (TICK, BACKFILL):
+            if kind not in PERIODIC:
                 self.future_events -= 1
                 self.last_event_at = now
             if kind == SUBMIT:
@@ -1033,6 +1047,9 @@ class Simulation:
                 self.running_gpus -= job.gpus_per_node(self.k.gpus_per_node) * job.nodes
                 outstanding -= 1
                 self._record(idx, job, now)
+            elif kind == SCHED:
+                self.sched_due = False
+                self.last_main_run = now
             elif kind == BACKFILL:
                 self.bf_due = False
                 self._backfill(now)
@@ -1044,7 +1061,7 @@ class Simulation:
                     self._push(now + self.cloud.tick_s, TICK, -1)
             if kind in (READY, END, BLOCK):
                 self.bf_dirty = True
-            self._schedule(now)
+            self._wake_main_scheduler(now, kind)
             if self.daemon is not None:  # what Slurm's hooks asked of the daemon
                 self.daemon.carry_out(now)
             if (not self.greedy and self.bf_dirty and self.pending and not self.bf_due

@@ -4,10 +4,15 @@ user runs it, then simulated with the settings the replay reports (`simulate_arg
 
 The 40-job ITP slice (3 gangs of 2 and 4 nodes, 37 single-node jobs, a 5-node cap) at 200x:
 the same jobs complete, the gangs start in the same order, and wait p50/p95 (all jobs, gangs)
-agree within what the replay cannot resolve: one poll of the queue (0.2 s real), the daemon's
-pass and batch window (0.5 s each), slurmd's start after the boot delay (~1 s) and the load of
-a shared CI machine: 3 s real, 600 trace seconds at 200x. Measured: within 348 s (docs/
-simulator.md). Holds are off: with them the two disagree, which is issue 16's to settle.
+agree within what the replay cannot resolve: slurmctld's once-a-second wake-up, whose phase the
+simulator does not know, one poll of the queue (0.2 s real), the daemon's pass and batch window
+(0.5 s each), slurmd's start after the boot delay (~1 s) and the load of a shared CI machine:
+3 s real, 600 trace seconds at 200x. Measured: every start within 132 s, p50 within 84 s
+(docs/simulator.md). Before `simulate_args` carried Slurm's own clocks (backfill's and the
+main scheduler's 1 s, 200 trace s here) the simulator started a job the moment its nodes
+freed, the replay's starts fell up to 1 s real further behind per start in a chain, and a
+loaded CI run measured 880 s on the p50. Holds are off: with them the two disagree, which is
+issue 16's to settle.
 """
 
 from __future__ import annotations

@@ -271,6 +271,35 @@ def test_a_powered_up_job_starts_at_slurmctlds_next_periodic_check() -> None:
     assert SlurmModel(power_up_check=0).configured(311.5) == 311.5
 
 
+def test_the_main_scheduler_runs_at_slurmctlds_next_wake_up_and_not_before_its_delay(
+) -> None:
+    """As a replay at 200x sees Slurm (a 1 s loop, batch_sched_delay 3 s: 200 and 600 trace
+    s), backfill off: A starts at the loop's first run (0); B, submitted at 100 to the free
+    node, waits for the delay after that run (600); C, queued behind A's node, starts at the
+    first wake-up after A ends at 1050 (1200). At 1x (1 s, 3 s) the same trace is served
+    within a second of each event, and the greedy model at once."""
+    jobs = [TraceJob("A", 0.0, 1050.0, 8, 1), TraceJob("B", 100.0, 5000.0, 8, 1),
+            TraceJob("C", 200.0, 10.0, 8, 1)]
+    slow = SlurmModel(bf_interval=0, sched_tick=200.0, batch_sched_delay=600.0)
+    assert _starts(jobs, slow) == {"A": 0.0, "B": 600.0, "C": 1200.0}
+    assert _starts(jobs, SlurmModel(bf_interval=0)) == {"A": 0.0, "B": 100.0, "C": 1050.0}
+    assert _starts(jobs, GREEDY) == {"A": 0.0, "B": 100.0, "C": 1050.0}
+
+
+@settings(max_examples=300, deadline=None)
+@given(now=st.floats(0, 1e6), since=st.floats(0, 1e3), tick=st.sampled_from([0.0, 1.0, 0.5,
+                                                                              200.0]),
+       delay=st.sampled_from([0.0, 3.0, 600.0]))
+def test_a_queued_main_run_is_the_first_wake_up_past_the_event_and_the_delay(
+        now: float, since: float, tick: float, delay: float) -> None:
+    m = SlurmModel(sched_tick=tick, batch_sched_delay=delay)
+    t = m.main_run(now, now - since)
+    due = max(now, now - since + delay)
+    assert due - 1e-6 <= t < due + max(tick, 1e-6)
+    if tick:
+        assert abs(t / tick - round(t / tick)) < 1e-6
+
+
 def test_backfill_expected_start_is_what_squeue_shows_the_daemon() -> None:
     """Before each daemon pass the simulated Slurm plans the pending jobs down to the last
     gang that has waited accumulate_after_s (600 s: from t=610 for G), as a backfill cycle
