@@ -273,6 +273,7 @@ class Simulation:
         self.next_calc = 0.0
         self.order: list[int] | None = None  # pending jobs by priority (None: to sort)
         self.bf_due = False  # a backfill event is queued
+        self.main_wanted = False  # a main scheduler run is asked for, not yet queued
         self.sched_due = False  # a main scheduler run is queued (slurmctld's request count)
         self.last_main_run = -math.inf
         self.bf_dirty = True  # something changed since the last backfill cycle
@@ -491,16 +492,14 @@ class Simulation:
         return [head, max((n.free for n in live), default=0),
                 sum(1 for n in live if n.jobs == 0)]
 
-    def _wake_main_scheduler(self, now: float, kind: int) -> None:
-        """Run the main scheduler, or queue its run for slurmctld's background loop. What
-        queues one is an event of Slurm's own (a submission, a job's end, a node up, a
-        block's edge), not backfill's or the daemon's wake-ups. The greedy model, the one
-        before issue 15, runs it on every event."""
-        if self.greedy or kind == SCHED:
-            self._schedule(now)
-        elif kind not in PERIODIC and self.pending and not self.sched_due:
+    def _queue_main_run(self, now: float) -> None:
+        """Queue the main scheduler run something asked for (a Slurm event, or an update the
+        daemon made) at slurmctld's background loop's next chance; the run serves every
+        request made before it, as slurmctld's request count does."""
+        if self.main_wanted and self.pending and not self.sched_due:
             self.sched_due = True
             self._push(self.sched.main_run(now, self.last_main_run), SCHED, -1)
+        self.main_wanted = False
 
     def _schedule(self, now: float) -> None:
         """Slurm's event-triggered scheduling pass: jobs in reservations first (they start on
@@ -1061,9 +1060,14 @@ class Simulation:
                     self._push(now + self.cloud.tick_s, TICK, -1)
             if kind in (READY, END, BLOCK):
                 self.bf_dirty = True
-            self._wake_main_scheduler(now, kind)
+            if self.greedy or kind == SCHED:  # the greedy model schedules on every event
+                self._schedule(now)
+            elif kind not in PERIODIC:  # Slurm's own events ask for a main scheduler run
+                self.main_wanted = True
             if self.daemon is not None:  # what Slurm's hooks asked of the daemon
                 self.daemon.carry_out(now)
+            if not self.greedy:
+                self._queue_main_run(now)
             if (not self.greedy and self.bf_dirty and self.pending and not self.bf_due
                     and self.sched.bf_interval > 0):
                 self.bf_due = True

@@ -67,6 +67,7 @@ class SimModel(Protocol):
     start: dict[int, float]
     started_in: dict[str, str]  # job id -> the reservation it started in
     bf_dirty: bool
+    main_wanted: bool  # a main scheduler run is asked for (what an update RPC does in Slurm)
     sched: SlurmModel
 
     def queue_priority(self, idx: int) -> int: ...
@@ -123,9 +124,10 @@ class SimSlurm:
 
     def _changed(self, names: list[str] | tuple[str, ...] = ()) -> None:
         """An update changed what Slurm may schedule (these nodes): the backfill plan is
-        stale."""
+        stale, and the update asks for a main scheduler run, as Slurm's update RPCs do."""
         self.sim.touched.update(names)
         self.sim.bf_dirty = True
+        self.sim.main_wanted = True
 
     # --- reads ---------------------------------------------------------------------------
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:

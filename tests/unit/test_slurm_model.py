@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.engine import SimCloud, Simulation, simulate
 from slurmscale.sim.policies import builtin_policy
+from slurmscale.sim.slurm_adapter import SimSlurm
 from slurmscale.sim.slurm_model import (
     FairShare,
     NodePlan,
@@ -129,6 +130,27 @@ def test_slurm_without_time_limits_starves_the_gang_and_holds_end_it() -> None:
     on = simulate(_stream(), builtin_policy("slurmscale", FOUR), CLOUD, slurm=model)
     assert off.gang_waits[0] > 6000
     assert on.gang_waits[0] <= 600 + 1200 + 120 and on.reservations_created == 1
+
+
+def test_the_daemons_update_asks_for_a_main_scheduler_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An `scontrol update` (here the hold's, making the gang startable) asks slurmctld for a
+    main scheduler run, as Slurm's update RPCs do: the gang starts within one wake-up and
+    batch_sched_delay of the daemon's last update, not at the next job's end (it waited 120 s
+    more when the simulated updates asked for nothing)."""
+    writes: list[float] = []
+    changed = SimSlurm._changed
+
+    def spy(self: SimSlurm, names: list[str] | tuple[str, ...] = ()) -> None:
+        writes.append(self.now)
+        changed(self, names)
+    monkeypatch.setattr(SimSlurm, "_changed", spy)
+    model = SlurmModel(time_limits=False)
+    on = simulate(_stream(), builtin_policy("slurmscale", FOUR), CLOUD, slurm=model)
+    (start, _gang), = on.gang_starts
+    last = max(t for t in writes if t <= start)
+    assert on.reservations_created == 1
+    assert start - last <= model.sched_tick + model.batch_sched_delay, (start, last)
 
 
 def test_small_jobs_of_higher_priority_starve_the_gang_and_holds_end_it() -> None:
