@@ -67,11 +67,11 @@ class SlurmModel:
     # reads it from slurmctld's log).
     power_up_check: float = 30.0
     power_up_check_phase: float = 0.0
-    # An event (a submission, a job's end, a node up) does not run the main scheduler there
-    # and then: it queues a request that slurmctld's background loop, waking once a second,
-    # serves when batch_sched_delay (SchedulerParameters, default 3 s) has passed since the
-    # loop's last run (slurmctld's controller.c; seen on 22.05). A second is nothing to a
-    # trace at 1x, but a replay at 200x sees it as 200 trace seconds per start.
+    # An event (a submission, a job's end, a node up, an update) does not run the main
+    # scheduler there and then: it queues a request that slurmctld's background loop, waking
+    # once a second, serves when batch_sched_delay (SchedulerParameters, default 3 s) has
+    # passed since the loop's last run (slurmctld's controller.c; seen on 22.05). A second is
+    # nothing to a trace at 1x, but a replay at 200x sees it as 200 trace seconds per start.
     sched_tick: float = 1.0
     batch_sched_delay: float = 3.0
 
