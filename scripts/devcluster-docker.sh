@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 dir=${SLURMSCALE_DOCKER_DIR:-/var/cache/slurmscale/docker}
 export DOCKER_HOST="unix://$dir/docker.sock"
 export SLURMSCALE_DEV_NETWORK=host
+# vfs copies an image's layers whole for each container: more than docker-compose's default
+# 60 s of patience on a loaded machine
+export COMPOSE_HTTP_TIMEOUT=${COMPOSE_HTTP_TIMEOUT:-600}
 compose=(docker-compose -p slurmscale-dev -f docker-compose.slurm.yml)
 case "${1:-}" in
   up)

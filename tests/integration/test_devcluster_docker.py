@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENGINE = Path(os.environ.get("SLURMSCALE_DOCKER_DIR", "/var/cache/slurmscale/docker"))
 PROJECT = "slurmscale-dev-test"
 IMAGE = "slurmscale-dev:latest"
+COMPOSE_HTTP_TIMEOUT = "600"  # seconds, as scripts/devcluster-docker.sh sets it
 
 
 def _engine_usable() -> None:
@@ -55,7 +56,11 @@ def test_the_compose_cluster_runs_a_gang_in_containers() -> None:
     env = {**os.environ, "DOCKER_HOST": f"unix://{ENGINE}/docker.sock",
            "SLURMSCALE_DEV_NETWORK": "host", "SLURMSCALE_DEV_PG_PORT": str(base),
            "SLURMSCALE_DEV_MOTO_PORT": str(base + 1),
-           "SLURMSCALE_DEV_METRICS_PORT": str(base + 2)}
+           "SLURMSCALE_DEV_METRICS_PORT": str(base + 2),
+           # docker-compose's client gives up on the engine after 60 s by default, and
+           # creating a container on vfs copies its image's layers whole: a CI run on a cold,
+           # loaded machine timed out creating the first one
+           "COMPOSE_HTTP_TIMEOUT": COMPOSE_HTTP_TIMEOUT}
     client = docker.DockerClient(base_url=env["DOCKER_HOST"], timeout=600)
     mine = {"label": f"com.docker.compose.project={PROJECT}"}
     up = False
