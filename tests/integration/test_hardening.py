@@ -122,8 +122,12 @@ def test_a_spot_warning_that_arrives_while_slurmctld_is_down_is_not_lost(make_cl
     wait_for("the warning read and kept", lambda: f"EC2 event for {iid} not handled yet"
              in log.read_text(), 60)
     c.start_slurmctld()
-    wait_for("the job requeued once", lambda: c.job(job).get("Restarts") == "1", 120)
-    assert c.job(job)["JobState"] in ("PENDING", "CONFIGURING", "RUNNING"), c.job(job)
+
+    def requeued() -> bool:  # a requeue counts its restart while the job is still
+        j = c.job(job)       # COMPLETING (its processes killed), then pends again
+        return j.get("Restarts") == "1" and j.get("JobState") in (
+            "PENDING", "CONFIGURING", "RUNNING")
+    wait_for("the job requeued once and back in the queue", requeued, 120)
     kinds = [e["kind"] for e in c.events()]
     assert kinds.count("job_requeued") == 1 and kinds.count("node_evacuated") == 1
     c.slurm("scancel", str(job))
