@@ -98,9 +98,9 @@ def bf_interval_s(model: SlurmModel, scale: float) -> int:
 def timing_args(model: SlurmModel, scale: float) -> list[str]:
     """What `simulate` needs to see this Slurm's own clocks, which do not scale with S, in
     trace seconds: backfill's interval (at least Slurm's 1 s, 200 trace s at 200x), and the
-    main scheduler's (slurmctld's 1 s loop and its batch_sched_delay, left at Slurm's
-    default, that the model's defaults are). Without them the simulator starts a job the
-    moment its nodes free, and a replay at 200x up to 200 trace s later per start in a chain."""
+    main scheduler's (slurmctld's 1 s loop, and batch_sched_delay left at Slurm's default:
+    the model's defaults are both). Without them the simulator starts a job the moment its
+    nodes free, and real Slurm at 200x up to 200 trace s later, per start in a chain."""
     return ["--slurm-param", f"bf_interval={bf_interval_s(model, scale) * scale:g}",
             "--slurm-param", f"sched_tick={model.sched_tick * scale:g}",
             "--slurm-param", f"batch_sched_delay={model.batch_sched_delay * scale:g}"]
