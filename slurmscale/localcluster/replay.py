@@ -97,11 +97,13 @@ def bf_interval_s(model: SlurmModel, scale: float) -> int:
 
 def timing_args(model: SlurmModel, scale: float) -> list[str]:
     """What `simulate` needs to see this Slurm's own clocks, which do not scale with S, in
-    trace seconds: backfill's interval (at least Slurm's 1 s, 200 trace s at 200x), and the
-    main scheduler's (slurmctld's 1 s loop, and batch_sched_delay left at Slurm's default:
-    the model's defaults are both). Without them the simulator starts a job the moment its
-    nodes free, and real Slurm at 200x up to 200 trace s later, per start in a chain."""
-    return ["--slurm-param", f"bf_interval={bf_interval_s(model, scale) * scale:g}",
+    trace seconds: the power-up check (every 30 s), backfill's interval (at least Slurm's
+    1 s, 200 trace s at 200x), and the main scheduler's (slurmctld's 1 s loop, and
+    batch_sched_delay left at Slurm's default: the model's defaults are these). Without
+    the last the simulator starts a job the moment its nodes free, and real Slurm at 200x up
+    to 200 trace s later, per start in a chain."""
+    return ["--slurm-param", f"power_up_check={model.power_up_check * scale:g}",
+            "--slurm-param", f"bf_interval={bf_interval_s(model, scale) * scale:g}",
             "--slurm-param", f"sched_tick={model.sched_tick * scale:g}",
             "--slurm-param", f"batch_sched_delay={model.batch_sched_delay * scale:g}"]
 
@@ -312,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         c.start()
         t0, wall0 = replay(c, runs, a.time_scale, a.gpus_per_node, a.deadline)
         r = result(c, runs, a.time_scale, a.gpus_per_node, t0)
-        phase = power_up_phase(root / "log" / "slurmctld.log", wall0)
+        phase = power_up_phase(root / "log" / "slurmctld.log", wall0, model.power_up_check)
     finally:
         c.stop()
         if not a.keep:
@@ -320,7 +322,6 @@ def main(argv: list[str] | None = None) -> int:
     out = {"trace": a.trace, "slurm_model": "real", "time_scale": a.time_scale,
            "simulate_args": [*SIM_ARGS, "--max-nodes", str(a.max_nodes), "--boot-time",
                              f"{a.boot_time:g}", "--gpus-per-node", str(a.gpus_per_node),
-                             "--slurm-param", f"power_up_check={30 * a.time_scale:g}",
                              *timing_args(model, a.time_scale),
                              "--hold-end-margin", f"{hold_margin(a.time_scale):g}",
                              *(["--no-accumulate"] if a.no_accumulate else []),

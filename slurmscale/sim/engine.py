@@ -1049,6 +1049,7 @@ class Simulation:
             elif kind == SCHED:
                 self.sched_due = False
                 self.last_main_run = now
+                self._schedule(now)
             elif kind == BACKFILL:
                 self.bf_due = False
                 self._backfill(now)
@@ -1060,7 +1061,7 @@ class Simulation:
                     self._push(now + self.cloud.tick_s, TICK, -1)
             if kind in (READY, END, BLOCK):
                 self.bf_dirty = True
-            if self.greedy or kind == SCHED:  # the greedy model schedules on every event
+            if self.greedy:  # the greedy model schedules on every event
                 self._schedule(now)
             elif kind not in PERIODIC:  # Slurm's own events ask for a main scheduler run
                 self.main_wanted = True
