@@ -356,6 +356,7 @@ def _gang_row(g: dict[str, Any], now: float) -> dict[str, object]:
 
 
 from slurmscale.cli_check import check  # noqa: E402 - commands in modules of their own
+from slurmscale.cli_node import node_init_cmd, node_userdata  # noqa: E402
 from slurmscale.cli_report import report  # noqa: E402
 from slurmscale.cli_reservations import reservations  # noqa: E402
 from slurmscale.cli_simulate import simulate  # noqa: E402
@@ -366,6 +367,8 @@ cli.add_command(report)
 cli.add_command(check)
 cli.add_command(status)
 cli.add_command(simulate)
+cli.add_command(node_init_cmd)
+cli.add_command(node_userdata)
 
 
 def main() -> None:

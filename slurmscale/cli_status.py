@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,12 +14,14 @@ import click
 from slurmscale.cli_common import _load, _store, _table
 from slurmscale.config import Config
 from slurmscale.lifecycles import LIVE_HOLD_STATES
+from slurmscale.policy.boots import BOOT_CAUSE_PREFIX
 
 ERROR_KINDS = frozenset({
     "launch_failed", "launch_deferred", "launch_quota_error", "launch_config_error",
     "terminate_failed", "slurm_update_failed", "slurm_read_failed", "cloud_error",
     "leak_terminated", "node_without_instance", "resume_failed", "untracked_instance",
     "requeue_failed", "steer_failed", "reservation_failed", "spool_rejected", "tag_failed",
+    "boot_failed",
 })
 
 
@@ -79,14 +82,19 @@ def gather(cfg: Config) -> dict[str, Any]:
                 "received_at": r.received_at.isoformat(timespec="seconds")}
                for r in store.pending_requests()]
     paid = [{**u.model_dump(), "period": period} for u, period in paid_now(store, now)]
-    store_replacements = [r for r in store.replacements(since=now.timestamp() - 86400)
-                          if not r.left]
+    day = store.replacements(since=now.timestamp() - 86400)
+    store_replacements = [r for r in day if not r.left
+                          and not r.cause.startswith(BOOT_CAUSE_PREFIX)]
+    boots = Counter((r.pool, r.cause[len(BOOT_CAUSE_PREFIX):]) for r in day
+                    if r.cause.startswith(BOOT_CAUSE_PREFIX))
     store.close()
     return {"cluster": cfg.cluster_name, "at": now.isoformat(timespec="seconds"),
             "daemon": daemon, "pools": pools, "reservations": holds, "backoff": backoff,
             "pending_requests": pending, "recent_errors": errors, "slurm_error": slurm_error,
             "paid_capacity": paid, "replacing": replacing,
-            "replaced_24h": len(store_replacements)}
+            "replaced_24h": len(store_replacements),
+            "boot_failures_24h": [{"pool": p, "cause": c, "count": n}
+                                  for (p, c), n in sorted(boots.items())]}
 
 
 
@@ -125,6 +133,9 @@ def render(d: dict[str, Any]) -> str:
         out += ["", f"unhealthy nodes (replaced in 24h: {d.get('replaced_24h', 0)}):",
                 *(f"  {r['node']} {r['state']}: {r['reason']}"[:80]
                   for r in d.get("replacing", []))]
+    if d.get("boot_failures_24h"):
+        out += ["", "boot failures (24h): " + ", ".join(
+            f"{b['pool']} {b['cause']} {b['count']}" for b in d["boot_failures_24h"])]
     if d["backoff"]:
         out += ["", "pools in capacity backoff:",
                 *(f"  {b['pool']} until {b['until'][11:19]} UTC ({b['code']}, x{b['repeats']})"
@@ -164,7 +175,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     [...], "recent_errors": [{at, kind, message}], "slurm_error", "paid_capacity": [{id,
     pool, kind, instance_type, state, total, available, start, end, paid_node_hours,
     used_node_hours, idle_node_hours, utilization, period}], "replacing": [{node, state,
-    reason}] (nodes being replaced or left for an admin), "replaced_24h"}"""
+    reason}] (nodes being replaced or left for an admin), "replaced_24h", "boot_failures_24h":
+    [{pool, cause, count}] (launched nodes that did not join Slurm: docs/node-image.md)}"""
     cfg = _load(ctx.find_root())
     while True:
         d = gather(cfg)

@@ -243,6 +243,11 @@ class Pool(_Strict):
     # Launch to slurmd registered, for this pool's AMI and type: `slurmscale check` wants
     # ResumeTimeout longer than this
     boot_time_s: Annotated[float, Field(gt=0)] = 300.0
+    # An instance running this long without its slurmd registered gets a fresh instance for
+    # its node (default: boot_time_s + 120), at most max_boot_retries times per power-up;
+    # then the node is powered down with the boot error and its job requeues (docs/node-image.md)
+    join_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    max_boot_retries: Annotated[int, Field(ge=0, le=10)] = 2
     policy: PoolPolicy = PoolPolicy()
     # An on-demand pool that takes this pool's work while its capacity is unavailable: jobs
     # submitted to both partitions (-p spot,on-demand) run there meanwhile.
@@ -303,6 +308,9 @@ class Pool(_Strict):
                 " must differ from launch_template.version: the pool's own version launches "
                 "the gangs that do not fit the reservations, and must not target them")
         return self
+
+    def join_timeout(self) -> float:
+        return self.join_timeout_s if self.join_timeout_s is not None else self.boot_time_s + 120
 
     def node_names(self) -> list[str]:
         return [f"{self.node_prefix}{i}" for i in range(1, self.max_nodes + 1)]

@@ -195,7 +195,7 @@ class EC2Cloud:
             tags={t["Key"]: t["Value"] for t in inst.get("Tags", [])},
             private_ip=inst.get("PrivateIpAddress", ""), image_id=inst.get("ImageId", ""),
             state_reason=inst.get("StateReason", {}).get("Code", ""),
-            launched_at=inst.get("LaunchTime"))
+            launched_at=inst.get("LaunchTime"), subnet_id=inst.get("SubnetId", ""))
             for inst in self._tagged(tags, None if include_terminated else _LIVE_STATES)]
 
     # --- capacity reservations and placement groups --------------------------------

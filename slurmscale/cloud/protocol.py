@@ -35,6 +35,7 @@ class CloudInstance:
     image_id: str = ""
     state_reason: str = ""  # EC2's StateReason.Code, e.g. Server.SpotInstanceTermination
     launched_at: datetime | None = None
+    subnet_id: str = ""  # (so AZ): a node's fresh instance goes where its gang is
 
 
 @dataclass(frozen=True)

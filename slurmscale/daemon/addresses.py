@@ -43,12 +43,24 @@ class NodeAddresses:
         else:
             for node, inst in pairs:
                 self._tag(node, inst, gid)
-        if not address or not pairs:
+        if not pairs:
             return
-        for node, addr, e in self.set_all([(node, *c.address(node, inst))
-                                           for node, inst in pairs]):
-            c.event("slurm_update_failed", f"{node} nodeaddr={addr}: {e}", node=node,
-                    gang_id=gid)
+        if address:
+            for node, addr, e in self.set_all([(node, *c.address(node, inst))
+                                               for node, inst in pairs]):
+                c.event("slurm_update_failed", f"{node} nodeaddr={addr}: {e}", node=node,
+                        gang_id=gid)
+        self.set_instances([(node, inst.instance_id, inst.instance_type)
+                            for node, inst in pairs])
+
+    def set_instances(self, entries: list[tuple[str, str, str]]) -> None:
+        """Slurm's node record says which instance backs each node (23.02+; `scontrol show
+        node` InstanceId/InstanceType): informational, so a refusal is logged, not an event."""
+        try:
+            self.ctx.slurm.set_node_instances(entries)
+        except SlurmError as e:
+            log.warning("cannot write instance ids of %s: %s",
+                        compress([n for n, _, _ in entries]), e)
 
     def set_all(self, entries: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
         """(node, addr, hostname) set in one scontrol update; if Slurm refuses that, node by

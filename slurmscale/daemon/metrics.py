@@ -72,6 +72,11 @@ class Metrics:
         self.replacements = Counter("slurmscale_node_replacements",
                                     "unhealthy nodes replaced (jobs requeued, instance "
                                     "terminated)", ["pool", "cause"], registry=r)
+        self.boot_failures = Counter("slurmscale_boot_failures",
+                                     "launched nodes that failed to join Slurm, by the "
+                                     "bootstrap's cause and what followed (replaced: a fresh "
+                                     "instance; gave-up: powered down, job requeued)",
+                                     ["pool", "cause", "outcome"], registry=r)
         self.left = Counter("slurmscale_nodes_left_drained",
                             "nodes replaced too often, left drained for an admin", ["pool"],
                             registry=r)
@@ -111,6 +116,9 @@ class Metrics:
     def replaced(self, pool: str, cause: str, gpu_hours: float) -> None:
         self.replacements.labels(pool, cause).inc()
         self.unhealthy_gpu_hours.labels(pool).inc(gpu_hours)
+
+    def boot_failed(self, pool: str, cause: str, outcome: str) -> None:
+        self.boot_failures.labels(pool, cause, outcome).inc()
 
     def left_drained(self, pool: str) -> None:
         self.left.labels(pool).inc()

@@ -5,7 +5,9 @@
 2. interruptions (`interruptions.py`): EC2's spot events and AWS Health's scheduled changes;
 3. the instance sweep (`sweep.py`): EC2 compared with the store and Slurm (vanished
    instances, leaks, nodes up with no instance);
-4. health (`health.py`): unhealthy nodes replaced (EC2 status checks, scheduled events,
+4. boots (`boots.py`): nodes whose instance failed to join Slurm (its bootstrap tagged the
+   failure, or no slurmd after `join_timeout_s`) get a fresh instance while Slurm waits;
+   health (`health.py`): unhealthy nodes replaced (EC2 status checks, scheduled events,
    the site's health check, nodes slurmctld has DOWN or not responding);
 5. capacity blocks (`blocks.py`) and node upkeep: drains placed as time passes (backoff,
    interruptions) and node addresses (`addresses.py`);
@@ -27,6 +29,7 @@ from slurmscale.config import Config
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.blocks import BlockPass
+from slurmscale.daemon.boots import BootPass
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.context import Clock, PassContext, TickResult, utcnow
 from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
@@ -76,6 +79,7 @@ class Reconciler:
             ctx, self.addresses, self.backoff, self.reserved, fleets, ec2_retry, metrics),
             self.addresses, ec2_retry)
         self.sweep = InstanceSweep(ctx, self.interruptions, fleets)
+        self.boots = BootPass(ctx, fleets, self.addresses, metrics)
         self.health = HealthPass(ctx, self.interruptions, metrics)
         self.blocks = BlockPass(cfg, slurm, self.reserved, self.event)
         self.keep_up = KeepUpPass(cfg, slurm, self.event)
@@ -101,6 +105,7 @@ class Reconciler:
         # the reservations' state and free count (one cached call): status, plan, metrics
         self.reserved.reservations(self.clock().timestamp())
         if nodes is not None:
+            self.boots.run(nodes, active, self.sweep.seen)
             self.health.run(nodes, active)
             self.blocks.run(nodes, self.clock())
             self._node_upkeep(nodes, active)

@@ -165,6 +165,7 @@ class RequestPass:
                            node=node, request_id=rid)
         for node, _, e in self.addresses.set_all([(n, n, n) for n in nodes]):
             self.ctx.event("slurm_update_failed", f"reset nodeaddr of {node}: {e}", node=node)
+        self.addresses.set_instances([(n, "", "") for n in nodes])
         self.ctx.event("released", f"{compress(nodes)} ({'/'.join(sorted(kinds))}): "
                    f"{len(ids)} instance(s) terminated", node=compress(nodes))
         return len(nodes), []

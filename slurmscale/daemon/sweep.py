@@ -48,17 +48,20 @@ class InstanceSweep:
         self.fleets = fleets
         self.lost = LostNodes(ctx.cfg.daemon.lost_node_grace_s)
         self.untracked_reported: set[str] = set()
+        self.seen: list[CloudInstance] | None = None  # this pass's listing (None: EC2 silent)
 
     def run(self, nodes: list[SlurmNode] | None) -> list[InstanceRow] | None:
         """`nodes`: Slurm's nodes this pass, None when Slurm was unreadable. Returns the
         instances the store tracks as running (read once for the pass), or None when EC2 did
         not answer."""
         c = self.ctx
+        self.seen = None
         try:
             seen = c.cloud.find({TAG_CLUSTER: c.cfg.cluster_name}, include_terminated=True)
         except CloudError as e:
             log.warning("cannot list instances to look for vanished ones: %s", e)
             return None
+        self.seen = seen
         now = c.clock()
         self.interruptions.sweep(seen, now)
         active = c.store.active_instances()

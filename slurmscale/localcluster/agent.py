@@ -1,9 +1,12 @@
-"""The instance agent: what "the machine boots and runs slurmd" means in the local cluster.
+"""The instance agent: the local cluster's stand-in for EC2's hypervisor. It only powers
+instances on and off; what runs "on" an instance is what runs on a real one.
 
-When an EC2 instance tagged for node X is `running` (in moto), the agent waits the boot delay
-and starts `slurmd -N X -b` (-b: report a fresh boot, or slurmctld keeps "waiting for boot");
-when the instance is terminated, it stops that slurmd. It talks only to the moto endpoint on
-loopback, never to an instance's fake address.
+Power on: once an instance of this cluster is `running` in moto for the boot delay, the
+agent starts that instance's boot (`boot(instance_id)`: the local cluster runs slurmscale's
+node bootstrap with the instance's own metadata endpoint, which learns its node from its tag
+and starts slurmd, or reports its failure). Power off: when the instance is terminated, the
+agent ends what its boot started. It never reads the node tag to decide anything: it talks
+only to the moto endpoint on loopback, never to an instance's fake address.
 """
 
 from __future__ import annotations
@@ -25,24 +28,27 @@ log = logging.getLogger(__name__)
 class _Booted:
     instance_id: str
     proc: subprocess.Popen[bytes]
+    at: float  # time.time() of power-on
 
 
 class InstanceAgent:
     def __init__(self, ec2_client, cluster: str, boot_delay: float,  # type: ignore[no-untyped-def]
-                 start_slurmd: Callable[[str], subprocess.Popen[bytes]],
+                 boot: Callable[[str], subprocess.Popen[bytes]],
                  poll_interval: float = 0.5,
                  on_halt: Callable[[str], None] | None = None) -> None:
         self.ec2 = ec2_client
         self.cluster = cluster
         self.boot_delay = boot_delay
-        self.start_slurmd = start_slurmd
+        self.boot = boot
         self.poll_interval = poll_interval
-        self.booted: dict[str, _Booted] = {}
-        self.boot_log: list[tuple[str, str, float]] = []  # (node, instance, unix time)
+        self.booted: dict[str, _Booted] = {}  # instance id -> its boot
+        self.node_of: dict[str, str] = {}  # instance id -> its node tag, as last read
+        self.boot_log: list[tuple[str, str, float]] = []  # (node, instance, power-on time)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="instance-agent", daemon=True)
         self.errors = 0
-        self.on_halt = on_halt  # after a node's slurmd stops: end what else ran "on" it
+        # after an instance powers off: end what else ran "on" its node (by node name)
+        self.on_halt = on_halt
 
     def start(self) -> None:
         self._thread.start()
@@ -50,8 +56,8 @@ class InstanceAgent:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
-        for node in list(self.booted):
-            self._halt(node)
+        for iid in list(self.booted):
+            self._halt(iid)
 
     def _instances(self) -> list[dict]:
         out = []
@@ -62,8 +68,8 @@ class InstanceAgent:
                 out.extend(res["Instances"])
         return out
 
-    def _halt(self, node: str) -> None:
-        b = self.booted.pop(node, None)
+    def _halt(self, iid: str) -> None:
+        b = self.booted.pop(iid, None)
         if b is None:
             return
         if b.proc.poll() is None:
@@ -73,39 +79,54 @@ class InstanceAgent:
             except subprocess.TimeoutExpired:
                 b.proc.kill()
                 b.proc.wait(5)
-        if self.on_halt is not None:
+        node = self.node_of.get(iid)
+        # (not while another instance runs as that node: a replaced boot's successor)
+        if node and self.on_halt is not None and not any(
+                self.node_of.get(other) == node for other in self.booted):
             self.on_halt(node)
-        log.info("agent: %s (%s) shut down", node, b.instance_id)
+        log.info("agent: %s (%s) powered off", iid, node or "no node")
+
+    def instance_of(self, node: str) -> str:
+        (iid,) = [i for i, n in self.node_of.items() if n == node and i in self.booted]
+        return iid
 
     def crash(self, node: str) -> int:
-        """The node's hardware fails under it: its slurmd is killed (SIGKILL) while its
-        instance keeps running, and it is not restarted. Returns the killed slurmd's PID."""
-        b = self.booted[node]
+        """The node's hardware fails under it: what its boot started (slurmd) is killed
+        (SIGKILL) while its instance keeps running, and it is not restarted. Returns the
+        killed process's PID."""
+        b = self.booted[self.instance_of(node)]
         b.proc.kill()
         b.proc.wait(10)
         log.info("agent: %s (%s) slurmd killed", node, b.instance_id)
         return b.proc.pid
 
     def step(self, now: datetime) -> None:
-        running: dict[str, tuple[str, datetime]] = {}
+        running: dict[str, datetime] = {}
         for inst in self._instances():
-            tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-            node = tags.get(TAG_NODE)
-            if node and inst["State"]["Name"] == "running":
+            iid = inst["InstanceId"]
+            node = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}.get(TAG_NODE)
+            if node:
+                self.node_of[iid] = node
+            if inst["State"]["Name"] == "running":
                 launched = inst.get("LaunchTime") or now
                 if launched.tzinfo is None:
                     launched = launched.replace(tzinfo=UTC)
-                running[node] = (inst["InstanceId"], launched)
-        for node, b in list(self.booted.items()):
-            if running.get(node, ("",))[0] != b.instance_id:
-                self._halt(node)
-        for node, (iid, launched) in running.items():
-            if node in self.booted:
+                running[iid] = launched
+        for iid in list(self.booted):
+            if iid not in running:
+                self._halt(iid)
+        for iid, launched in running.items():
+            if iid in self.booted:
                 continue
             if (now - launched).total_seconds() >= self.boot_delay:
-                self.booted[node] = _Booted(iid, self.start_slurmd(node))
-                self.boot_log.append((node, iid, time.time()))
-                log.info("agent: %s booted on %s", node, iid)
+                self.booted[iid] = _Booted(iid, self.boot(iid), time.time())
+                self.boot_log.append((self.node_of.get(iid, ""), iid, time.time()))
+                log.info("agent: %s powered on", iid)
+
+    def boots(self) -> list[tuple[str, str, float]]:
+        """(node, instance, power-on time) of every instance powered on, the node as its tag
+        says now (a boot may start before the daemon has tagged its instance)."""
+        return [(self.node_of.get(iid, node), iid, t) for node, iid, t in self.boot_log]
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -30,7 +30,10 @@ import yaml
 
 from slurmscale.config import Config, Pool, load_config
 from slurmscale.hookview import VIEW_NAME
+from slurmscale import node_init
+from slurmscale.cloud.protocol import TAG_POOL
 from slurmscale.localcluster.agent import InstanceAgent
+from slurmscale.localcluster.imds import InstanceMetadata
 from slurmscale.localcluster.procs import Procs, free_port_range, release_port_range, wait_for
 from slurmscale.slurm.kv import parse_oneliner
 from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
@@ -95,6 +98,7 @@ class ClusterOptions:
     extra_config: dict[str, Any] = field(default_factory=dict)  # top-level config keys
     aws: dict[str, Any] = field(default_factory=dict)  # overrides of `aws:`
     moto_url: str | None = None  # an EC2 server already running (the dev cluster's); else own
+    tag_timeout: float = 60.0  # the node bootstrap's wait for its node tag
 
 
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -109,6 +113,7 @@ class LocalCluster:
         self.chroot = None if self.o.slurm_root in ("", "/") else Path(self.o.slurm_root)
         self.procs = Procs(self.root / "log")
         self.agent: InstanceAgent | None = None
+        self.imds: InstanceMetadata | None = None
         self.moto_url = ""
         self.cfg_path = self.root / "slurmscale.yaml"
         self.conf = self.root / "etc" / "slurm.conf"
@@ -132,6 +137,11 @@ class LocalCluster:
         if check and p.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} exited {p.returncode}: {p.stderr.strip()}")
         return p.stdout
+
+    def release(self) -> tuple[int, int]:
+        """This cluster's Slurm release, (major, minor)."""
+        major, minor = self.slurm("scontrol", "--version").split()[-1].split(".")[:2]
+        return int(major), int(minor)
 
     def sbatch(self, *args: str) -> int:
         out = self.slurm("sbatch", "--parsable", *args)
@@ -195,6 +205,9 @@ class LocalCluster:
         if self.agent:
             self.agent.stop()
             self.agent = None
+        if self.imds:
+            self.imds.stop()
+            self.imds = None
         self.procs.stop_all(order=["daemon", "daemon-b", "slurmctld", "moto", "munged"])
         for m in reversed(self._mounts):
             subprocess.run(["umount", "-R", "-l", str(m)], check=False, capture_output=True)
@@ -278,7 +291,10 @@ class LocalCluster:
         lt = ec2.create_launch_template(
             LaunchTemplateName=f"{self.name}-gpu",
             LaunchTemplateData={"ImageId": "ami-0a1b2c3d4e5f60718",
-                                "InstanceType": self.o.pools[0].instance_type})
+                                "InstanceType": self.o.pools[0].instance_type,
+                                # the node learns its name from its tag in metadata
+                                "MetadataOptions": {"HttpTokens": "required",
+                                                    "InstanceMetadataTags": "enabled"}})
         self.lt_name = lt["LaunchTemplate"]["LaunchTemplateName"]
         # The queue an EventBridge rule would fill with EC2 events; tests send to it.
         self.events_queue_url = self.sqs().create_queue(
@@ -440,15 +456,69 @@ SlurmdTimeout={self.o.slurmd_timeout}
             except OSError:
                 continue  # gone meanwhile
 
-    def _start_slurmd(self, node: str) -> subprocess.Popen[bytes]:
-        (self.root / "spool" / node).mkdir(parents=True, exist_ok=True)
-        name = f"slurmd-{node}"
-        self.procs.stop(name)
-        return self.procs.start(name, [*self.prefix, "/usr/sbin/slurmd", "-D", "-b",
-                                       "-N", node, "-f", str(self.conf)], env=self.env())
+    def _write_nvidia_smi(self) -> Path:
+        """The instances' nvidia-smi: as many GPUs as the booting instance's hardware has
+        (SLURMSCALE_LOCAL_GPUS, its pool's); a test breaks a GPU for a node's next N boots by
+        writing N to gpu/broken-<node> (each boot that sees it counts it down)."""
+        path = self.root / "bin" / "nvidia-smi"
+        path.parent.mkdir(exist_ok=True)
+        broken = self.root / "gpu" / "broken-"
+        path.write_text(f"""#!/bin/sh
+n=${{SLURMSCALE_LOCAL_GPUS:-8}}
+f="{broken}$SLURMSCALE_NODE"
+if [ -s "$f" ] && [ "$(cat "$f")" -gt 0 ]; then
+  echo $(( $(cat "$f") - 1 )) > "$f"; n=$((n - 1))
+fi
+i=0
+while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 1)); done
+""")
+        path.chmod(0o755)
+        return path
+
+    def break_gpu(self, node: str, boots: int = 1) -> None:
+        """The next `boots` instances to boot as `node` see one GPU fewer than promised."""
+        (self.root / "gpu" / f"broken-{node}").write_text(f"{boots}\n")
+
+    def _boot(self, instance_id: str) -> subprocess.Popen[bytes]:
+        """What runs on an instance at power-on: slurmscale's node bootstrap, reading the
+        instance's own metadata (the emulator), joining as the node its tag names, or
+        tagging its failure. The pool tag (set at launch) picks that pool's user data."""
+        assert self.imds and self.cfg
+        tags = {t["Key"]: t["Value"] for r in self.ec2().describe_instances(
+            InstanceIds=[instance_id])["Reservations"] for i in r["Instances"]
+            for t in i.get("Tags", [])}
+        pool = self.cfg.pool(tags[TAG_POOL])
+        cmd = [sys.executable, node_init.__file__, "--cluster", self.name,
+               "--slurm-conf", str(self.conf), "--slurmd", " ".join(
+                   [*self.prefix, "/usr/sbin/slurmd"]),
+               "--gpus", str(pool.gpus_per_node), "--nvidia-smi", str(self.nvidia_smi),
+               "--tag-timeout", str(self.o.tag_timeout), "--foreground", "--", "-D"]
+        # EC2's API as the daemon reaches it (the tests' recording proxy, when there is one)
+        api = (self.o.daemon_ec2_endpoint(self.moto_url) if self.o.daemon_ec2_endpoint
+               else self.moto_url)
+        env = {**self.env(), "AWS_EC2_METADATA_SERVICE_ENDPOINT":
+               self.imds.endpoint(instance_id), "AWS_ENDPOINT_URL_EC2": api,
+               "SLURMSCALE_LOCAL_GPUS": str(pool.gpus_per_node)}
+        return self.procs.start(f"boot-{instance_id}", cmd, env=env)
+
+    def _template_of(self, inst: dict[str, Any]) -> tuple[str, str] | None:
+        """The template version an instance was launched from: its pool's (by its pool tag;
+        a pool's reserved-capacity version is not told apart)."""
+        assert self.cfg
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+        try:
+            lt = self.cfg.pool(tags.get(TAG_POOL, "")).launch_template
+        except KeyError:
+            return None
+        return (lt.name or "", lt.version) if lt.name else None
 
     def _start_agent(self) -> None:
-        self.agent = InstanceAgent(self.ec2(), self.name, self.o.boot_delay, self._start_slurmd,
+        assert self.cfg
+        for node in (n for p in self.cfg.pools for n in p.node_names()):
+            (self.root / "spool" / node).mkdir(parents=True, exist_ok=True)
+        self.nvidia_smi = self._write_nvidia_smi()
+        self.imds = InstanceMetadata(self.ec2(), self._template_of).start()
+        self.agent = InstanceAgent(self.ec2(), self.name, self.o.boot_delay, self._boot,
                                    on_halt=self._kill_job_steps)
         self.agent.start()
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster
+from slurmscale.localcluster.joins import describe, joins
 
 
 def _say(msg: str) -> None:
@@ -65,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             _say("jobs did not complete in time")
             return 1
+        _say("how each instance joined Slurm (its bootstrap: node tag from instance "
+             "metadata, GPU check, slurmd; times from power-on):")
+        for j in joins(c.root / "log"):
+            print(f"           {describe(j)}")
         _say("all jobs COMPLETED; slurmscale's policy powers the idle nodes down within "
              f"{args.max_idle:g}s (Slurm then runs the suspend hook)")
         print(c.cli("plan").stdout)

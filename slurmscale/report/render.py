@@ -99,7 +99,8 @@ def to_text(r: Report) -> str:
     out += [f"  {h.name} job {h.job_id} ({h.pool}, {h.needed} nodes): {h.state}, "
             f"{h.idle_gpu_hours:,.2f} GPU-h idle" for h in r.reservations]
     if r.replacements:
-        out.append("Unhealthy nodes replaced   replaced  left  requeued  to fresh  lost GPU-h")
+        # (cause boot-*: a launched node that did not join Slurm, given a fresh instance)
+        out.append("Nodes replaced             replaced  left  requeued  to fresh  lost GPU-h")
         out += [f"  {x.pool[:12]:<12} {x.cause[:16]:<16} {x.replaced:>4} {x.left_for_admin:>5} "
                 f"{x.jobs_requeued:>9} {_dur(x.p50_to_fresh_s):>9} {x.lost_gpu_hours:>11,.2f}"
                 for x in r.replacements]
@@ -183,7 +184,7 @@ def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]
                [[e.pool, e.code, e.gangs] for e in r.capacity_errors]) if r.capacity_errors
         else "<p>No capacity errors.</p>",
         _table(["fallback", "count"], [[k, v] for k, v in r.fallbacks.items()]),
-        "<h2>Unhealthy nodes replaced</h2>",
+        "<h2>Nodes replaced (unhealthy; boot-*: did not join Slurm)</h2>",
         _table(["pool", "cause", "replaced", "left for an admin", "jobs requeued",
                 "detection to fresh node (p50)", "GPU-hours lost"],
                [[x.pool, x.cause, x.replaced, x.left_for_admin, x.jobs_requeued,

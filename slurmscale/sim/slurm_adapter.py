@@ -297,6 +297,9 @@ class SimSlurm:
     def set_node_addresses(self, entries: list[tuple[str, str, str]]) -> None:
         return None
 
+    def set_node_instances(self, entries: list[tuple[str, str, str]]) -> bool:
+        return False  # (the simulated Slurm keeps no instance fields)
+
     # --- jobs ----------------------------------------------------------------------------
     def set_job_partitions(self, job_id: str, partitions: list[str]) -> None:
         """Only a pending job moves. Jobs are submitted to every partition they may use

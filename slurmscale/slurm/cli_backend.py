@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -86,6 +87,7 @@ def _parse_nodes(lines: Iterable[str]) -> list[SlurmNode]:
 class SlurmCLI:
     def __init__(self, settings: SlurmSettings) -> None:
         self.s = settings
+        self._release: tuple[int, int] | None = None
 
     def _bin(self, name: str) -> str:
         return str(Path(self.s.bin_dir) / name)
@@ -273,6 +275,36 @@ class SlurmCLI:
             return None
         value = conf.get("SuspendExcNodes", "")
         return "" if value == "(null)" else value
+
+    def release(self) -> tuple[int, int]:
+        """Slurm's release as (major, minor), from `scontrol --version`, asked once."""
+        if self._release is None:
+            m = re.search(r"(\d+)\.(\d+)", self.scontrol("--version"))
+            self._release = (int(m[1]), int(m[2])) if m else (0, 0)
+        return self._release
+
+    def set_node_instances(self, entries: list[tuple[str, str, str]]) -> bool:
+        """(node, instance id, instance type) into each node's InstanceId/InstanceType ("":
+        cleared). False, nothing written, before 23.02 (22.05's scontrol has neither field).
+        26.05 pairs a node list with lists of values, as it does NodeAddr; 24.11 gives every
+        node of the list the whole string, so there one update per distinct value."""
+        if not entries:
+            return True
+        rel = self.release()
+        if rel < (23, 2):
+            return False
+        if rel >= (26, 5):
+            names, ids, types = (",".join(col) for col in zip(*entries, strict=True))
+            self.scontrol("update", f"nodename={names}", f"instanceid={ids}",
+                          f"instancetype={types}")
+            return True
+        same: dict[tuple[str, str], list[str]] = {}
+        for node, iid, itype in entries:
+            same.setdefault((iid, itype), []).append(node)
+        for (iid, itype), nodes in same.items():
+            self.scontrol("update", f"nodename={compress(nodes)}", f"instanceid={iid}",
+                          f"instancetype={itype}")
+        return True
 
     def set_suspend_exc_nodes(self, value: str) -> None:
         self.scontrol("update", f"SuspendExcNodes={value}")

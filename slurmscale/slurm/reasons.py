@@ -27,6 +27,7 @@ class Why(StrEnum):
     UNHEALTHY = "slurmscale: unhealthy, replaced:"  # + cause and what was seen: powered down
     SCHEDULED = "slurmscale: scheduled EC2 event"  # + code and start: drained, replaced once idle
     REPLACE_LOOP = "slurmscale: replaced too often"  # + count, window, cause: left for an admin
+    BOOT_FAILED = "slurmscale: boot failed:"  # + cause, what: powered down, job requeues
 
 
 # the reasons of an instance going away: the node returns once powered down

@@ -52,9 +52,16 @@ def four_node_gang_scenario(c: LocalCluster, proxy) -> None:  # type: ignore[no-
 
     assert _fleet_sizes(proxy) == [("4", "4")], "exactly one CreateFleet, total = min = 4"
     assert c.agent is not None
-    assert sorted(n for n, _, _ in c.agent.boot_log) == [f"spot-{i}" for i in range(1, 5)]
+    assert sorted(n for n, _, _ in c.agent.boots()) == [f"spot-{i}" for i in range(1, 5)]
     for n in range(1, 5):
         assert c.node(f"spot-{n}").get("NodeAddr") == "127.0.0.1"
+    # Slurm 23.02+ records which instance backs each node (22.05 has no such field)
+    backing = {n: iid for n, iid, _ in c.agent.boots()}
+    if c.release() >= (23, 2):
+        for n in range(1, 5):
+            rec = c.node(f"spot-{n}")
+            assert (rec["InstanceId"], rec["InstanceType"]) == (backing[f"spot-{n}"],
+                                                                "p5.48xlarge")
 
     # Idle past SuspendTime: Slurm calls SuspendProgram, the daemon terminates all four.
     wait_for("all instances terminated after scale-down", lambda: _no_instances_left(c), 150)
@@ -64,6 +71,8 @@ def four_node_gang_scenario(c: LocalCluster, proxy) -> None:  # type: ignore[no-
              lambda: all("POWERED_DOWN" in c.node(f"spot-{n}").get("State", "")
                          for n in range(1, 5)), 90)
     assert all(c.node(f"spot-{n}").get("NodeAddr") == f"spot-{n}" for n in range(1, 5))
+    assert all(c.node(f"spot-{n}").get("InstanceId", "") in ("", "(null)", "N/A")
+               for n in range(1, 5)), "released: no instance behind the node any more"
     kinds = [e["kind"] for e in c.events()]
     assert kinds.count("launched") == 1 and "released" in kinds
 

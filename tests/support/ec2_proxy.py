@@ -58,6 +58,7 @@ class Call:
     params: dict[str, str]
     status: int = 0
     at: float = field(default_factory=time.time)  # when the proxy received it (wall clock)
+    done: float = 0.0  # when its answer was sent (wall clock)
 
 
 @dataclass
@@ -147,6 +148,7 @@ class EC2Proxy:
 
             def _reply(self, status: int, data: bytes, call: Call) -> None:
                 call.status = status
+                call.done = time.time()
                 self.send_response(status)
                 self.send_header("Content-Type", "text/xml")
                 self.send_header("Content-Length", str(len(data)))

@@ -151,6 +151,7 @@ class FakeSlurm:
     slurmctld would, so the capacity pass can be run repeatedly against it."""
 
     addresses: dict[str, tuple[str, str]] = field(default_factory=dict)
+    instances: dict[str, tuple[str, str]] = field(default_factory=dict)  # InstanceId/Type
     powered_down: list[tuple[list[str], str]] = field(default_factory=list)
     table: dict[str, SlurmNode] = field(default_factory=dict)
     queue: list[QueueJob] = field(default_factory=list)
@@ -208,6 +209,11 @@ class FakeSlurm:
         self.calls.append(("set_node_addresses", [n for n, _, _ in entries]))
         for name, addr, host in entries:
             self.set_node_address(name, addr, host)
+
+    def set_node_instances(self, entries: list[tuple[str, str, str]]) -> bool:
+        self.calls.append(("set_node_instances", [n for n, _, _ in entries]))
+        self.instances.update({n: (i, t) for n, i, t in entries})
+        return True
 
     def power_down_force(self, names: list[str], reason: str) -> None:
         if self.fail:

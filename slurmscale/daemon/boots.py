@@ -1,0 +1,198 @@
+"""The boot pass: launched nodes that fail to join Slurm get a fresh instance in seconds,
+not at Slurm's ResumeTimeout (`policy/boots.py` decides; the bootstrap's side is
+`slurmscale/node_init.py`).
+
+A replacement, in the order that survives a crash at any point:
+1. a replacement row (the attempt counts even if the daemon dies right after);
+2. one instant fleet of one instance for the node, pinned where its gang is (its instance
+   type, its subnet so AZ, its placement group, its template version and reservation
+   kind), with a ClientToken of its own (gang, node, attempt): a retry is the same request;
+3. the new instance recorded for the node (same gang), the failed one terminated;
+4. the new instance tagged with its node (its bootstrap is waiting for that tag) and the
+   node's NodeAddr pointed at it. Slurm has kept waiting all along: the job keeps its
+   allocation and starts when the fresh slurmd registers (Restarts 0).
+A crash between 2 and 3 leaves an instance with the gang's tag and no node: the sweep
+terminates it as a leak after `daemon.leak_grace_s`. Giving up (retries spent, the replace
+loop guard, no capacity for the fresh instance): the instance is terminated and the node
+powered down with slurmscale's boot-failed reason; Slurm requeues the job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from slurmscale.cloud.errors import is_transient
+from slurmscale.cloud.protocol import (
+    TAG_CLUSTER,
+    TAG_GANG,
+    TAG_POOL,
+    CloudError,
+    CloudInstance,
+    FleetSpec,
+)
+from slurmscale.config import CapacityType
+from slurmscale.daemon.addresses import NodeAddresses
+from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.fleets import GangFleets
+from slurmscale.daemon.launch import client_token
+from slurmscale.daemon.metrics import Metrics
+from slurmscale.lifecycles import InstanceState
+from slurmscale.model import SlurmNode
+from slurmscale.policy.boots import (
+    BOOT_CAUSE_PREFIX,
+    TAG_BOOT_ERROR,
+    Booting,
+    BootStep,
+    BootVerdict,
+    boot_verdicts,
+)
+from slurmscale.slurm import reasons
+from slurmscale.slurm.protocol import SlurmError
+from slurmscale.slurm.reasons import Why
+from slurmscale.store.protocol import LaunchStore
+from slurmscale.store.tables import InstanceRow, ReplacementRow
+
+log = logging.getLogger(__name__)
+
+
+class BootPass:
+    def __init__(self, ctx: PassContext[LaunchStore], fleets: GangFleets,
+                 addresses: NodeAddresses, metrics: Metrics | None = None) -> None:
+        self.ctx = ctx
+        self.fleets = fleets
+        self.addresses = addresses
+        self.metrics = metrics
+        self.verdicts: list[BootVerdict] = []  # the last pass's, for `status`
+
+    def run(self, nodes: list[SlurmNode], active: list[InstanceRow] | None,
+            seen: list[CloudInstance] | None) -> None:
+        """`active`: the store's running instances (read this pass); `seen`: the cluster's
+        instances as EC2 listed them this pass (their tags), None when EC2 did not answer."""
+        c = self.ctx
+        rows = c.store.active_instances() if active is None else active
+        by_name = {n.name: n for n in nodes}
+        booting = [r for r in rows if r.state == InstanceState.RUNNING
+                   and r.node in by_name and "POWERING_UP" in by_name[r.node].flags]
+        if not booting:
+            self.verdicts = []
+            return
+        now = c.clock().timestamp()
+        cloud = {i.instance_id: i for i in seen or []}
+        errors = {iid: i.tags[TAG_BOOT_ERROR] for iid, i in cloud.items()
+                  if TAG_BOOT_ERROR in i.tags}
+        hc = c.cfg.health
+        recent_rows = c.store.replacements(since=now - hc.window_s)
+        self.verdicts = boot_verdicts(
+            by_name, [Booting(r.instance_id, r.node, r.pool, _ts(r.launched_at))
+                      for r in booting], errors, now,
+            {p.name: p.join_timeout() for p in c.cfg.pools},
+            self._attempts(booting, recent_rows), Counter(r.node for r in recent_rows),
+            max_retries={p.name: p.max_boot_retries for p in c.cfg.pools},
+            max_replacements=hc.max_replacements)
+        by_id = {r.instance_id: r for r in booting}
+        for v in self.verdicts:
+            row = by_id[v.instance_id]
+            try:
+                if v.step is BootStep.REPLACE:
+                    self._replace(v, row, cloud.get(v.instance_id))
+                else:
+                    self._give_up(v, row)
+            except SlurmError as e:  # one node's trouble never stops the others
+                c.event("slurm_update_failed", f"{v.step.value} {v.node}: {e}", node=v.node)
+
+    def _attempts(self, booting: list[InstanceRow], recent: list[ReplacementRow]
+                  ) -> dict[str, int]:
+        """Fresh instances already given each node in its current power-up: the boot
+        replacements since its gang was launched."""
+        out: dict[str, int] = {}
+        starts: dict[str, float] = {}
+        for r in booting:
+            gang = self.ctx.store.get_gang(r.gang_id)
+            starts[r.node] = _ts(gang.created_at) if gang is not None else _ts(r.launched_at)
+        for rep in recent:
+            if (rep.cause.startswith(BOOT_CAUSE_PREFIX) and rep.node in starts
+                    and _ts(rep.at) >= starts[rep.node]):
+                out[rep.node] = out.get(rep.node, 0) + 1
+        return out
+
+    def _spec(self, row: InstanceRow, inst: CloudInstance | None) -> FleetSpec:
+        pool = self.ctx.cfg.pool(row.pool)
+        spec = FleetSpec.of(pool)
+        block = pool.capacity_type is CapacityType.CAPACITY_BLOCK
+        return replace(
+            spec, instance_types=(row.instance_type,),
+            subnets=(inst.subnet_id,) if inst is not None and inst.subnet_id else spec.subnets,
+            launch_template_version=row.launch_template_version,
+            reserved=bool(row.capacity_reservation_id) and not block, capacity_block=block,
+            placement_group=self.fleets.placement_group(pool, row.gang_id))
+
+    def _replace(self, v: BootVerdict, row: InstanceRow, inst: CloudInstance | None) -> None:
+        c = self.ctx
+        pool = c.cfg.pool(row.pool)
+        now = c.clock()
+        self._record(v, row, v.detail)
+        token = client_token(f"{row.gang_id}/boot/{v.node}/{v.attempt + 1}")
+        tags = {TAG_CLUSTER: c.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: row.gang_id}
+        try:
+            result = c.cloud.launch(pool, 1, 1, token, tags, self._spec(row, inst))
+        except CloudError as e:
+            if is_transient(e.code):
+                c.event("boot_replace_deferred", f"{v.node} ({v.instance_id}): {v.cause}; "
+                        f"EC2 did not answer ({e.code}), tried again next pass", node=v.node)
+                return
+            return self._give_up(v, row, f"no fresh instance: {e.code}")
+        if not result.instances:
+            return self._give_up(v, row, "no fresh instance: "
+                                 f"{result.error_code or 'InsufficientInstanceCapacity'}")
+        fresh = result.instances[0]
+        surplus = [i.instance_id for i in result.instances[1:]]
+        if surplus:
+            c.terminate(surplus, f"surplus fresh instances for {v.node}")
+        c.store.add_instances([InstanceRow(
+            instance_id=fresh.instance_id, node=v.node, pool=pool.name, gang_id=row.gang_id,
+            instance_type=fresh.instance_type or row.instance_type,
+            lifecycle=fresh.lifecycle or row.lifecycle, image_id=fresh.image_id,
+            launch_template_version=row.launch_template_version,
+            capacity_reservation_id=fresh.capacity_reservation_id,
+            private_ip=fresh.private_ip, state=InstanceState.RUNNING, launched_at=now)])
+        c.terminate([v.instance_id], f"{v.node} failed to boot: {v.cause}")
+        self.addresses.finish_nodes([(v.node, fresh)], address=True, gid=row.gang_id)
+        c.event("boot_replaced", f"{v.node}: {v.instance_id} failed to join Slurm "
+                f"({v.cause}: {v.detail}); fresh instance {fresh.instance_id} "
+                f"(attempt {v.attempt + 1} of {pool.max_boot_retries}), Slurm still waits",
+                node=v.node, gang_id=row.gang_id)
+        if self.metrics is not None:
+            self.metrics.boot_failed(pool.name, v.cause, "replaced")
+
+    def _record(self, v: BootVerdict, row: InstanceRow, detail: str) -> None:
+        """One replacement row per boot failure (replaced or given up on): the attempts of a
+        power-up, the replace-loop guard, `status` and `report` count them."""
+        c = self.ctx
+        gpus = next((p.gpus_per_node for p in c.cfg.pools if p.name == v.pool), 0)
+        now = c.clock()
+        c.store.add_replacement(ReplacementRow(
+            at=now, detected_at=now, node=v.node, pool=v.pool, instance_id=v.instance_id,
+            instance_type=row.instance_type, gpus=gpus,
+            cause=(BOOT_CAUSE_PREFIX + v.cause)[:32], detail=detail[:500],
+            jobs_requeued=0, left=False))
+
+    def _give_up(self, v: BootVerdict, row: InstanceRow, why: str = "") -> None:
+        c = self.ctx
+        detail = f"{v.detail}; {why}" if why else v.detail
+        if not why:  # (a failed replacement recorded its attempt already)
+            self._record(v, row, detail)
+        c.terminate([v.instance_id], f"{v.node} failed to boot: {v.cause}")
+        reason = reasons.reason(Why.BOOT_FAILED, f"{v.cause}: {detail}")[:250]
+        c.slurm.power_down_force([v.node], reason)
+        c.event("boot_failed", f"{v.node} ({v.instance_id}) did not join Slurm: {v.cause}: "
+                f"{detail}; powered down, its job requeues", node=v.node, gang_id=row.gang_id)
+        if self.metrics is not None:
+            self.metrics.boot_failed(v.pool, v.cause, "gave-up")
+
+
+def _ts(t: datetime) -> float:
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
