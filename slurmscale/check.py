@@ -8,8 +8,9 @@ limits (and, before Slurm 23.02, the longest hold); the settings slurmscale reli
 (JobRequeue, idle_on_node_suspend) are on, and Slurm remembers ended jobs long enough for
 the reports (MinJobAge).
 
-Pools with EFA, capacity reservations or Capacity Blocks also have their launch template
-versions read from EC2: EFA interfaces where `efa: true`; a reserved version that targets the
+Every pool's launch template versions are read from EC2: instance tags in metadata (else its
+nodes cannot learn their names: an error), IMDSv2 required and user data carrying the node
+bootstrap (warnings); EFA interfaces where `efa: true`; a reserved version that targets the
 reservations and a pool version that does not; a block pool's version with market type
 capacity-block and a reservation target (EC2 Fleet takes both only from the template).
 
@@ -26,7 +27,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmscale.config import CapacityType, Config
+from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand
 from slurmscale.slurm.kv import parse_oneliner, parse_show_config
 
@@ -211,12 +212,45 @@ Templates = dict[tuple[str, str], dict | str]
 
 def templates_to_read(cfg: Config) -> list[tuple[str, str]]:
     out = []
-    for p in cfg.pools:
+    for p in cfg.pools:  # every pool: its nodes learn their names from metadata tags
         cr = p.capacity_reservations
-        if p.efa or cr is not None:
-            out.append((p.name, p.launch_template.version))
+        out.append((p.name, p.launch_template.version))
         if cr is not None and cr.launch_template_version:
             out.append((p.name, cr.launch_template_version))
+    return out
+
+
+def user_data_text(data: dict) -> str:
+    """A template's user data as text (base64, maybe gzip: cloud-init takes both)."""
+    import base64
+    import gzip
+
+    try:
+        raw = base64.b64decode(data.get("UserData", "") or "")
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (ValueError, OSError, EOFError):
+        return ""
+    return raw.decode(errors="replace")
+
+
+def check_instance_side(p: Pool, v: str, data: dict) -> list[Problem]:
+    """What a node of this template needs to join Slurm by itself (docs/node-image.md)."""
+    out = []
+    md = data.get("MetadataOptions", {})
+    if md.get("InstanceMetadataTags") != "enabled":
+        out.append(Problem("error", "metadata_tags", f"pool {p.name}: launch template version "
+                           f"{v} does not put instance tags in metadata (MetadataOptions "
+                           "InstanceMetadataTags: enabled): its nodes cannot learn their names"))
+    if md.get("HttpTokens") != "required":
+        out.append(Problem("warning", "imdsv2", f"pool {p.name}: launch template version {v} "
+                           "does not require IMDSv2 (MetadataOptions HttpTokens: required)"))
+    text = user_data_text(data)
+    if "node-init" not in text:
+        out.append(Problem("warning", "userdata_bootstrap", f"pool {p.name}: launch template "
+                           f"version {v} has user data without the node bootstrap (`slurmscale "
+                           f"node-userdata --pool {p.name}` renders it): the image must start "
+                           "it itself"))
     return out
 
 
@@ -234,10 +268,12 @@ def check_templates(cfg: Config, templates: Templates) -> list[Problem]:
             data = templates.get((p.name, v))
             if isinstance(data, str):
                 warn("template_unreadable", f"pool {p.name}: launch template version {v} not "
-                     f"read from EC2 ({data}); its EFA and reservation settings are unchecked")
+                     f"read from EC2 ({data}); its metadata options, user data, EFA and "
+                     "reservation settings are unchecked")
                 continue
             if data is None:
                 continue
+            out += check_instance_side(p, v, data)
             target = data.get("CapacityReservationSpecification", {})
             market = data.get("InstanceMarketOptions", {}).get("MarketType")
             if p.efa and not any(ni.get("InterfaceType") == "efa"

@@ -91,10 +91,21 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
             click.echo(f"slurmscale: cannot create {key}'s directory {where}: {e.strerror}",
                        err=True)
             sys.exit(2)
+    from slurmscale.daemon.api import SocketUnusable, probe_socket_path
+
+    try:
+        probe_socket_path(cfg.socket_path)
+    except SocketUnusable as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        sys.exit(2)
     _setup_daemon_logging(cfg, verbose)
     from slurmscale.daemon.service import Daemon
 
-    Daemon(cfg).run()
+    try:
+        Daemon(cfg).run()
+    except SocketUnusable as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        sys.exit(2)
 
 
 def _hook(ctx: click.Context, kind: RequestKind, hostlist: tuple[str, ...]) -> None:

@@ -16,9 +16,10 @@ from slurmscale.cli_common import _load
 def check(ctx: click.Context, as_json: bool) -> None:
     """Check the config against the running Slurm: partitions and CLOUD nodes exist, the
     power-saving hooks are slurmscale's and SlurmUser may run them, read the config and write
-    the spool, ResumeTimeout outlasts boot, SuspendTime backs the policy up; launch template
-    versions have EFA where a pool says efa: true and target its reservations or block as
-    EC2 Fleet needs (read from EC2 for such pools only). One line per
+    the spool, ResumeTimeout outlasts boot, SuspendTime backs the policy up; every pool's
+    launch template versions (read from EC2) put instance tags in metadata, require IMDSv2
+    and carry the node bootstrap in their user data, have EFA where a pool says efa: true,
+    and target its reservations or block as EC2 Fleet needs. One line per
     problem; exit 0 with none (warnings allowed), 1 with errors, 2 if Slurm cannot be read.
 
     JSON: {"ok": bool, "problems": [{severity, code, message}]}"""

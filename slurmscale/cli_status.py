@@ -101,8 +101,16 @@ def gather(cfg: Config) -> dict[str, Any]:
 def render(d: dict[str, Any]) -> str:
     dm = d["daemon"]
     up = f"up, {dm['role']}" if dm["reachable"] else "NOT REACHABLE"
-    last = (dm.get("last_tick") or {}).get("at", "-")
-    out = [f"cluster {d['cluster']}  daemon {up}  last pass {str(last)[11:19] or '-'}", ""]
+    tick = dm.get("last_tick") or {}
+    last = str(tick.get("at", "-"))[11:19] or "-"
+    if tick.get("ok") is False:  # the truth first: every pass failing is the news
+        ok_at = str(tick.get("last_ok_at") or "")[11:19] or "never"
+        out = [f"cluster {d['cluster']}  daemon {up}  last pass {last} FAILED",
+               f"  {tick.get('failed_in_a_row', 1)} pass(es) failed in a row; last good pass "
+               f"{ok_at}",
+               f"  {tick.get('error', 'see the daemon log')}"[:80], ""]
+    else:
+        out = [f"cluster {d['cluster']}  daemon {up}  last pass {last}", ""]
     short = {"on-demand": "od", "capacity-block": "blk"}
     rows = [{"pool": p["name"][:12], "type": short.get(p["capacity_type"], p["capacity_type"][:4]),
              "tgt": p["target"] if p["target"] is not None else "-",
@@ -168,7 +176,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     held for starving gangs, unhealthy nodes being replaced, pools in capacity backoff,
     pending hook requests, the last hour's errors, and the daemon's health and role.
 
-    JSON: {"cluster", "at", "daemon": {reachable, role, last_tick}, "pools": [{name,
+    JSON: {"cluster", "at", "daemon": {reachable, role, last_tick: {ok, at, seconds, error,
+    failed_in_a_row, last_ok_at}}, "pools": [{name,
     capacity_type, mode, target, max_nodes, instances, nodes_up, nodes_busy, nodes_booting,
     nodes_held, nodes_idle, pending_gpus, pending_gpu_hours, pending_gangs}],
     "reservations": [...], "backoff": [{pool, until, code, repeats}], "pending_requests":

@@ -346,6 +346,9 @@ class SlurmSettings(_Strict):
     command_prefix: list[str] = []
     conf: str | None = None
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    # nodes fetch their config from slurmctld (`node-userdata --conf-server`): rendered as
+    # SlurmctldParameters=...,enable_configless (slurm.conf allows that key once)
+    configless: bool = False
 
 
 class PowerSaving(_Strict):
@@ -419,6 +422,9 @@ class DaemonSettings(_Strict):
     # EC2 nor the store has an instance this long is powered down (its jobs requeue), so it
     # does not sit DOWN forever taking jobs it cannot run.
     lost_node_grace_s: Annotated[float, Field(ge=0)] = 60.0
+    # On SIGTERM the pass in flight gets this long to finish; the daemon then exits 0 either
+    # way (slurm_conf/systemd/slurmscale.service's TimeoutStopSec is longer)
+    stop_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
 
 class HealthSettings(_Strict):

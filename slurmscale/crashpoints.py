@@ -10,6 +10,7 @@ import signal
 POINTS = (
     "launch:before_fleet",  # the gang's intent is recorded; CreateFleet not sent
     "launch:after_fleet",  # EC2 launched the instances; nothing of them recorded
+    "launch:between_fleets",  # a gang of several fleets: the first answered, the rest unsent
     "launch:after_record",  # instances recorded; not yet tagged with nodes or addressed
     "release:before_terminate",  # a suspend is being carried out; nothing terminated
     "release:after_terminate",  # instances terminated; the store still has them running

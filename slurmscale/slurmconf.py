@@ -33,8 +33,10 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         f"SuspendRate={ps.suspend_rate}",
         "# Cloud nodes come and go: do not build a slurmd forwarding tree over them.",
         "TreeWidth=65533",
-        "# A node powered down while idle returns to idle~, not down.",
-        "SlurmctldParameters=idle_on_node_suspend",
+        "# A node powered down while idle returns to idle~, not down"
+        + ("; nodes fetch their config from slurmctld." if cfg.slurm.configless else "."),
+        "SlurmctldParameters=idle_on_node_suspend"
+        + (",enable_configless" if cfg.slurm.configless else ""),
         "# Jobs on a node whose launch failed or whose spot instance is interrupted are",
         "# requeued (slurmscale runs scontrol requeue), never failed.",
         "JobRequeue=1",

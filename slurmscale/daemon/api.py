@@ -33,6 +33,31 @@ class SocketInUse(RuntimeError):
     """Another live process serves this socket path (a second daemon on the same config)."""
 
 
+class SocketUnusable(RuntimeError):
+    """The socket path cannot be served at all (its directory cannot be made, the file
+    system takes no sockets, no permission): a start-up error, one line."""
+
+
+def probe_socket_path(socket_path: str) -> None:
+    """Raise SocketUnusable unless a Unix socket can be made beside `socket_path` (checked at
+    start-up, before the daemon takes the lead: nothing half-done for a bad path)."""
+    path = Path(socket_path)
+    probe = path.with_name(f".{path.name}.probe-{os.getpid()}")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        s.bind(str(probe))
+    except OSError as e:
+        raise SocketUnusable(f"socket_path {path}: cannot serve the API there: "
+                             f"{e.strerror or e}") from None
+    finally:
+        s.close()
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -142,6 +167,16 @@ class ApiServer:
                  routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]],
                  allowed_uids: frozenset[int] = frozenset({0})) -> None:
         self.path = Path(socket_path)
+        try:
+            self._bind(routes)
+        except OSError as e:
+            raise SocketUnusable(f"socket_path {self.path}: cannot serve the API there: "
+                                 f"{e.strerror or e}") from None
+        self.server.allowed_uids = allowed_uids
+        self.thread = threading.Thread(target=self.server.serve_forever, name="api",
+                                       daemon=True)
+
+    def _bind(self, routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.is_socket():
             # a socket a live daemon serves is never taken over; one left by a dead daemon is
@@ -153,11 +188,12 @@ class ApiServer:
             self.server = _Server(str(self.path), _handler(routes))
         finally:
             os.umask(old_umask)
-        self.inode = os.stat(self.path).st_ino  # on stop, only our own socket is removed
-        self.server.allowed_uids = allowed_uids
-        os.chmod(self.path, 0o660)
-        self.thread = threading.Thread(target=self.server.serve_forever, name="api",
-                                       daemon=True)
+        try:
+            self.inode = os.stat(self.path).st_ino  # on stop, only our own socket is removed
+            os.chmod(self.path, 0o660)
+        except OSError:
+            self.server.server_close()
+            raise
 
     def start(self) -> None:
         self.thread.start()

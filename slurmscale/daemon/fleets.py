@@ -22,6 +22,7 @@ from slurmscale.cloud.protocol import (
     FleetSpec,
 )
 from slurmscale.config import CapacityType, Config, Placement, Pool, ReservationPreference
+from slurmscale.crashpoints import crash_point
 from slurmscale.model import CapacityReservation, Gang, LaunchedInstance, LaunchResult
 from slurmscale.policy.routing import Route, RouteKind, fleet_parts, route_gang, take
 
@@ -36,6 +37,13 @@ RESERVATIONS_TTL_S = 30.0
 STATE_DUE_TTL_S = 2.0
 # States a reservation leaves by itself when its start comes
 BEFORE_START = frozenset({"scheduled", "pending", "payment-pending", "assessing", "delayed"})
+
+
+def _pinned(spec: FleetSpec, first: LaunchedInstance) -> FleetSpec:
+    """The spec of a gang's later fleets: the first fleet's instance type and subnet (AZ)."""
+    return replace(spec, instance_types=(first.instance_type,) if first.instance_type
+                   else spec.instance_types,
+                   subnets=(first.subnet_id,) if first.subnet_id else spec.subnets)
 
 
 def gang_placement_group(cluster: str, gid: str) -> str:
@@ -173,17 +181,33 @@ class GangFleets:
             self.groups_made.add(name)
 
     def launch(self, pool: Pool, gang: Gang, gid: str, tags: dict[str, str],
-               spec: FleetSpec) -> LaunchResult:
+               spec: FleetSpec, have: tuple[LaunchedInstance, ...] = ()) -> LaunchResult:
         """All parts of the gang, stopping at the first that falls short (the caller rolls
-        back everything carrying the gang's tag). Raises CloudError as `launch` does."""
+        back everything carrying the gang's tag). Raises CloudError as `launch` does.
+
+        `have`: what an earlier attempt of this gang launched (found by its tag after a
+        restart). Each part is all or nothing and sent in order, so `have` is whole parts: the
+        first k; only the parts after them are sent (each with its own ClientToken, as the
+        first attempt would have), pinned where the first part went. A count that is not a
+        whole number of parts is a real shortfall."""
         if spec.placement_group:
             self._ensure_group(spec.placement_group,
                                gid if pool.placement is Placement.PER_GANG else None)
         parts = fleet_parts(gang.size, self.cfg.aws.max_instances_per_fleet)
-        got: list[LaunchedInstance] = []
+        got: list[LaunchedInstance] = list(have)
         fleets: list[str] = []
         code = message = ""
+        first = 0
+        if have:
+            whole = [sum(parts[:k]) for k in range(len(parts) + 1)]
+            if gang.coalesced or len(have) not in whole:
+                return LaunchResult(tuple(have), "PartialCapacity", f"an earlier attempt "
+                                    f"launched {len(have)} of {gang.size} instances", "")
+            first = whole.index(len(have))
+            spec = _pinned(spec, have[0])
         for i, n in enumerate(parts):
+            if i < first:
+                continue
             need = 1 if gang.coalesced else n
             token = self.token(gid if i == 0 else f"{gid}#{i}")
             r = self.cloud.launch(pool, n, need, token, tags, spec)
@@ -197,10 +221,9 @@ class GangFleets:
                     break
             if i == 0 and len(parts) > 1 and r.instances:
                 # the rest of the gang goes where the first fleet went
-                first = r.instances[0]
-                spec = replace(spec, instance_types=(first.instance_type,)
-                               if first.instance_type else spec.instance_types,
-                               subnets=(first.subnet_id,) if first.subnet_id else spec.subnets)
+                spec = _pinned(spec, r.instances[0])
+            if i + 1 < len(parts):
+                crash_point("launch:between_fleets")
         return LaunchResult(tuple(got), code, message, ",".join(f for f in fleets if f))
 
     def sweep_groups(self, live_gangs: set[str]) -> list[str]:

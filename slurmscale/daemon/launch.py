@@ -110,9 +110,12 @@ class GangLauncher:
                 TAG_REQUEST: gang.request_ids[0] if gang.request_ids else ""}
         crash_point("launch:before_fleet")
         result = recovered
-        if result is None:
+        if result is None or (len(result.instances) < gang.size and not gang.coalesced):
+            # (a recovered gang of several fleets: the daemon died between them; the parts
+            # never sent are sent now, with their own ClientTokens)
+            have = result.instances if result is not None else ()
             try:
-                result = self.fleets.launch(pool, gang, gid, tags, spec)
+                result = self.fleets.launch(pool, gang, gid, tags, spec, have)
             except CloudError as e:
                 at = self.ctx.clock().timestamp()
                 if is_transient(e.code) and at < give_up_at:

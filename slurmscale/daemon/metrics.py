@@ -56,6 +56,9 @@ class Metrics:
                               buckets=TICK_BUCKETS, registry=r)
         self.last_ok = Gauge("slurmscale_last_successful_reconcile_timestamp_seconds",
                              "Unix time the last pass completed", registry=r)
+        self.failed_in_a_row = Gauge("slurmscale_reconcile_failures_in_a_row",
+                                     "passes that failed since the last one that completed",
+                                     registry=r)
         self.leader = Gauge("slurmscale_leader", "1 while this daemon leads its cluster",
                             registry=r)
         self.reserved = Gauge("slurmscale_capacity_reservation_instances",

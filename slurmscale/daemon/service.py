@@ -1,5 +1,14 @@
-"""`slurmscale daemon`: APScheduler runs the reconcile pass every tick, and at once when a
-hook pokes the local API (or when a batching window closes)."""
+"""`slurmscale daemon`: the reconcile pass runs on one worker thread, woken every tick (an
+APScheduler interval job whose only act is to wake it), at once when a hook pokes the local
+API, and when a pass asks to run again at a time of its own (a batching window closing).
+
+Wake-ups coalesce: the worker clears its wake-up flag as a pass starts, so however many pokes
+land while a pass runs, one more pass follows, and passes driven by pokes start at least
+`POKE_GAP_S` apart (a burst of resume hooks is one or two passes, not one per hook). Nothing
+the pass does calls back into the scheduler, so stopping never waits on a lock a pass holds:
+on SIGTERM the API closes, the worker is given `daemon.stop_timeout_s` to finish its pass,
+and the daemon exits 0 either way (a pass cut off is no worse than a crash, which every
+side effect is recorded to survive)."""
 
 from __future__ import annotations
 
@@ -8,7 +17,7 @@ import logging
 import signal
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -16,7 +25,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config, redact
-from slurmscale.daemon.api import ApiServer, SocketInUse, resolve_uids
+from slurmscale.daemon.api import ApiServer, SocketInUse, SocketUnusable, resolve_uids
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.plan_view import SOURCE_DAEMON, plan_data, with_standings
@@ -29,6 +38,7 @@ from slurmscale.store.repo import Store
 log = logging.getLogger(__name__)
 
 JOB_ID = "reconcile"
+POKE_GAP_S = 0.25  # a poke-driven pass starts at least this long after the last one ended
 
 
 class Daemon:
@@ -44,10 +54,17 @@ class Daemon:
         self.metrics = Metrics() if cfg.metrics.port else None
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.stopping = threading.Event()
-        # A poke that lands while a pass runs would be dropped by max_instances=1; remember it
-        # and run again right after.
-        self.poked = threading.Event()
+        # the earliest time a pass is wanted (monotonic; None: none), by the tick timer, a
+        # poke, or a pass's own next_due; taken whole as a pass starts, so at most one pass
+        # runs and one waits, whatever the number of pokes
+        self.cond = threading.Condition()
+        self.wanted_at: float | None = None
+        self.last_end = -POKE_GAP_S  # monotonic: when the last pass ended
+        self.passes = 0
+        self.worker = threading.Thread(target=self._work, name="reconcile", daemon=True)
         self.last_tick: dict[str, Any] = {}
+        self.failures = 0  # passes failed in a row
+        self.last_ok_at: str | None = None  # ISO time of the last pass that completed
         self.api: ApiServer | None = None
         self._socket_busy = False
         # the last pass's plan as `plan --json` prints it, made on the first ask after a pass
@@ -55,8 +72,7 @@ class Daemon:
         self._plan_json: tuple[object, bytes] | None = None  # (the pass's PassPlan, JSON)
 
     def _poke(self, _body: Any) -> tuple[int, Any]:
-        self.poked.set()
-        self.run_soon(datetime.now(UTC))
+        self.want()
         return 202, {"queued": True}
 
     def _plan(self, _body: Any) -> tuple[int, Any]:
@@ -77,10 +93,34 @@ class Daemon:
                                                            default=str).encode())
         return 200, cached[1]
 
-    def run_soon(self, when: datetime) -> None:
-        job = self.scheduler.get_job(JOB_ID)
-        if job is not None and (job.next_run_time is None or when < job.next_run_time):
-            job.modify(next_run_time=when)
+    def want(self, at: float | None = None) -> None:
+        """A pass at monotonic time `at` (now when None): the earliest wanted time wins."""
+        at = time.monotonic() if at is None else at
+        with self.cond:
+            if self.wanted_at is None or at < self.wanted_at:
+                self.wanted_at = at
+            self.cond.notify()
+
+    def _work(self) -> None:
+        """The one thread passes run on: each pass takes every wish made before it started."""
+        while True:
+            with self.cond:
+                while not self.stopping.is_set():
+                    now = time.monotonic()
+                    if self.wanted_at is not None and self.wanted_at <= now:
+                        break
+                    self.cond.wait(None if self.wanted_at is None else self.wanted_at - now)
+                if self.stopping.is_set():
+                    return
+                self.wanted_at = None
+            gap = self.last_end + POKE_GAP_S - time.monotonic()
+            if gap > 0 and self.stopping.wait(gap):
+                return
+            self.passes += 1
+            try:
+                self._tick()
+            finally:
+                self.last_end = time.monotonic()
 
     @property
     def role(self) -> str:
@@ -113,9 +153,11 @@ class Daemon:
 
     def _tick(self) -> None:
         t0 = time.monotonic()
-        self.poked.clear()
         if self.api is None and self._socket_busy:
-            self._serve_api()
+            try:
+                self._serve_api()
+            except SocketUnusable as e:
+                log.error("%s", e)
         try:
             reconciler = self._lead()
             if self.metrics is not None:
@@ -125,12 +167,22 @@ class Daemon:
                                   "standby": True}
                 return
             res = reconciler.tick()
-        except Exception:  # noqa: BLE001 - one failed pass must not end the loop
+        except Exception as e:  # noqa: BLE001 - one failed pass must not end the loop
             log.exception("reconcile pass failed; retrying next tick")
-            self.last_tick = {"ok": False, "at": datetime.now(UTC).isoformat()}
+            self.failures += 1
+            self.last_tick = {"ok": False, "at": datetime.now(UTC).isoformat(),
+                              "error": f"{type(e).__name__}: {e}"[:500],
+                              "failed_in_a_row": self.failures, "last_ok_at": self.last_ok_at}
+            if self.metrics is not None:
+                self.metrics.failed_in_a_row.set(self.failures)
             return
-        self.last_tick = {"ok": True, "at": datetime.now(UTC).isoformat(),
-                          "seconds": round(time.monotonic() - t0, 3)}
+        self.failures = 0
+        self.last_ok_at = datetime.now(UTC).isoformat()
+        self.last_tick = {"ok": True, "at": self.last_ok_at,
+                          "seconds": round(time.monotonic() - t0, 3), "failed_in_a_row": 0,
+                          "last_ok_at": self.last_ok_at}
+        if self.metrics is not None:
+            self.metrics.failed_in_a_row.set(0)
         if self.metrics is not None:
             self._export(reconciler, time.monotonic() - t0)
         if (res.drained or res.launched_gangs or res.failed_gangs or res.released_nodes
@@ -139,10 +191,8 @@ class Daemon:
                      "%d policy actions, %d EC2 events (%.2fs)", res.drained,
                      res.launched_gangs, res.failed_gangs, res.released_nodes,
                      res.policy_actions, res.events, time.monotonic() - t0)
-        if self.poked.is_set():
-            self.run_soon(datetime.now(UTC))
         if res.next_due is not None:
-            self.run_soon(datetime.fromtimestamp(res.next_due, UTC) + timedelta(milliseconds=50))
+            self.want(time.monotonic() + max(0.0, res.next_due - time.time()) + 0.05)
 
     def _export(self, reconciler: Reconciler, seconds: float) -> None:
         m = self.metrics
@@ -169,12 +219,18 @@ class Daemon:
         if self.stopping.is_set():
             self._close()
             return
-        self._serve_api()
+        try:
+            self._serve_api()
+        except SocketUnusable:
+            self._close()
+            raise  # the command says it in one line
         tune_gc()  # start-up's objects out of the collector's walks; fewer collections a pass
-        self.scheduler.add_job(self._tick, "interval", id=JOB_ID,
+        # the interval clock: its job only wakes the worker, never runs a pass itself
+        self.scheduler.add_job(self.want, "interval", id=JOB_ID,
                                seconds=self.cfg.daemon.tick_seconds, max_instances=1,
-                               coalesce=True, next_run_time=datetime.now(UTC),
-                               misfire_grace_time=None)
+                               coalesce=True, misfire_grace_time=None)
+        self.worker.start()
+        self.want()
         self.scheduler.start()
         if self.metrics is not None:
             self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
@@ -183,12 +239,27 @@ class Daemon:
                  redact(self.store.engine.url.render_as_string(hide_password=True),
                         self.cfg.database_url()))
         self.stopping.wait()
+        self.stop()
+
+    def stop(self) -> None:
+        """Close the API, let the pass in flight finish within `daemon.stop_timeout_s`, and
+        release the lease only if it did (a pass still running may still act; a standby
+        then waits out the lease instead)."""
         log.info("stopping")
+        self.stopping.set()
+        with self.cond:
+            self.cond.notify_all()
         if self.api is not None:
             self.api.stop()
-        self.scheduler.shutdown(wait=True)
+        self.scheduler.shutdown(wait=False)  # (its job only wakes the worker)
+        if self.worker.is_alive():
+            self.worker.join(self.cfg.daemon.stop_timeout_s)
         if self.metrics is not None:
             self.metrics.stop()
+        if self.worker.is_alive():
+            log.error("the pass in flight did not finish within daemon.stop_timeout_s (%gs): "
+                      "abandoned; the lease lapses on its own", self.cfg.daemon.stop_timeout_s)
+            return
         self._close()
 
     def _serve_api(self) -> None:

@@ -1,7 +1,8 @@
 """A real Slurm on this machine with CLOUD nodes backed by the moto EC2 server.
 
-Starts munge, slurmctld, the moto server, the slurmscale daemon and the instance agent (which
-starts one slurmd per "booted" node). Everything lives under one directory, ports are chosen
+Starts munge, slurmctld, the moto server, the slurmscale daemon, a loopback instance metadata
+service and the instance agent (which powers "instances" on: each runs slurmscale's node
+bootstrap, which learns its node from its tag and starts slurmd as that node). Everything lives under one directory, ports are chosen
 free, all traffic stays on loopback, and everything started is stopped by its PID.
 
 `slurm_root` selects the Slurm: "/" is the host's (Debian 12: 22.05); a debootstrapped
@@ -99,6 +100,9 @@ class ClusterOptions:
     aws: dict[str, Any] = field(default_factory=dict)  # overrides of `aws:`
     moto_url: str | None = None  # an EC2 server already running (the dev cluster's); else own
     tag_timeout: float = 60.0  # the node bootstrap's wait for its node tag
+    # slurmd fetches its config from slurmctld (SlurmctldParameters=enable_configless) instead
+    # of reading the cluster's slurm.conf
+    configless: bool = False
 
 
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -245,7 +249,9 @@ class LocalCluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o600)
-        self.munge_socket = m / "munge.socket"
+        # munge's default socket name: a configless slurmd, which knows no AuthInfo before its
+        # config arrives, finds it once this directory is mounted at /run/munge (_boot)
+        self.munge_socket = m / "munge.socket.2"
         self.procs.start("munged", [*self.prefix, "/usr/sbin/munged", "--force", "-F",
                                     f"--socket={self.munge_socket}", f"--key-file={key}",
                                     f"--pid-file={m / 'munged.pid'}",
@@ -326,7 +332,7 @@ class LocalCluster:
             "hooks_dir": str(r / "hooks"),
             "node_address": "loopback",
             "slurm": {"bin_dir": "/usr/bin", "command_prefix": self.prefix,
-                      "conf": str(self.conf)},
+                      "conf": str(self.conf), "configless": self.o.configless},
             "daemon": {"tick_seconds": self.o.tick_seconds,
                        "batch_window_seconds": self.o.batch_window, **self.o.daemon},
             "power_saving": {"suspend_time": self.o.suspend_time, "suspend_timeout": 30,
@@ -489,8 +495,7 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
             for t in i.get("Tags", [])}
         pool = self.cfg.pool(tags[TAG_POOL])
         cmd = [sys.executable, node_init.__file__, "--cluster", self.name,
-               "--slurm-conf", str(self.conf), "--slurmd", " ".join(
-                   [*self.prefix, "/usr/sbin/slurmd"]),
+               *self._slurmd_source(instance_id),
                "--gpus", str(pool.gpus_per_node), "--nvidia-smi", str(self.nvidia_smi),
                "--tag-timeout", str(self.o.tag_timeout), "--foreground", "--", "-D"]
         # EC2's API as the daemon reaches it (the tests' recording proxy, when there is one)
@@ -499,6 +504,8 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
         env = {**self.env(), "AWS_EC2_METADATA_SERVICE_ENDPOINT":
                self.imds.endpoint(instance_id), "AWS_ENDPOINT_URL_EC2": api,
                "SLURMSCALE_LOCAL_GPUS": str(pool.gpus_per_node)}
+        if self.o.configless:
+            del env["SLURM_CONF"]  # (it would win over --conf-server)
         return self.procs.start(f"boot-{instance_id}", cmd, env=env)
 
     def _template_of(self, inst: dict[str, Any]) -> tuple[str, str] | None:
@@ -511,6 +518,25 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
         except KeyError:
             return None
         return (lt.name or "", lt.version) if lt.name else None
+
+    def _slurmd_source(self, instance_id: str) -> list[str]:
+        """How the instance's slurmd gets its config: the cluster's slurm.conf, or configless
+        from slurmctld. Configless, this machine's "instances" share one /run: each slurmd
+        gets a private mount namespace with the cluster's munge directory at /run/munge (the
+        default socket a slurmd without a config uses) and a /run/slurm of its own (where it
+        caches the fetched config), as a real instance has both to itself."""
+        slurmd = " ".join([*self.prefix, "/usr/sbin/slurmd"])
+        if not self.o.configless:
+            return ["--slurm-conf", str(self.conf), "--slurmd", slurmd]
+        base = self.chroot or Path("/")
+        run = self.root / "run" / instance_id
+        run.mkdir(parents=True, exist_ok=True)
+        for d in ("run/munge", "run/slurm"):
+            (base / d).mkdir(parents=True, exist_ok=True)
+        script = (f"mount --bind {self.root / 'munge'} {base / 'run/munge'} && "
+                  f"mount --bind {run} {base / 'run/slurm'} && exec {slurmd} \"$@\"")
+        wrapper = f"unshare --mount --propagation private sh -c '{script}' slurmd"
+        return ["--conf-server", f"127.0.0.1:{self.ctld_port}", "--slurmd", wrapper]
 
     def _start_agent(self) -> None:
         assert self.cfg

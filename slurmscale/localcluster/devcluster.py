@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     pg = sub.add_parser("postgres", help="Debian's PostgreSQL on 127.0.0.1")
     pg.add_argument("--data", required=True, type=Path)
     pg.add_argument("--port", type=int, default=5432)
-    cl = sub.add_parser("cluster", help="munge, slurmctld and the instance agent (slurmd)")
+    cl = sub.add_parser("cluster", help="munge, slurmctld, the instance agent and metadata")
     cl.add_argument("--root", required=True, type=Path)
     cl.add_argument("--moto-url", required=True)
     cl.add_argument("--store-url", default=None)

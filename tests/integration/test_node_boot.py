@@ -2,7 +2,7 @@
 metadata emulator), on a real Slurm, moto behind the recording EC2 proxy:
 (a) a node whose GPU check fails tags its instance; the daemon gives the node a fresh instance
     within two passes of the report, pinned where its gang is; the gang completes, Restarts=0
-    (22.05 and 26.05);
+    (22.05 with the cluster's slurm.conf, 26.05 configless: slurmd fetches it from slurmctld);
 (b) an instance whose node tag never appears (the daemon's CreateTags refused) is replaced
     after `join_timeout_s`, long before ResumeTimeout; the gang completes, Restarts=0;
 (c) `max_boot_retries` spent: the node is powered down with the boot error as its reason, the
@@ -46,7 +46,9 @@ def _boot_events(c: LocalCluster) -> list[dict]:
 @pytest.mark.parametrize("release", ["22.05", "26.05"])
 def test_a_node_failing_its_gpu_check_gets_a_fresh_instance_and_its_gang_completes(
         make_cluster, release: str) -> None:  # type: ignore[no-untyped-def]
-    c, proxy = make_cluster(tick_seconds=TICK, slurm_root=slurm_root(release))
+    configless = release != "22.05"
+    c, proxy = make_cluster(tick_seconds=TICK, slurm_root=slurm_root(release),
+                            configless=configless)
     for n in range(1, 9):  # whichever two nodes Slurm picks, each fails its first boot
         c.break_gpu(f"spot-{n}")
     job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 5")
@@ -71,6 +73,10 @@ def test_a_node_failing_its_gpu_check_gets_a_fresh_instance_and_its_gang_complet
     assert not failed & set(_live(c)), "every instance that failed is terminated"
     st = c.cli("status").stdout
     assert "boot failures (24h): gpu-spot gpu-check 2" in st
+    started = [line for p in (c.root / "log").glob("boot-i-*.out")
+               for line in p.read_text().splitlines() if "starting " in line]
+    assert len(started) == 2 and all(("--conf-server 127.0.0.1:" in line) == configless
+                                     and ("-f " in line) != configless for line in started)
 
 
 def test_an_instance_whose_node_tag_never_appears_is_replaced_after_the_join_timeout(

@@ -266,15 +266,41 @@ def test_check_names_templates_without_efa_or_the_targets_fleet_needs() -> None:
     block = {"InstanceMarketOptions": {"MarketType": "capacity-block"},
              "CapacityReservationSpecification": {"CapacityReservationTarget": {
                  "CapacityReservationId": "cr-0000000b"}}}
-    good = {("gpu-od", "2"): efa, ("gpu-od", "5"): {**efa, **target}, ("cb", "2"): block}
+    node = {"MetadataOptions": {"HttpTokens": "required", "InstanceMetadataTags": "enabled"},
+            "UserData": "IyEvYmluL3NoCmV4ZWMgcHl0aG9uMyBub2RlLWluaXQucHkK"}  # (exec ... node-init)
+    good = {("gpu-od", "2"): {**node, **efa}, ("gpu-od", "5"): {**node, **efa, **target},
+            ("cb", "2"): {**node, **block}}
     assert check_templates(cfg, good) == []
-    bad = {("gpu-od", "2"): {**target}, ("gpu-od", "5"): efa, ("cb", "2"): {},
-           }
+    bad = {("gpu-od", "2"): {**node, **target}, ("gpu-od", "5"): {**node, **efa},
+           ("cb", "2"): {**node}}
     codes = sorted(p.code for p in check_templates(cfg, bad))
     assert codes == ["block_template", "efa_missing", "reservation_template",
                      "reservation_template"], codes
     unread = check_templates(cfg, {("cb", "2"): "AuthFailure: no"})
     assert [p.code for p in unread] == ["template_unreadable"]
+
+
+def test_check_says_when_a_template_keeps_its_nodes_from_joining_by_themselves(cfg) -> None:  # type: ignore[no-untyped-def]
+    import base64
+    import gzip
+
+    from slurmscale.check import check_templates
+    from slurmscale.cli_node import render_user_data
+
+    spot = cfg.pool("gpu-spot")
+    user_data = base64.b64encode(render_user_data(cfg, spot).encode()).decode()
+    tags_on = {"HttpTokens": "required", "InstanceMetadataTags": "enabled"}
+
+    def problems(**data: object) -> list[tuple[str, str]]:
+        return [(p.severity, p.code) for p in check_templates(cfg, {("gpu-spot", "3"): data})]
+    assert problems(MetadataOptions=tags_on, UserData=user_data) == []
+    # gzip'd user data (cloud-init takes it) is read too
+    packed = base64.b64encode(gzip.compress(render_user_data(cfg, spot).encode())).decode()
+    assert problems(MetadataOptions=tags_on, UserData=packed) == []
+    assert problems(MetadataOptions={"HttpTokens": "required"}, UserData=user_data) == [
+        ("error", "metadata_tags")]
+    assert problems(MetadataOptions={"InstanceMetadataTags": "enabled"}) == [
+        ("warning", "imdsv2"), ("warning", "userdata_bootstrap")]
 
 
 def test_check_reads_the_template_versions_from_ec2(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -301,5 +327,17 @@ def test_check_reads_the_template_versions_from_ec2(monkeypatch) -> None:  # typ
         missing = parse_config(base_config(aws={"endpoint_url": url}, pools=[_pool(
             efa=True, launch_template={"name": "gpu-efa", "version": 7})]))
         assert isinstance(gather_templates(missing)[("gpu-od", "7")], str)
+        # metadata options as moto keeps them: version 2 puts tags in metadata, 1 does not
+        ec2.create_launch_template_version(LaunchTemplateName="gpu-efa", LaunchTemplateData={
+            "ImageId": "ami-0a1b2c3d4e5f60718", "MetadataOptions": {
+                "HttpTokens": "required", "InstanceMetadataTags": "enabled"},
+            "NetworkInterfaces": [{"DeviceIndex": 0, "InterfaceType": "efa"}]})
+        from slurmscale.check import check_templates
+        codes = {v: sorted(p.code for p in check_templates(c, gather_templates(c)))
+                 for v, c in ((v, parse_config(base_config(aws={"endpoint_url": url}, pools=[
+                     _pool(efa=True, launch_template={"name": "gpu-efa", "version": v})])))
+                     for v in (1, 2))}
+        assert codes == {1: ["imdsv2", "metadata_tags", "userdata_bootstrap"],
+                         2: ["userdata_bootstrap"]}
     finally:
         server.stop()

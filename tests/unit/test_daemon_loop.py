@@ -1,0 +1,175 @@
+"""The daemon's loop: pokes coalesce into a bounded number of passes, a stop never waits on a
+pass forever (a whole daemon process, SIGTERM while its pass hangs on a slow Slurm), a pass
+that fails says so first in `status`, and a socket that cannot be served is one line."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from slurmscale.config import parse_config
+from slurmscale.daemon.service import POKE_GAP_S, Daemon
+from tests.unit.conftest import base_config
+
+
+def _daemon(tmp_path: Path, **daemon: object) -> Daemon:
+    cfg = parse_config(base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}",
+                                   daemon={"tick_seconds": 3600, **daemon}))
+    return Daemon(cfg)
+
+
+def test_a_burst_of_pokes_is_a_bounded_number_of_passes(tmp_path: Path) -> None:
+    d = _daemon(tmp_path)
+    ran: list[float] = []
+
+    def slow_pass() -> None:
+        ran.append(time.monotonic())
+        time.sleep(0.2)
+    d._tick = slow_pass  # type: ignore[method-assign]
+    d.worker.start()
+    try:
+        t0 = time.monotonic()
+
+        def hooks(n: int) -> None:
+            for _ in range(n):
+                assert d._poke(None)[0] == 202
+                time.sleep(0.05)
+        threads = [threading.Thread(target=hooks, args=(50,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        burst = time.monotonic() - t0
+        time.sleep(1.0)  # the pass queued by the last pokes
+    finally:
+        d.stopping.set()
+        with d.cond:
+            d.cond.notify_all()
+        d.worker.join(5)
+        d._close()
+    # one pass at a time and one queued: a pass starts at most once per (pass + gap) while
+    # the burst lasts, and one more after it (the pokes that came during the last)
+    bound = math.ceil(burst / (0.2 + POKE_GAP_S)) + 2
+    print(f"200 pokes in {burst:.2f} s -> {len(ran)} passes (bound {bound})")
+    assert 2 <= len(ran) <= bound
+    assert all(b - a >= 0.2 + POKE_GAP_S - 0.02 for a, b in zip(ran, ran[1:], strict=False))
+    assert ran[-1] > t0 + burst - 0.5, "a poke during a pass is never lost"
+
+
+def test_a_pass_wanted_later_runs_then(tmp_path: Path) -> None:
+    d = _daemon(tmp_path)
+    ran: list[float] = []
+    d._tick = lambda: ran.append(time.monotonic())  # type: ignore[method-assign]
+    d.worker.start()
+    try:
+        t0 = time.monotonic()
+        d.want(t0 + 0.6)
+        time.sleep(0.3)
+        assert ran == []
+        time.sleep(0.6)
+        assert len(ran) == 1 and ran[0] >= t0 + 0.6
+    finally:
+        d.stopping.set()
+        with d.cond:
+            d.cond.notify_all()
+        d.worker.join(5)
+        d._close()
+
+
+def test_a_failing_pass_is_what_status_says_first(tmp_path: Path) -> None:
+    from slurmscale.cli_status import render
+
+    d = _daemon(tmp_path)
+    d._lead = lambda: (_ for _ in ()).throw(OSError(28, "No space left on device"))  # type: ignore[method-assign]
+    try:
+        d._tick()
+        d._tick()
+    finally:
+        d._close()
+    t = d.last_tick
+    assert t["ok"] is False and t["failed_in_a_row"] == 2 and t["last_ok_at"] is None
+    assert t["error"] == "OSError: [Errno 28] No space left on device"
+    text = render({"cluster": "unit", "daemon": {"reachable": True, "role": "leader",
+                                                 "last_tick": t},
+                   "pools": [], "reservations": [], "backoff": [], "pending_requests": [],
+                   "recent_errors": [], "slurm_error": None})
+    first = text.splitlines()[:3]
+    assert first[0].endswith("FAILED") and "2 pass(es) failed in a row; last good pass never" \
+        in first[1] and "No space left on device" in first[2]
+
+
+# --- whole processes -------------------------------------------------------------------------
+def _config(tmp_path: Path, **over: object) -> Path:
+    """A daemon's config whose Slurm commands take 60 s to answer (a controller that does not
+    reply) and whose EC2 endpoint is a closed loopback port."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("scontrol", "squeue", "sprio", "sinfo"):
+        (bin_dir / tool).write_text("#!/bin/sh\nsleep 60\n")
+        (bin_dir / tool).chmod(0o755)
+    d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}",
+                    socket_path=str(tmp_path / "run" / "sock"),
+                    spool_dir=str(tmp_path / "spool"),
+                    log_file=str(tmp_path / "daemon.log"),
+                    hook_log_file=str(tmp_path / "hooks.log"),
+                    aws={"endpoint_url": "http://127.0.0.1:9", "max_attempts": 1},
+                    slurm={"bin_dir": str(bin_dir), "timeout_s": 120},
+                    daemon={"tick_seconds": 2, "stop_timeout_s": 3})
+    d.update(over)
+    path = tmp_path / "slurmscale.yaml"
+    path.write_text(yaml.safe_dump(d))
+    path.chmod(0o644)
+    return path
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+            "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def test_sigterm_during_a_slow_pass_after_a_poke_exits_within_the_stop_timeout(
+        tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    daemon = subprocess.Popen([sys.executable, "-m", "slurmscale", "--config", str(cfg),
+                               "daemon"], env=_env(), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        sock = tmp_path / "run" / "sock"
+        deadline = time.monotonic() + 30
+        while not sock.is_socket():
+            assert daemon.poll() is None and time.monotonic() < deadline, "daemon not up"
+            time.sleep(0.1)
+        hook = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(cfg),
+                               "resume", "spot-1"], env=_env(), capture_output=True,
+                              timeout=60)
+        assert hook.returncode == 0, hook.stderr
+        time.sleep(2)  # its pass is now waiting on the slow Slurm
+        t0 = time.monotonic()
+        daemon.send_signal(signal.SIGTERM)
+        rc = daemon.wait(3 + 10)
+        took = time.monotonic() - t0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(5)
+    print(f"SIGTERM during a slow pass -> exit {rc} after {took:.1f} s (stop_timeout_s 3)")
+    assert rc == 0 and took < 3 + 5
+    assert "abandoned" in (tmp_path / "daemon.log").read_text()
+
+
+def test_a_socket_path_that_cannot_be_served_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, socket_path="/proc/slurmscale-test.sock")
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(cfg), "daemon"],
+                       env=_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("slurmscale: ") and "/proc/slurmscale-test.sock" in line
+    assert "Traceback" not in p.stderr
