@@ -83,6 +83,8 @@ def gather(cfg: Config) -> dict[str, Any]:
                for r in store.pending_requests()]
     paid = [{**u.model_dump(), "period": period} for u, period in paid_now(store, now)]
     day = store.replacements(since=now.timestamp() - 86400)
+    quarantined = [{"table": t, "key": k, "error": why}
+                   for (t, k), why in sorted(store.quarantined.items())]
     store_replacements = [r for r in day if not r.left
                           and not r.cause.startswith(BOOT_CAUSE_PREFIX)]
     boots = Counter((r.pool, r.cause[len(BOOT_CAUSE_PREFIX):]) for r in day
@@ -94,7 +96,8 @@ def gather(cfg: Config) -> dict[str, Any]:
             "paid_capacity": paid, "replacing": replacing,
             "replaced_24h": len(store_replacements),
             "boot_failures_24h": [{"pool": p, "cause": c, "count": n}
-                                  for (p, c), n in sorted(boots.items())]}
+                                  for (p, c), n in sorted(boots.items())],
+            "quarantined_rows": quarantined}
 
 
 
@@ -141,6 +144,10 @@ def render(d: dict[str, Any]) -> str:
         out += ["", f"unhealthy nodes (replaced in 24h: {d.get('replaced_24h', 0)}):",
                 *(f"  {r['node']} {r['state']}: {r['reason']}"[:80]
                   for r in d.get("replacing", []))]
+    if d.get("quarantined_rows"):
+        out += ["", "store rows that cannot be read (skipped; repair or delete them):",
+                *(f"  {q['table']} {q['key']}: {q['error']}"[:80]
+                  for q in d["quarantined_rows"])]
     if d.get("boot_failures_24h"):
         out += ["", "boot failures (24h): " + ", ".join(
             f"{b['pool']} {b['cause']} {b['count']}" for b in d["boot_failures_24h"])]
@@ -185,7 +192,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     pool, kind, instance_type, state, total, available, start, end, paid_node_hours,
     used_node_hours, idle_node_hours, utilization, period}], "replacing": [{node, state,
     reason}] (nodes being replaced or left for an admin), "replaced_24h", "boot_failures_24h":
-    [{pool, cause, count}] (launched nodes that did not join Slurm: docs/node-image.md)}"""
+    [{pool, cause, count}] (launched nodes that did not join Slurm: docs/node-image.md),
+    "quarantined_rows": [{table, key, error}] (store rows skipped: they cannot be decoded)}"""
     cfg = _load(ctx.find_root())
     while True:
         d = gather(cfg)

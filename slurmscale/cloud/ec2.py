@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import Any
 
 import boto3
 from botocore.config import Config as BotoConfig
@@ -56,6 +57,15 @@ class EC2Cloud:
             config=BotoConfig(retries={"max_attempts": aws.max_attempts, "mode": "standard"},
                               connect_timeout=5, read_timeout=60),
         )
+        self._paginators: dict[str, Any] = {}
+
+    def _paginator(self, operation: str) -> Any:
+        """One paginator per operation for the client's life: botocore builds a new class
+        for every get_paginator call, garbage that only a full collection frees (it grew
+        the daemon by megabytes an hour)."""
+        if operation not in self._paginators:
+            self._paginators[operation] = self.client.get_paginator(operation)
+        return self._paginators[operation]
 
     def _call(self, name: str, **kwargs: object) -> dict:
         try:
@@ -148,7 +158,7 @@ class EC2Cloud:
             filters.append({"Name": "instance-state-name", "Values": states})
         out: list[dict] = []
         try:
-            for page in self.client.get_paginator("describe_instances").paginate(
+            for page in self._paginator("describe_instances").paginate(
                     Filters=filters):
                 for res in page.get("Reservations", []):
                     out.extend(res.get("Instances", []))
@@ -167,7 +177,7 @@ class EC2Cloud:
 
     def _describe(self, ids: list[str]) -> dict[str, dict]:
         out: dict[str, dict] = {}
-        paginator = self.client.get_paginator("describe_instances")
+        paginator = self._paginator("describe_instances")
         try:
             for page in paginator.paginate(InstanceIds=ids):
                 for res in page.get("Reservations", []):
@@ -203,7 +213,7 @@ class EC2Cloud:
         """The reservations' state and free count, every page of one call for all ids."""
         out: list[CapacityReservation] = []
         try:
-            for page in self.client.get_paginator("describe_capacity_reservations").paginate(
+            for page in self._paginator("describe_capacity_reservations").paginate(
                     CapacityReservationIds=ids):
                 for r in page.get("CapacityReservations", []):
                     out.append(CapacityReservation(

@@ -56,6 +56,9 @@ class Metrics:
                               buckets=TICK_BUCKETS, registry=r)
         self.last_ok = Gauge("slurmscale_last_successful_reconcile_timestamp_seconds",
                              "Unix time the last pass completed", registry=r)
+        self.quarantined = Counter("slurmscale_store_rows_quarantined",
+                                   "store rows skipped because they cannot be decoded",
+                                   ["table"], registry=r)
         self.failed_in_a_row = Gauge("slurmscale_reconcile_failures_in_a_row",
                                      "passes that failed since the last one that completed",
                                      registry=r)

@@ -83,6 +83,7 @@ class Reconciler:
         self.health = HealthPass(ctx, self.interruptions, metrics)
         self.blocks = BlockPass(cfg, slurm, self.reserved, self.event)
         self.keep_up = KeepUpPass(cfg, slurm, self.event)
+        self.quarantine_reported: set[tuple[str, str]] = set()
 
     def event(self, kind: str, message: str, **kw: str | None) -> None:
         log.info("%s: %s", kind, message)
@@ -114,7 +115,20 @@ class Reconciler:
             self.keep_up.run(p)
             res.policy_actions = len(p.holds.actions) + sum(
                 1 for a in p.capacity.actions if a.kind is not ActionKind.KEEP)
+        self._report_quarantine()
         return res
+
+    def _report_quarantine(self) -> None:
+        """Store rows the reads skipped because they cannot be decoded: an event and a
+        metric once per row (they stay skipped; `status` lists them)."""
+        for (table, key), why in sorted(getattr(self.store, "quarantined", {}).items()):
+            if (table, key) in self.quarantine_reported:
+                continue
+            self.quarantine_reported.add((table, key))
+            self.event("row_quarantined", f"{table} row {key} cannot be read ({why}): "
+                       "skipped by every pass until repaired or deleted")
+            if self.metrics is not None:
+                self.metrics.quarantined.labels(table).inc()
 
     def _nodes_now(self, read: list[SlurmNode] | None) -> list[SlurmNode] | None:
         """This pass's read as the passes since have left the nodes (None: read again)."""

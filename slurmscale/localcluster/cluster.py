@@ -48,6 +48,11 @@ AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_EC2_METADATA_DISABLED": "true"}
 
 
+# every launch template version the nodes boot from: IMDSv2, tags in metadata
+# (docs/node-image.md); a test adding a version gives it these too
+NODE_METADATA = {"HttpTokens": "required", "InstanceMetadataTags": "enabled"}
+
+
 @dataclass
 class PoolSpec:
     name: str
@@ -299,8 +304,7 @@ class LocalCluster:
             LaunchTemplateData={"ImageId": "ami-0a1b2c3d4e5f60718",
                                 "InstanceType": self.o.pools[0].instance_type,
                                 # the node learns its name from its tag in metadata
-                                "MetadataOptions": {"HttpTokens": "required",
-                                                    "InstanceMetadataTags": "enabled"}})
+                                "MetadataOptions": NODE_METADATA})
         self.lt_name = lt["LaunchTemplate"]["LaunchTemplateName"]
         # The queue an EventBridge rule would fill with EC2 events; tests send to it.
         self.events_queue_url = self.sqs().create_queue(

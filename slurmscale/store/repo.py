@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import (
     Integer,
@@ -23,6 +24,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import Select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -52,6 +54,10 @@ from slurmscale.store.tables import (
     RequestRow,
     SampleRow,
 )
+
+# what decoding a stored value raises when it is not what its column says (SQLite keeps any
+# text in any column: a date column's 'not-a-date' fails as the row is read)
+DECODE_ERRORS = (ValueError, TypeError, OverflowError, UnicodeDecodeError)
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
 VERSIONS = Path(__file__).with_name("migrations") / "versions"
@@ -136,9 +142,39 @@ class Store:
                     if isinstance(e, ImportError | NoSuchModuleError) else str(e))
             raise StoreError(redact(f"cannot open the store {url}: {what}", url)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+        # (table, key) -> why its row could not be decoded: skipped by every read (`_rows`)
+        self.quarantined: dict[tuple[str, str], str] = {}
 
     def session(self) -> Session:
         return self._session()
+
+    # --- reading rows that may not decode -------------------------------------------------
+    def _rows(self, s: Session, q: Select[Any]) -> list[Any]:
+        """The rows of an ORM query; a row whose stored values cannot be decoded (a date
+        that is not one, say, written by hand or by a broken disk) is quarantined: left in
+        place, skipped, and named in `quarantined`, so one bad record never stops a pass or
+        a command. Only when the whole read fails are the rows loaded one by one."""
+        try:
+            return list(s.scalars(q))
+        except DECODE_ERRORS:
+            s.rollback()
+        table = q.column_descriptions[0]["entity"]
+        pk = inspect(table).primary_key[0]
+        out = []
+        for key in list(s.scalars(q.with_only_columns(pk))):
+            with self.session() as one:
+                row = self._get(one, table, key)
+            if row is not None:
+                out.append(row)
+        return out
+
+    def _get(self, s: Session, table: type[Any], key: object) -> Any:
+        try:
+            return s.get(table, key)
+        except DECODE_ERRORS as e:
+            s.rollback()
+            self.quarantined[(table.__tablename__, str(key))] = f"{type(e).__name__}: {e}"[:300]
+            return None
 
     def upgrade(self) -> None:
         # (Alembic only here: importing it costs every other command about half a second)
@@ -191,9 +227,9 @@ class Store:
 
     def pending_requests(self) -> list[RequestRow]:
         with self.session() as s:
-            return list(s.scalars(select(RequestRow).where(
+            return self._rows(s, select(RequestRow).where(
                 RequestRow.status == RequestStatus.PENDING.value)
-                                  .order_by(RequestRow.received_at, RequestRow.id)))
+                                  .order_by(RequestRow.received_at, RequestRow.id))
 
     def finish_requests(self, ids: Iterable[str], status: str, now: datetime,
                         error: str | None = None) -> None:
@@ -210,8 +246,8 @@ class Store:
 
     def requests(self, limit: int = 100) -> list[RequestRow]:
         with self.session() as s:
-            return list(s.scalars(select(RequestRow).order_by(RequestRow.received_at.desc())
-                                  .limit(limit)))
+            return self._rows(s, select(RequestRow).order_by(RequestRow.received_at.desc())
+                                  .limit(limit))
 
     # gangs ----------------------------------------------------------------------------
     def add_gang(self, row: GangRow) -> None:
@@ -222,7 +258,7 @@ class Store:
 
     def get_gang(self, gang_id: str) -> GangRow | None:
         with self.session() as s:
-            return s.get(GangRow, gang_id)
+            return self._get(s, GangRow, gang_id)
 
     def update_gang(self, gang_id: str, **values: object) -> None:
         with self.session() as s:
@@ -234,8 +270,8 @@ class Store:
 
     def gangs(self, limit: int = 100) -> list[GangRow]:
         with self.session() as s:
-            return list(s.scalars(select(GangRow).order_by(GangRow.created_at.desc())
-                                  .limit(limit)))
+            return self._rows(s, select(GangRow).order_by(GangRow.created_at.desc())
+                                  .limit(limit))
 
     # instances ------------------------------------------------------------------------
     def add_instances(self, rows: Sequence[InstanceRow]) -> None:
@@ -252,7 +288,7 @@ class Store:
         if nodes is not None:
             q = q.where(InstanceRow.node.in_(list(nodes)))
         with self.session() as s:
-            return list(s.scalars(q.order_by(InstanceRow.node)))
+            return self._rows(s, q.order_by(InstanceRow.node))
 
     def reserved_nodes(self) -> frozenset[str]:
         """Nodes whose running instance is in a capacity reservation (paid used or not)."""
@@ -267,7 +303,7 @@ class Store:
                   .where(InstanceRow.node.in_(list(nodes))).group_by(InstanceRow.node)
                   .subquery())
         with self.session() as s:
-            rows = s.scalars(select(InstanceRow).join(latest, (InstanceRow.node == latest.c.node)
+            rows = self._rows(s, select(InstanceRow).join(latest, (InstanceRow.node == latest.c.node)
                                                       & (InstanceRow.launched_at == latest.c.at)))
             return {r.node: r for r in rows}
 
@@ -282,8 +318,8 @@ class Store:
 
     def instances(self, limit: int = 1000) -> list[InstanceRow]:
         with self.session() as s:
-            return list(s.scalars(select(InstanceRow).order_by(InstanceRow.launched_at.desc())
-                                  .limit(limit)))
+            return self._rows(s, select(InstanceRow).order_by(InstanceRow.launched_at.desc())
+                                  .limit(limit))
 
     def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None:
         ids = list(instance_ids)
@@ -316,11 +352,11 @@ class Store:
         if states is not None:
             q = q.where(HoldRow.state.in_(states))
         with self.session() as s:
-            return list(s.scalars(q.order_by(HoldRow.created_s.desc())))
+            return self._rows(s, q.order_by(HoldRow.created_s.desc()))
 
     def hold(self, name: str) -> HoldRow | None:
         with self.session() as s:
-            return s.get(HoldRow, name)
+            return self._get(s, HoldRow, name)
 
     def put_hold(self, row: HoldRow) -> None:
         with self.session() as s:
@@ -336,11 +372,11 @@ class Store:
     # offerings (capacity backoff) -----------------------------------------------------
     def offering(self, pool: str) -> OfferingRow | None:
         with self.session() as s:
-            return s.get(OfferingRow, pool)
+            return self._get(s, OfferingRow, pool)
 
     def offerings(self) -> list[OfferingRow]:
         with self.session() as s:
-            return list(s.scalars(select(OfferingRow)))
+            return self._rows(s, select(OfferingRow))
 
     def put_offering(self, row: OfferingRow) -> None:
         with self.session() as s:
@@ -356,17 +392,17 @@ class Store:
 
     def capacity_reservations(self) -> list[CapacityReservationRow]:
         with self.session() as s:
-            return list(s.scalars(select(CapacityReservationRow).order_by(
+            return self._rows(s, select(CapacityReservationRow).order_by(
                 CapacityReservationRow.pool, CapacityReservationRow.start_at,
-                CapacityReservationRow.id)))
+                CapacityReservationRow.id))
 
     def reserved_instances(self, reservation_id: str, since: datetime) -> list[InstanceRow]:
         """The instances that ran in this reservation at some time since `since` (the metrics
         ask every pass: a long-lived reservation's older history is not read)."""
         with self.session() as s:
-            return list(s.scalars(select(InstanceRow).where(
+            return self._rows(s, select(InstanceRow).where(
                 InstanceRow.capacity_reservation_id == reservation_id,
-                or_(InstanceRow.terminated_at.is_(None), InstanceRow.terminated_at >= since))))
+                or_(InstanceRow.terminated_at.is_(None), InstanceRow.terminated_at >= since)))
 
     # preemptions ----------------------------------------------------------------------
     def has_preemption(self, job_id: str, instance_id: str) -> bool:
@@ -388,7 +424,7 @@ class Store:
         if since is not None:
             q = q.where(PreemptionRow.at >= datetime.fromtimestamp(since, UTC))
         with self.session() as s:
-            return list(s.scalars(q.order_by(PreemptionRow.id)))
+            return self._rows(s, q.order_by(PreemptionRow.id))
 
     def add_replacement(self, row: ReplacementRow) -> None:
         with self.session() as s:
@@ -400,11 +436,11 @@ class Store:
         if since is not None:
             q = q.where(ReplacementRow.at >= datetime.fromtimestamp(since, UTC))
         with self.session() as s:
-            return list(s.scalars(q.order_by(ReplacementRow.id)))
+            return self._rows(s, q.order_by(ReplacementRow.id))
 
     def instance(self, instance_id: str) -> InstanceRow | None:
         with self.session() as s:
-            return s.get(InstanceRow, instance_id)
+            return self._get(s, InstanceRow, instance_id)
 
     # events ---------------------------------------------------------------------------
     def add_event(self, kind: str, message: str, now: datetime, *, node: str | None = None,
@@ -426,7 +462,7 @@ class Store:
         if kinds is not None:
             q = q.where(EventRow.kind.in_(list(kinds)))
         with self.session() as s:
-            rows = list(s.scalars(q.order_by(EventRow.id.desc()).limit(limit)))
+            rows = self._rows(s, q.order_by(EventRow.id.desc()).limit(limit))
         return list(reversed(rows))
 
     # jobs and samples (reports, metrics) --------------------------------------------------
@@ -459,10 +495,10 @@ class Store:
     def jobs(self, since: datetime, until: datetime) -> list[JobRow]:
         """Jobs that started before `until` and had not ended by `since`."""
         with self.session() as s:
-            return list(s.scalars(select(JobRow).where(
+            return self._rows(s, select(JobRow).where(
                 JobRow.started_at < until,
                 or_(JobRow.ended_at.is_(None), JobRow.ended_at >= since))
-                .order_by(JobRow.started_at)))
+                .order_by(JobRow.started_at))
 
     def add_samples(self, rows: Sequence[SampleRow]) -> None:
         with self.session() as s:
@@ -471,8 +507,8 @@ class Store:
 
     def samples(self, since: datetime, until: datetime) -> list[SampleRow]:
         with self.session() as s:
-            return list(s.scalars(select(SampleRow).where(
-                SampleRow.at >= since, SampleRow.at < until).order_by(SampleRow.at)))
+            return self._rows(s, select(SampleRow).where(
+                SampleRow.at >= since, SampleRow.at < until).order_by(SampleRow.at))
 
     def sample_series(self, since: datetime, until: datetime, points: int
                       ) -> dict[str, list[tuple[float, float, float, float]]]:
@@ -503,15 +539,15 @@ class Store:
     def instances_between(self, since: datetime, until: datetime) -> list[InstanceRow]:
         """Instances that ran for some of [since, until)."""
         with self.session() as s:
-            return list(s.scalars(select(InstanceRow).where(
+            return self._rows(s, select(InstanceRow).where(
                 InstanceRow.launched_at < until,
-                or_(InstanceRow.terminated_at.is_(None), InstanceRow.terminated_at >= since))))
+                or_(InstanceRow.terminated_at.is_(None), InstanceRow.terminated_at >= since)))
 
     def gangs_between(self, since: datetime, until: datetime) -> list[GangRow]:
         with self.session() as s:
-            return list(s.scalars(select(GangRow).where(
+            return self._rows(s, select(GangRow).where(
                 GangRow.created_at >= since, GangRow.created_at < until)
-                .order_by(GangRow.created_at)))
+                .order_by(GangRow.created_at))
 
     def event_counts(self, since: datetime, until: datetime) -> dict[str, int]:
         with self.session() as s:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from slurmscale.hostlists import expand
-from slurmscale.localcluster.cluster import LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import NODE_METADATA, LocalCluster, PoolSpec
 from slurmscale.localcluster.procs import wait_for
 from tests.support.ec2_capacity import Reservation
 from tests.support.ec2_proxy import Call, EC2Proxy, Fault
@@ -27,6 +27,7 @@ def _reserved_version(c: LocalCluster) -> None:
     c.ec2().create_launch_template_version(
         LaunchTemplateName=c.lt_name, LaunchTemplateData={
             "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
+            "MetadataOptions": NODE_METADATA,
             "CapacityReservationSpecification": {"CapacityReservationTarget": {
                 "CapacityReservationResourceGroupArn": GROUP_ARN}}})
 
@@ -171,6 +172,7 @@ def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: igno
     # the pool's template version targets the block, with the market type blocks require
     c.ec2().create_launch_template_version(LaunchTemplateName=c.lt_name, LaunchTemplateData={
         "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
+        "MetadataOptions": NODE_METADATA,
         "InstanceMarketOptions": {"MarketType": "capacity-block"},
         "CapacityReservationSpecification": {"CapacityReservationTarget": {
             "CapacityReservationId": BLOCK}}})

@@ -26,6 +26,14 @@ def _daemon(tmp_path: Path, **daemon: object) -> Daemon:
     return Daemon(cfg)
 
 
+def _stop(d: Daemon) -> None:
+    d.stopping.set()
+    with d.cond:
+        d.cond.notify_all()
+    d.worker.join(5)
+    d._close()
+
+
 def test_a_burst_of_pokes_is_a_bounded_number_of_passes(tmp_path: Path) -> None:
     d = _daemon(tmp_path)
     ran: list[float] = []
@@ -50,11 +58,7 @@ def test_a_burst_of_pokes_is_a_bounded_number_of_passes(tmp_path: Path) -> None:
         burst = time.monotonic() - t0
         time.sleep(1.0)  # the pass queued by the last pokes
     finally:
-        d.stopping.set()
-        with d.cond:
-            d.cond.notify_all()
-        d.worker.join(5)
-        d._close()
+        _stop(d)
     # one pass at a time and one queued: a pass starts at most once per (pass + gap) while
     # the burst lasts, and one more after it (the pokes that came during the last)
     bound = math.ceil(burst / (0.2 + POKE_GAP_S)) + 2
@@ -77,11 +81,7 @@ def test_a_pass_wanted_later_runs_then(tmp_path: Path) -> None:
         time.sleep(0.6)
         assert len(ran) == 1 and ran[0] >= t0 + 0.6
     finally:
-        d.stopping.set()
-        with d.cond:
-            d.cond.notify_all()
-        d.worker.join(5)
-        d._close()
+        _stop(d)
 
 
 def test_a_failing_pass_is_what_status_says_first(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def test_the_iam_policy_grants_every_aws_call_the_code_makes_and_scopes_the_dang
     # every API the cloud adapters call, by boto3 operation name
     code = "".join(p.read_text() for p in (root / "slurmscale" / "cloud").glob("*.py"))
     ops = set(re.findall(r'_call\("([a-z_]+)"', code))
-    ops |= set(re.findall(r'get_paginator\("([a-z_]+)"\)', code))
+    ops |= set(re.findall(r'_paginator\("([a-z_]+)"\)', code))
     assert ops >= {"create_fleet", "create_tags", "terminate_instances", "describe_instances",
                    "receive_message", "delete_message"}
     for op in ops:
@@ -313,3 +313,25 @@ def test_a_post_body_that_is_not_utf8_json_gets_400_and_the_server_answers_on(
         assert call(path, "GET", "/v1/health") == (200, {"ok": True})
     finally:
         api.stop()
+
+
+def test_the_node_role_may_only_tag_its_own_instance_with_a_boot_error() -> None:
+    """The instance role's policy (docs/node-iam-policy.json) grants the one call the node
+    bootstrap makes, CreateTags, scoped to the calling instance, this cluster and the boot
+    error's key."""
+    import json
+    import re
+    from pathlib import Path
+
+    from slurmscale import node_init
+
+    root = Path(__file__).resolve().parents[2]
+    policy = json.loads((root / "docs" / "node-iam-policy.json").read_text())
+    (st,) = policy["Statement"]
+    assert st["Effect"] == "Allow" and st["Action"] == "ec2:CreateTags"
+    cond = st["Condition"]
+    assert cond["StringEquals"]["aws:ARN"] == "${ec2:SourceInstanceARN}"
+    assert cond["ForAllValues:StringEquals"]["aws:TagKeys"] == [node_init.TAG_BOOT_ERROR]
+    assert "aws:ResourceTag/slurmscale:cluster" in cond["StringEquals"]
+    actions = set(re.findall(r'"Action": "(\w+)"', Path(node_init.__file__).read_text()))
+    assert actions == {"CreateTags"}
