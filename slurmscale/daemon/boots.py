@@ -158,7 +158,10 @@ class BootPass:
             launch_template_version=row.launch_template_version,
             capacity_reservation_id=fresh.capacity_reservation_id,
             private_ip=fresh.private_ip, state=InstanceState.RUNNING, launched_at=now)])
-        c.terminate([v.instance_id], f"{v.node} failed to boot: {v.cause}")
+        if not c.terminate([v.instance_id], f"{v.node} failed to boot: {v.cause}"):
+            # one instance per node in the store: the failed one, untracked now, is the
+            # sweep's to terminate as a leak (its node has the fresh one)
+            c.store.mark_terminated([v.instance_id], now)
         self.addresses.finish_nodes([(v.node, fresh)], address=True, gid=row.gang_id)
         c.event("boot_replaced", f"{v.node}: {v.instance_id} failed to join Slurm "
                 f"({v.cause}: {v.detail}); fresh instance {fresh.instance_id} "

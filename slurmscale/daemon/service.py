@@ -2,9 +2,9 @@
 APScheduler interval job whose only act is to wake it), at once when a hook pokes the local
 API, and when a pass asks to run again at a time of its own (a batching window closing).
 
-Wake-ups coalesce: the worker clears its wake-up flag as a pass starts, so however many pokes
-land while a pass runs, one more pass follows, and passes driven by pokes start at least
-`POKE_GAP_S` apart (a burst of resume hooks is one or two passes, not one per hook). Nothing
+Wake-ups coalesce: a pass takes every wish for one made before it started, so however many
+pokes land while a pass runs, one more pass follows, and a pass starts at least `POKE_GAP_S`
+after the last one ended (200 resume hooks in a burst are a handful of passes, not 200). Nothing
 the pass does calls back into the scheduler, so stopping never waits on a lock a pass holds:
 on SIGTERM the API closes, the worker is given `daemon.stop_timeout_s` to finish its pass,
 and the daemon exits 0 either way (a pass cut off is no worse than a crash, which every
@@ -119,6 +119,8 @@ class Daemon:
             self.passes += 1
             try:
                 self._tick()
+            except Exception:  # noqa: BLE001 - the loop outlives anything a pass raises
+                log.exception("pass failed outside the reconcile pass itself")
             finally:
                 self.last_end = time.monotonic()
 
