@@ -94,6 +94,10 @@ def _state_facts(state: str) -> tuple[NodeState, bool, bool]:
         st = NodeState.POWERED_DOWN
     elif base in {"ALLOCATED", "MIXED", "COMPLETING"} or "COMPLETING" in f:
         st = NodeState.ALLOCATED  # running jobs, reserved or not
+    elif "POWER_DOWN" in f:
+        # idle, its power-down asked for (by slurmscale's release): gone in a moment, not
+        # capacity to keep or release again (a pass per poke used to repeat the release)
+        st = NodeState.POWERED_DOWN
     elif "RESERVED" in f:
         st = NodeState.RESERVED
     elif "POWERING_UP" in f or "CONFIGURING" in f or "NOT_RESPONDING" in f:

@@ -24,6 +24,10 @@ def test_slurm_node_states_map_to_policy_states() -> None:
     assert node_state(sn("a", "IDLE+CLOUD+POWERING_UP")) is NodeState.BOOTING
     assert node_state(sn("a", "IDLE+CLOUD+RESERVED")) is NodeState.RESERVED
     assert node_state(sn("a", "IDLE+CLOUD")) is NodeState.IDLE
+    # a release asked for and not begun yet: not idle capacity to release again
+    assert node_state(sn("a", "IDLE+CLOUD+POWER_DOWN")) is NodeState.POWERED_DOWN
+    # (a job that landed first keeps it busy; Slurm powers it down after)
+    assert node_state(sn("a", "MIXED+CLOUD+POWER_DOWN")) is NodeState.ALLOCATED
 
 
 def test_a_governed_pool_plans_a_whole_gang_from_live_state() -> None:
