@@ -30,7 +30,7 @@ from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.plan_view import SOURCE_DAEMON, plan_data, with_standings
 from slurmscale.daemon.reconcile import Reconciler, utcnow
-from slurmscale.gc_tuning import tune_gc
+from slurmscale.gc_tuning import BetweenPasses, tune_gc
 from slurmscale.report.compute import paid_now
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.repo import Store
@@ -62,6 +62,7 @@ class Daemon:
         self.last_end = -POKE_GAP_S  # monotonic: when the last pass ended
         self.passes = 0
         self.worker = threading.Thread(target=self._work, name="reconcile", daemon=True)
+        self.collector = BetweenPasses()
         self.last_tick: dict[str, Any] = {}
         self.failures = 0  # passes failed in a row
         self.last_ok_at: str | None = None  # ISO time of the last pass that completed
@@ -122,6 +123,7 @@ class Daemon:
             except Exception:  # noqa: BLE001 - the loop outlives anything a pass raises
                 log.exception("pass failed outside the reconcile pass itself")
             finally:
+                self.collector.after_pass()
                 self.last_end = time.monotonic()
 
     @property

@@ -173,3 +173,28 @@ def test_a_socket_path_that_cannot_be_served_is_one_line_and_exit_2(tmp_path: Pa
     (line,) = p.stderr.strip().splitlines()
     assert line.startswith("slurmscale: ") and "/proc/slurmscale-test.sock" in line
     assert "Traceback" not in p.stderr
+
+
+def test_the_daemon_collects_cycles_between_passes_when_due() -> None:
+    import gc
+
+    from slurmscale.gc_tuning import BetweenPasses, tune_gc
+
+    old = gc.get_threshold()
+    try:
+        tune_gc()
+        c = BetweenPasses(every_s=0.2)
+        assert c.after_pass() is None  # not due yet
+
+        class Node:
+            def __init__(self) -> None:
+                self.me = self  # a cycle: reference counting alone never frees it
+        for _ in range(1000):
+            Node()
+        time.sleep(0.25)
+        freed = c.after_pass()
+        assert freed is not None and freed >= 1000 and c.collections == 1
+        assert c.after_pass() is None
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*old)
