@@ -94,14 +94,10 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
     from slurmscale.daemon.api import SocketUnusable, probe_socket_path
 
     try:
-        probe_socket_path(cfg.socket_path)
-    except SocketUnusable as e:
-        click.echo(f"slurmscale: {e}", err=True)
-        sys.exit(2)
-    _setup_daemon_logging(cfg, verbose)
-    from slurmscale.daemon.service import Daemon
+        probe_socket_path(cfg.socket_path)  # before the daemon takes the lead
+        _setup_daemon_logging(cfg, verbose)
+        from slurmscale.daemon.service import Daemon
 
-    try:
         Daemon(cfg).run()
     except SocketUnusable as e:
         click.echo(f"slurmscale: {e}", err=True)

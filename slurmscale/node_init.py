@@ -223,7 +223,7 @@ def report(md: Metadata | None, instance_id: str, region: str, err: BootError) -
         "Tag.1.Key": TAG_BOOT_ERROR, "Tag.1.Value": value}).encode()
     url = ec2_endpoint(region)
     headers = sigv4_headers(url, body, region, credentials(md),
-                            datetime.datetime.now(datetime.timezone.utc))
+                            datetime.datetime.now(datetime.timezone.utc))  # noqa: UP017 (3.8)
     req = urllib.request.Request(url, data=body, method="POST", headers=headers)
     with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310
         r.read()
@@ -258,7 +258,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def say(msg: str) -> None:
-    at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    at = datetime.datetime.now(datetime.timezone.utc).isoformat(  # noqa: UP017 (3.8)
+        timespec="milliseconds")
     print(f"{PREFIX}{at} {msg}", flush=True)
 
 

@@ -37,6 +37,9 @@ class SocketUnusable(RuntimeError):
     """The socket path cannot be served at all (its directory cannot be made, the file
     system takes no sockets, no permission): a start-up error, one line."""
 
+    def __init__(self, path: Path, e: OSError) -> None:
+        super().__init__(f"socket_path {path}: cannot serve the API there: {e.strerror or e}")
+
 
 def probe_socket_path(socket_path: str) -> None:
     """Raise SocketUnusable unless a Unix socket can be made beside `socket_path` (checked at
@@ -48,8 +51,7 @@ def probe_socket_path(socket_path: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         s.bind(str(probe))
     except OSError as e:
-        raise SocketUnusable(f"socket_path {path}: cannot serve the API there: "
-                             f"{e.strerror or e}") from None
+        raise SocketUnusable(path, e) from None
     finally:
         s.close()
         try:
@@ -170,8 +172,7 @@ class ApiServer:
         try:
             self._bind(routes)
         except OSError as e:
-            raise SocketUnusable(f"socket_path {self.path}: cannot serve the API there: "
-                                 f"{e.strerror or e}") from None
+            raise SocketUnusable(self.path, e) from None
         self.server.allowed_uids = allowed_uids
         self.thread = threading.Thread(target=self.server.serve_forever, name="api",
                                        daemon=True)

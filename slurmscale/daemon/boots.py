@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from slurmscale.cloud.errors import is_transient
 from slurmscale.cloud.protocol import (
@@ -53,6 +52,7 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
+from slurmscale.store.repo import utc
 from slurmscale.store.tables import InstanceRow, ReplacementRow
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,6 @@ class BootPass:
         self.fleets = fleets
         self.addresses = addresses
         self.metrics = metrics
-        self.verdicts: list[BootVerdict] = []  # the last pass's, for `status`
 
     def run(self, nodes: list[SlurmNode], active: list[InstanceRow] | None,
             seen: list[CloudInstance] | None) -> None:
@@ -77,7 +76,6 @@ class BootPass:
         booting = [r for r in rows if r.state == InstanceState.RUNNING
                    and r.node in by_name and "POWERING_UP" in by_name[r.node].flags]
         if not booting:
-            self.verdicts = []
             return
         now = c.clock().timestamp()
         cloud = {i.instance_id: i for i in seen or []}
@@ -85,15 +83,16 @@ class BootPass:
                   if TAG_BOOT_ERROR in i.tags}
         hc = c.cfg.health
         recent_rows = c.store.replacements(since=now - hc.window_s)
-        self.verdicts = boot_verdicts(
-            by_name, [Booting(r.instance_id, r.node, r.pool, _ts(r.launched_at))
-                      for r in booting], errors, now,
+        running = [Booting(r.instance_id, r.node, r.pool, utc(r.launched_at).timestamp())
+                   for r in booting]
+        verdicts = boot_verdicts(
+            by_name, running, errors, now,
             {p.name: p.join_timeout() for p in c.cfg.pools},
             self._attempts(booting, recent_rows), Counter(r.node for r in recent_rows),
             max_retries={p.name: p.max_boot_retries for p in c.cfg.pools},
             max_replacements=hc.max_replacements)
         by_id = {r.instance_id: r for r in booting}
-        for v in self.verdicts:
+        for v in verdicts:
             row = by_id[v.instance_id]
             try:
                 if v.step is BootStep.REPLACE:
@@ -108,13 +107,17 @@ class BootPass:
         """Fresh instances already given each node in its current power-up: the boot
         replacements since its gang was launched."""
         out: dict[str, int] = {}
+        created: dict[str, float | None] = {}  # gang -> when launched (one read a gang)
         starts: dict[str, float] = {}
         for r in booting:
-            gang = self.ctx.store.get_gang(r.gang_id)
-            starts[r.node] = _ts(gang.created_at) if gang is not None else _ts(r.launched_at)
+            if r.gang_id not in created:
+                gang = self.ctx.store.get_gang(r.gang_id)
+                created[r.gang_id] = None if gang is None else utc(gang.created_at).timestamp()
+            start = created[r.gang_id]
+            starts[r.node] = start if start is not None else utc(r.launched_at).timestamp()
         for rep in recent:
             if (rep.cause.startswith(BOOT_CAUSE_PREFIX) and rep.node in starts
-                    and _ts(rep.at) >= starts[rep.node]):
+                    and utc(rep.at).timestamp() >= starts[rep.node]):
                 out[rep.node] = out.get(rep.node, 0) + 1
         return out
 
@@ -174,7 +177,7 @@ class BootPass:
         """One replacement row per boot failure (replaced or given up on): the attempts of a
         power-up, the replace-loop guard, `status` and `report` count them."""
         c = self.ctx
-        gpus = next((p.gpus_per_node for p in c.cfg.pools if p.name == v.pool), 0)
+        gpus = c.cfg.pool(v.pool).gpus_per_node  # (verdicts are for the config's pools only)
         now = c.clock()
         c.store.add_replacement(ReplacementRow(
             at=now, detected_at=now, node=v.node, pool=v.pool, instance_id=v.instance_id,
@@ -194,8 +197,4 @@ class BootPass:
                 f"{detail}; powered down, its job requeues", node=v.node, gang_id=row.gang_id)
         if self.metrics is not None:
             self.metrics.boot_failed(v.pool, v.cause, "gave-up")
-
-
-def _ts(t: datetime) -> float:
-    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
 

@@ -121,7 +121,7 @@ class Reconciler:
     def _report_quarantine(self) -> None:
         """Store rows the reads skipped because they cannot be decoded: an event and a
         metric once per row (they stay skipped; `status` lists them)."""
-        for (table, key), why in sorted(getattr(self.store, "quarantined", {}).items()):
+        for (table, key), why in sorted(self.store.quarantined.items()):
             if (table, key) in self.quarantine_reported:
                 continue
             self.quarantine_reported.add((table, key))

@@ -38,7 +38,7 @@ from slurmscale.store.repo import Store
 log = logging.getLogger(__name__)
 
 JOB_ID = "reconcile"
-POKE_GAP_S = 0.25  # a poke-driven pass starts at least this long after the last one ended
+POKE_GAP_S = 0.25  # a pass starts at least this long after the last one ended
 
 
 class Daemon:
@@ -60,7 +60,6 @@ class Daemon:
         self.cond = threading.Condition()
         self.wanted_at: float | None = None
         self.last_end = -POKE_GAP_S  # monotonic: when the last pass ended
-        self.passes = 0
         self.worker = threading.Thread(target=self._work, name="reconcile", daemon=True)
         self.collector = BetweenPasses()
         self.last_tick: dict[str, Any] = {}
@@ -117,7 +116,6 @@ class Daemon:
             gap = self.last_end + POKE_GAP_S - time.monotonic()
             if gap > 0 and self.stopping.wait(gap):
                 return
-            self.passes += 1
             try:
                 self._tick()
             except Exception:  # noqa: BLE001 - the loop outlives anything a pass raises
@@ -187,7 +185,6 @@ class Daemon:
                           "last_ok_at": self.last_ok_at}
         if self.metrics is not None:
             self.metrics.failed_in_a_row.set(0)
-        if self.metrics is not None:
             self._export(reconciler, time.monotonic() - t0)
         if (res.drained or res.launched_gangs or res.failed_gangs or res.released_nodes
                 or res.policy_actions or res.events):

@@ -2,8 +2,9 @@
 
 Starts munge, slurmctld, the moto server, the slurmscale daemon, a loopback instance metadata
 service and the instance agent (which powers "instances" on: each runs slurmscale's node
-bootstrap, which learns its node from its tag and starts slurmd as that node). Everything lives under one directory, ports are chosen
-free, all traffic stays on loopback, and everything started is stopped by its PID.
+bootstrap, which learns its node from its tag and starts slurmd as that node). Everything
+lives under one directory, ports are chosen free, all traffic stays on loopback, and
+everything started is stopped by its PID.
 
 `slurm_root` selects the Slurm: "/" is the host's (Debian 12: 22.05); a debootstrapped
 directory runs that tree's Slurm (e.g. Debian 13: 24.11) through `chroot`, with the work
@@ -29,10 +30,10 @@ from typing import Any
 import boto3
 import yaml
 
-from slurmscale.config import Config, Pool, load_config
-from slurmscale.hookview import VIEW_NAME
 from slurmscale import node_init
 from slurmscale.cloud.protocol import TAG_POOL
+from slurmscale.config import Config, Pool, load_config
+from slurmscale.hookview import VIEW_NAME
 from slurmscale.localcluster.agent import InstanceAgent
 from slurmscale.localcluster.imds import InstanceMetadata
 from slurmscale.localcluster.procs import Procs, free_port_range, release_port_range, wait_for

@@ -45,7 +45,6 @@ class InstanceMetadata:
         self.tokens: dict[str, tuple[str, float]] = {}  # token -> (instance id, expiry)
         self._tags_enabled: dict[tuple[str, str], bool] = {}  # (template, version) -> on
         self._lock = threading.Lock()
-        self.requests = 0
         handler = _handler(self)
         self.server = _Quiet(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
@@ -167,7 +166,6 @@ def _handler(md: InstanceMetadata) -> type[BaseHTTPRequestHandler]:
             return iid, rest
 
         def do_PUT(self) -> None:  # noqa: N802 - http.server's name
-            md.requests += 1
             iid, rest = self._split()
             if rest != "latest/api/token":
                 return self._answer(404)
@@ -182,7 +180,6 @@ def _handler(md: InstanceMetadata) -> type[BaseHTTPRequestHandler]:
             self._answer(200, md.issue(iid, ttl))
 
         def do_GET(self) -> None:  # noqa: N802
-            md.requests += 1
             iid, rest = self._split()
             if not md.valid(iid, self.headers.get("X-aws-ec2-metadata-token")):
                 return self._answer(401)

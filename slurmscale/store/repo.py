@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import (
     Integer,
@@ -24,9 +24,9 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql import Select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql import Select
 
 from slurmscale.lifecycles import (
     GANG_EDGES,
@@ -79,6 +79,10 @@ def current_revision(conn: Connection) -> str | None:
 ACTIVE_INSTANCE_STATES = (InstanceState.RUNNING.value,)
 
 
+@overload
+def utc(dt: datetime) -> datetime: ...
+@overload
+def utc(dt: None) -> None: ...
 def utc(dt: datetime | None) -> datetime | None:
     """SQLite returns naive datetimes; everything here is UTC."""
     if dt is None:
@@ -303,8 +307,9 @@ class Store:
                   .where(InstanceRow.node.in_(list(nodes))).group_by(InstanceRow.node)
                   .subquery())
         with self.session() as s:
-            rows = self._rows(s, select(InstanceRow).join(latest, (InstanceRow.node == latest.c.node)
-                                                      & (InstanceRow.launched_at == latest.c.at)))
+            rows = self._rows(s, select(InstanceRow).join(
+                latest, (InstanceRow.node == latest.c.node)
+                & (InstanceRow.launched_at == latest.c.at)))
             return {r.node: r for r in rows}
 
     def live_gangs(self) -> set[str]:

@@ -5,8 +5,8 @@ small HTTP server standing in for EC2's API where the bootstrap reports a failur
 from __future__ import annotations
 
 import ast
-import gzip
 import base64
+import gzip
 import http.server
 import subprocess
 import sys

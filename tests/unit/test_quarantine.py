@@ -16,8 +16,7 @@ import yaml
 
 from slurmscale.config import Config
 from slurmscale.daemon.reconcile import Reconciler
-from slurmscale.spool import RequestKind
-from slurmscale.spool import Spool
+from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
 from slurmscale.store.tables import InstanceRow
 from tests.support.fakes import FakeCloud, FakeSlurm
