@@ -282,10 +282,14 @@ def check_templates(cfg: Config, templates: Templates) -> list[Problem]:
                      f"version {v} has no network interface of InterfaceType efa: its gangs "
                      "would run NCCL over TCP")
             if p.capacity_type is CapacityType.CAPACITY_BLOCK:
-                if market != "capacity-block" or not target.get("CapacityReservationTarget"):
+                pinned = target.get("CapacityReservationTarget", {}).get("CapacityReservationId")
+                if pinned or market == "spot":
                     warn("block_template", f"capacity-block pool {p.name}: launch template "
-                         f"version {v} needs InstanceMarketOptions.MarketType capacity-block "
-                         "and a CapacityReservationTarget (the block), or EC2 Fleet refuses it")
+                         f"version {v} " + (f"targets block {pinned}" if pinned else
+                                            "asks for spot") + ": slurmscale's fleets name the "
+                         "open block(s) by id (reserved-capacity), so the template should "
+                         "target none (one block in the template sent every later window's "
+                         "fleets to that block)")
             elif cr is not None and v == cr.launch_template_version:
                 if not target.get("CapacityReservationTarget") and \
                         target.get("CapacityReservationPreference") != "open":

@@ -83,7 +83,13 @@ if TYPE_CHECKING:
 @click.option("--capacity-block", "capacity_blocks", multiple=True,
               metavar="START_S:END_S:NODES",
               help="Paid capacity: a Capacity Block of NODES nodes from START_S to END_S "
-                   "(trace seconds); repeatable.")
+                   "(trace seconds); repeatable. EC2 terminates its instances from 30 "
+                   "minutes before END_S, as AWS documents.")
+@click.option("--block-end-margin", "block_margin", type=click.FloatRange(min=0),
+              default=None, metavar="S",
+              help="The daemon's capacity_blocks.end_margin_s: no job may run past a block's "
+                   "end less S (default: its default, 30 min + SuspendTimeout + 300 s); "
+                   "below 30 minutes, EC2's terminations kill jobs (jobs_killed_at_block_end).")
 @click.option("--slurm-model", default="slurm", show_default=True,
               type=click.Choice(["slurm", "greedy"]),
               help="slurm: Slurm's main scheduler, backfill by time limits, multifactor "
@@ -126,6 +132,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
              on_demand_nodes: int | None, spot_price: float | None,
              on_demand_price: float | None, max_preemptions: int, requeue_delay: float,
              reserved_nodes: int, reserved_preference: str, capacity_blocks: tuple[str, ...],
+             block_margin: float | None,
              slurm_model: str, time_limit_factor: float, no_time_limits: bool,
              slurm_params: tuple[str, ...], node_failure_rate: float | None,
              admin_repair_s: float, seed: int, as_json: bool,
@@ -234,7 +241,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
             spot_price = round(0.4 * od_price, 2)
     cloud = SimCloud(boot_s=boot_time, price_per_node_hour=od_price,
                      spot_price_per_node_hour=spot_price if spot else None)
-    paid = _paid_capacity(reserved_nodes, reserved_preference, capacity_blocks, max_nodes)
+    paid = _paid_capacity(reserved_nodes, reserved_preference, capacity_blocks, max_nodes,
+                          block_margin)
     try:
         model = parse_params(SlurmModel(SchedulerKind(slurm_model),
                                         time_limits=not no_time_limits,
@@ -265,7 +273,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
 
 
 def _paid_capacity(reserved_nodes: int, preference: str, blocks: tuple[str, ...],
-                   max_nodes: int) -> PaidCapacity | None:
+                   max_nodes: int, block_margin: float | None = None) -> PaidCapacity | None:
     """The simulator's paid capacity from its options; a bad value is named (exit 2)."""
     import math
 
@@ -292,5 +300,10 @@ def _paid_capacity(reserved_nodes: int, preference: str, blocks: tuple[str, ...]
         specs.append(BlockSpec(start, end, nodes))
     if not reserved_nodes and not specs:
         return None
+    from slurmscale.config import BLOCK_SAFETY_S, CapacityBlockSettings, PowerSaving
+
+    lead = CapacityBlockSettings().termination_lead_s
+    margin = (lead + PowerSaving().suspend_timeout + BLOCK_SAFETY_S if block_margin is None
+              else block_margin)
     return PaidCapacity(reserved_nodes, preference == "use_first",
-                        tuple(sorted(specs, key=lambda b: b.start_s)))
+                        tuple(sorted(specs, key=lambda b: b.start_s)), margin, lead)

@@ -167,10 +167,21 @@ def render(d: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _window(p: dict[str, Any]) -> str:
+def _window(p: dict[str, Any], now: float | None = None) -> str:
+    """A block's window (UTC) and the time to its start or end: `12-01 14:00-18:00 2h10m
+    left`."""
     if p["kind"] != "capacity-block" or not p["start"] or not p["end"]:
         return "-"
-    return f"{p['start'][5:10]} {p['start'][11:16]}-{p['end'][11:16]}"
+    t = time.time() if now is None else now
+    start, end = (datetime.fromisoformat(p[k]).timestamp() for k in ("start", "end"))
+    when = (f"opens in {_span(start - t)}" if t < start else
+            f"{_span(end - t)} left" if t < end else "over")
+    return f"{p['start'][5:10]} {p['start'][11:16]}-{p['end'][11:16]} {when}"
+
+
+def _span(s: float) -> str:
+    m = int(s // 60)
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m"
 
 
 @click.command()

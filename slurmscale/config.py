@@ -34,6 +34,8 @@ from slurmscale.hookview import (  # noqa: F401  (resolve_path: re-exported)
 from slurmscale.hostlists import owns
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
+# Time to requeue what still runs on a block pool and power its nodes down, past SuspendTimeout
+BLOCK_SAFETY_S = 300.0
 
 # The shape Slurm's node line must fit, per EC2 GPU instance type: (GPUs, vCPUs, GiB of
 # memory), from AWS's instance type pages. A pool may list several types only when they share
@@ -389,13 +391,19 @@ class ReservationSettings(_Strict):
 
 class CapacityBlockSettings(_Strict):
     """Capacity-block pools (docs/capacity.md): outside its blocks' windows a pool's nodes sit
-    in a Slurm reservation named `prefix` + pool name (+ -before / -after), so jobs pend and
+    in Slurm reservations named `prefix` + pool name (+ -before / -after[-N]), so jobs pend and
     Slurm starts none whose time limit runs past a block's end less `end_margin_s`; jobs still
     running then are requeued and the nodes powered down before EC2 takes the block back."""
 
     prefix: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*-$", max_length=40)] = (
         "slurmscale-block-")
-    # default: power_saving.suspend_timeout + 300 s (time to requeue and power down cleanly)
+    # EC2 begins terminating a block's instances this long before its end (AWS's EC2 user
+    # guide, "Monitor Capacity Blocks using EventBridge": the Expiration Warning comes 40
+    # minutes before the end and the terminations begin 10 minutes later). AWS's figure:
+    # change it only where a test compresses the clock.
+    termination_lead_s: Annotated[float, Field(ge=0)] = 1800.0
+    # default: termination_lead_s + power_saving.suspend_timeout + 300 s (time to requeue and
+    # power down cleanly before EC2's terminations begin)
     end_margin_s: Annotated[float, Field(ge=0)] | None = None
 
 
@@ -547,8 +555,10 @@ class Config(_Strict):
         return self
 
     def block_end_margin_s(self) -> float:
-        m = self.capacity_blocks.end_margin_s
-        return self.power_saving.suspend_timeout + 300.0 if m is None else m
+        cb = self.capacity_blocks
+        if cb.end_margin_s is not None:
+            return cb.end_margin_s
+        return cb.termination_lead_s + self.power_saving.suspend_timeout + BLOCK_SAFETY_S
 
     def database_url(self) -> str:
         """store_url with the password from store_password_file, for the daemon and the CLI

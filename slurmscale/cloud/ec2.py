@@ -8,13 +8,14 @@ permission/config problems come back as API errors (raised as CloudError).
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
+from slurmscale import timeframe
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec
 from slurmscale.config import AwsSettings, CapacityType, Pool
 from slurmscale.model import (
@@ -42,7 +43,13 @@ def _launched(d: dict, iid: str, itype: str = "", life: str = "") -> LaunchedIns
 
 
 def _seconds(t: object) -> float | None:
-    return t.timestamp() if isinstance(t, datetime) else None
+    """An EC2 time (true time) as the daemon's steady time (timeframe.py)."""
+    return timeframe.FRAME.from_true(t.timestamp()) if isinstance(t, datetime) else None
+
+
+def _when(t: object) -> datetime | None:
+    s = _seconds(t)
+    return None if s is None else datetime.fromtimestamp(s, UTC)
 
 
 def _code(e: ClientError) -> tuple[str, str]:
@@ -112,12 +119,19 @@ class EC2Cloud:
                                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
         }
         if spec.capacity_block:
-            # EC2's Capacity Blocks tutorial: instant fleets only, DefaultTargetCapacityType
-            # capacity-block with no On-Demand/Spot target and no CapacityReservationOptions.
-            # A block fills "as much as it can": MinTargetCapacity's effect there is not
-            # documented, so the caller checks the count and rolls back (all or nothing).
+            # Into the open block(s) by id: an instant fleet of DefaultTargetCapacityType
+            # reserved-capacity whose ReservedCapacityOptions name the reservation type and the
+            # ids (EC2 API reference, CreateFleet, ReservedCapacityOptionsRequest and
+            # FleetCapacityReservationTargetRequest), so each window's fleets go to that
+            # window's blocks whatever the template targets. No fallback: a block gives what it
+            # has, and the caller checks the count and rolls back (all or nothing).
             req["TargetCapacitySpecification"] = {"TotalTargetCapacity": count,
-                                                  "DefaultTargetCapacityType": "capacity-block"}
+                                                  "DefaultTargetCapacityType": "reserved-capacity"}
+            req["ReservedCapacityOptions"] = {
+                "ReservationTypes": ["capacity-block"],
+                "CapacityReservationTarget": {"CapacityReservationIds": list(
+                    spec.reservation_ids)}}
+            return req
         if spot:
             strategy = "capacity-optimized-prioritized" if several else "price-capacity-optimized"
             req["SpotOptions"] = {"AllocationStrategy": strategy, **options}
@@ -205,7 +219,7 @@ class EC2Cloud:
             tags={t["Key"]: t["Value"] for t in inst.get("Tags", [])},
             private_ip=inst.get("PrivateIpAddress", ""), image_id=inst.get("ImageId", ""),
             state_reason=inst.get("StateReason", {}).get("Code", ""),
-            launched_at=inst.get("LaunchTime"), subnet_id=inst.get("SubnetId", ""))
+            launched_at=_when(inst.get("LaunchTime")), subnet_id=inst.get("SubnetId", ""))
             for inst in self._tagged(tags, None if include_terminated else _LIVE_STATES)]
 
     # --- capacity reservations and placement groups --------------------------------

@@ -24,6 +24,35 @@ class EventKind(StrEnum):
     REBALANCE = "EC2 Instance Rebalance Recommendation"
     STATE_CHANGE = "EC2 Instance State-change Notification"
     SCHEDULED = "AWS Health Event"  # a scheduledChange for EC2 instances
+    # EC2 user guide, "Monitor Capacity Blocks using EventBridge": a block ready to use, and
+    # the warning 40 minutes before its end (its instances begin terminating 10 minutes on)
+    BLOCK_DELIVERED = "Capacity Block Delivered"
+    BLOCK_EXPIRING = "Capacity Block Expiration Warning"
+
+
+# (the guide's pages show both names for each block event)
+BLOCK_KINDS = {"Capacity Block Delivered": EventKind.BLOCK_DELIVERED,
+               "Capacity Block Reservation Delivered": EventKind.BLOCK_DELIVERED,
+               "Capacity Block Expiration Warning": EventKind.BLOCK_EXPIRING,
+               "Capacity Block Reservation Expiration Warning": EventKind.BLOCK_EXPIRING}
+# The Expiration Warning comes this long before the block's end.
+BLOCK_WARNING_LEAD_S = 2400.0
+
+
+class _BlockDetail(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    reservation_id: Annotated[str, Field(alias="capacity-reservation-id",
+                                         pattern=r"^cr-[0-9a-f]{8,17}$")]
+    end_date: Annotated[str, Field(alias="end-date")] = ""
+
+
+class _BlockEnvelope(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    source: str
+    time: str = ""
+    detail: _BlockDetail
 
 
 class _Detail(BaseModel):
@@ -71,11 +100,13 @@ class EventError(ValueError):
 
 class Ec2Event(BaseModel):
     kind: EventKind
-    instance_id: str
+    instance_id: str = ""  # (block events name a reservation, not an instance)
     time: str
     action: str | None = None  # spot warnings: terminate | stop | hibernate
     state: str | None = None  # state changes: pending | running | shutting-down | ...
     scheduled: ScheduledEvent | None = None  # AWS Health scheduled changes
+    reservation_id: str = ""  # block events: the Capacity Block
+    end: float | None = None  # block events: its end date, as the event gives it
 
 
 def parse_event(body: str) -> Ec2Event:
@@ -94,6 +125,9 @@ def parse_events(body: str) -> list[Ec2Event]:
         raise EventError(f"expected a JSON object, got {type(data).__name__}")
     if data.get("source") == "aws.health":
         return _health_events(data)
+    block = BLOCK_KINDS.get(str(data.get("detail-type", data.get("detail_type", ""))))
+    if block is not None:
+        return [_block_event(data, block)]
     try:
         env = _Envelope.model_validate(data)
     except ValidationError as e:
@@ -106,6 +140,20 @@ def parse_events(body: str) -> list[Ec2Event]:
         raise EventError(f"detail-type {env.detail_type!r} is not one slurmscale acts on") from None
     return [Ec2Event(kind=kind, instance_id=env.detail.instance_id, time=env.time,
                      action=env.detail.instance_action, state=env.detail.state)]
+
+
+def _block_event(data: dict[str, Any], kind: EventKind) -> Ec2Event:
+    try:
+        env = _BlockEnvelope.model_validate(data)
+    except ValidationError as e:
+        raise EventError(first_problem(e)) from None
+    if env.source != "aws.ec2":
+        raise EventError(f"source {env.source!r} is not aws.ec2")
+    end = _when(env.detail.end_date)
+    if env.detail.end_date and end is None:
+        raise EventError(f"end-date {env.detail.end_date!r} is not a date")
+    return Ec2Event(kind=kind, time=env.time, reservation_id=env.detail.reservation_id,
+                    end=end)
 
 
 def _health_events(data: dict[str, Any]) -> list[Ec2Event]:
@@ -172,3 +220,15 @@ def event_message(detail_type: str, instance_id: str, time: str, **detail: str) 
         "time": time, "region": "us-east-1",
         "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}"],
         "detail": {"instance-id": instance_id, **detail}})
+
+
+def block_message(kind: EventKind, reservation_id: str, time: str, end_date: str) -> str:
+    """The message body EventBridge puts on the queue for a Capacity Block event (the shape
+    the EC2 user guide shows, "Monitor Capacity Blocks using EventBridge")."""
+    return json.dumps({
+        "customer_event_id": f"{reservation_id}-" + (
+            "approaching-expiry" if kind is EventKind.BLOCK_EXPIRING else "delivered"),
+        "detail-type": kind.value, "source": "aws.ec2", "account": "123456789012",
+        "time": time, "resources": [
+            f"arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{reservation_id}"],
+        "detail": {"capacity-reservation-id": reservation_id, "end-date": end_date}})

@@ -51,8 +51,9 @@ class FleetSpec:
     launch_template_version: str
     reserved: bool = False
     placement_group: str | None = None
-    # into a Capacity Block (market type capacity-block; the template targets the block)
+    # into a Capacity Block: the open blocks the gang fits in, by id (a reserved-capacity fleet)
     capacity_block: bool = False
+    reservation_ids: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, pool: Pool) -> FleetSpec:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,8 @@ from slurmscale.policy.blocks import (
     FOREVER_S,
     BlockPlan,
     Closed,
+    Edit,
+    EditKind,
     at,
     plan_block,
     starts_at_open,
@@ -37,8 +40,9 @@ log = logging.getLogger(__name__)
 
 Event = Callable[..., None]
 
-# Slurm prints whole seconds; a window moved by less than this is the same window.
-SAME_WINDOW_S = 90.0
+# A reservation edit Slurm refused is not sent again, the same, before this long: the plan
+# changes as time passes (a gap begins, a window opens), so the next try is usually another.
+RETRY_REFUSED_S = 300.0
 
 
 def _owner() -> str:
@@ -48,18 +52,18 @@ def _owner() -> str:
         return "root"
 
 
-def same_window(want: Closed, r: SlurmReservation, now: float) -> tuple[bool, bool]:
-    """Does Slurm's reservation `r` already have `want`'s start, and its end?"""
-    start, end = slurm_time(r.start_time), slurm_time(r.end_time)
-    if start is None or end is None:
-        return False, False
-    if want.start is None or want.start <= now:
-        start_ok = start <= now + SAME_WINDOW_S
-    else:
-        start_ok = abs(start - want.start) < SAME_WINDOW_S
-    forever = now + FOREVER_S / 2
-    end_ok = (end > forever and want.end > forever) or abs(end - want.end) < SAME_WINDOW_S
-    return start_ok, end_ok
+def held_by(prefix: str, pool: str, reservations: list[SlurmReservation]
+            ) -> list[SlurmReservation]:
+    """The pool's window reservations among Slurm's (<prefix><pool>-before, -after,
+    -after-N; a pool named like another's prefix does not take the other's)."""
+    pattern = re.compile(re.escape(f"{prefix}{pool}") + r"-(before|after(-[0-9]+)?)$")
+    return [r for r in reservations if pattern.match(r.name)]
+
+
+def as_closed(r: SlurmReservation) -> Closed:
+    """Slurm's reservation as the plan reads it (an unreadable start: begun)."""
+    end = slurm_time(r.end_time)
+    return Closed(r.name, slurm_time(r.start_time), FOREVER_S * 10 if end is None else end)
 
 
 @dataclass(frozen=True)
@@ -102,73 +106,98 @@ class BlockPass:
         self.pools = [p for p in cfg.pools if p.capacity_type is CapacityType.CAPACITY_BLOCK]
         self.prefix = cfg.capacity_blocks.prefix
         self.user = _owner()
+        # edits Slurm refused: (kind, name, start, end) -> not sent again before (s)
+        self.refused: dict[tuple[str, str, int, int], float] = {}
 
-    def plans(self, now: float) -> list[tuple[Pool, BlockPlan]] | None:
-        """Each block pool's plan, or None while the blocks cannot be read."""
+    def plans(self, now: float, held: list[SlurmReservation] | None = None
+              ) -> list[tuple[Pool, BlockPlan]] | None:
+        """Each block pool's plan against Slurm's reservations `held` (None: as if it held
+        none), or None while the blocks cannot be read."""
         if not self.pools:
             return []
         self.reserved.reservations(now)
         if not self.reserved.readable:
             return None
         return [(p, plan_block(p.name, self.prefix, self.reserved.of_pool(p, now), now,
-                               self.cfg.block_end_margin_s())) for p in self.pools]
+                               self.cfg.block_end_margin_s(),
+                               [as_closed(r) for r in held_by(self.prefix, p.name, held or [])]))
+                for p in self.pools]
 
     def run(self, nodes: list[SlurmNode], now: datetime) -> None:
-        plans = self.plans(now.timestamp())
-        if not plans:
+        t = now.timestamp()
+        if not self.pools:
             return
         try:
-            mine = {r.name: r for r in self.slurm.reservations()
-                    if r.name.startswith(self.prefix)}
+            slurm_has = [r for r in self.slurm.reservations() if r.name.startswith(self.prefix)]
         except SlurmError as e:
             log.warning("block pass skipped: %s", e)
             return
+        plans = self.plans(t, slurm_has)
+        if plans is None:
+            return
+        mine: set[str] = set()
         for pool, plan in plans:
-            for want in plan.closed:
-                self._keep_closed(pool, plan, want, mine.pop(want.name, None),
-                                  now.timestamp())
-            for name in (f"{self.prefix}{pool.name}-before", f"{self.prefix}{pool.name}-after"):
-                if name in mine:  # (a "before" past its start: Slurm ends it by itself too)
-                    self._delete(mine.pop(name).name, plan.reason)
+            held = {r.name: r for r in held_by(self.prefix, pool.name, slurm_has)}
+            mine |= set(held)
+            self._edit(pool, plan, held, t)
             if not plan.is_open:
                 self._close(pool, plan, nodes)
-        for name in sorted(mine):  # a pool that is no longer a block pool
-            self._delete(name, "no capacity-block pool of that name in the config")
+        for name in sorted({r.name for r in slurm_has} - mine):
+            if not any(name.startswith(f"{self.prefix}{p.name}-") for p in self.pools):
+                self._delete(name, "no capacity-block pool of that name in the config", t)
 
-    def _delete(self, name: str, why: str) -> bool:
+    def _edit(self, pool: Pool, plan: BlockPlan, held: dict[str, SlurmReservation],
+              now: float) -> None:
+        """Carry out the plan's edits, in its order (deletes, shrinks, moves, creates): never
+        delete-then-create one span, in between the scheduler would see the pool open."""
+        names = pool.node_names()
+        edits = list(plan.edits)
+        touched = {e.name for e in edits}
+        for c in plan.closed:  # the right span over the wrong nodes (the pool grew, say)
+            r = held.get(c.name)
+            if r is not None and c.name not in touched and sorted(r.nodes) != sorted(names):
+                edits.append(Edit(EditKind.UPDATE, c.name, None, c.end))
+        for e in edits:
+            if e.kind is EditKind.DELETE:
+                self._delete(e.name, plan.reason, now)
+                continue
+            key = (e.kind.value, e.name, round(e.start or 0), round(e.end))
+            if self.refused.get(key, 0.0) > now:
+                continue
+            start = None if e.start is None or e.start <= now else e.start
+            until = ("until further notice" if e.end - now > FOREVER_S / 2
+                     else f"until {at(e.end)}")
+            what = (f"{pool.name}: nodes closed from "
+                    f"{'now' if e.start is None or e.start <= now else at(e.start)} "
+                    f"{until}: {plan.reason}")
+            try:
+                if e.kind is EditKind.CREATE:
+                    self.slurm.create_window_reservation(e.name, names, [self.user], start,
+                                                         e.end)
+                else:
+                    self.slurm.update_window_reservation(e.name, names, start, e.end)
+            except SlurmError as err:
+                self.refused[key] = now + RETRY_REFUSED_S
+                self.event("slurm_update_failed", f"reservation {e.name} ({e.kind.value}): "
+                           f"{err}; not sent again the same before "
+                           f"{at(now + RETRY_REFUSED_S)}")
+                continue
+            self.refused.pop(key, None)
+            self.event("block_reservation", what, node=compress(names))
+
+    def _delete(self, name: str, why: str, now: float) -> bool:
+        key = ("delete", name, 0, 0)
+        if self.refused.get(key, 0.0) > now:
+            return False
         try:
             self.slurm.delete_reservation(name)
         except SlurmError as e:
+            self.refused[key] = now + RETRY_REFUSED_S
             self.event("slurm_update_failed", f"delete reservation {name}: {e}")
             return False
+        self.refused.pop(key, None)
         self.event("block_reservation_deleted", f"{name}: {why}")
         return True
-
-    def _keep_closed(self, pool: Pool, plan: BlockPlan, want: Closed,
-                     current: SlurmReservation | None, now: float) -> None:
-        """Make Slurm's reservation `want.name` what `want` says. A change is made in place
-        (`scontrol update`), never by deleting and creating again: in between, the pool would
-        be open to Slurm's scheduler."""
-        names = pool.node_names()
-        start = want.start if want.start is not None and want.start > now else None
-        until = ("until further notice" if want.end - now > FOREVER_S / 2
-                 else f"until {at(want.end)}")
-        what = (f"{pool.name}: nodes closed from {'now' if start is None else at(start)} "
-                f"{until}: {plan.reason}")
-        try:
-            if current is None:
-                self.slurm.create_window_reservation(want.name, names, [self.user], start,
-                                                     want.end)
-            else:
-                start_ok, end_ok = same_window(want, current, now)
-                if start_ok and end_ok and sorted(current.nodes) == sorted(names):
-                    return
-                self.slurm.update_window_reservation(
-                    want.name, names, None if start_ok else start, want.end)
-        except SlurmError as e:
-            self.event("slurm_update_failed", f"reservation {want.name}: {e}")
-            return
-        self.event("block_reservation", what, node=compress(names))
 
     def _close(self, pool: Pool, plan: BlockPlan, nodes: list[SlurmNode]) -> None:
         """Outside a window: requeue what still runs on the pool, power its nodes down."""

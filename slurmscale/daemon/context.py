@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
+from slurmscale import timeframe
 from slurmscale.cloud.protocol import CloudError, CloudProvider
 from slurmscale.config import AddressSource, Config
 from slurmscale.crashpoints import crash_point
@@ -21,7 +22,9 @@ Event = Callable[..., None]
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC)
+    """The daemon's time: steady (timeframe.py), the wall clock carried on by the monotonic
+    one, so a step of the host's clock moves none of its timers."""
+    return datetime.fromtimestamp(timeframe.FRAME.now(), UTC)
 
 
 def launched(row: InstanceRow) -> LaunchedInstance:

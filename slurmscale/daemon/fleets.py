@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
+from slurmscale.cloud.events import BLOCK_WARNING_LEAD_S, Ec2Event, EventKind
 from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
     TAG_GANG,
@@ -46,6 +49,19 @@ def _pinned(spec: FleetSpec, first: LaunchedInstance) -> FleetSpec:
                    subnets=(first.subnet_id,) if first.subnet_id else spec.subnets)
 
 
+def _warned(r: CapacityReservation, end: float | None) -> CapacityReservation:
+    if end is None or (r.end is not None and r.end <= end):
+        return r
+    return replace(r, end=end)
+
+
+def _when(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def gang_placement_group(cluster: str, gid: str) -> str:
     """The per-gang placement group's name: the cluster's, then a hash of the gang id."""
     return f"slurmscale-{cluster}-{hashlib.sha256(gid.encode()).hexdigest()[:16]}"
@@ -69,6 +85,9 @@ class ReservedCapacity:
         self._failing = False
         self._missing: list[str] = []
         self.readable = True  # the last read answered
+        # block id -> the end an Expiration Warning implies, when earlier than EC2's date
+        # (a late config, a skewed clock): the block closes by it
+        self.warned_end: dict[str, float] = {}
 
     def reservations(self, now: float) -> dict[str, CapacityReservation]:
         """id -> reservation; those EC2 did not return are missing (an event says so once)."""
@@ -117,7 +136,28 @@ class ReservedCapacity:
         if cr is None:
             return []
         by_id = self.reservations(now)
-        return [by_id[i] for i in cr.ids if i in by_id]
+        return [_warned(by_id[i], self.warned_end.get(i)) for i in cr.ids if i in by_id]
+
+    def block_event(self, ev: Ec2Event, now: datetime) -> bool:
+        """A Capacity Block event from the queue: "Delivered" re-reads the blocks at once; an
+        Expiration Warning (40 minutes before the block's end, its terminations 10 minutes
+        on) closes the block's window at once if it is still open (a late config, a skewed
+        clock, a margin below AWS's lead): its end is taken as the warning's time plus the
+        margin, so the pass requeues and powers down now."""
+        self._read_at = None  # re-read now: the block's state or end has changed
+        if ev.kind is EventKind.BLOCK_DELIVERED:
+            self.event("block_delivered", f"capacity block {ev.reservation_id} delivered "
+                       f"({ev.time}): blocks read again")
+            return True
+        warned = _when(ev.time) or now.timestamp()
+        end = min(warned + min(BLOCK_WARNING_LEAD_S, self.cfg.block_end_margin_s()),
+                  ev.end or math.inf)
+        self.warned_end[ev.reservation_id] = min(end, self.warned_end.get(
+            ev.reservation_id, math.inf))
+        self.event("block_expiring", f"capacity block {ev.reservation_id}: Expiration Warning "
+                   f"at {ev.time} (EC2's terminations begin 10 minutes on): its window is "
+                   "closed from then on")
+        return True
 
     def launched(self, ids: tuple[str, ...], n: int) -> None:
         """`n` instances went into `ids`: count them down until the next read."""
@@ -157,7 +197,7 @@ class GangFleets:
         spec = FleetSpec.of(pool)
         if route.kind is RouteKind.RESERVED and pool.capacity_type is CapacityType.CAPACITY_BLOCK:
             spec = replace(spec, instance_types=route.instance_types, subnets=route.subnets,
-                           capacity_block=True)
+                           capacity_block=True, reservation_ids=route.reservation_ids)
         elif route.kind is RouteKind.RESERVED:
             assert pool.capacity_reservations is not None
             spec = replace(spec, instance_types=route.instance_types, subnets=route.subnets,

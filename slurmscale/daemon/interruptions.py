@@ -65,6 +65,8 @@ class InterruptionPass:
         self.evacuated: set[str] = set()
         # AWS Health scheduled changes go there (the health pass): True once acted on
         self.on_scheduled: Callable[[InstanceRow, ScheduledEvent], bool] | None = None
+        # Capacity Block events go there (the blocks as read from EC2): True once acted on
+        self.on_block: Callable[[Ec2Event, datetime], bool] | None = None
 
     def run(self, now: datetime) -> int:
         """Handle what is queued now; returns the number of messages read. SQS delivers at
@@ -87,7 +89,8 @@ class InterruptionPass:
                 self.event("event_dropped", f"malformed EC2 event message dropped: {e}")
             else:
                 # (every one handled, even after one that must come back: each is idempotent)
-                left = [ev.instance_id for ev in evs if not self._handle(ev, now)]
+                left = [ev.instance_id or ev.reservation_id for ev in evs
+                        if not self._handle(ev, now)]
                 if left:
                     log.warning("EC2 event for %s not handled yet; it comes back after the "
                                 "queue's visibility timeout", ", ".join(left))
@@ -100,6 +103,8 @@ class InterruptionPass:
 
     def _handle(self, ev: Ec2Event, now: datetime) -> bool:
         """True once the event was acted on or is moot; False: try again later."""
+        if ev.kind in (EventKind.BLOCK_DELIVERED, EventKind.BLOCK_EXPIRING):
+            return True if self.on_block is None else self.on_block(ev, now)
         inst = self.store.instance(ev.instance_id)
         if inst is None:
             self.event("event_dropped", f"{ev.kind.value} for {ev.instance_id}: not an "

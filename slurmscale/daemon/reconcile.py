@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
+from slurmscale import timeframe
 from slurmscale.cloud.protocol import CloudProvider, EventQueue
 from slurmscale.config import Config
 from slurmscale.daemon.addresses import NodeAddresses
@@ -72,6 +73,7 @@ class Reconciler:
         self.interruptions = InterruptionPass(cfg, store, slurm, events, self.event,
                                               self.backoff)
         self.reserved = ReservedCapacity(cfg, cloud, self.event, self._save_reservations)
+        self.interruptions.on_block = self.reserved.block_event
         fleets = GangFleets(cfg, cloud, client_token)
         self.addresses = NodeAddresses(ctx)
         ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
@@ -84,6 +86,7 @@ class Reconciler:
         self.blocks = BlockPass(cfg, slurm, self.reserved, self.event)
         self.keep_up = KeepUpPass(cfg, slurm, self.event)
         self.quarantine_reported: set[tuple[str, str]] = set()
+        self.steps_reported = len(timeframe.FRAME.eras)
 
     def event(self, kind: str, message: str, **kw: str | None) -> None:
         log.info("%s: %s", kind, message)
@@ -94,6 +97,7 @@ class Reconciler:
     def tick(self) -> TickResult:
         """Slurm's requests first (a resume is a job waiting), then the capacity policy."""
         res = TickResult()
+        self._report_steps()
         res.drained = self.requests.drain_spool()
         self.requests.handle_requests(res)
         # interruptions before the capacity pass: a node about to vanish is not capacity
@@ -117,6 +121,17 @@ class Reconciler:
                 1 for a in p.capacity.actions if a.kind is not ActionKind.KEEP)
         self._report_quarantine()
         return res
+
+    def _report_steps(self) -> None:
+        """A step of the host's clock: recorded once (the timers are unmoved by it)."""
+        self.clock()
+        eras = timeframe.FRAME.eras
+        for era in eras[self.steps_reported:]:
+            self.event("clock_step", f"the host's clock stepped (wall - steady now "
+                       f"{era.offset:+.0f}s): slurmscale's timers run on unmoved; Slurm's times "
+                       "are read into its steady time; restart the daemon to take the host's "
+                       "time for its records")
+        self.steps_reported = len(eras)
 
     def _report_quarantine(self) -> None:
         """Store rows the reads skipped because they cannot be decoded: an event and a

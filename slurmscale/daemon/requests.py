@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import DBAPIError
 
+from slurmscale import timeframe
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext, TickResult
@@ -49,6 +50,8 @@ class RequestPass:
             if req is None:
                 self._reject(path, "unreadable or invalid")
                 continue
+            # (the hook's clock is the host's: its time read into the daemon's steady time)
+            req = req._replace(received_at=timeframe.FRAME.from_host(req.received_at))
             try:
                 added = self.ctx.store.add_request(req)
             except DBAPIError:

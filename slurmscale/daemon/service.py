@@ -193,7 +193,7 @@ class Daemon:
                      res.launched_gangs, res.failed_gangs, res.released_nodes,
                      res.policy_actions, res.events, time.monotonic() - t0)
         if res.next_due is not None:
-            self.want(time.monotonic() + max(0.0, res.next_due - time.time()) + 0.05)
+            self.want(time.monotonic() + max(0.0, res.next_due - utcnow().timestamp()) + 0.05)
 
     def _export(self, reconciler: Reconciler, seconds: float) -> None:
         m = self.metrics

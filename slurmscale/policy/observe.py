@@ -6,6 +6,7 @@ import functools
 from collections import Counter
 from datetime import datetime
 
+from slurmscale import timeframe
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand_cached
 from slurmscale.model import QueueJob, SlurmNode
@@ -71,6 +72,9 @@ def slurm_time(text: str) -> float | None:
         if len(_TIMES) >= MAX_TIMES:
             _TIMES.clear()
         _TIMES[text] = t
+    if t is not None and timeframe.FRAME.eras:
+        # the host's clock has stepped since the daemon started: read in its steady time
+        return timeframe.FRAME.from_host(t)  # type: ignore[arg-type]
     return t  # type: ignore[return-value]
 
 
@@ -150,7 +154,8 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
     out = []
     # (tens of thousands a pass: each GangJob made as the tuple it is, in field order, and
     # a time looked up in slurm_time's memo before calling it)
-    make, times, missing = tuple.__new__, _TIMES, _MISSING
+    make, missing = tuple.__new__, _MISSING
+    times = {} if timeframe.FRAME.eras else _TIMES  # (a stepped clock: through slurm_time)
     for j in jobs:
         if j.num_nodes < min_nodes and j.job_id not in also:
             continue

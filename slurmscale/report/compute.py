@@ -36,6 +36,8 @@ ANOMALY_KINDS = ("leak_terminated", "node_without_instance", "resume_failed",
                  "slurm_read_failed", "spool_rejected", "event_dropped",
                  "node_address_reset")
 FALLBACK_KINDS = ("capacity_unavailable", "job_partition_rewritten", "job_steered")
+# a job slurmscale requeued: off a node going away, and off a block pool at its window's close
+REQUEUE_KINDS = ("job_requeued", "block_job_requeued")
 
 
 class PoolUsage(BaseModel):
@@ -292,7 +294,7 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         preemptions=sum(1 for p in store.preemptions(since=since.timestamp())
                         if utc(p.at) < until  # type: ignore[operator]
                         and not p.kind.startswith(REPLACED_KIND)),
-        requeues=kinds["job_requeued"],
+        requeues=sum(kinds[k] for k in REQUEUE_KINDS),
         launches=sum(1 for g in gangs if g.status == "launched"),
         launch_failures=sum(1 for g in gangs if g.status == "failed"),
         capacity_errors=[CapacityError(pool=p, code=c, gangs=n)

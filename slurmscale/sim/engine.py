@@ -179,6 +179,17 @@ class PaidCapacity:
     reserved_nodes: int = 0
     use_reserved: bool = True
     blocks: tuple[BlockSpec, ...] = ()
+    # The daemon's capacity_blocks.end_margin_s: no job may run past a block's end less this.
+    block_margin_s: float = 0.0
+    # EC2 begins terminating a block's instances this long before its end (AWS: 30 minutes;
+    # 0: at its end); a job still on one dies (counted: jobs_killed_at_block_end)
+    block_lead_s: float = 0.0
+
+    def close_s(self, b: BlockSpec) -> float:
+        return b.end_s - self.block_margin_s
+
+    def taken_back_s(self, b: BlockSpec) -> float:
+        return b.end_s - self.block_lead_s
 
 
 class Simulation:
@@ -339,8 +350,9 @@ class Simulation:
         if k is not self.k:
             return None  # paid capacity is the main pool's
         for i, b in enumerate(self.paid.blocks):
-            if (b.start_s <= now < b.end_s and now + self.cloud.boot_s + self.limit[idx]
-                    <= b.end_s and b.nodes - self._in_paid(i) >= need):
+            if (b.start_s <= now < self.paid.taken_back_s(b)
+                    and now + self.cloud.boot_s + self.limit[idx] <= self.paid.close_s(b)
+                    and b.nodes - self._in_paid(i) >= need):
                 return i
         if (self.paid.use_reserved and self.paid.reserved_nodes
                 and self.paid.reserved_nodes - self._in_paid(ODCR) >= need):
@@ -351,7 +363,7 @@ class Simulation:
         """Could job `idx` (by its limit) run past the end of the block node `n` is in?"""
         if n.paid is None or n.paid == ODCR:
             return False
-        return start + self.limit[idx] > self.paid.blocks[n.paid].end_s
+        return start + self.limit[idx] > self.paid.close_s(self.paid.blocks[n.paid])
 
     def _vacate(self, idx: int, now: float) -> None:
         """A run is over (ended, requeued or killed): its nodes' GPUs are free again, and the
@@ -367,8 +379,9 @@ class Simulation:
                 self.r.paid_busy_gpu_s += g * ran
 
     def _block_end(self, i: int, now: float) -> int:
-        """EC2 takes the block back: its nodes go. A job still on one dies with it (counted;
-        the placement rule above should make this never happen). Returns the jobs killed."""
+        """EC2 takes the block back (from `block_lead_s` before its end): its nodes go. A job
+        still on one dies with it (counted; a margin of at least the lead makes this never
+        happen, a smaller one shows up here). Returns the jobs killed."""
         killed = 0
         for idx, placed in list(self.placed.items()):
             if not any(m.paid == i for m, _ in placed):
@@ -733,7 +746,7 @@ class Simulation:
         windows = [busy[n.name].windows(n.gpus, lim, horizon) for n in pool]
         for i, n in enumerate(pool):  # a block node: only while the job ends before it does
             if n.paid is not None and n.paid != ODCR:
-                last = self.paid.blocks[n.paid].end_s - lim
+                last = self.paid.close_s(self.paid.blocks[n.paid]) - lim
                 windows[i] = [(lo, min(hi, last)) for lo, hi in windows[i] if lo <= last]
         found = gang_start(windows, job.nodes)
         if found is None:
@@ -1012,7 +1025,7 @@ class Simulation:
             self._push(j.submit_s, SUBMIT, i)
         for i, b in enumerate(self.paid.blocks):
             self._push(b.start_s, BLOCK, -1 - i)
-            self._push(b.end_s, BLOCK, i)
+            self._push(self.paid.taken_back_s(b), BLOCK, i)
         if self.p.all_up_from_start:
             for n in self.nodes:
                 self._power_up(n, 0.0)

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
+from slurmscale import timeframe
 from slurmscale.config import SlurmSettings
 from slurmscale.hostlists import compress
 from slurmscale.model import (
@@ -48,8 +49,9 @@ T = TypeVar("T")
 
 
 def _local(t: float) -> str:
-    """Unix seconds as scontrol takes a time: slurmctld's local time."""
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S")
+    """The daemon's time (timeframe.py) as scontrol takes a time: slurmctld's local time,
+    by the host's clock as it reads now."""
+    return datetime.fromtimestamp(timeframe.FRAME.to_host(t)).strftime("%Y-%m-%dT%H:%M:%S")
 
 # squeue -t: the states of a job that has ended (a requeued job is PENDING again, not here)
 ENDED_STATES = "CD,CA,F,TO,OOM,NF,PR,DL"

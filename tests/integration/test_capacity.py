@@ -152,6 +152,9 @@ def _assert_groups_cleaned(c: LocalCluster, proxy: EC2Proxy) -> None:
 
 
 BLOCK = "cr-0b1c2d3e4f5a60001"
+# EC2 begins terminating a block's instances 30 minutes before its end; the scenarios run on a
+# compressed clock (blocks of minutes), so that lead is 30 s here, in the proxy and the config
+LEAD = 30
 
 
 def test_a_capacity_block_runs_jobs_inside_its_window_and_none_past_it(make_cluster) -> None:  # type: ignore[no-untyped-def]
@@ -168,14 +171,16 @@ def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: igno
         pools=[PoolSpec("gpu-cb", "cb-", 4, capacity_type="capacity-block",
                         launch_template_version="2",
                         extra={"capacity_reservations": {"ids": [BLOCK]}})],
-        extra_config={"capacity_blocks": {"end_margin_s": margin}}, start_daemon=False, **opts)
-    # the pool's template version targets the block, with the market type blocks require
+        extra_config={"capacity_blocks": {"end_margin_s": margin,
+                                          "termination_lead_s": LEAD}},
+        start_daemon=False, **opts)
+    # EC2's early terminations, on the scenario's compressed clock
+    proxy.capacity.termination_lead_s = LEAD
+    # the pool's template version: the market type blocks take; the fleets name the block
     c.ec2().create_launch_template_version(LaunchTemplateName=c.lt_name, LaunchTemplateData={
         "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
         "MetadataOptions": NODE_METADATA,
-        "InstanceMarketOptions": {"MarketType": "capacity-block"},
-        "CapacityReservationSpecification": {"CapacityReservationTarget": {
-            "CapacityReservationId": BLOCK}}})
+        "InstanceMarketOptions": {"MarketType": "capacity-block"}})
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=60)
     end = start + timedelta(seconds=180)
     close = end.timestamp() - margin
@@ -212,9 +217,10 @@ def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: igno
     launched = [e for e in c.events() if e["kind"] == "launch_requested"]
     first = datetime.fromisoformat(launched[0]["at"]).timestamp()
     assert 0 <= first - start.timestamp() <= 45, (first - start.timestamp(), launched)
-    assert all("capacity-block" not in x.params.get(
-        "TargetCapacitySpecification.DefaultTargetCapacityType", "") or x.status == 200
-        for x in proxy.fleet_calls())
+    fleets = proxy.fleet_calls()
+    assert fleets and all(x.status == 200 and x.params.get(
+        "ReservedCapacityOptions.CapacityReservationTarget.CapacityReservationId.1") == BLOCK
+        for x in fleets), [x.params for x in fleets]
     c.slurm("scontrol", "update", f"JobId={tail}", "TimeLimit=10")
 
     def requeued() -> bool:
@@ -245,3 +251,89 @@ def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: igno
           f"utilisation {paid['utilization']}")
     print(f"pending reason before the block: {pending_reason}; first launch "
           f"{first - start.timestamp():.1f}s after the start")
+
+
+BLOCK_B = "cr-0b1c2d3e4f5a60002"
+
+
+def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Two blocks and a gap between them, on a compressed clock (blocks of minutes, EC2's
+    30-minute early terminations as LEAD seconds). Jobs submitted before, in and between the
+    blocks: each starts and ends inside one window, none runs past a close; a job whose limit
+    fits only the first window runs there, one that fits neither never starts; no reservation
+    edit is refused; each block's fleets name that block, and slurmscale releases every
+    instance before EC2's terminations begin."""
+    from datetime import UTC, datetime, timedelta
+
+    margin = 40
+    c, proxy = make_cluster(
+        pools=[PoolSpec("gpu-cb", "cb-", 4, capacity_type="capacity-block",
+                        launch_template_version="2",
+                        extra={"capacity_reservations": {"ids": [BLOCK, BLOCK_B]}})],
+        extra_config={"capacity_blocks": {"end_margin_s": margin,
+                                          "termination_lead_s": LEAD}},
+        start_daemon=False)
+    proxy.capacity.termination_lead_s = LEAD
+    c.ec2().create_launch_template_version(LaunchTemplateName=c.lt_name, LaunchTemplateData={
+        "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
+        "MetadataOptions": NODE_METADATA,
+        "InstanceMarketOptions": {"MarketType": "capacity-block"}})
+    a0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=40)
+    a1 = a0 + timedelta(seconds=180)  # usable 140 s: a 2-minute limit fits
+    b0 = a1 + timedelta(seconds=25)
+    b1 = b0 + timedelta(seconds=115)  # usable 75 s: a 1-minute limit fits, 2 do not
+    for bid, s, e in ((BLOCK, a0, a1), (BLOCK_B, b0, b1)):
+        proxy.capacity.add(Reservation(bid, "p5.48xlarge", total=4,
+                                       reservation_type="capacity-block", start=s, end=e))
+    windows = [(a0.timestamp(), a1.timestamp() - margin), (b0.timestamp(), b1.timestamp() - margin)]
+    c.start_daemon()
+    part = ("-p", "gpu-cb", "--gres=gpu:8")
+    before = {
+        "gang": c.sbatch("-N", "2", "--time=1", *part, "--wrap", "sleep 15"),
+        "first_only": c.sbatch("-N", "1", "--time=2", *part, "--wrap", "sleep 10"),
+        "neither": c.sbatch("-N", "1", "--time=3", *part, "--wrap", "sleep 5"),
+    }
+    seen: dict[int, tuple[float, float]] = {}
+
+    def note(job: int) -> bool:
+        j = c.job(job)
+        if j.get("JobState") == "COMPLETED":
+            from slurmscale.policy.observe import slurm_time
+
+            seen[job] = (slurm_time(j["StartTime"]) or 0.0, slurm_time(j["EndTime"]) or 0.0)
+            return True
+        return False
+    wait_for("the jobs submitted before A done in A",
+             lambda: note(before["gang"]) & note(before["first_only"]), 200)
+    in_a = c.sbatch("-N", "1", "--time=1", *part, "--wrap", "sleep 5")
+    wait_for(f"job {in_a} done", lambda: note(in_a), 90)
+    wait_for("A closed", lambda: datetime.now(UTC).timestamp() > windows[0][1] + 2, 150)
+    between = c.sbatch("-N", "2", "--time=1", *part, "--wrap", "sleep 10")
+    too_long_for_b = c.sbatch("-N", "1", "--time=2", *part, "--wrap", "sleep 5")
+    try:
+        wait_for(f"job {between} done in B", lambda: note(between), 240)
+    except TimeoutError:
+        print("DEBUG", c.job(between), c.slurm("scontrol", "show", "res", "-o"))
+        for e in c.events():
+            print("EV", e["at"], e["kind"], e["message"][:300])
+        print("FLEETS", [(x.status, x.params) for x in proxy.fleet_calls()])
+        print("WINDOWS", windows, b0, b1)
+        raise
+    wait_for("B over", lambda: datetime.now(UTC) > b1 + timedelta(seconds=3), 200)
+    c.events()  # (a pass after B's end: the proxy takes back whatever is left)
+    for job, (s, e) in seen.items():
+        assert any(w0 - 2 <= s and e <= w1 + 2 for w0, w1 in windows), (job, s, e, windows)
+    assert seen[between][0] >= windows[1][0] - 2, "the job submitted in the gap ran in B"
+    for job in (before["neither"], too_long_for_b):
+        j = c.job(job)
+        assert j["JobState"] == "PENDING" and j["Restarts"] == "0", j
+    kinds = [e["kind"] for e in c.events()]
+    assert "slurm_update_failed" not in kinds, [e for e in c.events()
+                                                 if e["kind"] == "slurm_update_failed"]
+    targets = [x.params.get("ReservedCapacityOptions.CapacityReservationTarget."
+                            "CapacityReservationId.1") for x in proxy.fleet_calls()
+               if x.status == 200]
+    assert BLOCK in targets and BLOCK_B in targets, targets
+    assert proxy.capacity.taken_back == [], "slurmscale released everything before EC2 did"
+    assert not c.cluster_instances()
+    print(f"two blocks: jobs {sorted(seen)} each inside one window; fleets named {targets}")

@@ -8,11 +8,15 @@ as EC2 reads the template) fills the group's matching reservations (instance typ
 first and launches the remainder as ordinary on-demand; a reservation's free count is its
 total less the live instances in it (an instance leaves it when terminated);
 DescribeInstances shows `capacityReservationId` on instances inside one.
-Capacity Blocks (the user guide's Capacity Blocks tutorial): a block's state follows its
-window (scheduled, active, expired); a fleet of DefaultTargetCapacityType capacity-block whose
-template version targets the block gets an insufficient-capacity error before the start, at
-most the block's free count after it (the excess as an insufficient-capacity error beside the
-instances, no on-demand fallback), and EC2 terminates the block's instances at its end.
+Capacity Blocks (the user guide's Capacity Blocks tutorial and "Monitor Capacity Blocks
+using EventBridge"): a block's state follows its window (scheduled, active, expired); a fleet
+into blocks (DefaultTargetCapacityType reserved-capacity, ReservedCapacityOptions naming
+capacity-block and the ids, as the API reference's ReservedCapacityOptionsRequest has it; or
+the older capacity-block type whose template version targets one block) gets an
+insufficient-capacity error before the start, at most the named blocks' free count after it
+(the excess as an insufficient-capacity error beside the instances, no on-demand fallback),
+and EC2 begins terminating the block's instances `termination_lead_s` (AWS: 30 minutes)
+before its end.
 Placement groups:
 create (tags), describe (by name or tag filter), delete (refused while an instance of it is
 live), and a fleet naming an unknown group is refused, as EC2 does.
@@ -114,6 +118,9 @@ class CapacityModel:
     groups: dict[str, Group] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     taken_back: list[str] = field(default_factory=list)  # block instances EC2 terminated
+    # EC2 begins terminating a block's instances this long before its end (30 minutes in
+    # AWS's user guide; a test that compresses its clock compresses this with it)
+    termination_lead_s: float = 1800.0
 
     def add(self, r: Reservation) -> Reservation:
         self.reservations[r.id] = r
@@ -208,29 +215,39 @@ class CapacityModel:
         return 200, _response("DeletePlacementGroup", "<return>true</return>")
 
     # --- around forwarded calls ---------------------------------------------------------
-    def block_fleet(self, params: dict[str, str]) -> tuple[Reservation, int] | None:
-        """A capacity-block fleet: its block and how many instances it can have now."""
+    def block_fleet(self, params: dict[str, str]) -> tuple[list[Reservation], int] | None:
+        """A fleet into Capacity Blocks: the blocks it names (by id, or through its template)
+        and how many instances they can have now."""
         tcs = "TargetCapacitySpecification."
-        if params.get(tcs + "DefaultTargetCapacityType") != "capacity-block":
+        kind = params.get(tcs + "DefaultTargetCapacityType")
+        rco = "ReservedCapacityOptions."
+        if kind == "reserved-capacity" and "capacity-block" in _indexed(
+                params, rco + "ReservationType"):
+            ids = _indexed(params, rco + "CapacityReservationTarget.CapacityReservationId")
+        elif kind == "capacity-block":
+            ids = [self._template_target(params).get("CapacityReservationId", "")]
+        else:
             return None
-        target = self._template_target(params)
-        block = self.reservations.get(target.get("CapacityReservationId", ""))
-        if block is None:
-            raise LookupError(f"no capacity block targeted: {target}")
+        blocks = [self.reservations[i] for i in ids if i in self.reservations]
+        if not blocks:
+            raise LookupError(f"no capacity block named: {ids}")
         with self.lock:
-            return block, min(block.available, int(params.get(tcs + "TotalTargetCapacity", 0)))
+            free = sum(b.available for b in blocks if b.block)
+            return blocks, min(free, int(params.get(tcs + "TotalTargetCapacity", 0)))
 
     def expire_blocks(self) -> list[str]:
-        """Instances of blocks that have ended: EC2 terminates them (the caller does)."""
+        """Instances of blocks within `termination_lead_s` of their end: EC2 terminates them
+        (the caller does)."""
         with self.lock:
             out = []
+            now = datetime.now(UTC)
             for r in self.reservations.values():
-                if r.block and r.state_now() == "expired" and r.members:
+                if (r.block and r.end is not None and r.members
+                        and (r.end - now).total_seconds() <= self.termination_lead_s):
                     out += sorted(r.members)
                     r.members.clear()
             self.taken_back += out
             return out
-
 
     def refuse_fleet(self, params: dict[str, str]) -> tuple[int, bytes] | None:
         """A fleet naming a placement group that does not exist is refused, as EC2 does."""
@@ -241,15 +258,18 @@ class CapacityModel:
         return None
 
     def fleet_launched(self, params: dict[str, str], instance_ids: list[str],
-                       block: Reservation | None = None) -> None:
+                       blocks: list[Reservation] | None = None) -> None:
         """Put a fleet's new instances in its placement group and, reservations first, into
         the reservations its template version targets (or into its block)."""
         with self.lock:
             group = params.get("LaunchTemplateConfigs.1.Overrides.1.Placement.GroupName")
             if group in self.groups:
                 self.groups[group].members.update(instance_ids)
-            if block is not None:
-                block.members.update(instance_ids)
+            if blocks:
+                left = list(instance_ids)
+                for b in blocks:  # (filled in the order named)
+                    take, left = left[:b.available], left[b.available:]
+                    b.members.update(take)
                 return
             if params.get("OnDemandOptions.CapacityReservationOptions.UsageStrategy") != \
                     "use-capacity-reservations-first":

@@ -108,8 +108,8 @@ class EC2Proxy:
                 if block is not None:
                     asked = int(params["TargetCapacitySpecification.TotalTargetCapacity"])
                     short = Fault("CreateFleet", "partial", message=(
-                        f"Insufficient capacity in capacity block {block[0].id}: "
-                        f"{block[1]} of {asked} available"))
+                        "Insufficient capacity in capacity block "
+                        f"{','.join(b.id for b in block[0])}: {block[1]} of {asked} available"))
                     if block[1] == 0:
                         self._reply(200, _fleet_response("fleet-00000000-block", [], short),
                                     call)
@@ -326,4 +326,6 @@ def _as_on_demand(params: dict[str, str], n: int) -> bytes:
     p[tcs + "TotalTargetCapacity"] = p[tcs + "OnDemandTargetCapacity"] = str(n)
     if "OnDemandOptions.MinTargetCapacity" in p:
         p["OnDemandOptions.MinTargetCapacity"] = str(n)
+    for k in [k for k in p if k.startswith("ReservedCapacityOptions.")]:
+        del p[k]  # (moto knows no reserved-capacity fleet)
     return urllib.parse.urlencode(p).encode()

@@ -11,11 +11,19 @@ from hypothesis import strategies as st
 from slurmscale.config import parse_config
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode
-from slurmscale.policy.blocks import FOREVER_S, plan_block, starts_at_open, windows
+from slurmscale.policy.blocks import (
+    FOREVER_S,
+    Closed,
+    Edit,
+    EditKind,
+    plan_block,
+    starts_at_open,
+    windows,
+)
 from slurmscale.policy.observe import slurm_time
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
-from tests.support.fakes import FakeCloud, FakeSlurm
+from tests.support.fakes import FakeCloud, FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
 from tests.unit.test_reconcile import Clock, hook
 
@@ -90,7 +98,7 @@ def test_plan_says_which_pending_gangs_start_when_the_block_opens() -> None:
 
 
 # --- the pass -------------------------------------------------------------------------------
-def _world(tmp_path, ids: list[str] | None = None):  # type: ignore[no-untyped-def]
+def _world(tmp_path, ids: list[str] | None = None, queue: FakeQueue | None = None):  # type: ignore[no-untyped-def]
     d = base_config(spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
                     hook_log_file=str(tmp_path / "hooks.log"),
                     store_url=f"sqlite:///{tmp_path / 'state.db'}",
@@ -107,7 +115,7 @@ def _world(tmp_path, ids: list[str] | None = None):  # type: ignore[no-untyped-d
     for i in range(1, 5):
         slurm.table[f"cb-{i}"] = SlurmNode(f"cb-{i}", "IDLE+CLOUD+POWERED_DOWN", f"cb-{i}",
                                            f"cb-{i}", partitions=("gpu-cb",))
-    r = Reconciler(cfg, store, slurm, cloud, clock=clock)
+    r = Reconciler(cfg, store, slurm, cloud, clock=clock, events=queue)
     return r, cloud, slurm, clock, Spool(cfg.spool_dir)
 
 
@@ -135,13 +143,14 @@ def test_a_block_pool_from_before_its_start_to_after_its_end(tmp_path) -> None: 
     hook(spool, clock, RequestKind.RESUME, {7: ["cb-1", "cb-2"]})
     assert r.tick().failed_gangs == 1 and cloud.launches == []
 
-    # the block opens: "before" has ended (Slurm drops it), "after" was there all along
+    # the block opens: "before" has ended (Slurm purges it, untouched by slurmscale),
+    # "after" was there all along: no reservation call at all
     clock.now = datetime.fromtimestamp(S + 5, UTC)
     _set_block(cloud, S + 5)
     calls = len(slurm.calls)
     r.tick()
-    assert [c for c in slurm.calls[calls:] if "reservation" in c[0]] == [
-        ("delete_reservation", ["slurmscale-block-gpu-cb-before"])]
+    assert [c for c in slurm.calls[calls:] if "reservation" in c[0]] == []
+    del slurm.resv["slurmscale-block-gpu-cb-before"]  # (Slurm's purge at its end)
     (res,) = slurm.resv.values()
     assert abs((slurm_time(res.start_time) or 0) - (E - M)) < 1
     hook(spool, clock, RequestKind.RESUME, {8: ["cb-1", "cb-2"]})
@@ -192,6 +201,118 @@ def test_a_block_bought_later_moves_the_close_in_place(tmp_path) -> None:  # typ
     calls = len(slurm.calls)
     r.tick()
     ops = [c[0] for c in slurm.calls[calls:] if "reservation" in c[0]]
-    assert ops == ["update_window_reservation"], ops
+    assert ops == ["update_window_reservation", "create_window_reservation"], ops
     moved = slurm.resv[after.name]
     assert abs((slurm_time(moved.end_time) or 0) - (E + 3600)) < 1
+    # and the new block's own close is in Slurm's plan already, long before it opens
+    nxt = slurm.resv["slurmscale-block-gpu-cb-after-2"]
+    assert abs((slurm_time(nxt.start_time) or 0) - (E + 7200 - M)) < 1
+
+
+# --- every window, not the first: the plan against Slurm's own rules -----------------------
+class SlurmWindows:
+    """What slurmctld does with window reservations over one set of nodes (seen on 22.05
+    through 26.05): two may not overlap, one that has begun keeps its start, one past its
+    end is purged. Refusals are counted, not raised."""
+
+    def __init__(self) -> None:
+        self.resv: dict[str, tuple[float, float]] = {}
+        self.refused: list[tuple[Edit, str]] = []
+
+    def held(self, now: float) -> list[Closed]:
+        self.resv = {n: (s, e) for n, (s, e) in self.resv.items() if e > now}
+        return [Closed(n, s, e) for n, (s, e) in self.resv.items()]
+
+    def apply(self, e: Edit, now: float) -> None:
+        if e.kind is EditKind.DELETE:
+            self.resv.pop(e.name)
+            return
+        if e.kind is EditKind.CREATE:
+            span = (now if e.start is None else e.start, e.end)
+        else:
+            start, _ = self.resv[e.name]
+            if e.start is not None and start <= now:
+                self.refused.append((e, "Reservation already started"))
+                return
+            span = (start if e.start is None else e.start, e.end)
+        if any(max(span[0], s) < min(span[1], end)
+               for n, (s, end) in self.resv.items() if n != e.name):
+            self.refused.append((e, "overlaps another reservation"))
+            return
+        self.resv[e.name] = span
+
+    def closed_at(self, t: float) -> bool:
+        return any(s <= t < e for s, e in self.resv.values())
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 8), st.integers(0, 30)),
+                min_size=1, max_size=5),
+       st.lists(st.integers(0, 50 * 6), min_size=1, max_size=25), st.integers(0, 3))
+def test_every_window_opens_and_closes_as_planned_whatever_the_passes(
+        spans: list[tuple[int, int, int]], ticks: list[int], margin: int) -> None:
+    """Random blocks (start and length in hours, and the hour the site bought each: EC2 lists
+    it from then on), passes at random 10-minute marks: after every pass Slurm holds exactly
+    the closed spans ahead (so no job can start that would run past the next close), it
+    refused no edit, and a second pass at the same moment changes nothing."""
+    hour = 3600.0
+    blocks = [(_block(f"cr-{i:016x}", s * hour, (s + d) * hour, state="active"), b * hour)
+              for i, (s, d, b) in enumerate(spans)]
+    m = margin * hour / 2
+    slurm = SlurmWindows()
+    for tick in sorted(set(ticks)):
+        now = tick * 600.0
+        known = [b for b, bought in blocks if bought <= now]
+        p = plan_block("cb", "x-", known, now, m, slurm.held(now))
+        for e in p.edits:
+            slurm.apply(e, now)
+        assert slurm.refused == [], slurm.refused
+        ws = [w for w in windows(known, m) if w.close > now]
+        probes = {now} | {t for w in ws for t in (w.start - 1, w.start, w.close - 1, w.close,
+                                                  w.end + hour)}
+        for t in sorted(x for x in probes if x >= now):
+            inside = any(w.start <= t < w.close for w in ws)
+            assert slurm.closed_at(t) != inside, (t, inside, slurm.resv, ws)
+        again = plan_block("cb", "x-", known, now, m, slurm.held(now))
+        assert again.edits == (), again.edits
+
+
+def test_an_expiration_warning_closes_the_block_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """EC2 sends the Expiration Warning 40 minutes before a block's end. When the block as
+    last read ends later than that (a late config, a skewed clock), the warning's time wins:
+    the window closes now, what runs is requeued, before EC2's terminations begin."""
+    from slurmscale.cloud.events import EventKind, block_message
+
+    queue = FakeQueue()
+    r, cloud, slurm, clock, _ = _world(tmp_path, queue=queue)
+    clock.now = datetime.fromtimestamp(S + 600, UTC)
+    _set_block(cloud, S + 600)
+    slurm.now_text = datetime.fromtimestamp(S + 600).isoformat(timespec="seconds")
+    r.tick()
+    assert "slurmscale-block-gpu-cb-after" in slurm.resv and slurm.calls
+    slurm.table["cb-1"] = SlurmNode("cb-1", "ALLOCATED+CLOUD", "10.0.0.1", "cb-1",
+                                    partitions=("gpu-cb",))
+    slurm.queue = [QueueJob("9", ("gpu-cb",), 1, 8, 3600, "", "", 1, "u", "RUNNING",
+                            nodelist="cb-1")]
+    r.tick()
+    assert ("requeue", ["9"]) not in slurm.calls, "EC2's date: the window is open"
+    # the warning says the block ends 40 minutes from now, not at E (hours away)
+    warned = clock.now + timedelta(seconds=5)
+    clock.now = warned
+    queue.bodies.append(block_message(EventKind.BLOCK_EXPIRING, "cr-0000000000000b01",
+                                      warned.strftime("%Y-%m-%dT%H:%M:%SZ"), ""))
+    r.tick()
+    assert ("requeue", ["9"]) in slurm.calls
+    kinds = [e.kind for e in r.store.events()]
+    assert "block_expiring" in kinds and "block_job_requeued" in kinds
+    assert queue.deleted == ["0"]
+
+
+def test_status_shows_each_blocks_window_and_the_time_to_its_start_or_end() -> None:
+    from slurmscale.cli_status import _window
+
+    p = {"kind": "capacity-block", "start": "2026-11-29T13:00:00+00:00",
+         "end": "2026-11-29T17:00:00+00:00"}
+    assert _window(p, T0.timestamp()) == "11-29 13:00-17:00 opens in 1h00m"
+    assert _window(p, S + 600) == "11-29 13:00-17:00 3h50m left"
+    assert _window(p, E + 1) == "11-29 13:00-17:00 over"
+    assert _window({**p, "kind": "default"}, S) == "-"

@@ -148,6 +148,39 @@ def test_the_fleet_request_targets_reservations_and_placement_the_documented_way
     assert reserved["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "on-demand"
 
 
+def test_a_block_fleet_names_the_open_blocks_by_id_in_a_shape_botocore_sends() -> None:
+    """Each window's fleets go to that window's blocks (a template naming one block sent a
+    second block's fleets to the first): reserved-capacity, ReservedCapacityOptions by id,
+    no On-Demand/Spot target (EC2 user guide: not supported with reserved-capacity)."""
+    import botocore.session
+    from botocore.serialize import create_serializer
+
+    cfg = parse_config(base_config(pools=[{
+        **_pool(), "name": "cb", "partition": "cb", "node_prefix": "cb-",
+        "capacity_type": "capacity-block",
+        "capacity_reservations": {"ids": ["cr-0000000a", "cr-0000000b"]}}]))
+    pool = cfg.pools[0]
+    ec2 = EC2Cloud(AwsSettings(endpoint_url="http://127.0.0.1:9"))
+    req = ec2.fleet_request(pool, 4, 4, "t", {"k": "v"}, FleetSpec(
+        ("p5.48xlarge",), ("subnet-2",), "2", capacity_block=True,
+        reservation_ids=("cr-0000000b",)))
+    assert req["TargetCapacitySpecification"] == {
+        "TotalTargetCapacity": 4, "DefaultTargetCapacityType": "reserved-capacity"}
+    assert req["ReservedCapacityOptions"] == {
+        "ReservationTypes": ["capacity-block"],
+        "CapacityReservationTarget": {"CapacityReservationIds": ["cr-0000000b"]}}
+    assert "OnDemandOptions" not in req and "SpotOptions" not in req
+    model = botocore.session.get_session().get_service_model("ec2")
+    wire = create_serializer("ec2").serialize_to_request(
+        {**req, "LaunchTemplateConfigs": [{**req["LaunchTemplateConfigs"][0],
+                                           "LaunchTemplateSpecification": {
+                                               "LaunchTemplateName": "gpu", "Version": "2"}}]},
+        model.operation_model("CreateFleet"))["body"]
+    assert wire["ReservedCapacityOptions.ReservationType.1"] == "capacity-block"
+    assert wire["ReservedCapacityOptions.CapacityReservationTarget.CapacityReservationId.1"] \
+        == "cr-0000000b"
+
+
 # --- the reconcile pass -----------------------------------------------------------------------
 def _world(tmp_path, **pool_over: Any):  # type: ignore[no-untyped-def]
     d = base_config(spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
@@ -263,16 +296,16 @@ def test_check_names_templates_without_efa_or_the_targets_fleet_needs() -> None:
     efa = {"NetworkInterfaces": [{"DeviceIndex": 0, "InterfaceType": "efa"}]}
     target = {"CapacityReservationSpecification": {"CapacityReservationTarget": {
         "CapacityReservationResourceGroupArn": "arn:aws:resource-groups:r:1:group/g"}}}
-    block = {"InstanceMarketOptions": {"MarketType": "capacity-block"},
-             "CapacityReservationSpecification": {"CapacityReservationTarget": {
-                 "CapacityReservationId": "cr-0000000b"}}}
+    block = {"InstanceMarketOptions": {"MarketType": "capacity-block"}}
+    pinned = {"CapacityReservationSpecification": {"CapacityReservationTarget": {
+        "CapacityReservationId": "cr-0000000b"}}}
     node = {"MetadataOptions": {"HttpTokens": "required", "InstanceMetadataTags": "enabled"},
             "UserData": "IyEvYmluL3NoCmV4ZWMgcHl0aG9uMyBub2RlLWluaXQucHkK"}  # (exec ... node-init)
     good = {("gpu-od", "2"): {**node, **efa}, ("gpu-od", "5"): {**node, **efa, **target},
             ("cb", "2"): {**node, **block}}
     assert check_templates(cfg, good) == []
     bad = {("gpu-od", "2"): {**node, **target}, ("gpu-od", "5"): {**node, **efa},
-           ("cb", "2"): {**node}}
+           ("cb", "2"): {**node, **block, **pinned}}
     codes = sorted(p.code for p in check_templates(cfg, bad))
     assert codes == ["block_template", "efa_missing", "reservation_template",
                      "reservation_template"], codes

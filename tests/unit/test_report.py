@@ -77,6 +77,8 @@ def filled(tmp_path):  # type: ignore[no-untyped-def]
                                        instance_type="p5.48xlarge", lifecycle="spot",
                                        kind="EC2 Spot Instance Interruption Warning"))
     store.add_event("job_requeued", "job 1 requeued", T0 + 2 * H)
+    store.add_event("block_job_requeued", "job 5 still running at the block's close",
+                    T0 + 4 * H)
     store.add_event("leak_terminated", "i-x was running untracked", T0 + 3 * H)
     store.add_event("scale_down", "gpu-spot: idle", T0 + 3 * H)
     store.add_event("leak_terminated", "too old", T0 - 2 * H)  # outside the window
@@ -111,7 +113,8 @@ def test_every_number_matches_the_store(filled) -> None:  # type: ignore[no-unty
     assert (mid.jobs, mid.p50_s) == (1, 3600.0)
     assert big.jobs == 0 and big.p50_s is None, "job 4 started before the window"
     assert (r.gang_time_to_start.jobs, r.gang_time_to_start.max_s) == (1, 3600.0)
-    assert (r.preemptions, r.requeues, r.launches, r.launch_failures) == (1, 1, 1, 1)
+    # requeues: off an interrupted node, and off a block pool at its window's close
+    assert (r.preemptions, r.requeues, r.launches, r.launch_failures) == (1, 2, 1, 1)
     assert [(e.pool, e.code, e.gangs) for e in r.capacity_errors] == [
         ("gpu-spot", "InsufficientInstanceCapacity", 1)]
     assert r.reservation_idle_gpu_hours == 2.0 and r.reservations[0].job_id == "9"

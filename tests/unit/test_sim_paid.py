@@ -114,3 +114,25 @@ def test_a_non_utf8_trace_and_a_plot_into_nowhere_are_named(tmp_path) -> None:  
                         "--plot", str(tmp_path / "no" / "such" / "x.png")],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "does not exist" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_ec2s_early_terminations_kill_jobs_under_the_old_margin_and_none_under_the_new() -> None:
+    """EC2 begins terminating a block's instances 30 minutes before its end (AWS user guide,
+    "Monitor Capacity Blocks using EventBridge"). A 2-hour block, a job whose limit ends 15
+    minutes before the block does: with the old margin (SuspendTimeout + 300 s, 7 minutes)
+    Slurm starts it in the block and EC2 kills it; with the new default margin (30 min +
+    SuspendTimeout + 300 s) it never starts there and runs on normal capacity instead."""
+    block = (BlockSpec(600.0, 600.0 + 7200.0, 2),)
+    # starts when the block opens (its boot done at 900), limit ends at 900 + 6000 = 6900,
+    # 15 minutes before the block's end (7800); the job really runs its whole limit
+    jobs = [TraceJob("L", 600.0, 6000.0, 16, 2, time_limit_s=6000.0)]
+    old = simulate(jobs, builtin_policy("slurmscale", KNOBS), CLOUD,
+                   paid=PaidCapacity(blocks=block, block_margin_s=420.0, block_lead_s=1800.0))
+    new = simulate(jobs, builtin_policy("slurmscale", KNOBS), CLOUD,
+                   paid=PaidCapacity(blocks=block, block_margin_s=2220.0, block_lead_s=1800.0))
+    assert old.jobs_killed_at_block_end == 1
+    assert new.jobs_killed_at_block_end == 0 and new.jobs_completed == 1
+    # AWS's end as the model had it: taken back at the end, the old margin was enough
+    at_end = simulate(jobs, builtin_policy("slurmscale", KNOBS), CLOUD,
+                      paid=PaidCapacity(blocks=block, block_margin_s=420.0))
+    assert at_end.jobs_killed_at_block_end == 0

@@ -1,0 +1,189 @@
+"""A step of the host's clock under load (issue 30, item 7): the daemon's timers run on its
+steady time (slurmscale/timeframe.py), and Slurm's and the hooks' times, written by the host's
+clock, are read into it. The same scripted hour runs three times: the host's clock steady, one
+hour ahead from minute 5 on, one hour back from minute 5 on. Slurm's times (LastBusyTime, the
+hooks' request times) follow the host's clock in each run, as on a host where slurmctld and
+the daemon share it. Real Slurm is not used: stepping this machine's clock would step every
+process on it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurmscale import timeframe
+from slurmscale.config import parse_config
+from slurmscale.daemon.reconcile import Reconciler
+from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.spool import RequestKind, Spool
+from slurmscale.store.repo import Store
+from slurmscale.timeframe import STEP_S, Frame
+from tests.support.fakes import FakeCloud, FakeSlurm
+from tests.unit.conftest import base_config
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
+TICK_S = 10.0
+HOUR = 3600.0
+
+
+def _node(name: str, state: str, last_busy: str = "") -> SlurmNode:
+    return SlurmNode(name, state, name, name, partitions=("gpu-spot",), last_busy=last_busy)
+
+
+def run(tmp_path, step_at_s: float | None, step_s: float, minutes: int = 60
+        ) -> list[tuple[float, str, tuple[str, ...]]]:  # type: ignore[no-untyped-def]
+    """The scripted hour; returns what the daemon did and when (true seconds from the start):
+    Slurm calls and EC2 launches and terminations."""
+    cfg = parse_config(base_config(
+        spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
+        hook_log_file=str(tmp_path / "hooks.log"),
+        store_url=f"sqlite:///{tmp_path / 'state.db'}"))
+    store = Store(cfg.store_url)
+    store.upgrade()
+    true = [T0]
+
+    def wall() -> float:  # the host's clock
+        stepped = step_at_s is not None and true[0] - T0 >= step_at_s
+        return true[0] + (step_s if stepped else 0.0)
+
+    def host_text(t: float | None = None) -> str:  # as Slurm prints the host's time
+        return datetime.fromtimestamp(wall() if t is None else t).isoformat(timespec="seconds")
+
+    frame = Frame(wall=wall, mono=lambda: true[0] - T0 + 1000.0)
+    before = timeframe.install(frame)
+    try:
+        cloud, slurm = FakeCloud(), FakeSlurm()
+        for i in range(1, 9):
+            slurm.table[f"spot-{i}"] = _node(f"spot-{i}", "IDLE+CLOUD+POWERED_DOWN")
+        r = Reconciler(cfg, store, slurm, cloud,
+                       clock=lambda: datetime.fromtimestamp(frame.now(), UTC))
+        spool = Spool(cfg.spool_dir)
+        done: list[tuple[float, str, tuple[str, ...]]] = []
+        seen_calls = seen_launches = 0
+        seen_gone: set[str] = set()
+
+        def resume(job: int, nodes: list[str]) -> None:
+            rf = json.dumps({"jobs": [{"job_id": job, "nodes": ",".join(nodes)}],
+                             "all_nodes": ",".join(nodes)})
+            spool.put(spool.new_request(RequestKind.RESUME, nodes, ",".join(nodes), rf,
+                                        now=wall()))
+            for n in nodes:
+                slurm.table[n] = _node(n, "IDLE+CLOUD+POWERING_UP")
+
+        def run_job(job: str, nodes: list[str]) -> None:
+            for n in nodes:
+                slurm.table[n] = _node(n, "ALLOCATED+CLOUD")
+            slurm.queue.append(QueueJob(job, ("gpu-spot",), len(nodes), 8, 3600, host_text(),
+                                        "", 1, "u", "RUNNING",
+                                        nodelist=",".join(nodes)))
+
+        def end_job(job: str, nodes: list[str]) -> None:
+            slurm.queue = [j for j in slurm.queue if j.job_id != job]
+            for n in nodes:
+                if "POWERED_DOWN" not in slurm.table[n].state:
+                    slurm.table[n] = _node(n, "IDLE+CLOUD", host_text())
+
+        gang1, gang2, gang3 = ([f"spot-{i}" for i in range(1, 5)], ["spot-5", "spot-6"],
+                               ["spot-7", "spot-8"])
+        # the step comes at 300 s: gang 1's nodes are idle across it (idle timers), gang
+        # 2's boot across it (the join timer), gang 3's request comes after it
+        script = {
+            0.0: lambda: resume(1, gang1),
+            30.0: lambda: run_job("1", gang1),
+            250.0: lambda: end_job("1", gang1),
+            200.0: lambda: resume(2, gang2),
+            350.0: lambda: run_job("2", gang2),
+            500.0: lambda: end_job("2", gang2),
+            1500.0: lambda: resume(3, gang3),
+            1530.0: lambda: run_job("3", gang3),
+            1600.0: lambda: end_job("3", gang3),
+        }
+        for k in range(int(minutes * 60 / TICK_S)):
+            true[0] = T0 + k * TICK_S
+            at = true[0] - T0
+            if at in script:
+                script[at]()
+            r.tick()
+            for op, args in slurm.calls[seen_calls:]:
+                done.append((at, op, tuple(args)))
+            for launch in cloud.launches[seen_launches:]:
+                done.append((at, "launch", (launch["pool"], str(launch["count"]))))
+            gone = {i.instance_id for i in cloud.instances.values() if i.state == "terminated"}
+            done += [(at, "terminate", (i,)) for i in sorted(gone - seen_gone)]
+            seen_calls, seen_launches, seen_gone = len(slurm.calls), len(cloud.launches), gone
+        return done
+    finally:
+        timeframe.install(before)
+        store.close()
+
+
+def test_a_step_forward_of_an_hour_changes_nothing_the_daemon_does(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    steady = run(tmp_path / "a", None, 0.0)
+    ahead = run(tmp_path / "b", 300.0, HOUR)
+    assert any(op == "power_down" for _, op, _ in steady), "the script releases idle nodes"
+    assert any(op == "launch" for _, op, _ in steady)
+    assert ahead == steady
+
+
+def test_a_step_back_of_an_hour_does_nothing_earlier_or_more(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Backwards, the last hour before the step and the first after it look alike: a time
+    from before the step is read as the newer one, so a node idle since then is released
+    later (by up to the step), none before its true idle time allows; every launch is the
+    same, at the same time, and nothing is requeued or replaced."""
+    steady = run(tmp_path / "a", None, 0.0)
+    back = run(tmp_path / "b", 300.0, -HOUR, minutes=130)
+    assert [d for d in back if d[1] == "launch"] == [d for d in steady if d[1] == "launch"]
+    assert not [d for d in back if d[1] in ("requeue", "power_down_force")]
+
+    def released(done: list[tuple[float, str, tuple[str, ...]]]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for at, op, args in done:
+            for node in args if op == "power_down" else ():
+                out.setdefault(node, at)
+        return out
+    was, now = released(steady), released(back)
+    assert set(now) == set(was), "every node released, none more"
+    # none before it has been idle min_idle_s (120 s, the pools' default) by true time
+    idle_from = {**dict.fromkeys(("spot-1", "spot-2", "spot-3", "spot-4"), 250.0),
+                 "spot-5": 500.0, "spot-6": 500.0, "spot-7": 1600.0, "spot-8": 1600.0}
+    assert all(now[n] >= idle_from[n] + 120.0 for n in was), now
+    # those idle across the step: later by up to the step; the others as without it
+    assert all(now[n] - was[n] <= HOUR + 600 for n in was), (was, now)
+
+
+def test_the_clock_without_steps_is_the_wall_clock_and_follows_its_slew() -> None:
+    t = [T0]
+    m = [50.0]
+    f = Frame(wall=lambda: t[0], mono=lambda: m[0])
+    assert f.now() == T0
+    t[0] += 10.5
+    m[0] += 10.0  # NTP slewing the wall clock: followed, no era
+    assert f.now() == T0 + 10.5 and not f.stepped
+    assert f.from_host(T0) == T0 and f.to_host(T0) == T0
+
+
+@given(st.lists(st.tuples(st.floats(1, 600), st.floats(-2 * HOUR, 2 * HOUR)), max_size=5))
+def test_a_time_written_after_a_forward_step_is_read_exactly(steps: list[tuple[float, float]]
+                                                               ) -> None:
+    """Forward steps: every host time, written in any era, reads back as the steady time at
+    which it was written. (Backward steps: such a time reads no older than it is.)"""
+    true, m = [T0], [0.0]
+    offset = [0.0]
+    f = Frame(wall=lambda: true[0] + offset[0], mono=lambda: m[0])
+    written: list[tuple[float, float]] = []  # (host time, steady time when written)
+    for gap, step in steps:
+        true[0] += gap
+        m[0] += gap
+        written.append((true[0] + offset[0], f.now()))
+        if abs(step) > STEP_S:
+            offset[0] += step
+            f.now()
+    for host, steady in written:
+        got = f.from_host(host)
+        if all(s >= -STEP_S for _, s in steps):
+            assert abs(got - steady) < 1e-6, (host, steady, got)
+        else:
+            assert got >= steady - 1e-6, "read younger, never older"
