@@ -29,6 +29,7 @@ from pathlib import Path
 
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand
+from slurmscale.model import CapacityReservation
 from slurmscale.slurm.kv import parse_oneliner, parse_show_config
 
 HOOKS = {"ResumeProgram": "slurmscale-resume", "SuspendProgram": "slurmscale-suspend",
@@ -301,6 +302,62 @@ def check_templates(cfg: Config, templates: Templates) -> list[Problem]:
                      "targets reservations, so gangs that do not fit them whole could be "
                      "split into them; only capacity_reservations.launch_template_version "
                      "should target them")
+    return out
+
+
+# reservation id -> as EC2 describes it, or why it could not be read
+Reservations = dict[str, CapacityReservation | str]
+
+
+def check_reservations(cfg: Config, found: Reservations) -> list[Problem]:
+    """Each pool's reservation ids against DescribeCapacityReservations: EC2 knows them, a
+    capacity-block pool lists blocks and any other pool none, and each holds one of the
+    pool's instance types (a gang goes in only by type)."""
+    out: list[Problem] = []
+    for p in cfg.pools:
+        if p.capacity_reservations is None:
+            continue
+        block_pool = p.capacity_type is CapacityType.CAPACITY_BLOCK
+        for rid in p.capacity_reservations.ids:
+            r = found.get(rid)
+            if isinstance(r, str) or r is None:
+                out.append(Problem("error", "reservation_unknown", f"pool {p.name}: "
+                                   f"capacity reservation {rid} cannot be read from EC2 "
+                                   f"({r or 'not returned'}): no gang will launch into it"))
+                continue
+            is_block = r.reservation_type == "capacity-block"
+            if is_block != block_pool:
+                out.append(Problem("error", "reservation_kind", f"pool {p.name}: {rid} is "
+                                   f"{'a Capacity Block' if is_block else 'no Capacity Block'}"
+                                   f" ({r.reservation_type}), the pool is "
+                                   f"{p.capacity_type.value}"))
+            if r.instance_type not in p.instance_types:
+                out.append(Problem("warning", "reservation_type", f"pool {p.name}: {rid} "
+                                   f"holds {r.instance_type}, not one of the pool's "
+                                   f"{', '.join(p.instance_types)}: never launched into"))
+    return out
+
+
+def gather_reservations(cfg: Config) -> Reservations:
+    """Every pool's reservations, from EC2: one call, or one per id when one id is bad."""
+    ids = sorted({i for p in cfg.pools if p.capacity_reservations
+                  for i in p.capacity_reservations.ids})
+    if not ids:
+        return {}
+    from slurmscale.cloud.ec2 import EC2Cloud
+    from slurmscale.cloud.protocol import CloudError
+
+    ec2 = EC2Cloud(cfg.aws)
+    try:
+        return {r.id: r for r in ec2.capacity_reservations(ids)}
+    except CloudError:
+        pass
+    out: Reservations = {}
+    for i in ids:
+        try:
+            out.update((r.id, r) for r in ec2.capacity_reservations([i]))
+        except CloudError as e:
+            out[i] = str(e)
     return out
 
 

@@ -19,12 +19,19 @@ def check(ctx: click.Context, as_json: bool) -> None:
     the spool, ResumeTimeout outlasts boot, SuspendTime backs the policy up; every pool's
     launch template versions (read from EC2) put instance tags in metadata, require IMDSv2
     and carry the node bootstrap in their user data, have EFA where a pool says efa: true,
-    and target its reservations or block as EC2 Fleet needs. One line per
+    and target its reservations or block as EC2 Fleet needs; every reservation id is one EC2
+    knows, of the pool's kind and instance type. One line per
     problem; exit 0 with none (warnings allowed), 1 with errors, 2 if Slurm cannot be read.
 
     JSON: {"ok": bool, "problems": [{severity, code, message}]}"""
     from slurmscale.check import check as run_check
-    from slurmscale.check import check_templates, gather, gather_templates
+    from slurmscale.check import (
+        check_reservations,
+        check_templates,
+        gather,
+        gather_reservations,
+        gather_templates,
+    )
     from slurmscale.config import resolve_path
     from slurmscale.slurm.protocol import SlurmError
 
@@ -36,6 +43,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
         sys.exit(2)
     problems = run_check(cfg, view, resolve_path(ctx.find_root().obj.get("config")))
     problems += check_templates(cfg, gather_templates(cfg))
+    problems += check_reservations(cfg, gather_reservations(cfg))
     errors = [p for p in problems if p.severity == "error"]
     if as_json:
         click.echo(json.dumps({"ok": not errors, "problems": [p.__dict__ for p in problems]},

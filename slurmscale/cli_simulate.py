@@ -76,6 +76,9 @@ if TYPE_CHECKING:
 @click.option("--reserved-nodes", default=0, show_default=True, type=click.IntRange(0),
               help="Paid capacity: an On-Demand Capacity Reservation of N nodes, paid for "
                    "the whole run.")
+@click.option("--reclaim-rate", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="The reservation is interruptible: its owner reclaims a reserved node at "
+                   "this rate per reserved node-hour (its jobs requeue; counted: reclaims).")
 @click.option("--reserved-preference", default="use_first", show_default=True,
               type=click.Choice(["use_first", "none"]),
               help="Paid capacity: launch gangs that fit whole into the reservation first, "
@@ -115,7 +118,8 @@ if TYPE_CHECKING:
               type=click.FloatRange(0), help="How long a failed node stays down without "
                                              "slurmscale (an admin's turnaround).")
 @click.option("--seed", default=0, show_default=True, type=int,
-              help="Random seed for the spot interruptions and node failures.")
+              help="Random seed for the spot interruptions, reservation reclaims and node "
+                   "failures.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of demand vs provisioned GPUs per policy.")
@@ -131,8 +135,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
              on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
              on_demand_nodes: int | None, spot_price: float | None,
              on_demand_price: float | None, max_preemptions: int, requeue_delay: float,
-             reserved_nodes: int, reserved_preference: str, capacity_blocks: tuple[str, ...],
-             block_margin: float | None,
+             reserved_nodes: int, reclaim_rate: float, reserved_preference: str,
+             capacity_blocks: tuple[str, ...], block_margin: float | None,
              slurm_model: str, time_limit_factor: float, no_time_limits: bool,
              slurm_params: tuple[str, ...], node_failure_rate: float | None,
              admin_repair_s: float, seed: int, as_json: bool,
@@ -242,7 +246,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     cloud = SimCloud(boot_s=boot_time, price_per_node_hour=od_price,
                      spot_price_per_node_hour=spot_price if spot else None)
     paid = _paid_capacity(reserved_nodes, reserved_preference, capacity_blocks, max_nodes,
-                          block_margin)
+                          block_margin, reclaim_rate, seed)
     try:
         model = parse_params(SlurmModel(SchedulerKind(slurm_model),
                                         time_limits=not no_time_limits,
@@ -273,12 +277,16 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
 
 
 def _paid_capacity(reserved_nodes: int, preference: str, blocks: tuple[str, ...],
-                   max_nodes: int, block_margin: float | None = None) -> PaidCapacity | None:
+                   max_nodes: int, block_margin: float | None = None,
+                   reclaim_rate: float = 0.0, seed: int = 0) -> PaidCapacity | None:
     """The simulator's paid capacity from its options; a bad value is named (exit 2)."""
     import math
 
     from slurmscale.sim.engine import BlockSpec, PaidCapacity
 
+    if reclaim_rate and not reserved_nodes:
+        raise click.BadParameter(f"{reclaim_rate:g} needs --reserved-nodes (the reservation "
+                                 "its owner reclaims from)", param_hint="--reclaim-rate")
     if reserved_nodes > max_nodes:
         raise click.BadParameter(f"{reserved_nodes} is more than --max-nodes {max_nodes}",
                                  param_hint="--reserved-nodes")
@@ -306,4 +314,5 @@ def _paid_capacity(reserved_nodes: int, preference: str, blocks: tuple[str, ...]
     margin = (lead + PowerSaving().suspend_timeout + BLOCK_SAFETY_S if block_margin is None
               else block_margin)
     return PaidCapacity(reserved_nodes, preference == "use_first",
-                        tuple(sorted(specs, key=lambda b: b.start_s)), margin, lead)
+                        tuple(sorted(specs, key=lambda b: b.start_s)), margin, lead,
+                        reclaim_rate, seed)

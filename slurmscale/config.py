@@ -152,14 +152,14 @@ class LaunchTemplate(_Strict):
 
 
 class CapacityReservations(_Strict):
-    """A pool's On-Demand Capacity Reservations. EC2 Fleet takes targeted reservations only
-    through the launch template (`CapacityReservationSpecification`, by resource group or
-    `open`), so reserved launches use `launch_template_version`, a version of the pool's
-    template that targets these reservations; the pool's own version must not (docs/capacity.md).
+    """A pool's capacity reservations: On-Demand Capacity Reservations, interruptible ones
+    (EC2 reads which from each id), or in a `capacity-block` pool its Capacity Blocks.
     `ids` are what slurmscale reads each pass (state and free count) to decide whether a gang
-    fits whole. In a `capacity-block` pool the ids are the blocks' and the pool's own template
-    version targets them (no `launch_template_version` here): a gang launches only inside a
-    block, whole."""
+    fits whole, and what a gang that does is launched into: a reserved-capacity fleet naming
+    those ids (docs/capacity.md). `launch_template_version`, for sites that target their
+    ODCRs through a resource group: a version of the pool's template that targets them (the
+    fleet then fills them first, `use-capacity-reservations-first`); the pool's own version
+    must not. A capacity-block pool has none: a gang launches only inside a block, whole."""
 
     ids: Annotated[list[Annotated[str, Field(pattern=r"^cr-[0-9a-f]{8,17}$")]],
                    Field(min_length=1, max_length=100)]
@@ -293,17 +293,15 @@ class Pool(_Strict):
                 raise ValueError("a capacity-block pool needs capacity_reservations.ids (its "
                                  "blocks' reservation ids)")
             if cr.launch_template_version is not None:
-                raise ValueError("a capacity-block pool launches with its own launch_template "
-                                 "version (which targets the block); drop capacity_reservations"
-                                 f".launch_template_version ({cr.launch_template_version})")
+                raise ValueError("a capacity-block pool's fleets name the open blocks by id, "
+                                 "with its own launch_template version; drop "
+                                 "capacity_reservations.launch_template_version "
+                                 f"({cr.launch_template_version})")
             if "preference" in cr.model_fields_set and cr.preference is not \
                     ReservationPreference.ONLY:
                 raise ValueError("a capacity-block pool launches only into its blocks: "
                                  f"capacity_reservations.preference {cr.preference.value!r} "
                                  "does not apply (leave it out)")
-        elif cr is not None and cr.launch_template_version is None:
-            raise ValueError("capacity_reservations.launch_template_version is required: the "
-                             "version of the pool's template that targets the reservations")
         if cr is not None and cr.launch_template_version == self.launch_template.version:
             raise ValueError(
                 f"capacity_reservations.launch_template_version ({cr.launch_template_version})"

@@ -147,7 +147,8 @@ class CapacityReservation:
     total: int
     available: int
     state: str
-    reservation_type: str = "default"  # or capacity-block
+    # default (an ODCR), capacity-block, or interruptible (an ODCR its owner may reclaim)
+    reservation_type: str = "default"
     start: float | None = None  # Unix seconds
     end: float | None = None  # None: open-ended
 

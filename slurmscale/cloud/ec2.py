@@ -42,6 +42,12 @@ def _launched(d: dict, iid: str, itype: str = "", life: str = "") -> LaunchedIns
         capacity_reservation_id=d.get("CapacityReservationId", ""))
 
 
+# slurmscale's reservation kinds as ReservedCapacityOptions.ReservationTypes names them
+RESERVATION_TYPES = {"default": "on-demand-capacity-reservation",
+                     "capacity-block": "capacity-block",
+                     "interruptible": "interruptible-capacity-reservation"}
+
+
 def _seconds(t: object) -> float | None:
     """An EC2 time (true time) as the daemon's steady time (timeframe.py)."""
     return timeframe.FRAME.from_true(t.timestamp()) if isinstance(t, datetime) else None
@@ -118,17 +124,20 @@ class EC2Cloud:
             "TagSpecifications": [{"ResourceType": "instance",
                                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
         }
-        if spec.capacity_block:
-            # Into the open block(s) by id: an instant fleet of DefaultTargetCapacityType
-            # reserved-capacity whose ReservedCapacityOptions name the reservation type and the
-            # ids (EC2 API reference, CreateFleet, ReservedCapacityOptionsRequest and
-            # FleetCapacityReservationTargetRequest), so each window's fleets go to that
-            # window's blocks whatever the template targets. No fallback: a block gives what it
-            # has, and the caller checks the count and rolls back (all or nothing).
+        if spec.reservation_ids:
+            # Into reservations by id (the open blocks, or the ODCRs the gang fits whole in):
+            # an instant fleet of DefaultTargetCapacityType reserved-capacity whose
+            # ReservedCapacityOptions name the reservation types and the ids (EC2 API
+            # reference, CreateFleet, ReservedCapacityOptionsRequest and
+            # FleetCapacityReservationTargetRequest), with no On-Demand or Spot target (the
+            # user guide: not supported with reserved-capacity), so each window's fleets go to
+            # that window's blocks whatever the template targets, and ODCRs need no resource
+            # group. No fallback: the gang was routed here because it fits whole; what EC2
+            # gives short is rolled back (all or nothing).
             req["TargetCapacitySpecification"] = {"TotalTargetCapacity": count,
                                                   "DefaultTargetCapacityType": "reserved-capacity"}
             req["ReservedCapacityOptions"] = {
-                "ReservationTypes": ["capacity-block"],
+                "ReservationTypes": [RESERVATION_TYPES[k] for k in spec.reservation_kinds],
                 "CapacityReservationTarget": {"CapacityReservationIds": list(
                     spec.reservation_ids)}}
             return req
@@ -236,7 +245,8 @@ class EC2Cloud:
                         total=int(r.get("TotalInstanceCount", 0)),
                         available=int(r.get("AvailableInstanceCount", 0)),
                         state=r.get("State", ""),
-                        reservation_type=r.get("ReservationType", "default"),
+                        reservation_type="interruptible" if r.get("Interruptible")
+                        else r.get("ReservationType", "default"),
                         start=_seconds(r.get("StartDate")), end=_seconds(r.get("EndDate"))))
         except ClientError as e:
             raise CloudError(*_code(e)) from None

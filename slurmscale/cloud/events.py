@@ -13,7 +13,7 @@ from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from slurmscale.model import ScheduledEvent
 from slurmscale.validation import first_problem
@@ -21,6 +21,9 @@ from slurmscale.validation import first_problem
 
 class EventKind(StrEnum):
     SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
+    # an interruptible capacity reservation reclaimed by its owner: its instances terminate
+    # two minutes later (EC2 user guide, "Monitor interruptible Capacity Reservations")
+    RESERVATION_INTERRUPTION = "EC2 Capacity Reservation Instance Interruption Warning"
     REBALANCE = "EC2 Instance Rebalance Recommendation"
     STATE_CHANGE = "EC2 Instance State-change Notification"
     SCHEDULED = "AWS Health Event"  # a scheduledChange for EC2 instances
@@ -67,7 +70,9 @@ class _Envelope(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     source: str
-    detail_type: Annotated[str, Field(alias="detail-type")]
+    # (AWS's pages show both spellings for the reservation events)
+    detail_type: Annotated[str, Field(validation_alias=AliasChoices("detail-type",
+                                                                    "detail_type"))]
     time: str = ""
     detail: _Detail
 

@@ -51,9 +51,12 @@ class FleetSpec:
     launch_template_version: str
     reserved: bool = False
     placement_group: str | None = None
-    # into a Capacity Block: the open blocks the gang fits in, by id (a reserved-capacity fleet)
+    # into a Capacity Block (market type capacity-block)
     capacity_block: bool = False
+    # a reserved-capacity fleet into these reservations by id (their kinds: default,
+    # capacity-block, interruptible), instead of a template version targeting them
     reservation_ids: tuple[str, ...] = ()
+    reservation_kinds: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, pool: Pool) -> FleetSpec:

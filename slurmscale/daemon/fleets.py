@@ -138,13 +138,17 @@ class ReservedCapacity:
         by_id = self.reservations(now)
         return [_warned(by_id[i], self.warned_end.get(i)) for i in cr.ids if i in by_id]
 
+    def changed(self) -> None:
+        """Read the reservations again at the next ask (one was reclaimed, say)."""
+        self._read_at = None
+
     def block_event(self, ev: Ec2Event, now: datetime) -> bool:
         """A Capacity Block event from the queue: "Delivered" re-reads the blocks at once; an
         Expiration Warning (40 minutes before the block's end, its terminations 10 minutes
         on) closes the block's window at once if it is still open (a late config, a skewed
         clock, a margin below AWS's lead): its end is taken as the warning's time plus the
         margin, so the pass requeues and powers down now."""
-        self._read_at = None  # re-read now: the block's state or end has changed
+        self.changed()  # its state or end has changed
         if ev.kind is EventKind.BLOCK_DELIVERED:
             self.event("block_delivered", f"capacity block {ev.reservation_id} delivered "
                        f"({ev.time}): blocks read again")
@@ -197,13 +201,18 @@ class GangFleets:
         spec = FleetSpec.of(pool)
         if route.kind is RouteKind.RESERVED and pool.capacity_type is CapacityType.CAPACITY_BLOCK:
             spec = replace(spec, instance_types=route.instance_types, subnets=route.subnets,
-                           capacity_block=True, reservation_ids=route.reservation_ids)
+                           capacity_block=True, reservation_ids=route.reservation_ids,
+                           reservation_kinds=("capacity-block",))
         elif route.kind is RouteKind.RESERVED:
-            assert pool.capacity_reservations is not None
+            cr = pool.capacity_reservations
+            assert cr is not None
             spec = replace(spec, instance_types=route.instance_types, subnets=route.subnets,
-                           reserved=True,
-                           launch_template_version=(
-                               pool.capacity_reservations.launch_template_version))
+                           reserved=True)
+            if cr.launch_template_version is not None:  # the template's way (a resource group)
+                spec = replace(spec, launch_template_version=cr.launch_template_version)
+            else:  # by id: the reservations the gang fits in
+                spec = replace(spec, reservation_ids=route.reservation_ids,
+                               reservation_kinds=route.reservation_kinds)
         group = self.placement_group(pool, gid)
         return replace(spec, placement_group=group) if group else spec
 

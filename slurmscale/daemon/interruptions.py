@@ -67,6 +67,8 @@ class InterruptionPass:
         self.on_scheduled: Callable[[InstanceRow, ScheduledEvent], bool] | None = None
         # Capacity Block events go there (the blocks as read from EC2): True once acted on
         self.on_block: Callable[[Ec2Event, datetime], bool] | None = None
+        # an interruptible reservation reclaimed: the reservations are read again
+        self.reservations_changed: Callable[[], None] | None = None
 
     def run(self, now: datetime) -> int:
         """Handle what is queued now; returns the number of messages read. SQS delivers at
@@ -115,8 +117,15 @@ class InterruptionPass:
                        f" already {inst.state}; nothing to do", node=inst.node)
             return True
         match ev.kind:
-            case EventKind.SPOT_WARNING:
-                reason = reasons.reason(Why.INTERRUPTED, f"{ev.time} ({ev.action or 'terminate'})")
+            case EventKind.SPOT_WARNING | EventKind.RESERVATION_INTERRUPTION:
+                # (an interruptible reservation reclaimed: as a spot interruption, its
+                # instances go two minutes on; the pool backs off, the jobs requeue)
+                why = Why.INTERRUPTED
+                if ev.kind is EventKind.RESERVATION_INTERRUPTION:
+                    why = Why.RECLAIMED
+                    if self.reservations_changed is not None:
+                        self.reservations_changed()  # (read again: its free count fell)
+                reason = reasons.reason(why, f"{ev.time} ({ev.action or 'terminate'})")
                 self._reclaimed(inst.pool, now)
                 return self.evacuate(inst, ev.kind.value, ev.time, reason, now)
             case EventKind.REBALANCE:

@@ -74,6 +74,7 @@ class Reconciler:
                                               self.backoff)
         self.reserved = ReservedCapacity(cfg, cloud, self.event, self._save_reservations)
         self.interruptions.on_block = self.reserved.block_event
+        self.interruptions.reservations_changed = self.reserved.changed
         fleets = GangFleets(cfg, cloud, client_token)
         self.addresses = NodeAddresses(ctx)
         ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))

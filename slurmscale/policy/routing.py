@@ -34,6 +34,7 @@ class Route:
     instance_types: tuple[str, ...] = ()  # RESERVED: the one type the reservations hold
     subnets: tuple[str, ...] = ()  # RESERVED: the pool's subnets in the reservations' AZ
     reservation_ids: tuple[str, ...] = ()
+    reservation_kinds: tuple[str, ...] = ()  # their reservation_type, each once
 
 
 def route_gang(size: int, instance_types: Sequence[str], subnet_zones: Mapping[str, str],
@@ -65,7 +66,8 @@ def route_gang(size: int, instance_types: Sequence[str], subnet_zones: Mapping[s
                 return Route(RouteKind.RESERVED,
                              f"fits whole in reserved {t} in {az} ({n} free in "
                              f"{', '.join(r.id for r in rs)})",
-                             (t,), subnets, tuple(r.id for r in rs))
+                             (t,), subnets, tuple(r.id for r in rs),
+                             tuple(sorted({r.reservation_type for r in rs})))
     why = (f"the reservations have at most {best} free node(s) of one type in one AZ, "
            f"the gang needs {size}")
     if preference is ReservationPreference.ONLY:

@@ -207,13 +207,14 @@ class DaemonDriver:
         """EC2 has no spot capacity (`out`) or has it again."""
         self.ec2.limit[SPOT] = 0 if out else None
 
-    def interrupted(self, nodes: list[str], now: float) -> None:
-        """AWS reclaims these spot nodes' instances: each warning goes on the event queue and
-        the daemon's interruption pass handles what is queued."""
+    def interrupted(self, nodes: list[str], now: float, reclaim: bool = False) -> None:
+        """AWS reclaims these spot nodes' instances (`reclaim`: an interruptible reservation's
+        owner takes reserved ones back): each warning goes on the event queue and the daemon's
+        interruption pass handles what is queued."""
         self._begin(now)
         for node in nodes:
             (inst,) = self.store.active_instances([node])
-            self.queue.put(self.ec2.reclaim(inst.instance_id))
+            self.queue.put(self.ec2.reclaim(inst.instance_id, reservation=reclaim))
         for _ in range(len(nodes) // 10 + 1):  # (the pass reads up to ten at a time)
             self.interruptions.run(at(now))
 

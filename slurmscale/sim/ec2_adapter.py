@@ -130,12 +130,14 @@ class SimEc2:
         for iid in instance_ids:
             self._end(self._get(iid), USER_SHUTDOWN)
 
-    def reclaim(self, instance_id: str) -> str:
-        """AWS takes a spot instance back: the interruption warning EventBridge sends (the
-        instance is terminated with EC2's reclaim reason once the daemon has evacuated it, or
-        at the latest two minutes later; the simulator ends it at once)."""
+    def reclaim(self, instance_id: str, reservation: bool = False) -> str:
+        """AWS takes a spot instance back (`reservation`: an interruptible reservation's owner
+        takes a reserved one): the interruption warning EventBridge sends (the instance is
+        terminated with EC2's reclaim reason once the daemon has evacuated it, or at the
+        latest two minutes later; the simulator ends it at once)."""
         inst = self._get(instance_id)
-        body = event_message(EventKind.SPOT_WARNING, inst.id,
+        kind = EventKind.RESERVATION_INTERRUPTION if reservation else EventKind.SPOT_WARNING
+        body = event_message(kind, inst.id,
                              self.clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
                              **{"instance-action": "terminate"})
         self._end(inst, SPOT_RECLAIM)

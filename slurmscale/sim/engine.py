@@ -108,6 +108,7 @@ class SimResult:
     reservation_idle_gpu_s: float = 0.0
     spot_node_s: float = 0.0
     preemptions: int = 0  # spot nodes interrupted
+    reclaims: int = 0  # reserved nodes an interruptible reservation's owner took back
     requeues: int = 0  # jobs requeued because their node was interrupted
     jobs_failed: int = 0  # preempted jobs that never ran to the end
     lost_gpu_s: float = 0.0  # GPU time of runs cut short (redone from the start)
@@ -184,6 +185,10 @@ class PaidCapacity:
     # EC2 begins terminating a block's instances this long before its end (AWS: 30 minutes;
     # 0: at its end); a job still on one dies (counted: jobs_killed_at_block_end)
     block_lead_s: float = 0.0
+    # The reservation is interruptible: its owner reclaims a reserved node's instance at this
+    # rate per reserved node-hour (its jobs requeued, as a spot interruption's)
+    reclaim_rate: float = 0.0
+    seed: int = 0
 
     def close_s(self, b: BlockSpec) -> float:
         return b.end_s - self.block_margin_s
@@ -270,6 +275,7 @@ class Simulation:
         self.idx_of = {j.job_id: i for i, j in enumerate(jobs)}
         # interruptions
         self.rng = random.Random(spot.seed if spot else 0)
+        self.reclaim_rng = random.Random(self.paid.seed)
         self.stormed = False
         self.spot_down_until = -math.inf
         self.eligible_at: dict[int, float] = {}  # requeued jobs wait for Slurm's delay
@@ -835,6 +841,8 @@ class Simulation:
     def _policy_step(self, now: float) -> None:
         if self.spot is not None:
             self._interruptions(now)
+        if self.paid.reclaim_rate > 0:
+            self._reclaims(now)
         if self.failures is not None:
             self._fail(now)
         if self.daemon is not None:
@@ -937,6 +945,18 @@ class Simulation:
             return
         for n in hit:
             self._interrupt(n, now)
+
+    def _reclaims(self, now: float) -> None:
+        """An interruptible reservation's owner takes reserved nodes back (EC2's two-minute
+        warning): their jobs requeue, the nodes go; the reservation has them again later."""
+        live = [n for n in self.nodes if n.state != "down" and n.paid == ODCR]
+        p = 1.0 - math.exp(-self.paid.reclaim_rate * self.cloud.tick_s / 3600.0)
+        hit = [n for n in live if self.reclaim_rng.random() < p]
+        self.r.reclaims += len(hit)
+        if hit and self.daemon is not None:
+            self.daemon.interrupted([n.name for n in hit], now, reclaim=True)
+        elif hit:
+            self.release_nodes([n.name for n in hit], now, force=True)
 
     def _interrupt(self, n: _Node, now: float) -> None:
         """The warning, as the other policies' tools act on it: the node's jobs requeued, the

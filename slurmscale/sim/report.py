@@ -47,6 +47,7 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "reservations_created": r.reservations_created,
         "reservation_idle_gpu_hours": round(r.reservation_idle_gpu_s / 3600, 1),
         "preemptions": r.preemptions,
+        "reclaims": r.reclaims,
         "requeues": r.requeues,
         "jobs_failed": r.jobs_failed,
         "lost_gpu_hours": round(r.lost_gpu_s / 3600, 1),

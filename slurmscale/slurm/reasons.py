@@ -20,6 +20,8 @@ class Why(StrEnum):
     HELD = "slurmscale: held above the pool's target"  # governed pool, drained
     NO_CAPACITY = "slurmscale: no capacity in this pool until"  # + the TTL's end, drained
     INTERRUPTED = "slurmscale: spot interruption notice"  # + notice time, drained, powered down
+    # an interruptible reservation's owner took its capacity back: as INTERRUPTED
+    RECLAIMED = "slurmscale: reservation reclaimed"  # + notice time
     REBALANCE = "slurmscale: rebalance recommendation"  # + time, drained
     GONE = "slurmscale: instance"  # + id, state, time: vanished, powered down
     LOST = "slurmscale: node has no instance"  # Slurm had it up with nothing behind it
@@ -31,8 +33,8 @@ class Why(StrEnum):
 
 
 # the reasons of an instance going away: the node returns once powered down
-INSTANCE_LOST = frozenset({Why.INTERRUPTED, Why.REBALANCE, Why.GONE, Why.UNHEALTHY,
-                           Why.SCHEDULED})
+INSTANCE_LOST = frozenset({Why.INTERRUPTED, Why.RECLAIMED, Why.REBALANCE, Why.GONE,
+                           Why.UNHEALTHY, Why.SCHEDULED})
 
 # a node being replaced (unhealthy, a scheduled event) or left for an admin: `status` lists them
 REPLACING = frozenset({Why.UNHEALTHY, Why.SCHEDULED, Why.REPLACE_LOOP})

@@ -272,6 +272,8 @@ def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None
                         extra={"capacity_reservations": {"ids": [BLOCK, BLOCK_B]}})],
         extra_config={"capacity_blocks": {"end_margin_s": margin,
                                           "termination_lead_s": LEAD}},
+        # Slurm's own clocks compressed with the scenario's (defaults: 30 s and 60 s)
+        slurm_conf_extra=["SchedulerParameters=bf_interval=5,sched_interval=5"],
         start_daemon=False)
     proxy.capacity.termination_lead_s = LEAD
     c.ec2().create_launch_template_version(LaunchTemplateName=c.lt_name, LaunchTemplateData={
@@ -279,9 +281,9 @@ def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None
         "MetadataOptions": NODE_METADATA,
         "InstanceMarketOptions": {"MarketType": "capacity-block"}})
     a0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=40)
-    a1 = a0 + timedelta(seconds=180)  # usable 140 s: a 2-minute limit fits
-    b0 = a1 + timedelta(seconds=25)
-    b1 = b0 + timedelta(seconds=115)  # usable 75 s: a 1-minute limit fits, 2 do not
+    a1 = a0 + timedelta(seconds=200)  # usable 160 s: a 2-minute limit fits, 3 do not
+    b0 = a1 + timedelta(seconds=20)
+    b1 = b0 + timedelta(seconds=130)  # usable 90 s: a 1-minute limit fits, 2 do not
     for bid, s, e in ((BLOCK, a0, a1), (BLOCK_B, b0, b1)):
         proxy.capacity.add(Reservation(bid, "p5.48xlarge", total=4,
                                        reservation_type="capacity-block", start=s, end=e))
@@ -310,15 +312,7 @@ def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None
     wait_for("A closed", lambda: datetime.now(UTC).timestamp() > windows[0][1] + 2, 150)
     between = c.sbatch("-N", "2", "--time=1", *part, "--wrap", "sleep 10")
     too_long_for_b = c.sbatch("-N", "1", "--time=2", *part, "--wrap", "sleep 5")
-    try:
-        wait_for(f"job {between} done in B", lambda: note(between), 240)
-    except TimeoutError:
-        print("DEBUG", c.job(between), c.slurm("scontrol", "show", "res", "-o"))
-        for e in c.events():
-            print("EV", e["at"], e["kind"], e["message"][:300])
-        print("FLEETS", [(x.status, x.params) for x in proxy.fleet_calls()])
-        print("WINDOWS", windows, b0, b1)
-        raise
+    wait_for(f"job {between} done in B", lambda: note(between), 240)
     wait_for("B over", lambda: datetime.now(UTC) > b1 + timedelta(seconds=3), 200)
     c.events()  # (a pass after B's end: the proxy takes back whatever is left)
     for job, (s, e) in seen.items():
@@ -337,3 +331,54 @@ def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None
     assert proxy.capacity.taken_back == [], "slurmscale released everything before EC2 did"
     assert not c.cluster_instances()
     print(f"two blocks: jobs {sorted(seen)} each inside one window; fleets named {targets}")
+
+
+CR_I = "cr-0a1b2c3d4e5f60009"
+
+
+def test_gangs_go_by_id_into_an_interruptible_reservation_and_a_reclaim_requeues_once(
+        make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """No resource group, no second template version: the pool lists its reservation's id,
+    and a gang that fits whole goes in with a reserved-capacity fleet naming it (the request
+    botocore sent, as the proxy read it); the next gang, which does not fit, goes wholly to
+    on-demand. The reservation is interruptible: its owner's reclaim warning (EventBridge's
+    "EC2 Capacity Reservation Instance Interruption Warning") requeues the gang once, as a
+    spot interruption would; nothing FAILED."""
+    from slurmscale.cloud.events import EventKind, event_message
+    from slurmscale.slurm.reasons import Why
+
+    c, proxy = make_cluster(start_daemon=False, pools=[PoolSpec(
+        "gpu-od", "od-", 8, capacity_type="on-demand",
+        extra={"capacity_reservations": {"ids": [CR_I]}})])
+    proxy.capacity.add(Reservation(CR_I, "p5.48xlarge", total=4, interruptible=True))
+    c.start_daemon()
+    gang = ("-N", "4", "--gres=gpu:8", "-p", "gpu-od", "--wrap")
+    first = c.sbatch(*gang, "sleep 120")
+    c.wait_job(first, {"RUNNING"}, 150)
+    second = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-od", "--wrap", "sleep 1")
+    c.wait_job(second, {"COMPLETED"}, 150)
+    (into, elsewhere) = proxy.fleet_calls()[:2]
+    rco = "ReservedCapacityOptions."
+    assert into.params["TargetCapacitySpecification.DefaultTargetCapacityType"] == \
+        "reserved-capacity"
+    assert into.params[rco + "ReservationType.1"] == "interruptible-capacity-reservation"
+    assert into.params[rco + "CapacityReservationTarget.CapacityReservationId.1"] == CR_I
+    assert "OnDemandOptions.MinTargetCapacity" not in into.params
+    assert elsewhere.params["TargetCapacitySpecification.DefaultTargetCapacityType"] == \
+        "on-demand" and not any(k.startswith(rco) for k in elsewhere.params)
+    inside = set(proxy.capacity.in_reservation())
+    assert _job_instances(c, first) == inside and len(inside) == 4
+    (paid,) = json.loads(c.cli("status", "--json").stdout)["paid_capacity"]
+    assert paid["kind"] == "interruptible", paid
+
+    victim = sorted(inside)[0]
+    assert c.job(first)["JobState"] == "RUNNING"
+    c.send_event(event_message(EventKind.RESERVATION_INTERRUPTION, victim,
+                               "2026-12-01T12:00:00Z", **{"instance-action": "terminate"}))
+    wait_for("the gang requeued once", lambda: c.job(first).get("Restarts") == "1", 60)
+    assert c.wait_job(first, {"COMPLETED"}, 400) == "COMPLETED"
+    assert c.job(first)["Restarts"] == "1"
+    kinds = [e["kind"] for e in c.events()]
+    assert kinds.count("job_requeued") == 1 and "node_evacuated" in kinds
+    reasons = [e["message"] for e in c.events() if e["kind"] == "node_evacuated"]
+    assert any(Why.RECLAIMED.value in r and "1 job(s) requeued" in r for r in reasons), reasons

@@ -8,6 +8,12 @@ as EC2 reads the template) fills the group's matching reservations (instance typ
 first and launches the remainder as ordinary on-demand; a reservation's free count is its
 total less the live instances in it (an instance leaves it when terminated);
 DescribeInstances shows `capacityReservationId` on instances inside one.
+A reserved-capacity fleet (DefaultTargetCapacityType reserved-capacity, ReservedCapacityOptions
+naming the reservation types and ids: the API reference's ReservedCapacityOptionsRequest) goes
+into the named reservations of a named type and the fleet's instance type only, as many as
+they have free, the rest an insufficient-capacity error, no fallback (the user guide's
+interruptible-reservation tutorial). An interruptible reservation says so
+(`interruptible`) in DescribeCapacityReservations.
 Capacity Blocks (the user guide's Capacity Blocks tutorial and "Monitor Capacity Blocks
 using EventBridge"): a block's state follows its window (scheduled, active, expired); a fleet
 into blocks (DefaultTargetCapacityType reserved-capacity, ReservedCapacityOptions naming
@@ -50,6 +56,7 @@ class Reservation:
     start: datetime = field(default_factory=lambda: datetime.now(UTC))
     end: datetime | None = None
     members: set[str] = field(default_factory=set)  # live instances in it
+    interruptible: bool = False  # an interruptible ODCR (its owner may reclaim it)
 
     @property
     def block(self) -> bool:
@@ -76,6 +83,12 @@ class Group:
     tags: dict[str, str]
     id: str
     members: set[str] = field(default_factory=set)
+
+
+def _type_of(r: Reservation) -> str:
+    """The reservation's type as ReservedCapacityOptions.ReservationTypes names it."""
+    return ("capacity-block" if r.block else "interruptible-capacity-reservation"
+            if r.interruptible else "on-demand-capacity-reservation")
 
 
 def _iso(t: datetime) -> str:
@@ -159,7 +172,9 @@ class CapacityModel:
                 f"<state>{r.state_now()}</state><startDate>{_iso(r.start)}</startDate>{end}"
                 "<instanceMatchCriteria>targeted</instanceMatchCriteria>"
                 f"<createDate>{_iso(r.start)}</createDate><tagSet/>"
-                f"<reservationType>{r.reservation_type}</reservationType></item>")
+                f"<reservationType>{r.reservation_type}</reservationType>"
+                f"<interruptible>{'true' if r.interruptible else 'false'}</interruptible>"
+                "</item>")
         return 200, _response("DescribeCapacityReservations",
                               f"<capacityReservationSet>{''.join(items)}"
                               "</capacityReservationSet>")
@@ -215,25 +230,31 @@ class CapacityModel:
         return 200, _response("DeletePlacementGroup", "<return>true</return>")
 
     # --- around forwarded calls ---------------------------------------------------------
-    def block_fleet(self, params: dict[str, str]) -> tuple[list[Reservation], int] | None:
-        """A fleet into Capacity Blocks: the blocks it names (by id, or through its template)
-        and how many instances they can have now."""
+    def reserved_fleet(self, params: dict[str, str]) -> tuple[list[Reservation], int] | None:
+        """A fleet into reservations by id (reserved-capacity: blocks, ODCRs, interruptible
+        ones, of the types it names; or the older capacity-block type through its template):
+        those reservations, and how many instances they can have now (an instance must match
+        a reservation's type; no fallback to other capacity)."""
         tcs = "TargetCapacitySpecification."
         kind = params.get(tcs + "DefaultTargetCapacityType")
         rco = "ReservedCapacityOptions."
-        if kind == "reserved-capacity" and "capacity-block" in _indexed(
-                params, rco + "ReservationType"):
+        if kind == "reserved-capacity":
             ids = _indexed(params, rco + "CapacityReservationTarget.CapacityReservationId")
+            types = set(_indexed(params, rco + "ReservationType"))
         elif kind == "capacity-block":
             ids = [self._template_target(params).get("CapacityReservationId", "")]
+            types = {"capacity-block"}
         else:
             return None
-        blocks = [self.reservations[i] for i in ids if i in self.reservations]
-        if not blocks:
-            raise LookupError(f"no capacity block named: {ids}")
+        itype = params.get("LaunchTemplateConfigs.1.Overrides.1.InstanceType", "")
+        named = [self.reservations[i] for i in ids if i in self.reservations]
+        if not named:
+            raise LookupError(f"no capacity reservation named: {ids}")
+        usable = [r for r in named if _type_of(r) in types
+                  and (not itype or r.instance_type == itype)]
         with self.lock:
-            free = sum(b.available for b in blocks if b.block)
-            return blocks, min(free, int(params.get(tcs + "TotalTargetCapacity", 0)))
+            free = sum(r.available for r in usable)
+            return usable, min(free, int(params.get(tcs + "TotalTargetCapacity", 0)))
 
     def expire_blocks(self) -> list[str]:
         """Instances of blocks within `termination_lead_s` of their end: EC2 terminates them
@@ -258,18 +279,19 @@ class CapacityModel:
         return None
 
     def fleet_launched(self, params: dict[str, str], instance_ids: list[str],
-                       blocks: list[Reservation] | None = None) -> None:
-        """Put a fleet's new instances in its placement group and, reservations first, into
-        the reservations its template version targets (or into its block)."""
+                       named: list[Reservation] | None = None) -> None:
+        """Put a fleet's new instances in its placement group and into the reservations it
+        named by id (in that order), or, reservations first, into those its template version
+        targets."""
         with self.lock:
             group = params.get("LaunchTemplateConfigs.1.Overrides.1.Placement.GroupName")
             if group in self.groups:
                 self.groups[group].members.update(instance_ids)
-            if blocks:
+            if named:
                 left = list(instance_ids)
-                for b in blocks:  # (filled in the order named)
-                    take, left = left[:b.available], left[b.available:]
-                    b.members.update(take)
+                for r in named:
+                    take, left = left[:r.available], left[r.available:]
+                    r.members.update(take)
                 return
             if params.get("OnDemandOptions.CapacityReservationOptions.UsageStrategy") != \
                     "use-capacity-reservations-first":

@@ -103,18 +103,19 @@ class EC2Proxy:
                 gone = proxy.capacity.expire_blocks()
                 if gone:  # EC2 takes a block's instances back at its end
                     proxy._terminate_upstream(gone)
-                block = (proxy.capacity.block_fleet(params)
-                         if call.action == "CreateFleet" else None)
-                if block is not None:
+                reserved = (proxy.capacity.reserved_fleet(params)
+                            if call.action == "CreateFleet" else None)
+                if reserved is not None:
                     asked = int(params["TargetCapacitySpecification.TotalTargetCapacity"])
+                    names = ",".join(r.id for r in reserved[0])
                     short = Fault("CreateFleet", "partial", message=(
-                        "Insufficient capacity in capacity block "
-                        f"{','.join(b.id for b in block[0])}: {block[1]} of {asked} available"))
-                    if block[1] == 0:
-                        self._reply(200, _fleet_response("fleet-00000000-block", [], short),
+                        f"Insufficient capacity in capacity reservation(s) {names}: "
+                        f"{reserved[1]} of {asked} available"))
+                    if reserved[1] == 0:
+                        self._reply(200, _fleet_response("fleet-00000000-reserved", [], short),
                                     call)
                         return
-                    body = _as_on_demand(params, block[1])
+                    body = _as_on_demand(params, reserved[1])
                 fault = proxy._take_fault(call)
                 if fault and fault.kind == "short":
                     fault = replace(fault, kind="none" if fault.keep < _min_target(params)
@@ -130,9 +131,9 @@ class EC2Proxy:
                 status, data = proxy._forward(self.path, body, dict(self.headers))
                 if call.action == "CreateFleet" and status == 200:
                     proxy.capacity.fleet_launched(params, _fleet_instances(data),
-                                                  block[0] if block else None)
-                    if block is not None and block[1] < asked:
-                        data = _rewrite_partial(data, replace(short, keep=block[1]))
+                                                  reserved[0] if reserved else None)
+                    if reserved is not None and reserved[1] < asked:
+                        data = _rewrite_partial(data, replace(short, keep=reserved[1]))
                 if call.action == "TerminateInstances" and status == 200:
                     proxy.capacity.terminated(params)
                 if call.action == "DescribeInstances" and status == 200:
@@ -319,7 +320,7 @@ def _rewrite_reservations(data: bytes, where: dict[str, str]) -> bytes:
 
 
 def _as_on_demand(params: dict[str, str], n: int) -> bytes:
-    """A capacity-block fleet as moto can launch it: `n` on-demand instances."""
+    """A fleet into reservations as moto can launch it: `n` on-demand instances."""
     p = dict(params)
     tcs = "TargetCapacitySpecification."
     p[tcs + "DefaultTargetCapacityType"] = "on-demand"

@@ -163,7 +163,7 @@ def test_a_block_fleet_names_the_open_blocks_by_id_in_a_shape_botocore_sends() -
     ec2 = EC2Cloud(AwsSettings(endpoint_url="http://127.0.0.1:9"))
     req = ec2.fleet_request(pool, 4, 4, "t", {"k": "v"}, FleetSpec(
         ("p5.48xlarge",), ("subnet-2",), "2", capacity_block=True,
-        reservation_ids=("cr-0000000b",)))
+        reservation_ids=("cr-0000000b",), reservation_kinds=("capacity-block",)))
     assert req["TargetCapacitySpecification"] == {
         "TotalTargetCapacity": 4, "DefaultTargetCapacityType": "reserved-capacity"}
     assert req["ReservedCapacityOptions"] == {
@@ -374,3 +374,25 @@ def test_check_reads_the_template_versions_from_ec2(monkeypatch) -> None:  # typ
                          2: ["userdata_bootstrap"]}
     finally:
         server.stop()
+
+
+def test_check_reads_each_reservation_id_against_ec2() -> None:
+    from slurmscale.check import check_reservations
+    from slurmscale.model import CapacityReservation
+
+    cfg = parse_config(base_config(pools=[
+        _pool(capacity_reservations={"ids": ["cr-0000000a", "cr-0000000c"]}),
+        {**_pool(), "name": "cb", "partition": "cb", "node_prefix": "cb-",
+         "capacity_type": "capacity-block",
+         "capacity_reservations": {"ids": ["cr-0000000b"]}}]))
+
+    def cr(rid: str, kind: str = "default", itype: str = "p5.48xlarge") -> CapacityReservation:
+        return CapacityReservation(rid, itype, "us-east-1a", 4, 4, "active", kind)
+    good = {"cr-0000000a": cr("cr-0000000a", "interruptible"), "cr-0000000c": cr("cr-0000000c"),
+            "cr-0000000b": cr("cr-0000000b", "capacity-block")}
+    assert check_reservations(cfg, good) == []
+    bad = {"cr-0000000a": "InvalidCapacityReservationId.NotFound: no such id",
+           "cr-0000000c": cr("cr-0000000c", "capacity-block"),
+           "cr-0000000b": cr("cr-0000000b", "capacity-block", "p4d.24xlarge")}
+    assert sorted(p.code for p in check_reservations(cfg, bad)) == [
+        "reservation_kind", "reservation_type", "reservation_unknown"]

@@ -136,3 +136,29 @@ def test_ec2s_early_terminations_kill_jobs_under_the_old_margin_and_none_under_t
     at_end = simulate(jobs, builtin_policy("slurmscale", KNOBS), CLOUD,
                       paid=PaidCapacity(blocks=block, block_margin_s=420.0))
     assert at_end.jobs_killed_at_block_end == 0
+
+
+def test_an_interruptible_reservations_reclaims_requeue_jobs_and_are_counted() -> None:
+    """An interruptible ODCR's owner takes reserved nodes back at a rate: their jobs requeue
+    (nothing lost for good, every job still completes) and the reclaims are counted, seeded."""
+    jobs = [TraceJob(f"j{i}", 600.0 * i, 3000.0, 16, 2, time_limit_s=6000.0)
+            for i in range(8)]
+    calm = simulate(jobs, builtin_policy("slurmscale", KNOBS), CLOUD, paid=PaidCapacity(2))
+    rough = simulate(jobs, builtin_policy("slurmscale", KNOBS), CLOUD,
+                     paid=PaidCapacity(2, reclaim_rate=0.5, seed=3))
+    again = simulate(jobs, builtin_policy("slurmscale", KNOBS), CLOUD,
+                     paid=PaidCapacity(2, reclaim_rate=0.5, seed=3))
+    assert calm.reclaims == 0 and rough.reclaims > 0
+    assert rough.jobs_completed == calm.jobs_completed == 8
+    assert metrics(rough, CLOUD)["reclaims"] == rough.reclaims == again.reclaims
+    assert rough.lost_gpu_s > calm.lost_gpu_s
+
+
+def test_a_reclaim_rate_without_a_reservation_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,nodes\nj,0,60,8,1\n")
+    out = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace",
+                          str(trace), "--reclaim-rate", "0.1"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "--reclaim-rate" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
