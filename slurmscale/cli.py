@@ -136,13 +136,36 @@ def resume_fail(ctx: click.Context, hostlist: tuple[str, ...]) -> None:
 
 @cli.command("slurm-conf")
 @click.option("--gres", is_flag=True, help="Print gres.conf lines instead of slurm.conf.")
+@click.option("--slurm-release", metavar="MAJOR.MINOR", default=None,
+              help="The Slurm the lines are for (default: `scontrol --version` here; none "
+                   "answering: lines any release from 22.05 takes).")
 @click.pass_context
-def slurm_conf(ctx: click.Context, gres: bool) -> None:
-    """Print the slurm.conf (or gres.conf) lines that match this config."""
+def slurm_conf(ctx: click.Context, gres: bool, slurm_release: str | None) -> None:
+    """Print the slurm.conf (or gres.conf) lines that match this config, and what the running
+    Slurm release does itself (25.05+: requeue_on_resume_failure)."""
+    import re
+
     from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
 
     cfg = _load(ctx)
-    click.echo(render_gres_conf(cfg) if gres else render_slurm_conf(cfg), nl=False)
+    release: tuple[int, int] | None = None
+    if slurm_release is not None:
+        m = re.fullmatch(r"(\d{2})\.(\d{1,2})", slurm_release.strip())
+        if m is None:
+            raise click.BadParameter(f"{slurm_release!r} is not MAJOR.MINOR (e.g. 25.05)",
+                                     param_hint="--slurm-release")
+        release = (int(m[1]), int(m[2]))
+    elif not gres:
+        from slurmscale.slurm.cli_backend import SlurmCLI
+        from slurmscale.slurm.protocol import SlurmError
+
+        try:
+            found = SlurmCLI(cfg.slurm).release()
+            release = found if found > (0, 0) else None
+        except (SlurmError, OSError):
+            release = None
+    click.echo(render_gres_conf(cfg) if gres else render_slurm_conf(cfg, release=release),
+               nl=False)
 
 
 @cli.group()

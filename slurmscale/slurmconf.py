@@ -15,7 +15,16 @@ from slurmscale.config import CapacityType, Config, Pool
 HOOKS = ("resume", "suspend", "resume-fail")
 
 
-def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = None) -> str:
+# Slurm 25.05 added SchedulerParameters=requeue_on_resume_failure (slurm.conf(5)): batch jobs
+# of a node that misses ResumeTimeout are requeued by Slurm itself, even those that asked
+# for no requeue.
+REQUEUE_ON_RESUME_FAILURE = (25, 5)
+
+
+def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = None,
+                      release: tuple[int, int] | None = None) -> str:
+    """`release`: the Slurm it is for ((major, minor); None: any, 22.05 on): what a newer
+    Slurm does itself is rendered for it."""
     ps = cfg.power_saving
     hooks = Path(cfg.hooks_dir)
     lines = [
@@ -42,6 +51,13 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         "JobRequeue=1",
         "PrivateData=cloud",
     ]
+    if release is not None and release >= REQUEUE_ON_RESUME_FAILURE:
+        lines += [
+            "# Slurm 25.05+: batch jobs of a node that misses ResumeTimeout are requeued by",
+            "# Slurm itself (slurmscale's ResumeFailProgram does it on older releases). Merge",
+            "# into your own SchedulerParameters line if you have one.",
+            "SchedulerParameters=requeue_on_resume_failure",
+        ]
     h = cfg.health
     if h.check_program:
         lines += [
@@ -74,8 +90,12 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         # then on-demand; while a spot pool is out of capacity its nodes are held, so it goes
         # to on-demand, and a block's nodes are reserved outside its window.
         tier = {CapacityType.CAPACITY_BLOCK: 3, CapacityType.SPOT: 2}.get(p.capacity_type, 1)
+        # A block's nodes are paid for the whole block: Slurm's SuspendTime never powers them
+        # down (partition-level, 22.05 on); slurmscale does at the window's close.
+        keep = (" SuspendTime=INFINITE" if p.capacity_type is CapacityType.CAPACITY_BLOCK
+                else "")
         lines.append(f"PartitionName={p.partition} Nodes={p.node_range()} State=UP "
-                     f"MaxTime=INFINITE OverSubscribe=NO PriorityTier={tier}")
+                     f"MaxTime=INFINITE OverSubscribe=NO PriorityTier={tier}{keep}")
     return "\n".join(lines) + "\n"
 
 

@@ -135,3 +135,37 @@ def test_requeue_and_idle_on_node_suspend_are_warnings(world) -> None:  # type: 
     assert [(p.severity, p.code) for p in check(cfg, v, conf)] == [
         ("warning", "job_requeue"), ("warning", "idle_on_node_suspend"),
         ("warning", "min_job_age")]
+
+
+def test_a_slurm_that_requeues_on_resume_failure_itself_is_told_to(world) -> None:  # type: ignore[no-untyped-def]
+    """25.05 added SchedulerParameters=requeue_on_resume_failure: check says so where the
+    running Slurm has it and it is off; slurm-conf renders it for that release only."""
+    from slurmscale.slurmconf import render_slurm_conf
+
+    cfg, view, conf = world
+    old = replace(view, config={**view.config, "SLURM_VERSION": "24.11.5"})
+    new = replace(view, config={**view.config, "SLURM_VERSION": "25.05.1"})
+    on = replace(view, config={**new.config,
+                               "SchedulerParameters": "bf_interval=30,requeue_on_resume_failure"})
+    assert codes(cfg, old, conf) == [] and codes(cfg, on, conf) == []
+    assert codes(cfg, new, conf) == ["requeue_on_resume_failure"]
+    line = "SchedulerParameters=requeue_on_resume_failure"
+    assert line in render_slurm_conf(cfg, release=(25, 5))
+    assert line in render_slurm_conf(cfg, release=(26, 5))
+    assert line not in render_slurm_conf(cfg, release=(24, 11))
+    assert line not in render_slurm_conf(cfg)
+
+
+def test_slurm_conf_names_a_bad_release_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump(base_config()))
+    p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), "slurm-conf",
+                        "--slurm-release", "latest"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--slurm-release" in p.stderr and "Traceback" not in p.stderr
+    ok = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf),
+                         "slurm-conf", "--slurm-release", "25.05"], capture_output=True,
+                        text=True, timeout=60)
+    assert ok.returncode == 0 and "requeue_on_resume_failure" in ok.stdout
