@@ -30,8 +30,8 @@ from pathlib import Path
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import CapacityReservation
-from slurmscale.slurmconf import REQUEUE_ON_RESUME_FAILURE
 from slurmscale.slurm.kv import parse_oneliner, parse_show_config
+from slurmscale.slurmconf import REQUEUE_ON_RESUME_FAILURE
 
 HOOKS = {"ResumeProgram": "slurmscale-resume", "SuspendProgram": "slurmscale-suspend",
          "ResumeFailProgram": "slurmscale-resume-fail"}
