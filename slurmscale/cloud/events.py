@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
@@ -96,6 +96,8 @@ class _HealthEnvelope(BaseModel):
     detail: _HealthDetail
 
 
+E = TypeVar("E", _Envelope, _BlockEnvelope)
+
 _INSTANCE = re.compile(r"(?:^|/)(i-[0-9a-f]{8,32})$")
 
 
@@ -133,12 +135,7 @@ def parse_events(body: str) -> list[Ec2Event]:
     block = BLOCK_KINDS.get(str(data.get("detail-type", data.get("detail_type", ""))))
     if block is not None:
         return [_block_event(data, block)]
-    try:
-        env = _Envelope.model_validate(data)
-    except ValidationError as e:
-        raise EventError(first_problem(e)) from None
-    if env.source != "aws.ec2":
-        raise EventError(f"source {env.source!r} is not aws.ec2")
+    env = _from_ec2(_Envelope, data)
     try:
         kind = EventKind(env.detail_type)
     except ValueError:
@@ -147,13 +144,19 @@ def parse_events(body: str) -> list[Ec2Event]:
                      action=env.detail.instance_action, state=env.detail.state)]
 
 
-def _block_event(data: dict[str, Any], kind: EventKind) -> Ec2Event:
+def _from_ec2(model: type[E], data: dict[str, Any]) -> E:
+    """The message as `model`, from EC2 itself (source aws.ec2), or EventError."""
     try:
-        env = _BlockEnvelope.model_validate(data)
+        env = model.model_validate(data)
     except ValidationError as e:
         raise EventError(first_problem(e)) from None
     if env.source != "aws.ec2":
         raise EventError(f"source {env.source!r} is not aws.ec2")
+    return env
+
+
+def _block_event(data: dict[str, Any], kind: EventKind) -> Ec2Event:
+    env = _from_ec2(_BlockEnvelope, data)
     end = _when(env.detail.end_date)
     if env.detail.end_date and end is None:
         raise EventError(f"end-date {env.detail.end_date!r} is not a date")

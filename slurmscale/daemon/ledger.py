@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 from slurmscale.config import Config
 from slurmscale.model import QueueJob
-from slurmscale.policy.model import NodeState, Snapshot
+from slurmscale.policy.model import NodeState, NodeView, PendingJob, Snapshot
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.store.repo import Store
@@ -52,10 +52,19 @@ class PoolNow:
 
 
 def pools_now(snap: Snapshot) -> list[PoolNow]:
+    """Each pool's capacity and demand now: one walk of the snapshot's nodes and jobs, grouped
+    by pool (a walk per pool was ten walks of 30,000 jobs a pass at ten pools)."""
+    nodes_of: dict[str, list[NodeView]] = {k.name: [] for k in snap.pools}
+    jobs_of: dict[str, list[PendingJob]] = {k.name: [] for k in snap.pools}
+    for n in snap.nodes:
+        if n.pool in nodes_of:
+            nodes_of[n.pool].append(n)
+    for j in snap.jobs:
+        if j.actionable and j.pool in jobs_of:
+            jobs_of[j.pool].append(j)
     out = []
     for k in snap.pools:
-        nodes = [n for n in snap.nodes if n.pool == k.name]
-        jobs = [j for j in snap.jobs if j.pool == k.name and j.actionable]
+        nodes, jobs = nodes_of[k.name], jobs_of[k.name]
         count = {s: sum(1 for n in nodes if n.state is s) for s in NodeState}
         out.append(PoolNow(
             pool=k.name,

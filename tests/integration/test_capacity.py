@@ -157,6 +157,25 @@ BLOCK = "cr-0b1c2d3e4f5a60001"
 LEAD = 30
 
 
+def _block_pool(make_cluster, ids: list[str], margin: float, **opts: object):  # type: ignore[no-untyped-def]
+    """A 4-node capacity-block pool over `ids`, the daemon not started: EC2's early
+    terminations on the scenarios' compressed clock (LEAD), the pool's template version with
+    the market type blocks take and no target (each fleet names the open blocks)."""
+    c, proxy = make_cluster(
+        pools=[PoolSpec("gpu-cb", "cb-", 4, capacity_type="capacity-block",
+                        launch_template_version="2",
+                        extra={"capacity_reservations": {"ids": ids}})],
+        extra_config={"capacity_blocks": {"end_margin_s": margin,
+                                          "termination_lead_s": LEAD}},
+        start_daemon=False, **opts)
+    proxy.capacity.termination_lead_s = LEAD
+    c.ec2().create_launch_template_version(LaunchTemplateName=c.lt_name, LaunchTemplateData={
+        "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
+        "MetadataOptions": NODE_METADATA,
+        "InstanceMarketOptions": {"MarketType": "capacity-block"}})
+    return c, proxy
+
+
 def test_a_capacity_block_runs_jobs_inside_its_window_and_none_past_it(make_cluster) -> None:  # type: ignore[no-untyped-def]
     capacity_block_scenario(make_cluster)
 
@@ -167,20 +186,7 @@ def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: igno
     from datetime import UTC, datetime, timedelta
 
     margin = 80
-    c, proxy = make_cluster(
-        pools=[PoolSpec("gpu-cb", "cb-", 4, capacity_type="capacity-block",
-                        launch_template_version="2",
-                        extra={"capacity_reservations": {"ids": [BLOCK]}})],
-        extra_config={"capacity_blocks": {"end_margin_s": margin,
-                                          "termination_lead_s": LEAD}},
-        start_daemon=False, **opts)
-    # EC2's early terminations, on the scenario's compressed clock
-    proxy.capacity.termination_lead_s = LEAD
-    # the pool's template version: the market type blocks take; the fleets name the block
-    c.ec2().create_launch_template_version(LaunchTemplateName=c.lt_name, LaunchTemplateData={
-        "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
-        "MetadataOptions": NODE_METADATA,
-        "InstanceMarketOptions": {"MarketType": "capacity-block"}})
+    c, proxy = _block_pool(make_cluster, [BLOCK], margin, **opts)
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=60)
     end = start + timedelta(seconds=180)
     close = end.timestamp() - margin
@@ -266,20 +272,10 @@ def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None
     from datetime import UTC, datetime, timedelta
 
     margin = 40
-    c, proxy = make_cluster(
-        pools=[PoolSpec("gpu-cb", "cb-", 4, capacity_type="capacity-block",
-                        launch_template_version="2",
-                        extra={"capacity_reservations": {"ids": [BLOCK, BLOCK_B]}})],
-        extra_config={"capacity_blocks": {"end_margin_s": margin,
-                                          "termination_lead_s": LEAD}},
+    c, proxy = _block_pool(
+        make_cluster, [BLOCK, BLOCK_B], margin,
         # Slurm's own clocks compressed with the scenario's (defaults: 30 s and 60 s)
-        slurm_conf_extra=["SchedulerParameters=bf_interval=5,sched_interval=5"],
-        start_daemon=False)
-    proxy.capacity.termination_lead_s = LEAD
-    c.ec2().create_launch_template_version(LaunchTemplateName=c.lt_name, LaunchTemplateData={
-        "ImageId": "ami-0a1b2c3d4e5f60718", "InstanceType": "p5.48xlarge",
-        "MetadataOptions": NODE_METADATA,
-        "InstanceMarketOptions": {"MarketType": "capacity-block"}})
+        slurm_conf_extra=["SchedulerParameters=bf_interval=5,sched_interval=5"])
     a0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=40)
     a1 = a0 + timedelta(seconds=200)  # usable 160 s: a 2-minute limit fits, 3 do not
     b0 = a1 + timedelta(seconds=20)

@@ -316,3 +316,25 @@ def test_status_shows_each_blocks_window_and_the_time_to_its_start_or_end() -> N
     assert _window(p, S + 600) == "11-29 13:00-17:00 3h50m left"
     assert _window(p, E + 1) == "11-29 13:00-17:00 over"
     assert _window({**p, "kind": "default"}, S) == "-"
+
+
+def test_an_extended_block_moves_its_close_in_place_and_the_plan_says_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """PurchaseCapacityBlockExtension moves a running block's end; DescribeCapacityReservations
+    then says so, and the close reservation (not begun yet) moves with it in place."""
+    r, cloud, slurm, clock, _ = _world(tmp_path)
+    slurm.now_text = datetime.fromtimestamp(S + 60).isoformat(timespec="seconds")
+    clock.now = datetime.fromtimestamp(S + 60, UTC)
+    _set_block(cloud, S + 60)
+    r.tick()
+    (after,) = slurm.resv.values()
+    assert abs((slurm_time(after.start_time) or 0) - (E - M)) < 1
+    cloud.reservations["cr-0000000000000b01"] = _block(end=E + 2 * 3600, state="active")
+    clock.now += timedelta(seconds=60)  # (past the reservations' 30 s read)
+    calls = len(slurm.calls)
+    r.tick()
+    ops = [c[0] for c in slurm.calls[calls:] if "reservation" in c[0]]
+    assert ops == ["update_window_reservation"], ops
+    moved = slurm.resv[after.name]
+    assert abs((slurm_time(moved.start_time) or 0) - (E + 2 * 3600 - M)) < 1
+    said = [e.message for e in r.store.events() if e.kind == "block_reservation"]
+    assert "open until" in said[-1] and "nodes closed from" in said[-1], said
