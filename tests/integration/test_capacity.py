@@ -378,3 +378,39 @@ def test_gangs_go_by_id_into_an_interruptible_reservation_and_a_reclaim_requeues
     assert kinds.count("job_requeued") == 1 and "node_evacuated" in kinds
     reasons = [e["message"] for e in c.events() if e["kind"] == "node_evacuated"]
     assert any(Why.RECLAIMED.value in r and "1 job(s) requeued" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("margin", [10, 90])
+def test_a_margin_under_ec2s_lead_loses_the_job_and_the_new_default_never_starts_it(
+        make_cluster, margin: int) -> None:  # type: ignore[no-untyped-def]
+    """EC2 begins terminating a block's instances before its end (30 minutes; here, on a
+    compressed clock, 60 s). A job submitted 60 s into a 200 s block with a 2-minute limit:
+    with a margin under that lead (10 s, as the old default SuspendTimeout + 300 s is under
+    30 minutes) Slurm starts it, EC2 takes its instance back mid-run and the job is requeued;
+    with the new default's form (the lead + 30 s) it never starts in this block."""
+    from datetime import UTC, datetime, timedelta
+
+    lead = 60
+    c, proxy = _block_pool(
+        make_cluster, [BLOCK], margin,
+        slurm_conf_extra=["SchedulerParameters=bf_interval=5,sched_interval=5"])
+    proxy.capacity.termination_lead_s = lead
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=40)
+    end = start + timedelta(seconds=200)
+    proxy.capacity.add(Reservation(BLOCK, "p5.48xlarge", total=4,
+                                   reservation_type="capacity-block", start=start, end=end))
+    c.start_daemon()
+    wait_for("60 s into the block", lambda: datetime.now(UTC) > start + timedelta(seconds=60),
+             150)
+    job = c.sbatch("-N", "1", "--time=2", "-p", "gpu-cb", "--gres=gpu:8", "--wrap",
+                   "sleep 110")
+    wait_for("the block over", lambda: datetime.now(UTC) > end + timedelta(seconds=3), 260)
+    c.events()  # (a pass after the end: the proxy takes back whatever is left)
+    j = c.job(job)
+    if margin < lead:
+        assert proxy.capacity.taken_back, "EC2 took an instance back mid-run"
+        assert j["Restarts"] == "1" and j["JobState"] == "PENDING", j
+    else:
+        assert proxy.capacity.taken_back == []
+        assert j["Restarts"] == "0" and j["JobState"] == "PENDING", j
+        assert not [x for x in proxy.fleet_calls() if x.status == 200]
