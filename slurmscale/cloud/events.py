@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from slurmscale import timeframe
 from slurmscale.model import ScheduledEvent
 from slurmscale.validation import first_problem
 
@@ -157,7 +158,7 @@ def _from_ec2(model: type[E], data: dict[str, Any]) -> E:
 
 def _block_event(data: dict[str, Any], kind: EventKind) -> Ec2Event:
     env = _from_ec2(_BlockEnvelope, data)
-    end = _when(env.detail.end_date)
+    end = aws_time(env.detail.end_date)
     if env.detail.end_date and end is None:
         raise EventError(f"end-date {env.detail.end_date!r} is not a date")
     return Ec2Event(kind=kind, time=env.time, reservation_id=env.detail.reservation_id,
@@ -178,24 +179,26 @@ def _health_events(data: dict[str, Any]) -> list[Ec2Event]:
     ids = sorted({m.group(1) for n in names if (m := _INSTANCE.search(n))})
     if not ids:
         raise EventError(f"{d.event_type_code}: names no EC2 instance")
-    ev = ScheduledEvent(d.event_type_code, _when(d.start_time), "AWS Health")
+    ev = ScheduledEvent(d.event_type_code, aws_time(d.start_time), "AWS Health")
     return [Ec2Event(kind=EventKind.SCHEDULED, instance_id=i, time=env.time, scheduled=ev)
             for i in ids]
 
 
-def _when(text: str) -> float | None:
-    """AWS Health's startTime: RFC 1123 ("Sat, 05 Jun 2016 15:10:09 GMT") in its examples,
-    ISO 8601 elsewhere; None when absent or neither."""
+def aws_time(text: str) -> float | None:
+    """A time an AWS event gives (AWS Health's startTime: RFC 1123, "Sat, 05 Jun 2016
+    15:10:09 GMT", in its examples; ISO 8601 elsewhere, as EventBridge's `time` and a block's
+    end-date) as the daemon's steady time: AWS's times are true times (timeframe.py). None
+    when absent or neither."""
     if not text:
         return None
     try:
-        return parsedate_to_datetime(text).timestamp()
+        t = parsedate_to_datetime(text).timestamp()
     except (TypeError, ValueError):
-        pass
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+        try:
+            t = datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return timeframe.FRAME.from_true(t)
 
 
 def health_message(event_type_code: str, instance_ids: list[str], time: str,

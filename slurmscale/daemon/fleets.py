@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from slurmscale.cloud.events import BLOCK_WARNING_LEAD_S, Ec2Event, EventKind
+from slurmscale.cloud.events import BLOCK_WARNING_LEAD_S, Ec2Event, EventKind, aws_time
 from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
     TAG_GANG,
@@ -53,13 +53,6 @@ def _warned(r: CapacityReservation, end: float | None) -> CapacityReservation:
     if end is None or (r.end is not None and r.end <= end):
         return r
     return replace(r, end=end)
-
-
-def _when(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def gang_placement_group(cluster: str, gid: str) -> str:
@@ -153,7 +146,7 @@ class ReservedCapacity:
             self.event("block_delivered", f"capacity block {ev.reservation_id} delivered "
                        f"({ev.time}): blocks read again")
             return True
-        warned = _when(ev.time) or now.timestamp()
+        warned = aws_time(ev.time) or now.timestamp()
         end = min(warned + min(BLOCK_WARNING_LEAD_S, self.cfg.block_end_margin_s()),
                   ev.end or math.inf)
         self.warned_end[ev.reservation_id] = min(end, self.warned_end.get(

@@ -187,3 +187,22 @@ def test_a_time_written_after_a_forward_step_is_read_exactly(steps: list[tuple[f
             assert abs(got - steady) < 1e-6, (host, steady, got)
         else:
             assert got >= steady - 1e-6, "read younger, never older"
+
+
+def test_aws_event_times_are_read_as_true_times_into_the_steady_time() -> None:
+    """An event's time (a block's Expiration Warning, AWS Health's start) is AWS's true time:
+    after the host's clock stepped an hour ahead, it is read an hour back into the daemon's
+    steady time, as EC2's reservation and launch times are."""
+    from slurmscale.cloud.events import aws_time
+
+    t = [T0]
+    f = Frame(wall=lambda: t[0], mono=lambda: 0.0)
+    before = timeframe.install(f)
+    try:
+        assert aws_time("2026-11-29T12:00:00Z") == T0
+        t[0] += HOUR  # (the host's clock steps: monotonic unmoved)
+        f.now()
+        assert aws_time("2026-11-29T12:00:00Z") == T0 - HOUR
+        assert aws_time("Sun, 29 Nov 2026 12:00:00 GMT") == T0 - HOUR
+    finally:
+        timeframe.install(before)
