@@ -30,7 +30,7 @@ from pathlib import Path
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import CapacityReservation
-from slurmscale.slurm.kv import parse_oneliner, parse_show_config
+from slurmscale.slurm.kv import parse_oneliner, parse_show_config, release_of
 from slurmscale.slurmconf import REQUEUE_ON_RESUME_FAILURE
 
 HOOKS = {"ResumeProgram": "slurmscale-resume", "SuspendProgram": "slurmscale-suspend",
@@ -146,8 +146,7 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
             err("nodes_not_cloud", f"pool {p.name}: {not_cloud[0]} is not State=CLOUD "
                 f"({view.nodes[not_cloud[0]]}); Slurm will not power it up or down")
 
-    m = re.match(r"(\d+)\.(\d+)", c.get("SLURM_VERSION", ""))
-    release = (int(m[1]), int(m[2])) if m else None
+    release = release_of(c.get("SLURM_VERSION", ""))
     if release is not None and release >= REQUEUE_ON_RESUME_FAILURE and \
             "requeue_on_resume_failure" not in c.get("SchedulerParameters", ""):
         warn("requeue_on_resume_failure", f"Slurm {release[0]}.{release[1]:02d} can requeue "

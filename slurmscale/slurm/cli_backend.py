@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import tempfile
@@ -40,6 +39,7 @@ from slurmscale.slurm.kv import (
     parse_sprio,
     parse_squeue_fixed,
     priority_weights,
+    release_of,
 )
 from slurmscale.slurm.protocol import SlurmError
 
@@ -281,8 +281,7 @@ class SlurmCLI:
     def release(self) -> tuple[int, int]:
         """Slurm's release as (major, minor), from `scontrol --version`, asked once."""
         if self._release is None:
-            m = re.search(r"(\d+)\.(\d+)", self.scontrol("--version"))
-            self._release = (int(m[1]), int(m[2])) if m else (0, 0)
+            self._release = release_of(self.scontrol("--version")) or (0, 0)
         return self._release
 
     def set_node_instances(self, entries: list[tuple[str, str, str]]) -> bool:

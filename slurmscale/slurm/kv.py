@@ -237,6 +237,14 @@ def parse_sprio(text: str) -> list[JobPriority]:
     return out
 
 
+def release_of(text: str) -> tuple[int, int] | None:
+    """Slurm's release (major, minor) from its version text (`scontrol --version`:
+    "slurm-wlm 26.05.5"; SLURM_VERSION in `scontrol show config`: "22.05.8"); None: none in
+    it."""
+    m = re.search(r"(\d+)\.(\d+)", text)
+    return (int(m[1]), int(m[2])) if m else None
+
+
 def parse_show_config(text: str) -> dict[str, str]:
     """`scontrol show config`: one `Key = Value` per line."""
     out = {}
