@@ -70,10 +70,6 @@ class Frame:
                 steady += d
             return steady
 
-    @property
-    def stepped(self) -> bool:
-        return bool(self.eras)
-
     def offset_of(self, t: float) -> float:
         """The offset of the era in which the host's clock read `t` (the newest that did)."""
         for era in reversed(self.eras):

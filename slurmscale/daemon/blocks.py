@@ -109,10 +109,10 @@ class BlockPass:
         # edits Slurm refused: (kind, name, start, end) -> not sent again before (s)
         self.refused: dict[tuple[str, str, int, int], float] = {}
 
-    def plans(self, now: float, held: list[SlurmReservation] | None = None
+    def plans(self, now: float, held: list[SlurmReservation]
               ) -> list[tuple[Pool, BlockPlan]] | None:
-        """Each block pool's plan against Slurm's reservations `held` (None: as if it held
-        none), or None while the blocks cannot be read."""
+        """Each block pool's plan against Slurm's reservations `held`, or None while the
+        blocks cannot be read."""
         if not self.pools:
             return []
         self.reserved.reservations(now)
@@ -120,7 +120,7 @@ class BlockPass:
             return None
         return [(p, plan_block(p.name, self.prefix, self.reserved.of_pool(p, now), now,
                                self.cfg.block_end_margin_s(),
-                               [as_closed(r) for r in held_by(self.prefix, p.name, held or [])]))
+                               [as_closed(r) for r in held_by(self.prefix, p.name, held)]))
                 for p in self.pools]
 
     def run(self, nodes: list[SlurmNode], now: datetime) -> None:

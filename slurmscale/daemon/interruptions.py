@@ -119,7 +119,8 @@ class InterruptionPass:
         match ev.kind:
             case EventKind.SPOT_WARNING | EventKind.RESERVATION_INTERRUPTION:
                 # (an interruptible reservation reclaimed: as a spot interruption, its
-                # instances go two minutes on; the pool backs off, the jobs requeue)
+                # instances go two minutes on and the jobs requeue; only a spot pool backs
+                # off, its normal capacity is what was taken back)
                 why = Why.INTERRUPTED
                 if ev.kind is EventKind.RESERVATION_INTERRUPTION:
                     why = Why.RECLAIMED

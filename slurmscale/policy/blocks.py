@@ -195,10 +195,11 @@ def _match(pool: str, prefix: str, want: list[tuple[float | None, float]],
     updates.sort(key=lambda u: not _within(u[1], u[0]))
     edits = [Edit(EditKind.DELETE, n) for n in deletes]
     edits += [Edit(EditKind.UPDATE, w.name, w.start, w.end) for _, w in updates]
-    names = _names(prefix, pool, {h.name for h in held})
+    taken = {h.name for h in held}
+    names = _names(prefix, pool, taken)
     before = f"{prefix}{pool}-before"
     for start, end in creates:
-        name = before if start is None and before not in {h.name for h in held} else next(names)
+        name = before if start is None and before not in taken else next(names)
         named.append(Closed(name, start, end))
         edits.append(Edit(EditKind.CREATE, name, start, end))
     named.sort(key=lambda c: -1.0 if c.start is None else c.start)

@@ -161,7 +161,7 @@ def test_the_clock_without_steps_is_the_wall_clock_and_follows_its_slew() -> Non
     assert f.now() == T0
     t[0] += 10.5
     m[0] += 10.0  # NTP slewing the wall clock: followed, no era
-    assert f.now() == T0 + 10.5 and not f.stepped
+    assert f.now() == T0 + 10.5 and not f.eras
     assert f.from_host(T0) == T0 and f.to_host(T0) == T0
 
 
