@@ -404,8 +404,15 @@ def test_a_margin_under_ec2s_lead_loses_the_job_and_the_new_default_never_starts
              150)
     job = c.sbatch("-N", "1", "--time=2", "-p", "gpu-cb", "--gres=gpu:8", "--wrap",
                    "sleep 110")
+    if margin < lead:  # requeued after EC2's terminations began, before slurmscale's close
+        def requeued() -> bool:
+            j = c.job(job)
+            return j.get("Restarts") == "1" and j.get("JobState") == "PENDING"
+        wait_for("EC2's early terminations requeue the job", requeued,
+                 (end - datetime.now(UTC)).total_seconds() - margin)
+        assert (end - datetime.now(UTC)).total_seconds() < lead + 5
     wait_for("the block over", lambda: datetime.now(UTC) > end + timedelta(seconds=3), 260)
-    c.events()  # (a pass after the end: the proxy takes back whatever is left)
+    c.events()  # (a pass after the end)
     j = c.job(job)
     if margin < lead:
         assert proxy.capacity.taken_back, "EC2 took an instance back mid-run"
@@ -414,3 +421,67 @@ def test_a_margin_under_ec2s_lead_loses_the_job_and_the_new_default_never_starts
         assert proxy.capacity.taken_back == []
         assert j["Restarts"] == "0" and j["JobState"] == "PENDING", j
         assert not [x for x in proxy.fleet_calls() if x.status == 200]
+
+
+def test_an_extension_moves_the_close_and_the_expiration_warning_closes_at_once(
+        make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """A block running a job is extended (the end EC2 reports moves, as after
+    PurchaseCapacityBlockExtension): the reservation that closes the pool moves with it, in
+    place. Then EC2's Expiration Warning arrives on the events queue while the window is,
+    by slurmscale's reckoning, still open (a clock or a config out of step with EC2's): the
+    block closes at once, the running job is requeued, never FAILED, and its node powered
+    down, long before the close slurmscale had planned and before any EC2 termination."""
+    from datetime import UTC, datetime, timedelta
+
+    from slurmscale.cloud.events import EventKind, block_message
+    from slurmscale.policy.observe import slurm_time
+
+    margin = 40
+    c, proxy = _block_pool(make_cluster, [BLOCK], margin)
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=30)
+    end = start + timedelta(seconds=600)
+    block = proxy.capacity.add(Reservation(BLOCK, "p5.48xlarge", total=4,
+                                           reservation_type="capacity-block", start=start,
+                                           end=end))
+    c.start_daemon()
+
+    def close_at() -> float | None:
+        """When Slurm's reservation closing the pool after the block starts."""
+        for line in c.slurm("scontrol", "show", "res", "-o").splitlines():
+            f = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            if f.get("ReservationName", "").startswith("slurmscale-block-gpu-cb-after"):
+                return slurm_time(f["StartTime"])
+        return None
+
+    wait_for("the close planned at the block's end less the margin",
+             lambda: close_at() == end.timestamp() - margin, 60)
+    job = c.sbatch("-N", "1", "--time=3", "-p", "gpu-cb", "--gres=gpu:8", "--wrap", "sleep 900")
+    c.wait_job(job, {"RUNNING"}, 150)
+    with proxy.capacity.lock:
+        block.end = end = end + timedelta(seconds=300)
+    wait_for("the close moved with the extension",
+             lambda: close_at() == end.timestamp() - margin, 90)
+    assert c.job(job)["JobState"] == "RUNNING"
+
+    c.send_event(block_message(EventKind.BLOCK_EXPIRING, BLOCK,
+                               datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                               end.strftime("%Y-%m-%dT%H:%M:%SZ")))
+    warned = datetime.now(UTC)
+
+    def requeued() -> bool:
+        j = c.job(job)
+        return j.get("Restarts") == "1" and j.get("JobState") == "PENDING"
+    wait_for("the warning requeues the job at once", requeued, 60)
+    wait_for("the node powered down", lambda: "POWERED_DOWN" in c.node("cb-1")["State"], 90)
+    wait_for("the block's instance released", lambda: not c.cluster_instances(), 90)
+    took = (datetime.now(UTC) - warned).total_seconds()
+    assert took < 120
+    assert proxy.capacity.taken_back == [], "slurmscale released everything before EC2 did"
+    events = c.events()
+    kinds = [e["kind"] for e in events]
+    assert "block_expiring" in kinds and "block_closed" in kinds, kinds
+    assert "slurm_update_failed" not in kinds
+    moved = (end - timedelta(seconds=margin)).strftime("%Y-%m-%d %H:%M:%SZ")
+    assert any(e["kind"] == "block_reservation" and f"from {moved}" in e["message"]
+               for e in events), [e["message"] for e in events if e["kind"] == "block_reservation"]
+    print(f"extension: the close moved to {moved}; warning to node released {took:.0f}s")
