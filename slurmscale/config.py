@@ -168,6 +168,10 @@ class CapacityReservations(_Strict):
     # Reserved capacity is paid whether used or not: an idle node on it is kept (releasing it
     # saves nothing and a relaunch costs a boot) unless this is true.
     release_idle: bool = False
+    # A gang with a job whose runs an interruptible reservation's owner took back this many
+    # times launches on the pool's other capacity, not into interruptible reservations again
+    # (as a spot pool's max_preemptions moves a job to its fallback).
+    max_reclaims: Annotated[int, Field(ge=1)] = 2
 
     @field_validator("launch_template_version", mode="before")
     @classmethod

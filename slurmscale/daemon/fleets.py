@@ -171,14 +171,28 @@ class ReservedCapacity:
                 return {}
         return {s: self._zones[s] for s in pool.subnets if s in self._zones}
 
-    def route(self, pool: Pool, gang: Gang, now: float) -> Route:
+    def route(self, pool: Pool, gang: Gang, now: float, reclaimed: int = 0) -> Route:
+        """Where the gang goes. `reclaimed`: the most times one of its jobs' runs was taken
+        back by an interruptible reservation's owner; from `max_reclaims` on the gang skips
+        interruptible reservations for the pool's other capacity (a job that keeps losing
+        its run there might never end)."""
         cr = pool.capacity_reservations
         if cr is None:
             return Route(RouteKind.NORMAL, "no reservations")
         block = pool.capacity_type is CapacityType.CAPACITY_BLOCK
-        return route_gang(gang.size, pool.instance_types, self.zones(pool),
-                          self.of_pool(pool, now),
-                          ReservationPreference.ONLY if block else cr.preference)
+        rs = self.of_pool(pool, now)
+        # (preference `only`: the reservations are the pool's only capacity)
+        shun = (reclaimed >= cr.max_reclaims and not block
+                and cr.preference is not ReservationPreference.ONLY)
+        if shun:
+            rs = [r for r in rs if r.reservation_type != "interruptible"]
+        route = route_gang(gang.size, pool.instance_types, self.zones(pool), rs,
+                           ReservationPreference.ONLY if block else cr.preference)
+        if not shun:
+            return route
+        return replace(route, reason=f"{route.reason} (interruptible reservations skipped: a "
+                       f"job's run reclaimed {reclaimed} time(s), max_reclaims "
+                       f"{cr.max_reclaims})")
 
 
 @dataclass

@@ -10,6 +10,7 @@ import json
 from enum import StrEnum
 
 from slurmscale.cloud.errors import is_transient
+from slurmscale.cloud.events import EventKind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_POOL, TAG_REQUEST, CloudError
 from slurmscale.config import Pool
 from slurmscale.crashpoints import crash_point
@@ -59,6 +60,15 @@ class GangLauncher:
         if self.metrics is not None:
             self.metrics.launched(pool.name, pool.capacity_type.value, outcome.value, code)
 
+    def _reclaimed(self, gang: Gang) -> int:
+        """The most runs of one of the gang's jobs an interruptible reservation's owner took
+        back (the interruption pass records each)."""
+        if self.ctx.cfg.pool(gang.pool).capacity_reservations is None:
+            return 0
+        kind = EventKind.RESERVATION_INTERRUPTION.value
+        return max((sum(1 for p in self.ctx.store.preemptions(str(j)) if p.kind == kind)
+                    for j in gang.job_ids), default=0)
+
     def launch_gang(self, gang: Gang, give_up_at: float = float("inf")) -> tuple[Outcome, str]:
         """Launch one gang with one CreateFleet; keep all of it or none of it. EC2 not
         answering defers the launch (until `give_up_at`): an unanswered CreateFleet may have
@@ -74,7 +84,7 @@ class GangLauncher:
             # now; launching again would be a second attempt Slurm never asked for
             return Outcome.FAILED, existing.error_code or "LaunchFailed"
         recovering = existing is not None and existing.status == GangStatus.LAUNCHING
-        route = self.reserved.route(pool, gang, now.timestamp())
+        route = self.reserved.route(pool, gang, now.timestamp(), self._reclaimed(gang))
         spec = self.fleets.spec(pool, route, gid)
         if existing is None:
             self.ctx.store.add_gang(GangRow(

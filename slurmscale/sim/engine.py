@@ -189,6 +189,9 @@ class PaidCapacity:
     # rate per reserved node-hour (its jobs requeued, as a spot interruption's)
     reclaim_rate: float = 0.0
     seed: int = 0
+    # the daemon's capacity_reservations.max_reclaims: a job whose runs were taken back this
+    # often launches on normal capacity, not into the interruptible reservation again
+    max_reclaims: int = 2
 
     def close_s(self, b: BlockSpec) -> float:
         return b.end_s - self.block_margin_s
@@ -361,7 +364,9 @@ class Simulation:
                     and b.nodes - self._in_paid(i) >= need):
                 return i
         if (self.paid.use_reserved and self.paid.reserved_nodes
-                and self.paid.reserved_nodes - self._in_paid(ODCR) >= need):
+                and self.paid.reserved_nodes - self._in_paid(ODCR) >= need
+                and not (self.paid.reclaim_rate > 0
+                         and self.preempted.get(idx, 0) >= self.paid.max_reclaims)):
             return ODCR
         return None
 

@@ -219,6 +219,35 @@ def test_one_gang_fills_the_reservation_the_next_goes_whole_to_normal_capacity(
     assert rows["od-5"].launch_template_version == "2"
 
 
+@pytest.mark.parametrize("reclaims", [1, 2])
+def test_a_job_reclaimed_max_reclaims_times_skips_interruptible_reservations(
+        tmp_path, reclaims: int) -> None:  # type: ignore[no-untyped-def]
+    """A job whose runs an interruptible reservation's owner keeps taking back might never
+    end there: from `max_reclaims` (2) reclaims on, its gang goes to the pool's other capacity
+    and the launch says why; below that it goes into the reservation as before."""
+    from slurmscale.cloud.events import EventKind
+    from slurmscale.store.tables import PreemptionRow
+
+    r, cloud, _, clock, spool = _world(tmp_path, capacity_reservations={
+        "ids": ["cr-0000000a"]})
+    cloud.reservations["cr-0000000a"] = CapacityReservation(
+        "cr-0000000a", "p5.48xlarge", "us-east-1a", 8, 8, "active", "interruptible")
+    for i in range(reclaims):
+        r.store.add_preemption(PreemptionRow(
+            at=clock() - timedelta(minutes=10 - i), job_id="1", node="od-1",
+            instance_id=f"i-{i:017x}", pool="gpu-od", instance_type="p5.48xlarge",
+            lifecycle="on-demand", kind=EventKind.RESERVATION_INTERRUPTION.value))
+    hook(spool, clock, RequestKind.RESUME, {1: ["od-1", "od-2"]})
+    assert r.tick().launched_gangs == 1
+    (launch,) = cloud.launches
+    (asked,) = [e.message for e in r.store.events() if e.kind == "launch_requested"]
+    if reclaims < 2:
+        assert launch["spec"].reservation_ids == ("cr-0000000a",), asked
+    else:
+        assert launch["spec"].reservation_ids == () and not launch["spec"].reserved, asked
+        assert "interruptible reservations skipped: a job's run reclaimed 2 time(s)" in asked
+
+
 def test_only_reserved_capacity_refuses_a_gang_that_does_not_fit(tmp_path) -> None:  # type: ignore[no-untyped-def]
     r, cloud, slurm, clock, spool = _world(tmp_path, capacity_reservations={
         **RESERVED["capacity_reservations"], "preference": "only"})

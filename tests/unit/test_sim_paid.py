@@ -154,6 +154,25 @@ def test_an_interruptible_reservations_reclaims_requeue_jobs_and_are_counted() -
     assert rough.lost_gpu_s > calm.lost_gpu_s
 
 
+def test_a_job_reclaimed_max_reclaims_times_leaves_the_interruptible_reservation(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """At a reclaim rate where a long gang on the reservation loses nearly every run (4 nodes,
+    6 reclaims per node-hour: one every 2.5 minutes), it would never end there: after
+    `max_reclaims` it launches on normal capacity and completes. (Before, the simulation
+    never ended: run as a process, so that a relapse fails at the deadline.)"""
+    import json
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,nodes,time_limit_s\n"
+                     "long,0,14400,32,4,18000\n")
+    out = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace",
+                          str(trace), "--policy", "slurmscale", "--reserved-nodes", "4",
+                          "--reclaim-rate", "6", "--seed", "1", "--json"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    r = json.loads(out.stdout)["policies"]["slurmscale"]
+    assert r["jobs_completed"] == 1 and r["reclaims"] >= 2, r
+
+
 def test_a_reclaim_rate_without_a_reservation_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
     trace = tmp_path / "t.csv"
     trace.write_text("job_id,submit_s,duration_s,gpus,nodes\nj,0,60,8,1\n")
