@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from slurmscale.config import CapacityType, Config, Pool
+from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.hostlists import compress
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode, SlurmReservation
@@ -225,6 +226,8 @@ class BlockPass:
                            node=n.name)
             if not jobs and n.base_state == "IDLE":
                 idle.append(n.name)
+        if requeued:
+            crash_point("block:after_requeue")
         if idle:
             try:
                 self.slurm.power_down(idle)

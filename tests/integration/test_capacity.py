@@ -485,3 +485,40 @@ def test_an_extension_moves_the_close_and_the_expiration_warning_closes_at_once(
     assert any(e["kind"] == "block_reservation" and f"from {moved}" in e["message"]
                for e in events), [e["message"] for e in events if e["kind"] == "block_reservation"]
     print(f"extension: the close moved to {moved}; warning to node released {took:.0f}s")
+
+
+def test_a_kill_while_a_block_closes_and_the_restart_finishes_the_close(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL the daemon in the middle of a block's close: after it requeued the job still
+    running and before it powered the node down. The restarted daemon finishes the close from
+    what Slurm and EC2 show: the job requeued once, never FAILED, never started again in the
+    block; its node powered down and its instance released before EC2's terminations."""
+    from datetime import UTC, datetime, timedelta
+
+    margin = 60
+    c, proxy = _block_pool(make_cluster, [BLOCK], margin)
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=30)
+    end = start + timedelta(seconds=240)
+    proxy.capacity.add(Reservation(BLOCK, "p5.48xlarge", total=4,
+                                   reservation_type="capacity-block", start=start, end=end))
+    c.start_daemon({"SLURMSCALE_TEST_MODE": "1", "SLURMSCALE_CRASH_AT": "block:after_requeue"})
+    job = c.sbatch("-N", "1", "--time=1", "-p", "gpu-cb", "--gres=gpu:8", "--wrap", "sleep 900")
+    c.wait_job(job, {"RUNNING"}, 150)
+    c.slurm("scontrol", "update", f"JobId={job}", "TimeLimit=20")  # now runs past the close
+    close = end.timestamp() - margin
+    wait_for("the daemon killed in the close", lambda: not c.procs.running("daemon"),
+             close - datetime.now(UTC).timestamp() + 60)
+    j = c.job(job)
+    assert j["Restarts"] == "1" and j["JobState"] == "PENDING", j
+    c.start_daemon()  # restarted without the crash point
+    wait_for("the node powered down", lambda: "POWERED_DOWN" in c.node("cb-1")["State"], 90)
+    wait_for("the block's instance released", lambda: not c.cluster_instances(), 60)
+    (released,) = [x.at for x in proxy.calls if x.action == "TerminateInstances"]
+    assert released < end.timestamp() - LEAD, "released before EC2's terminations"
+    assert proxy.capacity.taken_back == []
+    j = c.job(job)
+    assert j["Restarts"] == "1" and j["JobState"] == "PENDING", j
+    kinds = [e["kind"] for e in c.events()]
+    assert kinds.count("block_job_requeued") == 1 and "block_closed" in kinds, kinds
+    print(f"kill in a block's close: the restart released the node "
+          f"{end.timestamp() - LEAD - released:.0f}s before EC2's terminations; the job "
+          "requeued once")

@@ -17,7 +17,8 @@ from slurmscale.store.repo import Store
 pytestmark = pytest.mark.slurm
 
 
-@pytest.mark.parametrize("point", [p for p in POINTS if p != "launch:between_fleets"])
+@pytest.mark.parametrize("point", [p for p in POINTS if p.startswith(("launch:", "release:"))
+                                   and p != "launch:between_fleets"])
 def test_sigkill_at_each_point_then_restart(make_cluster, point: str) -> None:  # type: ignore[no-untyped-def]
     c, proxy = make_cluster(daemon_env={"SLURMSCALE_TEST_MODE": "1",
                                         "SLURMSCALE_CRASH_AT": point},
