@@ -124,6 +124,13 @@ class ReservedCapacity:
                   for r in self._by_id.values())
         return STATE_DUE_TTL_S if due else RESERVATIONS_TTL_S
 
+    def starting(self, pool: Pool, now: float) -> CapacityReservation | None:
+        """A reservation of the pool whose start time has come while EC2, as last read, still
+        reports it before its start (EC2 turns a block active at its start, a read may come
+        a moment earlier): a gang refused now would fit a pass later."""
+        return next((r for r in self.of_pool(pool, now) if r.state in BEFORE_START
+                     and r.start is not None and r.start <= now), None)
+
     def of_pool(self, pool: Pool, now: float) -> list[CapacityReservation]:
         cr = pool.capacity_reservations
         if cr is None:

@@ -24,12 +24,16 @@ from slurmscale.gangs import gang_id
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus, InstanceState
 from slurmscale.model import Gang, LaunchResult
+from slurmscale.policy.blocks import at as stamp
 from slurmscale.policy.routing import NO_RESERVED_FIT, Route, RouteKind, fleet_parts
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.tables import GangRow, InstanceRow
+
+# a deferral's cause: a reservation due to start that EC2 did not yet report active
+RESERVATION_STARTING = "ReservationStarting"
 
 
 class Outcome(StrEnum):
@@ -99,6 +103,17 @@ class GangLauncher:
         # a launch cut off by a crash: whatever it launched carries the gang's tag
         recovered = self._recover(gid) if recovering else None
         if route.kind is RouteKind.REFUSED and recovered is None:
+            starting = self.reserved.starting(pool, now.timestamp())
+            if starting is not None and now.timestamp() < give_up_at:
+                # read at the moment a block opens: refused on a read from just before
+                # (failing it would power the nodes down and lose the block's first minutes)
+                self.reserved.changed()
+                self._count_launch(pool, Outcome.DEFERRED, RESERVATION_STARTING)
+                self.ctx.event("launch_deferred", f"{what} {nodes_expr}: {starting.id} was "
+                               f"due to start at {stamp(starting.start or 0)} and EC2 last "
+                               f"reported it {starting.state}; read again and retried next "
+                               "pass", gang_id=gid, node=nodes_expr)
+                return Outcome.DEFERRED, RESERVATION_STARTING
             # (a recovered gang may find short the reserved capacity it took itself)
             self._fail_gang(gang, gid, NO_RESERVED_FIT, route.reason, obtained=[])
             self._count_launch(pool, Outcome.FAILED, NO_RESERVED_FIT)

@@ -15,7 +15,8 @@ from slurmscale import timeframe
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext, TickResult
-from slurmscale.daemon.launch import GangLauncher, Outcome
+from slurmscale.daemon.fleets import STATE_DUE_TTL_S
+from slurmscale.daemon.launch import RESERVATION_STARTING, GangLauncher, Outcome
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, plan_requests
 from slurmscale.hostlists import compress
@@ -129,6 +130,9 @@ class RequestPass:
                 res.launched_gangs += 1
             elif outcome is Outcome.DEFERRED:
                 kept.update(gang.request_ids)
+                if why == RESERVATION_STARTING:  # (the reservations are read again then)
+                    soon = now.timestamp() + STATE_DUE_TTL_S
+                    res.next_due = min(res.next_due or soon, soon)
             else:
                 res.failed_gangs += 1
                 for rid in gang.request_ids:

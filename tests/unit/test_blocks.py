@@ -338,3 +338,26 @@ def test_an_extended_block_moves_its_close_in_place_and_the_plan_says_so(tmp_pat
     assert abs((slurm_time(moved.start_time) or 0) - (E + 2 * 3600 - M)) < 1
     said = [e.message for e in r.store.events() if e.kind == "block_reservation"]
     assert "open until" in said[-1] and "nodes closed from" in said[-1], said
+
+
+def test_a_resume_as_the_block_opens_waits_for_ec2_to_report_it_active(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Slurm's resume comes the moment the block opens; the reservations were read a moment
+    before (EC2 still said `scheduled`), or EC2 turns the block active a little late. Refusing
+    would power the nodes down and lose the block's first minutes (seen in CI: a job of a
+    compressed-clock scenario never ran in its block): the launch is deferred, the blocks
+    read again, a pass soon, and the gang launched once EC2 says active."""
+    r, cloud, _slurm, clock, spool = _world(tmp_path)
+    clock.now = datetime.fromtimestamp(S - 1, UTC)
+    _set_block(cloud, S - 1)
+    r.tick()  # (the read: scheduled)
+    clock.now = datetime.fromtimestamp(S + 0.5, UTC)
+    hook(spool, clock, RequestKind.RESUME, {7: ["cb-1", "cb-2"]})
+    res = r.tick()
+    assert res.failed_gangs == 0 and cloud.launches == [], "deferred, not refused"
+    assert res.next_due is not None and res.next_due - (S + 0.5) <= 2.0
+    (said,) = [e.message for e in r.store.events() if e.kind == "launch_deferred"]
+    assert "cr-0000000000000b01 was due to start at" in said and "scheduled" in said
+    clock.now = datetime.fromtimestamp(S + 3, UTC)
+    _set_block(cloud, S + 3)
+    assert r.tick().launched_gangs == 1
+    assert cloud.launches[-1]["spec"].reservation_ids == ("cr-0000000000000b01",)
