@@ -7,4 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
+# lint and types first (the rules in pyproject.toml): a change that breaks them fails here
+echo "== ruff check" && .venv/bin/python -m ruff check --no-cache slurmscale tests
+echo "== mypy" && .venv/bin/python -m mypy
 exec .venv/bin/python -m pytest -n "${SLURMSCALE_TEST_WORKERS:-4}" "$@"

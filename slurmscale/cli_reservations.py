@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from slurmscale.audit import Kind
 from slurmscale.cli_common import _load, _store, _table
 from slurmscale.config import Config
 from slurmscale.daemon.plan_view import gang_json
@@ -166,7 +167,7 @@ def release(ctx: click.Context, name: str, reason: str) -> None:
             row.state, row.reason, row.exhausted, row.released_s = (
                 HoldState.RELEASED, why, True, time.time())
             store.put_hold(row)
-        store.add_event("reservation_released", f"{name}: {why}", datetime.now(UTC))
+        store.add_event(Kind.RESERVATION_RELEASED, f"{name}: {why}", datetime.now(UTC))
     finally:
         store.close()
     click.echo(f"released {name}")

@@ -257,8 +257,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
                 if node_failure_rate is not None else None)
     results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot, paid, model,
                        failures) for n in names]
-    out = {"trace": trace_path, "slurm_model": slurm_model,
-           "policies": {r.policy: metrics(r, cloud) for r in results}}
+    out: dict[str, Any] = {"trace": trace_path, "slurm_model": slurm_model,
+                           "policies": {r.policy: metrics(r, cloud) for r in results}}
     if plot_path:
         plot(results, plot_path, f"{Path(trace_path).name}, max {max_nodes} nodes")
     if as_json:

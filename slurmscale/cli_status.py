@@ -11,17 +11,18 @@ from typing import Any
 
 import click
 
+from slurmscale.audit import Kind
 from slurmscale.cli_common import _load, _store, _table
 from slurmscale.config import Config
 from slurmscale.lifecycles import LIVE_HOLD_STATES
 from slurmscale.policy.boots import BOOT_CAUSE_PREFIX
 
 ERROR_KINDS = frozenset({
-    "launch_failed", "launch_deferred", "launch_quota_error", "launch_config_error",
-    "terminate_failed", "slurm_update_failed", "slurm_read_failed", "cloud_error",
-    "leak_terminated", "node_without_instance", "resume_failed", "untracked_instance",
-    "requeue_failed", "steer_failed", "reservation_failed", "spool_rejected", "tag_failed",
-    "boot_failed",
+    Kind.LAUNCH_FAILED, Kind.LAUNCH_DEFERRED, Kind.LAUNCH_QUOTA_ERROR, Kind.LAUNCH_CONFIG_ERROR,
+    Kind.TERMINATE_FAILED, Kind.SLURM_UPDATE_FAILED, Kind.SLURM_READ_FAILED, Kind.CLOUD_ERROR,
+    Kind.LEAK_TERMINATED, Kind.NODE_WITHOUT_INSTANCE, Kind.RESUME_FAILED, Kind.UNTRACKED_INSTANCE,
+    Kind.REQUEUE_FAILED, Kind.STEER_FAILED, Kind.RESERVATION_FAILED, Kind.SPOOL_REJECTED,
+    Kind.TAG_FAILED, Kind.BOOT_FAILED,
 })
 
 

@@ -157,6 +157,7 @@ def _validated_view(config_path: Path, target: Path) -> tuple[HookView, str]:
 
 def run_hook(kind: RequestKind, argv: list[str], config_path: str | None = None) -> int:
     started = time.monotonic()
+    early_error: BadInput | None
     try:
         resume_text = _read_resume_file() if kind is RequestKind.RESUME else None
     except BadInput as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Collection
 
 import hostlist as _hostlist
 
@@ -50,7 +51,7 @@ def expand_cached(expr: str) -> tuple[str, ...]:
     return tuple(expand(expr))
 
 
-def compress(names: list[str] | tuple[str, ...] | set[str]) -> str:
+def compress(names: Collection[str]) -> str:
     """The shortest hostlist for these names (sorted, as Slurm prints them)."""
     if not names:
         return ""

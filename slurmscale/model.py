@@ -135,6 +135,10 @@ class LaunchedInstance:
     capacity_reservation_id: str = ""  # the ODCR / Capacity Block it runs in, if any
 
 
+# an ODCR whose owner may take its instances back (DescribeCapacityReservations: Interruptible)
+INTERRUPTIBLE = "interruptible"
+
+
 @dataclass(frozen=True)
 class CapacityReservation:
     """One EC2 capacity reservation as DescribeCapacityReservations reports it. `state`:
@@ -147,7 +151,7 @@ class CapacityReservation:
     total: int
     available: int
     state: str
-    # default (an ODCR), capacity-block, or interruptible (an ODCR its owner may reclaim)
+    # default (an ODCR), capacity-block, or INTERRUPTIBLE (an ODCR its owner may reclaim)
     reservation_type: str = "default"
     start: float | None = None  # Unix seconds
     end: float | None = None  # None: open-ended

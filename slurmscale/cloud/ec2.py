@@ -19,6 +19,7 @@ from slurmscale import timeframe
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec
 from slurmscale.config import AwsSettings, CapacityType, Pool
 from slurmscale.model import (
+    INTERRUPTIBLE,
     CapacityReservation,
     InstanceHealth,
     LaunchedInstance,
@@ -45,7 +46,7 @@ def _launched(d: dict, iid: str, itype: str = "", life: str = "") -> LaunchedIns
 # slurmscale's reservation kinds as ReservedCapacityOptions.ReservationTypes names them
 RESERVATION_TYPES = {"default": "on-demand-capacity-reservation",
                      "capacity-block": "capacity-block",
-                     "interruptible": "interruptible-capacity-reservation"}
+                     INTERRUPTIBLE: "interruptible-capacity-reservation"}
 
 
 def _seconds(t: object) -> float | None:
@@ -245,7 +246,7 @@ class EC2Cloud:
                         total=int(r.get("TotalInstanceCount", 0)),
                         available=int(r.get("AvailableInstanceCount", 0)),
                         state=r.get("State", ""),
-                        reservation_type="interruptible" if r.get("Interruptible")
+                        reservation_type=INTERRUPTIBLE if r.get("Interruptible")
                         else r.get("ReservationType", "default"),
                         start=_seconds(r.get("StartDate")), end=_seconds(r.get("EndDate"))))
         except ClientError as e:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_NODE, CloudError
 from slurmscale.config import AddressSource
 from slurmscale.daemon.context import PassContext, launched
@@ -48,7 +49,7 @@ class NodeAddresses:
         if address:
             for node, addr, e in self.set_all([(node, *c.address(node, inst))
                                                for node, inst in pairs]):
-                c.event("slurm_update_failed", f"{node} nodeaddr={addr}: {e}", node=node,
+                c.event(Kind.SLURM_UPDATE_FAILED, f"{node} nodeaddr={addr}: {e}", node=node,
                         gang_id=gid)
         self.set_instances([(node, inst.instance_id, inst.instance_type)
                             for node, inst in pairs])
@@ -87,7 +88,7 @@ class NodeAddresses:
         try:
             c.cloud.tag(inst.instance_id, {TAG_NODE: node, "Name": f"{c.cfg.cluster_name}-{node}"})
         except CloudError as e:
-            c.event("tag_failed", f"{inst.instance_id} ({node}): {e}", node=node, gang_id=gid)
+            c.event(Kind.TAG_FAILED, f"{inst.instance_id} ({node}): {e}", node=node, gang_id=gid)
 
     def readdress(self, nodes: list[str]) -> None:
         """Nodes whose instances are recorded: tag and address them again (both idempotent),
@@ -104,7 +105,7 @@ class NodeAddresses:
                 continue
             mine = [r for r in rows if r.gang_id == gid]
             c.store.update_gang(gid, status=GangStatus.LAUNCHED, updated_at=c.clock())
-            c.event("launched", f"{compress([r.node for r in mine])}: "
+            c.event(Kind.LAUNCHED, f"{compress([r.node for r in mine])}: "
                     + ", ".join(f"{r.node}={r.instance_id}" for r in mine)
                     + " (recorded before a restart; the launch is finished now)",
                     gang_id=gid, node=compress([r.node for r in mine]))
@@ -131,7 +132,7 @@ class NodeAddresses:
             except SlurmError as e:
                 log.warning("cannot readdress %s: %s", row.node, e)
                 continue
-            c.event("node_address_fixed", f"{row.node} runs on {row.instance_id} but Slurm "
+            c.event(Kind.NODE_ADDRESS_FIXED, f"{row.node} runs on {row.instance_id} but Slurm "
                     f"had NodeAddr={n.addr}: set to {addr}", node=row.node)
 
     def reset_stale(self, nodes: list[SlurmNode]) -> None:
@@ -170,6 +171,6 @@ class NodeAddresses:
             if name in refused:
                 log.warning("cannot reset the address of %s: %s", name, refused[name])
                 continue
-            c.event("node_address_reset", f"{name} is powered down and its instance "
+            c.event(Kind.NODE_ADDRESS_RESET, f"{name} is powered down and its instance "
                     f"{last_of[name].instance_id} gone, but Slurm still addressed it at "
                     f"{candidates[name].addr}: reset to its name", node=name)

@@ -93,6 +93,8 @@ def _handler(routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]]) ->
         server_version = "slurmscale"
         timeout = 10  # a client that stalls mid-request loses its connection, not a thread
 
+        server: _Server  # (the one this handler is made for: it carries the allowed uids)
+
         def _dispatch(self, method: str) -> None:
             uid = peer_uid(self.request)
             if uid not in self.server.allowed_uids:

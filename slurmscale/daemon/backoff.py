@@ -8,9 +8,9 @@ the next launch tries the pool again."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 
+from slurmscale.audit import Event, Kind
 from slurmscale.cloud.errors import ErrorClass, classify, unavailable_ttl
 from slurmscale.config import Config
 from slurmscale.daemon.drains import undrain
@@ -23,7 +23,6 @@ from slurmscale.store.tables import OfferingRow
 
 log = logging.getLogger(__name__)
 
-Event = Callable[..., None]
 
 
 
@@ -39,10 +38,10 @@ class CapacityBackoff:
         if cls is ErrorClass.CAPACITY:
             self._unavailable(pool, code, now)
         elif cls is ErrorClass.CONFIG:
-            self.event("launch_config_error", f"{pool}: {code}: {message} — launches in this "
+            self.event(Kind.LAUNCH_CONFIG_ERROR, f"{pool}: {code}: {message} — launches in this "
                        "pool will keep failing until the config or IAM is fixed")
         elif cls is ErrorClass.QUOTA:
-            self.event("launch_quota_error", f"{pool}: {code}: {message} — an account limit; "
+            self.event(Kind.LAUNCH_QUOTA_ERROR, f"{pool}: {code}: {message} — an account limit; "
                        "raise the quota or lower max_nodes")
 
     def reclaimed(self, pool: str, now: datetime) -> None:
@@ -64,7 +63,7 @@ class CapacityBackoff:
         self.store.put_offering(OfferingRow(pool=pool, until_s=until, repeats=repeats,
                                             last_code=code, updated_at=now))
         fb = self.cfg.pool(pool).fallback_pool
-        self.event("capacity_unavailable",
+        self.event(Kind.CAPACITY_UNAVAILABLE,
                    f"{pool}: {code} ({repeats} in a row): unavailable for {ttl:.0f}s, until "
                    f"{datetime.fromtimestamp(until, UTC).isoformat(timespec='seconds')}"
                    + (f"; jobs that may run on {fb} go there meanwhile" if fb else ""))
@@ -110,14 +109,14 @@ class CapacityBackoff:
                     hold.setdefault(pool.name, []).append(n.name)
             elif ours and drained:
                 back.append(n.name)
-        for pool, names in hold.items():
-            stamp = datetime.fromtimestamp(until[pool], UTC).isoformat(timespec="seconds")
+        for pool_name, names in hold.items():
+            stamp = datetime.fromtimestamp(until[pool_name], UTC).isoformat(timespec="seconds")
             try:
                 self.slurm.drain(names, reasons.reason(Why.NO_CAPACITY, stamp))
             except SlurmError as e:
-                self.event("slurm_update_failed", f"hold {','.join(names)}: {e}")
+                self.event(Kind.SLURM_UPDATE_FAILED, f"hold {','.join(names)}: {e}")
                 continue
-            self.event("nodes_held_no_capacity", f"{pool}: {','.join(names)} held out of "
+            self.event(Kind.NODES_HELD_NO_CAPACITY, f"{pool_name}: {','.join(names)} held out of "
                        f"scheduling until {stamp}")
-        undrain(self.slurm, self.event, back, "capacity_retry",
+        undrain(self.slurm, self.event, back, Kind.CAPACITY_RETRY,
                 "capacity TTL over; the next launch tries the pool again")

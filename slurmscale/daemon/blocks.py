@@ -13,10 +13,10 @@ import logging
 import os
 import pwd
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.fleets import ReservedCapacity
@@ -39,7 +39,6 @@ from slurmscale.store.tables import CapacityReservationRow
 
 log = logging.getLogger(__name__)
 
-Event = Callable[..., None]
 
 # A reservation edit Slurm refused is not sent again, the same, before this long: the plan
 # changes as time passes (a gap begins, a window opens), so the next try is usually another.
@@ -85,8 +84,8 @@ def block_outlook(cfg: Config, rows: list[CapacityReservationRow], jobs: list[Qu
             continue
         blocks = [CapacityReservation(
             r.id, r.instance_type, r.availability_zone, r.total, r.available, r.state,
-            r.kind, utc(r.start_at).timestamp() if r.start_at else None,  # type: ignore[union-attr]
-            utc(r.end_at).timestamp() if r.end_at else None)  # type: ignore[union-attr]
+            r.kind, utc(r.start_at).timestamp() if r.start_at else None,
+            utc(r.end_at).timestamp() if r.end_at else None)
             for r in rows if r.pool == pool.name]
         plan = plan_block(pool.name, cfg.capacity_blocks.prefix, blocks, now,
                           cfg.block_end_margin_s())
@@ -179,12 +178,12 @@ class BlockPass:
                     self.slurm.update_window_reservation(e.name, names, start, e.end)
             except SlurmError as err:
                 self.refused[key] = now + RETRY_REFUSED_S
-                self.event("slurm_update_failed", f"reservation {e.name} ({e.kind.value}): "
+                self.event(Kind.SLURM_UPDATE_FAILED, f"reservation {e.name} ({e.kind.value}): "
                            f"{err}; not sent again the same before "
                            f"{at(now + RETRY_REFUSED_S)}")
                 continue
             self.refused.pop(key, None)
-            self.event("block_reservation", what, node=compress(names))
+            self.event(Kind.BLOCK_RESERVATION, what, node=compress(names))
 
     def _delete(self, name: str, why: str, now: float) -> bool:
         key = ("delete", name, 0, 0)
@@ -194,10 +193,10 @@ class BlockPass:
             self.slurm.delete_reservation(name)
         except SlurmError as e:
             self.refused[key] = now + RETRY_REFUSED_S
-            self.event("slurm_update_failed", f"delete reservation {name}: {e}")
+            self.event(Kind.SLURM_UPDATE_FAILED, f"delete reservation {name}: {e}")
             return False
         self.refused.pop(key, None)
-        self.event("block_reservation_deleted", f"{name}: {why}")
+        self.event(Kind.BLOCK_RESERVATION_DELETED, f"{name}: {why}")
         return True
 
     def _close(self, pool: Pool, plan: BlockPlan, nodes: list[SlurmNode]) -> None:
@@ -218,10 +217,10 @@ class BlockPass:
                 try:
                     self.slurm.requeue(job)
                 except SlurmError as e:
-                    self.event("slurm_update_failed", f"requeue job {job}: {e}", node=n.name)
+                    self.event(Kind.SLURM_UPDATE_FAILED, f"requeue job {job}: {e}", node=n.name)
                     continue
                 requeued.add(job)
-                self.event("block_job_requeued", f"job {job} still running on {n.name} when "
+                self.event(Kind.BLOCK_JOB_REQUEUED, f"job {job} still running on {n.name} when "
                            f"{pool.name}'s block window closed: requeued ({plan.reason})",
                            node=n.name)
             if not jobs and n.base_state == "IDLE":
@@ -232,8 +231,8 @@ class BlockPass:
             try:
                 self.slurm.power_down(idle)
             except SlurmError as e:
-                self.event("slurm_update_failed", f"power down {compress(idle)}: {e}",
+                self.event(Kind.SLURM_UPDATE_FAILED, f"power down {compress(idle)}: {e}",
                            node=compress(idle))
                 return
-            self.event("block_closed", f"{pool.name}: {compress(idle)} powered down, the "
+            self.event(Kind.BLOCK_CLOSED, f"{pool.name}: {compress(idle)} powered down, the "
                        f"block window is closed ({plan.reason})", node=compress(idle))

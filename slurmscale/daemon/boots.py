@@ -23,6 +23,7 @@ import logging
 from collections import Counter
 from dataclasses import replace
 
+from slurmscale.audit import Kind
 from slurmscale.cloud.errors import is_transient
 from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
@@ -100,7 +101,7 @@ class BootPass:
                 else:
                     self._give_up(v, row)
             except SlurmError as e:  # one node's trouble never stops the others
-                c.event("slurm_update_failed", f"{v.step.value} {v.node}: {e}", node=v.node)
+                c.event(Kind.SLURM_UPDATE_FAILED, f"{v.step.value} {v.node}: {e}", node=v.node)
 
     def _attempts(self, booting: list[InstanceRow], recent: list[ReplacementRow]
                   ) -> dict[str, int]:
@@ -143,7 +144,7 @@ class BootPass:
             result = c.cloud.launch(pool, 1, 1, token, tags, self._spec(row, inst))
         except CloudError as e:
             if is_transient(e.code):
-                c.event("boot_replace_deferred", f"{v.node} ({v.instance_id}): {v.cause}; "
+                c.event(Kind.BOOT_REPLACE_DEFERRED, f"{v.node} ({v.instance_id}): {v.cause}; "
                         f"EC2 did not answer ({e.code}), tried again next pass", node=v.node)
                 return
             return self._give_up(v, row, f"no fresh instance: {e.code}")
@@ -166,7 +167,7 @@ class BootPass:
             # sweep's to terminate as a leak (its node has the fresh one)
             c.store.mark_terminated([v.instance_id], now)
         self.addresses.finish_nodes([(v.node, fresh)], address=True, gid=row.gang_id)
-        c.event("boot_replaced", f"{v.node}: {v.instance_id} failed to join Slurm "
+        c.event(Kind.BOOT_REPLACED, f"{v.node}: {v.instance_id} failed to join Slurm "
                 f"({v.cause}: {v.detail}); fresh instance {fresh.instance_id} "
                 f"(attempt {v.attempt + 1} of {pool.max_boot_retries}), Slurm still waits",
                 node=v.node, gang_id=row.gang_id)
@@ -193,7 +194,7 @@ class BootPass:
         c.terminate([v.instance_id], f"{v.node} failed to boot: {v.cause}")
         reason = reasons.reason(Why.BOOT_FAILED, f"{v.cause}: {detail}")[:250]
         c.slurm.power_down_force([v.node], reason)
-        c.event("boot_failed", f"{v.node} ({v.instance_id}) did not join Slurm: {v.cause}: "
+        c.event(Kind.BOOT_FAILED, f"{v.node} ({v.instance_id}) did not join Slurm: {v.cause}: "
                 f"{detail}; powered down, its job requeues", node=v.node, gang_id=row.gang_id)
         if self.metrics is not None:
             self.metrics.boot_failed(v.pool, v.cause, "gave-up")

@@ -9,10 +9,10 @@ sustained/cooldown clocks) and the holds' budgets are kept in the store between 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.ledger import Ledger, PoolNow
@@ -31,16 +31,15 @@ from slurmscale.store.protocol import PassStore
 
 log = logging.getLogger(__name__)
 
-Event = Callable[..., None]
 
 # Audit-log kinds per action; KEEP is not logged (it would repeat every pass) but `plan` shows it.
 EVENT_KIND = {
-    ActionKind.RAISE_TARGET: "target_raised",
-    ActionKind.LOWER_TARGET: "target_lowered",
-    ActionKind.HOLD: "nodes_held",
-    ActionKind.UNHOLD: "nodes_unheld",
-    ActionKind.RELEASE: "scale_down",
-    ActionKind.WARM: "buffer_warmed",
+    ActionKind.RAISE_TARGET: Kind.TARGET_RAISED,
+    ActionKind.LOWER_TARGET: Kind.TARGET_LOWERED,
+    ActionKind.HOLD: Kind.NODES_HELD,
+    ActionKind.UNHOLD: Kind.NODES_UNHELD,
+    ActionKind.RELEASE: Kind.SCALE_DOWN,
+    ActionKind.WARM: Kind.BUFFER_WARMED,
 }
 
 
@@ -151,11 +150,12 @@ class CapacityPass:
             # Logged every pass, recorded once per outage: the audit log is for decisions.
             log.warning("capacity pass skipped: %s", e)
             if not self._read_failing:
-                self.event("slurm_read_failed", f"capacity pass skipped until Slurm answers: {e}")
+                self.event(Kind.SLURM_READ_FAILED,
+                           f"capacity pass skipped until Slurm answers: {e}")
             self._read_failing = True
             return None
         if self._read_failing:
-            self.event("slurm_read_ok", "Slurm readable again; capacity passes resumed")
+            self.event(Kind.SLURM_READ_OK, "Slurm readable again; capacity passes resumed")
             self._read_failing = False
         self.holds.apply(p.holds, list(p.gone), list(p.reservations), now)
         for a in p.capacity.actions:
@@ -164,9 +164,9 @@ class CapacityPass:
             try:
                 self.slurm.set_job_partitions(rw.job_id, list(rw.partitions))
             except SlurmError as e:
-                self.event("slurm_update_failed", f"job {rw.job_id} partition: {e}")
+                self.event(Kind.SLURM_UPDATE_FAILED, f"job {rw.job_id} partition: {e}")
                 continue
-            self.event("job_partition_rewritten", f"job {rw.job_id} -> partition "
+            self.event(Kind.JOB_PARTITION_REWRITTEN, f"job {rw.job_id} -> partition "
                        f"{','.join(rw.partitions)}: {rw.reason}")
         self.store.save_pool_memory(p.capacity.memory, now)
         if p.snapshot is not None and self.ledger is not None:
@@ -193,7 +193,7 @@ class CapacityPass:
                 case _:
                     pass
         except SlurmError as e:
-            self.event("slurm_update_failed", f"{a.kind.value} {expr} in {a.pool}: {e}",
+            self.event(Kind.SLURM_UPDATE_FAILED, f"{a.kind.value} {expr} in {a.pool}: {e}",
                        node=expr)
             return
         self.event(EVENT_KIND[a.kind], f"{a.pool}: {a.reason}" + (f" [{expr}]" if expr else ""),

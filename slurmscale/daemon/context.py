@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
 from slurmscale import timeframe
+from slurmscale.audit import Event, Kind
 from slurmscale.cloud.protocol import CloudError, CloudProvider
 from slurmscale.config import AddressSource, Config
 from slurmscale.crashpoints import crash_point
@@ -18,7 +19,6 @@ from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.tables import InstanceRow
 
 Clock = Callable[[], datetime]
-Event = Callable[..., None]
 
 
 def utcnow() -> datetime:
@@ -77,9 +77,9 @@ class PassContext(Generic[S]):
         try:
             self.cloud.terminate(instance_ids)
         except CloudError as e:
-            self.event("terminate_failed", f"{','.join(instance_ids)} ({why}): {e}")
+            self.event(Kind.TERMINATE_FAILED, f"{','.join(instance_ids)} ({why}): {e}")
             return False
         crash_point("release:after_terminate")
         self.store.mark_terminated(instance_ids, self.clock())
-        self.event("terminated", f"{','.join(instance_ids)} ({why})")
+        self.event(Kind.TERMINATED, f"{','.join(instance_ids)} ({why})")
         return True

@@ -3,13 +3,12 @@ saying Slurm refused)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from slurmscale.audit import Event, Kind
 from slurmscale.hostlists import compress
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 
 
-def undrain(slurm: SlurmClient, event: Callable[..., None], names: list[str], kind: str,
+def undrain(slurm: SlurmClient, event: Event, names: list[str], kind: Kind,
             why: str) -> bool:
     if not names:
         return False
@@ -17,7 +16,7 @@ def undrain(slurm: SlurmClient, event: Callable[..., None], names: list[str], ki
     try:
         slurm.undrain(names)
     except SlurmError as e:
-        event("slurm_update_failed", f"undrain {expr}: {e}", node=expr)
+        event(Kind.SLURM_UPDATE_FAILED, f"undrain {expr}: {e}", node=expr)
         return False
     event(kind, f"{expr}: {why}", node=expr)
     return True

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from slurmscale.audit import Event, Kind
 from slurmscale.cloud.events import BLOCK_WARNING_LEAD_S, Ec2Event, EventKind, aws_time
 from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
@@ -26,12 +27,24 @@ from slurmscale.cloud.protocol import (
 )
 from slurmscale.config import CapacityType, Config, Placement, Pool, ReservationPreference
 from slurmscale.crashpoints import crash_point
-from slurmscale.model import CapacityReservation, Gang, LaunchedInstance, LaunchResult
-from slurmscale.policy.routing import Route, RouteKind, fleet_parts, route_gang, take
+from slurmscale.model import (
+    INTERRUPTIBLE,
+    CapacityReservation,
+    Gang,
+    LaunchedInstance,
+    LaunchResult,
+)
+from slurmscale.policy.routing import (
+    Route,
+    RouteKind,
+    fleet_parts,
+    reclaims_exhausted,
+    route_gang,
+    take,
+)
 
 log = logging.getLogger(__name__)
 
-Event = Callable[..., None]
 Token = Callable[[str], str]
 
 RESERVATIONS_TTL_S = 30.0
@@ -93,7 +106,7 @@ class ReservedCapacity:
         except CloudError as e:
             if not e.code.startswith("InvalidCapacityReservationId"):
                 if not self._failing:
-                    self.event("cloud_error", f"reading capacity reservations: {e}; gangs "
+                    self.event(Kind.CLOUD_ERROR, f"reading capacity reservations: {e}; gangs "
                                "launch on normal capacity until they can be read")
                 self._failing = True
                 self.readable = False
@@ -107,7 +120,7 @@ class ReservedCapacity:
                     log.warning("capacity reservation %s: %s", i, e1)
         missing = sorted(set(self.ids) - {r.id for r in found})
         if missing and (self._read_at is None or set(missing) - set(self._missing)):
-            self.event("capacity_reservation_missing", f"EC2 does not know capacity "
+            self.event(Kind.CAPACITY_RESERVATION_MISSING, f"EC2 does not know capacity "
                        f"reservation(s) {', '.join(missing)}: not used (check "
                        "pools[].capacity_reservations.ids)")
         self._missing = missing
@@ -150,7 +163,7 @@ class ReservedCapacity:
         margin, so the pass requeues and powers down now."""
         self.changed()  # its state or end has changed
         if ev.kind is EventKind.BLOCK_DELIVERED:
-            self.event("block_delivered", f"capacity block {ev.reservation_id} delivered "
+            self.event(Kind.BLOCK_DELIVERED, f"capacity block {ev.reservation_id} delivered "
                        f"({ev.time}): blocks read again")
             return True
         warned = aws_time(ev.time) or now.timestamp()
@@ -158,7 +171,7 @@ class ReservedCapacity:
                   ev.end or math.inf)
         self.warned_end[ev.reservation_id] = min(end, self.warned_end.get(
             ev.reservation_id, math.inf))
-        self.event("block_expiring", f"capacity block {ev.reservation_id}: Expiration Warning "
+        self.event(Kind.BLOCK_EXPIRING, f"capacity block {ev.reservation_id}: Expiration Warning "
                    f"at {ev.time} (EC2's terminations begin 10 minutes on): its window is "
                    "closed from then on")
         return True
@@ -189,10 +202,10 @@ class ReservedCapacity:
         block = pool.capacity_type is CapacityType.CAPACITY_BLOCK
         rs = self.of_pool(pool, now)
         # (preference `only`: the reservations are the pool's only capacity)
-        shun = (reclaimed >= cr.max_reclaims and not block
+        shun = (reclaims_exhausted(reclaimed, cr.max_reclaims) and not block
                 and cr.preference is not ReservationPreference.ONLY)
         if shun:
-            rs = [r for r in rs if r.reservation_type != "interruptible"]
+            rs = [r for r in rs if r.reservation_type != INTERRUPTIBLE]
         route = route_gang(gang.size, pool.instance_types, self.zones(pool), rs,
                            ReservationPreference.ONLY if block else cr.preference)
         if not shun:

@@ -22,6 +22,7 @@ import logging
 from collections import Counter
 from datetime import UTC, datetime
 
+from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.interruptions import InterruptionPass
@@ -56,7 +57,7 @@ class HealthPass:
         """AWS Health announced a scheduled change for `inst`: remembered, and its node
         drained on this pass (not at the next status read)."""
         self.watch.heard(inst.instance_id, ev)
-        self.ctx.event("scheduled_event", f"{inst.node} ({inst.instance_id}): {ev.code} from "
+        self.ctx.event(Kind.SCHEDULED_EVENT, f"{inst.node} ({inst.instance_id}): {ev.code} from "
                        f"{iso(ev.not_before)} ({ev.description})", node=inst.node)
         return True
 
@@ -86,7 +87,7 @@ class HealthPass:
                     case Step.LEAVE:
                         self._leave(v, inst, recent.get(v.node, 0), now)
             except SlurmError as e:  # one node's trouble never stops the others
-                c.event("slurm_update_failed", f"{v.step.value} {v.node}: {e}", node=v.node)
+                c.event(Kind.SLURM_UPDATE_FAILED, f"{v.step.value} {v.node}: {e}", node=v.node)
 
     def _read_statuses(self, t: float) -> None:
         every = self.cfg.status_interval_s
@@ -102,7 +103,7 @@ class HealthPass:
 
     def _drain(self, v: Verdict) -> None:
         self.ctx.slurm.drain([v.node], reasons.reason(Why.SCHEDULED, v.detail))
-        self.ctx.event("node_drained_scheduled", f"{v.node} ({v.instance_id}): {v.detail}; "
+        self.ctx.event(Kind.NODE_DRAINED_SCHEDULED, f"{v.node} ({v.instance_id}): {v.detail}; "
                        "running jobs continue, nothing new starts there; replaced once idle "
                        f"or {self.cfg.event_lead_s:g}s before the event", node=v.node)
 
@@ -116,7 +117,7 @@ class HealthPass:
                        if p.instance_id == v.instance_id)
         gpus = self._record(v, inst, now, requeued, left=False)
         self.replacing[v.node] = (v.since, v.pool)
-        c.event("node_replaced", f"{v.node} ({v.instance_id}, pool {v.pool}): "
+        c.event(Kind.NODE_REPLACED, f"{v.node} ({v.instance_id}, pool {v.pool}): "
                 f"{v.cause.value}: {v.detail}; {requeued} job(s) requeued, instance "
                 "terminated by the suspend hook, node returned once powered down",
                 node=v.node)
@@ -130,7 +131,7 @@ class HealthPass:
                "left for an admin")
         c.slurm.drain([v.node], reasons.reason(Why.REPLACE_LOOP, why)[:250])
         self._record(v, inst, now, 0, left=True)
-        c.event("node_replace_loop", f"pool {v.pool} is losing nodes: {v.node} "
+        c.event(Kind.NODE_REPLACE_LOOP, f"pool {v.pool} is losing nodes: {v.node} "
                 f"({v.instance_id}) replaced {why}", node=v.node)
         if self.metrics is not None:
             self.metrics.left_drained(v.pool)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from datetime import datetime
 
+from slurmscale.audit import Event, Kind
 from slurmscale.config import Config
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import HoldState
@@ -34,7 +34,14 @@ from slurmscale.store.tables import HoldRow
 
 log = logging.getLogger(__name__)
 
-Event = Callable[..., None]
+# the audit event of each hold action carried out
+HOLD_EVENT = {
+    HoldActionKind.CREATE: Kind.RESERVATION_CREATE,
+    HoldActionKind.EXTEND: Kind.RESERVATION_EXTEND,
+    HoldActionKind.ATTACH: Kind.RESERVATION_ATTACH,
+    HoldActionKind.RELEASE: Kind.RESERVATION_RELEASE,
+}
+
 
 
 
@@ -147,10 +154,10 @@ class HoldPass:
                 failed.add(a.name)
                 if a.kind is HoldActionKind.ATTACH:
                     not_attached.add(a.name)
-                self.event("reservation_failed", f"{a.kind.value} {a.name} (job {a.job_id}): "
+                self.event(Kind.RESERVATION_FAILED, f"{a.kind.value} {a.name} (job {a.job_id}): "
                            f"{e}", node=compress(list(a.nodes)) if a.nodes else None)
                 continue
-            self.event(f"reservation_{a.kind.value}", f"{a.name}: {a.reason}",
+            self.event(HOLD_EVENT[a.kind], f"{a.name}: {a.reason}",
                        node=compress(list(a.nodes)) if a.nodes else None)
         for h in plan.holds:
             if h.name in failed and self.store.hold(h.name) is None:
@@ -174,7 +181,7 @@ class HoldPass:
             if row is not None:
                 row.state, row.reason, row.exhausted = HoldState.RELEASING, why, exhausted
                 self.store.put_hold(row)
-            self.event("reservation_release_pending", f"{name}: {why}; Slurm kept it for "
+            self.event(Kind.RESERVATION_RELEASE_PENDING, f"{name}: {why}; Slurm kept it for "
                        f"now ({e.stderr or e}), retrying each pass")
             return
         self._finish(name, why, t, exhausted)
@@ -186,7 +193,7 @@ class HoldPass:
             row.exhausted = row.exhausted or exhausted
             self.store.put_hold(row)
         spent = f" ({row.spent_gpu_s / 3600:.2f} idle GPU-hours spent)" if row else ""
-        self.event("reservation_released", f"{name}: {why}{spent}")
+        self.event(Kind.RESERVATION_RELEASED, f"{name}: {why}{spent}")
 
     def _retry_releasing(self, existing: set[str], t: float) -> None:
         for row in self.store.holds((HoldState.RELEASING.value,)):

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from slurmscale.audit import Event, Kind
 from slurmscale.cloud.events import Ec2Event, EventError, EventKind, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
 from slurmscale.config import CapacityType, Config
@@ -45,7 +46,6 @@ from slurmscale.store.tables import InstanceRow, PreemptionRow
 
 log = logging.getLogger(__name__)
 
-Event = Callable[..., None]
 
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
@@ -88,7 +88,7 @@ class InterruptionPass:
             try:
                 evs = parse_events(m.body)
             except EventError as e:
-                self.event("event_dropped", f"malformed EC2 event message dropped: {e}")
+                self.event(Kind.EVENT_DROPPED, f"malformed EC2 event message dropped: {e}")
             else:
                 # (every one handled, even after one that must come back: each is idempotent)
                 left = [ev.instance_id or ev.reservation_id for ev in evs
@@ -109,11 +109,11 @@ class InterruptionPass:
             return True if self.on_block is None else self.on_block(ev, now)
         inst = self.store.instance(ev.instance_id)
         if inst is None:
-            self.event("event_dropped", f"{ev.kind.value} for {ev.instance_id}: not an "
+            self.event(Kind.EVENT_DROPPED, f"{ev.kind.value} for {ev.instance_id}: not an "
                        "instance slurmscale launched; ignored")
             return True
         if inst.state != "running":
-            self.event("event_dropped", f"{ev.kind.value} for {ev.instance_id} ({inst.node}):"
+            self.event(Kind.EVENT_DROPPED, f"{ev.kind.value} for {ev.instance_id} ({inst.node}):"
                        f" already {inst.state}; nothing to do", node=inst.node)
             return True
         match ev.kind:
@@ -134,9 +134,9 @@ class InterruptionPass:
                 try:
                     self.slurm.drain([inst.node], reason)
                 except SlurmError as e:
-                    self.event("slurm_update_failed", f"drain {inst.node}: {e}", node=inst.node)
+                    self.event(Kind.SLURM_UPDATE_FAILED, f"drain {inst.node}: {e}", node=inst.node)
                     return False
-                self.event("rebalance_drained", f"{inst.node} ({inst.instance_id}): {reason}; "
+                self.event(Kind.REBALANCE_DRAINED, f"{inst.node} ({inst.instance_id}): {reason}; "
                            "running jobs continue, nothing new starts there", node=inst.node)
             case EventKind.SCHEDULED:
                 if self.on_scheduled is not None and ev.scheduled is not None:
@@ -191,19 +191,19 @@ class InterruptionPass:
         try:
             jobs = self.slurm.jobs_on_node(node)
         except SlurmError as e:
-            self.event("slurm_read_failed", f"jobs on {node}: {e}; not powering it down "
+            self.event(Kind.SLURM_READ_FAILED, f"jobs on {node}: {e}; not powering it down "
                        "until they can be requeued", node=node)
             return False
         try:
             self.slurm.drain([node], reason)
         except SlurmError as e:
-            self.event("slurm_update_failed", f"drain {node}: {e}", node=node)
+            self.event(Kind.SLURM_UPDATE_FAILED, f"drain {node}: {e}", node=node)
         for job in jobs:
             try:
                 self.slurm.requeue(job)
             except SlurmError as e:
                 if not self._requeued_already(job):
-                    self.event("requeue_failed", f"job {job} on {node}: {e}", node=node)
+                    self.event(Kind.REQUEUE_FAILED, f"job {job} on {node}: {e}", node=node)
                     continue
             if self.store.has_preemption(job, inst.instance_id):
                 continue  # an earlier, unfinished handling of this event requeued it
@@ -211,16 +211,16 @@ class InterruptionPass:
                 at=now, job_id=job, node=node, instance_id=inst.instance_id, pool=inst.pool,
                 instance_type=inst.instance_type, lifecycle=inst.lifecycle,
                 kind=kind, notice_time=notice_time))
-            self.event("job_requeued", f"job {job} on {node} requeued: {reason}", node=node)
+            self.event(Kind.JOB_REQUEUED, f"job {job} on {node} requeued: {reason}", node=node)
             if steer:
                 self._steer(job, inst.pool, node)
         try:
             self.slurm.power_down_force([node], reason)
         except SlurmError as e:
-            self.event("slurm_update_failed", f"power down {node}: {e}", node=node)
+            self.event(Kind.SLURM_UPDATE_FAILED, f"power down {node}: {e}", node=node)
             return False
         self.evacuated.add(inst.instance_id)
-        self.event("node_evacuated", f"{node} ({inst.instance_id}): {reason}; "
+        self.event(Kind.NODE_EVACUATED, f"{node} ({inst.instance_id}): {reason}; "
                    f"{len(jobs)} job(s) requeued, node powered down", node=node)
         return True
 
@@ -248,10 +248,10 @@ class InterruptionPass:
         try:
             self.slurm.set_job_partitions(job, [partition])
         except SlurmError as e:
-            self.event("steer_failed", f"job {job}: cannot move it to {partition}: {e}",
+            self.event(Kind.STEER_FAILED, f"job {job}: cannot move it to {partition}: {e}",
                        node=node)
             return
-        self.event("job_steered", f"job {job} preempted {times} time(s) (max_preemptions "
+        self.event(Kind.JOB_STEERED, f"job {job} preempted {times} time(s) (max_preemptions "
                    f"{pool.spot.max_preemptions} in {pool.name}): now runs on partition "
                    f"{partition} only", node=node)
 
@@ -261,5 +261,5 @@ class InterruptionPass:
         back = [n.name for n in nodes
                 if reasons.drained_by_us(n) in reasons.INSTANCE_LOST
                 and "POWERED_DOWN" in n.flags]
-        undrain(self.slurm, self.event, back, "nodes_returned",
+        undrain(self.slurm, self.event, back, Kind.NODES_RETURNED,
                 "powered down after an interruption; available again")

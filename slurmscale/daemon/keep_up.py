@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
+from slurmscale.audit import Event, Kind
 from slurmscale.config import Config
 from slurmscale.daemon.capacity import PassPlan
 from slurmscale.hostlists import compress
@@ -24,7 +24,6 @@ from slurmscale.slurm.suspend_exc import parse, render
 
 log = logging.getLogger(__name__)
 
-Event = Callable[..., None]
 
 # A Slurm that cannot change the list is asked again this seldom (an upgraded slurmctld under
 # a running daemon), not every pass: the answer costs a `scontrol show config`.
@@ -72,10 +71,10 @@ class KeepUpPass:
         try:
             self.slurm.set_suspend_exc_nodes(new)
         except SlurmError as e:
-            self.event("slurm_update_failed", f"SuspendExcNodes={new}: {e}")
+            self.event(Kind.SLURM_UPDATE_FAILED, f"SuspendExcNodes={new}: {e}")
             return
         parts = ([f"+{compress(added)}"] if added else []) + (
             [f"-{compress(removed)}"] if removed else [])
-        self.event("suspend_exclusions_set",
+        self.event(Kind.SUSPEND_EXCLUSIONS_SET,
                    f"SuspendExcNodes {' '.join(parts)}: held for a gang or kept idle on "
                    f"purpose (buffer, min_nodes, paid capacity); now {new or '(empty)'}")

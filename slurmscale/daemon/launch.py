@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import StrEnum
+from typing import NamedTuple
 
+from slurmscale.audit import Kind
 from slurmscale.cloud.errors import is_transient
 from slurmscale.cloud.events import EventKind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_POOL, TAG_REQUEST, CloudError
@@ -17,7 +19,7 @@ from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
+from slurmscale.daemon.fleets import STATE_DUE_TTL_S, GangFleets, ReservedCapacity
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import gang_id
@@ -40,6 +42,16 @@ class Outcome(StrEnum):
     LAUNCHED = "launched"
     FAILED = "failed"  # rolled back, nodes powered down with the reason: the job requeues
     DEFERRED = "deferred"  # EC2 did not answer: the request stays pending, retried later
+
+
+class Launch(NamedTuple):
+    """What became of one gang's launch: `why` names the error of a failure or the cause of a
+    deferral; `retry_at` (Unix s) is when a deferred launch is worth trying again - the
+    request stays pending and the next pass is due by then."""
+
+    outcome: Outcome
+    why: str = ""
+    retry_at: float | None = None
 
 
 def client_token(gid: str) -> str:
@@ -73,7 +85,7 @@ class GangLauncher:
         return max((sum(1 for p in self.ctx.store.preemptions(str(j)) if p.kind == kind)
                     for j in gang.job_ids), default=0)
 
-    def launch_gang(self, gang: Gang, give_up_at: float = float("inf")) -> tuple[Outcome, str]:
+    def launch_gang(self, gang: Gang, give_up_at: float = float("inf")) -> Launch:
         """Launch one gang with one CreateFleet; keep all of it or none of it. EC2 not
         answering defers the launch (until `give_up_at`): an unanswered CreateFleet may have
         launched, so the gang stays `launching` and the retry first looks for its tag."""
@@ -86,7 +98,7 @@ class GangLauncher:
         if existing is not None and existing.status == GangStatus.FAILED:
             # failed and rolled back before a restart cut off failing its requests: they fail
             # now; launching again would be a second attempt Slurm never asked for
-            return Outcome.FAILED, existing.error_code or "LaunchFailed"
+            return Launch(Outcome.FAILED, existing.error_code or "LaunchFailed")
         recovering = existing is not None and existing.status == GangStatus.LAUNCHING
         route = self.reserved.route(pool, gang, now.timestamp(), self._reclaimed(gang))
         spec = self.fleets.spec(pool, route, gid)
@@ -109,17 +121,19 @@ class GangLauncher:
                 # (failing it would power the nodes down and lose the block's first minutes)
                 self.reserved.changed()
                 self._count_launch(pool, Outcome.DEFERRED, RESERVATION_STARTING)
-                self.ctx.event("launch_deferred", f"{what} {nodes_expr}: {starting.id} was "
+                self.ctx.event(Kind.LAUNCH_DEFERRED, f"{what} {nodes_expr}: {starting.id} was "
                                f"due to start at {stamp(starting.start or 0)} and EC2 last "
                                f"reported it {starting.state}; read again and retried next "
                                "pass", gang_id=gid, node=nodes_expr)
-                return Outcome.DEFERRED, RESERVATION_STARTING
+                # (the reservations are read again by then)
+                return Launch(Outcome.DEFERRED, RESERVATION_STARTING,
+                              now.timestamp() + STATE_DUE_TTL_S)
             # (a recovered gang may find short the reserved capacity it took itself)
             self._fail_gang(gang, gid, NO_RESERVED_FIT, route.reason, obtained=[])
             self._count_launch(pool, Outcome.FAILED, NO_RESERVED_FIT)
-            return Outcome.FAILED, NO_RESERVED_FIT
+            return Launch(Outcome.FAILED, NO_RESERVED_FIT)
         parts = fleet_parts(gang.size, self.ctx.cfg.aws.max_instances_per_fleet)
-        self.ctx.event("launch_requested",
+        self.ctx.event(Kind.LAUNCH_REQUESTED,
                    f"{what} {nodes_expr}: CreateFleet instant x{gang.size}"
                    + (f" in {len(parts)} fleets ({'+'.join(map(str, parts))})"
                       if len(parts) > 1 else "")
@@ -146,15 +160,15 @@ class GangLauncher:
                 if is_transient(e.code) and at < give_up_at:
                     delay = self.ec2_retry.failed(at)
                     self._count_launch(pool, Outcome.DEFERRED, e.code)
-                    self.ctx.event("launch_deferred",
+                    self.ctx.event(Kind.LAUNCH_DEFERRED,
                                f"{what} {nodes_expr}: EC2 did not answer ({e.code}); retrying "
                                f"in {delay:.0f}s, giving up in {give_up_at - at:.0f}s",
                                gang_id=gid, node=nodes_expr)
-                    return Outcome.DEFERRED, e.code
+                    return Launch(Outcome.DEFERRED, e.code, self.ec2_retry.until)
                 self._fail_gang(gang, gid, e.code, e.message, obtained=[])
                 self.backoff.launch_failed(pool.name, e.code, e.message, self.ctx.clock())
                 self._count_launch(pool, Outcome.FAILED, e.code)
-                return Outcome.FAILED, e.code
+                return Launch(Outcome.FAILED, e.code)
         self.ec2_retry.answered()
         crash_point("launch:after_fleet")
         if len(result.instances) < gang.min_capacity:
@@ -165,12 +179,12 @@ class GangLauncher:
                             obtained=[i.instance_id for i in result.instances])
             self.backoff.launch_failed(pool.name, code, msg, self.ctx.clock())
             self._count_launch(pool, Outcome.FAILED, code)
-            return Outcome.FAILED, code
+            return Launch(Outcome.FAILED, code)
         self._accept(gang, gid, result, spec.launch_template_version)
         self._count_reserved(route, result)
         self.backoff.launched(pool.name, self.ctx.clock())
         self._count_launch(pool, Outcome.LAUNCHED)
-        return Outcome.LAUNCHED, ""
+        return Launch(Outcome.LAUNCHED)
 
     def _count_reserved(self, route: Route, result: LaunchResult) -> None:
         """Gangs routed later this pass must not count the capacity this one took."""
@@ -185,12 +199,12 @@ class GangLauncher:
             found = self.ctx.cloud.launched_with({TAG_CLUSTER: self.ctx.cfg.cluster_name,
                                               TAG_GANG: gid})
         except CloudError as e:
-            self.ctx.event("cloud_error", f"looking for instances of interrupted launch {gid}: {e}",
-                       gang_id=gid)
+            self.ctx.event(Kind.CLOUD_ERROR,
+                           f"looking for instances of interrupted launch {gid}: {e}", gang_id=gid)
             return None
         if not found:
             return None
-        self.ctx.event("launch_recovered", f"gang {gid}: an earlier attempt launched "
+        self.ctx.event(Kind.LAUNCH_RECOVERED, f"gang {gid}: an earlier attempt launched "
                    f"{', '.join(i.instance_id for i in found)}; taking them", gang_id=gid)
         return LaunchResult(instances=found, error_code="", error_message="", fleet_id="")
 
@@ -218,7 +232,7 @@ class GangLauncher:
         self.ctx.store.update_gang(gid, status=GangStatus.LAUNCHED, fleet_id=result.fleet_id,
                                error_code=result.error_code or None,
                                error_message=result.error_message or None, updated_at=now)
-        self.ctx.event("launched",
+        self.ctx.event(Kind.LAUNCHED,
                    f"{compress([n for n, _ in pairs])}: "
                    + ", ".join(f"{n}={i.instance_id}" for n, i in pairs)
                    + f" (AMI {','.join(images) or '?'}, LT v{lt_version}"
@@ -238,14 +252,14 @@ class GangLauncher:
             strays = [i.instance_id for i in self.ctx.cloud.find(
                 {TAG_CLUSTER: self.ctx.cfg.cluster_name, TAG_GANG: gid})]
         except CloudError as e:
-            self.ctx.event("cloud_error", f"listing instances of failed gang {gid}: {e}",
+            self.ctx.event(Kind.CLOUD_ERROR, f"listing instances of failed gang {gid}: {e}",
                        gang_id=gid)
         to_kill = sorted(set(obtained) | set(strays))
         if to_kill:
             self.ctx.terminate(to_kill, f"rollback of gang {gid}")
         self.ctx.store.update_gang(gid, status=GangStatus.FAILED, error_code=code,
                                error_message=message[:2000], updated_at=self.ctx.clock())
-        self.ctx.event("launch_failed",
+        self.ctx.event(Kind.LAUNCH_FAILED,
                    f"{compress(list(gang.nodes))}: {code}: {message}; "
                    f"rolled back {len(to_kill)} instance(s)",
                    gang_id=gid, node=compress(list(gang.nodes)))
@@ -255,8 +269,8 @@ class GangLauncher:
         reason = reasons.reason(Why.LAUNCH_FAILED, code)
         try:
             self.ctx.slurm.power_down_force(nodes, reason)
-            self.ctx.event("nodes_powered_down", f"{compress(nodes)}: {reason}",
+            self.ctx.event(Kind.NODES_POWERED_DOWN, f"{compress(nodes)}: {reason}",
                        node=compress(nodes), gang_id=gid)
         except SlurmError as e:
-            self.ctx.event("slurm_update_failed", f"power down {compress(nodes)}: {e}",
+            self.ctx.event(Kind.SLURM_UPDATE_FAILED, f"power down {compress(nodes)}: {e}",
                        node=compress(nodes), gang_id=gid)

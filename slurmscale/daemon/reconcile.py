@@ -25,6 +25,7 @@ import logging
 from datetime import UTC, datetime
 
 from slurmscale import timeframe
+from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudProvider, EventQueue
 from slurmscale.config import Config
 from slurmscale.daemon.addresses import NodeAddresses
@@ -63,7 +64,7 @@ class Reconciler:
         self.metrics = metrics
         self.store = store
         # every pass shares it: the capacity pass re-reads only the nodes the others wrote
-        self.slurm = slurm = NodeWrites(slurm)  # type: ignore[assignment]
+        self.slurm = slurm = NodeWrites(slurm)
         self.cloud = cloud
         self.clock = clock
         ctx = PassContext(cfg, store, slurm, cloud, clock, self.event)
@@ -89,9 +90,11 @@ class Reconciler:
         self.quarantine_reported: set[tuple[str, str]] = set()
         self.steps_reported = len(timeframe.FRAME.eras)
 
-    def event(self, kind: str, message: str, **kw: str | None) -> None:
+    def event(self, kind: Kind, message: str, *, node: str | None = None,
+              request_id: str | None = None, gang_id: str | None = None) -> None:
         log.info("%s: %s", kind, message)
-        self.store.add_event(kind, message, self.clock(), **kw)
+        self.store.add_event(kind, message, self.clock(), node=node, request_id=request_id,
+                             gang_id=gang_id)
         if self.metrics is not None:
             self.metrics.event(kind)
 
@@ -128,7 +131,7 @@ class Reconciler:
         self.clock()
         eras = timeframe.FRAME.eras
         for era in eras[self.steps_reported:]:
-            self.event("clock_step", f"the host's clock stepped (wall - steady now "
+            self.event(Kind.CLOCK_STEP, f"the host's clock stepped (wall - steady now "
                        f"{era.offset:+.0f}s): slurmscale's timers run on unmoved; Slurm's times "
                        "are read into its steady time; restart the daemon to take the host's "
                        "time for its records")
@@ -141,7 +144,7 @@ class Reconciler:
             if (table, key) in self.quarantine_reported:
                 continue
             self.quarantine_reported.add((table, key))
-            self.event("row_quarantined", f"{table} row {key} cannot be read ({why}): "
+            self.event(Kind.ROW_QUARANTINED, f"{table} row {key} cannot be read ({why}): "
                        "skipped by every pass until repaired or deleted")
             if self.metrics is not None:
                 self.metrics.quarantined.labels(table).inc()
@@ -151,7 +154,7 @@ class Reconciler:
         if read is None:
             return None
         try:
-            return self.slurm.current(read)  # type: ignore[attr-defined]
+            return self.slurm.current(read)
         except SlurmError:
             return None  # the capacity pass reads again and reports what it finds
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from sqlalchemy.exc import DBAPIError
 
 from slurmscale import timeframe
+from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext, TickResult
-from slurmscale.daemon.fleets import STATE_DUE_TTL_S
-from slurmscale.daemon.launch import RESERVATION_STARTING, GangLauncher, Outcome
+from slurmscale.daemon.launch import GangLauncher, Outcome
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, plan_requests
 from slurmscale.hostlists import compress
@@ -62,7 +62,7 @@ class RequestPass:
                 continue
             if added:
                 n += 1
-                self.ctx.event("request_received",
+                self.ctx.event(Kind.REQUEST_RECEIVED,
                            f"{req.kind.value} {req.hostlist} ({len(req.nodes)} nodes)",
                            request_id=req.id, node=req.hostlist)
             self.spool.done(path)
@@ -73,7 +73,7 @@ class RequestPass:
             self.spool.reject(path)
         except OSError as e:
             log.error("cannot set aside spool file %s: %s", path, e)
-        self.ctx.event("spool_rejected", f"spool file {path.name} {why}: set aside in rejected/")
+        self.ctx.event(Kind.SPOOL_REJECTED, f"spool file {path.name} {why}: set aside in rejected/")
 
     def handle_requests(self, res: TickResult) -> None:
         rows = self.ctx.store.pending_requests()
@@ -89,13 +89,13 @@ class RequestPass:
                 pending.append(PendingRequest(
                     id=r.id, kind=RequestKind(r.kind), nodes=tuple(nodes),
                     resume_file=r.resume_file,
-                    received_at=utc(r.received_at).timestamp()))  # type: ignore[union-attr]
+                    received_at=utc(r.received_at).timestamp()))
                 good.append(r)
             except (ValueError, TypeError, AttributeError, RecursionError) as e:
                 # one bad row must not stop every pass: it is failed, with its reason
                 self.ctx.store.finish_requests([r.id], RequestStatus.FAILED, now,
                                           error=f"unreadable: {e}")
-                self.ctx.event("request_rejected", f"request {r.id} in the store is unreadable "
+                self.ctx.event(Kind.REQUEST_REJECTED, f"request {r.id} in the store is unreadable "
                            f"({e}); marked failed", request_id=r.id)
         rows = good
         if not rows:
@@ -105,9 +105,9 @@ class RequestPass:
                              self.ctx.cfg.daemon.batch_window_seconds)
         res.next_due = plan.next_due
         for n in plan.unknown_nodes:
-            self.ctx.event("node_unknown", f"node {n} is in no pool; not launched", node=n)
+            self.ctx.event(Kind.NODE_UNKNOWN, f"node {n} is in no pool; not launched", node=n)
         if plan.already_up:
-            self.ctx.event("resume_skipped",
+            self.ctx.event(Kind.RESUME_SKIPPED,
                        f"{compress(list(plan.already_up))} already has instances; "
                        "not launched again", node=compress(list(plan.already_up)))
             self.addresses.readdress(list(plan.already_up))
@@ -125,18 +125,17 @@ class RequestPass:
             if self.ec2_retry.waiting(now.timestamp()) and now.timestamp() < give_up_at:
                 kept.update(gang.request_ids)
                 continue
-            outcome, why = self.launcher.launch_gang(gang, give_up_at)
-            if outcome is Outcome.LAUNCHED:
+            launch = self.launcher.launch_gang(gang, give_up_at)
+            if launch.outcome is Outcome.LAUNCHED:
                 res.launched_gangs += 1
-            elif outcome is Outcome.DEFERRED:
+            elif launch.outcome is Outcome.DEFERRED:
                 kept.update(gang.request_ids)
-                if why == RESERVATION_STARTING:  # (the reservations are read again then)
-                    soon = now.timestamp() + STATE_DUE_TTL_S
-                    res.next_due = min(res.next_due or soon, soon)
+                if launch.retry_at is not None:
+                    res.next_due = min(res.next_due or launch.retry_at, launch.retry_at)
             else:
                 res.failed_gangs += 1
                 for rid in gang.request_ids:
-                    failed_requests[rid] = why
+                    failed_requests[rid] = launch.why
         if kept and self.ec2_retry.until:
             res.next_due = min(res.next_due or self.ec2_retry.until, self.ec2_retry.until)
         done_ok = [r for r in plan.done if r not in failed_requests and r not in kept]
@@ -160,19 +159,19 @@ class RequestPass:
                 if n in by_node:
                     by_node[n].add(ci.instance_id)
         except CloudError as e:
-            self.ctx.event("cloud_error", f"listing instances for release: {e}")
+            self.ctx.event(Kind.CLOUD_ERROR, f"listing instances for release: {e}")
         ids = sorted({i for s in by_node.values() for i in s})
         kinds = {k.value for _, k, _ in items}
         if ids and not self.ctx.terminate(ids, f"{'/'.join(sorted(kinds))} of {compress(nodes)}"):
             return 0, [rid for _, _, rid in items]
         for node, kind, rid in items:
             if kind is RequestKind.RESUME_FAIL:
-                self.ctx.event("resume_failed",
+                self.ctx.event(Kind.RESUME_FAILED,
                            f"Slurm gave up on {node} (ResumeTimeout); instance released",
                            node=node, request_id=rid)
-        for node, _, e in self.addresses.set_all([(n, n, n) for n in nodes]):
-            self.ctx.event("slurm_update_failed", f"reset nodeaddr of {node}: {e}", node=node)
+        for node, _, err in self.addresses.set_all([(n, n, n) for n in nodes]):
+            self.ctx.event(Kind.SLURM_UPDATE_FAILED, f"reset nodeaddr of {node}: {err}", node=node)
         self.addresses.set_instances([(n, "", "") for n in nodes])
-        self.ctx.event("released", f"{compress(nodes)} ({'/'.join(sorted(kinds))}): "
+        self.ctx.event(Kind.RELEASED, f"{compress(nodes)} ({'/'.join(sorted(kinds))}): "
                    f"{len(ids)} instance(s) terminated", node=compress(nodes))
         return len(nodes), []

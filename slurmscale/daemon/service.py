@@ -22,6 +22,7 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from slurmscale.audit import Kind
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config, redact
@@ -149,7 +150,7 @@ class Daemon:
             self.reconciler.requests.spool.ensure()
             who = identity()
             log.warning("leading cluster %s as %s", self.cfg.cluster_name, who)
-            self.store.add_event("leader_acquired", f"{who} leads cluster "
+            self.store.add_event(Kind.LEADER_ACQUIRED, f"{who} leads cluster "
                                  f"{self.cfg.cluster_name}", utcnow())
         return self.reconciler
 

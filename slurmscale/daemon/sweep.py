@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError, CloudInstance
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.fleets import GangFleets
@@ -35,7 +36,7 @@ def leaked_instances(seen: list[CloudInstance], cluster: str, tracked: set[str],
             continue
         if i.instance_id in tracked or i.launched_at is None:
             continue
-        if (now - utc(i.launched_at)).total_seconds() >= grace_s:  # type: ignore[operator]
+        if (now - utc(i.launched_at)).total_seconds() >= grace_s:
             out.append(i)
     return out
 
@@ -74,14 +75,14 @@ class InstanceSweep:
                 f"leaked: tagged for cluster {c.cfg.cluster_name}, no node expects it, "
                 f"older than {c.cfg.daemon.leak_grace_s:g}s"):
             for i in leaks:
-                c.event("leak_terminated", f"{i.instance_id} ({i.state}, node tag "
+                c.event(Kind.LEAK_TERMINATED, f"{i.instance_id} ({i.state}, node tag "
                         f"{i.tags.get(TAG_NODE, 'none')}, launched {i.launched_at}) was "
                         "running untracked", node=i.tags.get(TAG_NODE))
         if nodes:
             self._terminate_nodeless(active, nodes, now)
             self._power_down_lost(nodes, seen, {i.node for i in active}, now)
         for name in self.fleets.sweep_groups(c.store.live_gangs()):
-            c.event("placement_group_deleted", f"{name}: its gang's instances are gone")
+            c.event(Kind.PLACEMENT_GROUP_DELETED, f"{name}: its gang's instances are gone")
         return active
 
     def _terminate_nodeless(self, active: list[InstanceRow], nodes: list[SlurmNode],
@@ -93,11 +94,11 @@ class InstanceSweep:
         known = {n.name for n in nodes}
         grace = c.cfg.daemon.leak_grace_s
         orphans = [i for i in active if i.node not in known
-                   and (now - utc(i.launched_at)).total_seconds() >= grace]  # type: ignore[operator]
+                   and (now - utc(i.launched_at)).total_seconds() >= grace]
         if orphans and c.terminate([i.instance_id for i in orphans],
                                    f"no Slurm node of that name for {grace:g}s"):
             for i in orphans:
-                c.event("leak_terminated", f"{i.instance_id} was launched for node "
+                c.event(Kind.LEAK_TERMINATED, f"{i.instance_id} was launched for node "
                         f"{i.node!r}, which Slurm does not have", node=i.node)
 
     def _power_down_lost(self, nodes: list[SlurmNode], seen: list[CloudInstance],
@@ -111,10 +112,10 @@ class InstanceSweep:
         try:
             c.slurm.power_down_force(due, reasons.reason(Why.LOST))
         except SlurmError as e:
-            c.event("slurm_update_failed", f"power down {compress(due)}: {e}",
+            c.event(Kind.SLURM_UPDATE_FAILED, f"power down {compress(due)}: {e}",
                     node=compress(due))
             return
-        c.event("node_without_instance",
+        c.event(Kind.NODE_WITHOUT_INSTANCE,
                 f"{compress(due)}: up in Slurm, but neither EC2 nor the store has an "
                 f"instance for {c.cfg.daemon.lost_node_grace_s:g}s; powered down (jobs "
                 "requeue)", node=compress(due))
@@ -139,7 +140,7 @@ class InstanceSweep:
                 out.append(i)
             elif i.instance_id not in self.untracked_reported:
                 self.untracked_reported.add(i.instance_id)
-                self.ctx.event("untracked_instance", f"{i.instance_id} is tagged for node "
+                self.ctx.event(Kind.UNTRACKED_INSTANCE, f"{i.instance_id} is tagged for node "
                                f"{node}, which Slurm has {n.state}, but slurmscale does not "
                                "track it; not terminated: check the store (store_url) and the "
                                "node", node=node)

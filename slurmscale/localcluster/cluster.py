@@ -435,6 +435,7 @@ SlurmdTimeout={self.o.slurmd_timeout}
         else:
             env = {"SLURMSCALE_PYTHON": sys.executable}
         env["SLURMSCALE_CONFIG"] = str(self.cfg_path)
+        assert self.cfg is not None, "the config is written before the hooks"
         env["SLURMSCALE_HOOK_VIEW"] = str(Path(self.cfg.spool_dir) / VIEW_NAME)
         (dst / "hooks.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
 

@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
         _say("how each instance joined Slurm (its bootstrap: node tag from instance "
              "metadata, GPU check, slurmd; times from power-on):")
-        for j in joins(c.root / "log"):
-            print(f"           {describe(j)}")
+        for join in joins(c.root / "log"):
+            print(f"           {describe(join)}")
         _say("all jobs COMPLETED; slurmscale's policy powers the idle nodes down within "
              f"{args.max_idle:g}s (Slurm then runs the suspend hook)")
         print(c.cli("plan").stdout)

@@ -238,7 +238,7 @@ def result(c: LocalCluster, runs: list[Replayed], scale: float, gpus_per_node: i
     now = datetime.now(UTC)
     for i in rows:  # still up at the end: counted to now
         end = utc(i.terminated_at) or now
-        r.node_on_s += (end - utc(i.launched_at)).total_seconds() * scale  # type: ignore[operator]
+        r.node_on_s += (end - utc(i.launched_at)).total_seconds() * scale
     r.on_gpu_s = r.node_on_s * gpus_per_node
     r.node_launches = len(rows)
     r.scale_up_actions = len({i.gang_id for i in rows})

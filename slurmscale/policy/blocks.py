@@ -177,8 +177,9 @@ def _match(pool: str, prefix: str, want: list[tuple[float | None, float]],
             creates.append((None, end))
     # a begun reservation beyond the one matched: its gap is over (a window opened)
     deletes = [h.name for h in begun]
-    for start, end in rest:
-        assert start is not None
+    for maybe_start, end in rest:
+        assert maybe_start is not None  # (only the first window may begin before now)
+        start: float = maybe_start
         best = max(future, default=None, key=lambda h: (_overlap(h, start, end),
                                                         -abs((h.start or 0) - start)))
         if best is not None and (_overlap(best, start, end) > 0
@@ -198,10 +199,10 @@ def _match(pool: str, prefix: str, want: list[tuple[float | None, float]],
     taken = {h.name for h in held}
     names = _names(prefix, pool, taken)
     before = f"{prefix}{pool}-before"
-    for start, end in creates:
-        name = before if start is None and before not in taken else next(names)
-        named.append(Closed(name, start, end))
-        edits.append(Edit(EditKind.CREATE, name, start, end))
+    for begins, end in creates:
+        name = before if begins is None and before not in taken else next(names)
+        named.append(Closed(name, begins, end))
+        edits.append(Edit(EditKind.CREATE, name, begins, end))
     named.sort(key=lambda c: -1.0 if c.start is None else c.start)
     return edits, named
 

@@ -224,19 +224,19 @@ def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, target:
     candidates = idle[:spare]
     n_reuse = min(keep_for_reuse, len(candidates))
     n_releasable = len(candidates) - n_reuse  # candidates[n_releasable:] are kept for reuse
-    for i, n in enumerate(candidates):
+    for i, node in enumerate(candidates):
         if len(out) >= room:
             break
-        idle_for = now - (n.idle_since if n.idle_since is not None else now)
+        idle_for = now - (node.idle_since if node.idle_since is not None else now)
         if idle_for >= k.max_idle_s:
             # Where Slurm's own SuspendTime would have released it: never held back longer.
-            out.append(n.name)
+            out.append(node.name)
         elif i < n_releasable and idle_for >= k.min_idle_s:
             if early < k.max_scale_down_per_cycle:
-                out.append(n.name)
+                out.append(node.name)
                 early += 1
         elif i >= n_releasable and idle_for >= k.min_idle_s:
-            kept_reuse.append(n.name)
+            kept_reuse.append(node.name)
     if out:
         actions.append(Action(
             ActionKind.RELEASE, k.name,
@@ -272,8 +272,8 @@ def decide(s: Snapshot) -> Plan:
         for other in j.also:
             also_by_pool[other].append(j)
     arrivals_by_pool: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for t, pool, n in s.arrivals:
-        arrivals_by_pool[pool].append((t, n))
+    for t, pool, arrived in s.arrivals:
+        arrivals_by_pool[pool].append((t, arrived))
     actions: list[Action] = []
     targets: dict[str, int] = {}
     memory: dict[str, PoolMemory] = {}

@@ -242,21 +242,21 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
                 mine[0].gpus_per_node) if mine else None
         if seen is None:
             continue
-        pool, also, max_nodes, pool_gpus = seen
+        pool_name, also, max_nodes, pool_gpus = seen
         submit = slurm_time(submit_time) or now
         # (a pending array line: every task is an arrival; the log keys tasks by line)
         arrived = num_nodes * min(tasks, max_nodes)
         if arrival_log is None:
-            arrivals.append((submit, pool, arrived))
+            arrivals.append((submit, pool_name, arrived))
         elif submit >= now - window:  # (an older one would be dropped from the log below)
-            arrival_log[job_id] = (submit, pool, arrived)
+            arrival_log[job_id] = (submit, pool_name, arrived)
         if state != "PENDING":
             continue  # running or starting: an arrival for the reuse forecast, not demand
         startable = tasks
         if throttle:
             startable = max(0, min(tasks, throttle - running_tasks[array_job]))
         pending.append(PendingJob(
-            job_id, pool, num_nodes, gpus or pool_gpus, limit, submit, priority,
+            job_id, pool_name, num_nodes, gpus or pool_gpus, limit, submit, priority,
             (reason in CAPACITY_REASONS or job_id in requeued) and priority > 0
             and startable > 0, also, tasks, startable))
     if arrival_log is not None:

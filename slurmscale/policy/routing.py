@@ -37,6 +37,14 @@ class Route:
     reservation_kinds: tuple[str, ...] = ()  # their reservation_type, each once
 
 
+def reclaims_exhausted(reclaimed: int, max_reclaims: int) -> bool:
+    """Has a gang's job lost its run to an interruptible reservation's owner often enough
+    (`capacity_reservations.max_reclaims`) that it goes to the pool's other capacity? A job
+    that keeps losing its run there might never end. The daemon's route and the simulator's
+    paid-capacity model both ask this."""
+    return reclaimed >= max_reclaims
+
+
 def route_gang(size: int, instance_types: Sequence[str], subnet_zones: Mapping[str, str],
                reservations: Sequence[CapacityReservation],
                preference: ReservationPreference) -> Route:

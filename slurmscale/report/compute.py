@@ -23,21 +23,22 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 
+from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
 from slurmscale.policy.health import REPLACED_KIND
 from slurmscale.store.repo import Store, utc
 from slurmscale.store.tables import CapacityReservationRow, InstanceRow, JobRow, ReplacementRow
 
 SIZE_BUCKETS = (("1 node", 1, 1), ("2-7 nodes", 2, 7), ("8+ nodes", 8, 10**9))
-SCALE_KINDS = ("launched", "released", "target_raised", "target_lowered", "scale_down",
-               "buffer_warmed")
-ANOMALY_KINDS = ("leak_terminated", "node_without_instance", "resume_failed",
-                 "untracked_instance", "launch_deferred", "terminate_failed",
-                 "slurm_read_failed", "spool_rejected", "event_dropped",
-                 "node_address_reset")
-FALLBACK_KINDS = ("capacity_unavailable", "job_partition_rewritten", "job_steered")
+SCALE_KINDS = (Kind.LAUNCHED, Kind.RELEASED, Kind.TARGET_RAISED, Kind.TARGET_LOWERED,
+               Kind.SCALE_DOWN, Kind.BUFFER_WARMED)
+ANOMALY_KINDS = (Kind.LEAK_TERMINATED, Kind.NODE_WITHOUT_INSTANCE, Kind.RESUME_FAILED,
+                 Kind.UNTRACKED_INSTANCE, Kind.LAUNCH_DEFERRED, Kind.TERMINATE_FAILED,
+                 Kind.SLURM_READ_FAILED, Kind.SPOOL_REJECTED, Kind.EVENT_DROPPED,
+                 Kind.NODE_ADDRESS_RESET)
+FALLBACK_KINDS = (Kind.CAPACITY_UNAVAILABLE, Kind.JOB_PARTITION_REWRITTEN, Kind.JOB_STEERED)
 # a job slurmscale requeued: off a node going away, and off a block pool at its window's close
-REQUEUE_KINDS = ("job_requeued", "block_job_requeued")
+REQUEUE_KINDS = (Kind.JOB_REQUEUED, Kind.BLOCK_JOB_REQUEUED)
 
 
 class PoolUsage(BaseModel):
@@ -156,7 +157,7 @@ def paid_usage(row: CapacityReservationRow, instances: list[InstanceRow], since:
     paid = used = 0.0
     if b > a:
         paid = row.total * (b - a).total_seconds() / 3600
-        used = min(paid, sum(overlap_h(utc(i.launched_at), utc(i.terminated_at), a, b)  # type: ignore[arg-type]
+        used = min(paid, sum(overlap_h(utc(i.launched_at), utc(i.terminated_at), a, b)
                              for i in instances))
     return PaidUsage(id=row.id, pool=row.pool, kind=row.kind, instance_type=row.instance_type,
                      state=row.state, total=row.total, available=row.available,
@@ -205,12 +206,12 @@ def _usage(cfg: Config, pool: str, ctype: str, insts: list[InstanceRow], jobs: l
     node_h = gpu_h = 0.0
     cost: float | None = 0.0
     for i in insts:
-        h = overlap_h(utc(i.launched_at), utc(i.terminated_at), since, until)  # type: ignore[arg-type]
+        h = overlap_h(utc(i.launched_at), utc(i.terminated_at), since, until)
         node_h += h
         gpu_h += h * gpn.get(i.pool, 0)
         c = _cost(cfg, i, h, unpriced)
         cost = None if c is None or cost is None else cost + c
-    busy = sum(overlap_h(utc(j.started_at), utc(j.ended_at), since, until)  # type: ignore[arg-type]
+    busy = sum(overlap_h(utc(j.started_at), utc(j.ended_at), since, until)
                * j.num_nodes * j.gpus_per_node for j in jobs)
     return PoolUsage(pool=pool, capacity_type=ctype, instances=len(insts),
                      node_hours=round(node_h, 4), gpu_hours_provisioned=round(gpu_h, 4),
@@ -224,11 +225,11 @@ def replacements(store: Store, insts: list[InstanceRow], since: datetime,
     """Per pool and cause: how many, the time from detection to the pool's next instance,
     and the GPU-hours from detection to the bad instance's end."""
     rows = [r for r in store.replacements(since=since.timestamp())
-            if utc(r.at) < until]  # type: ignore[operator]
+            if utc(r.at) < until]
     launches: dict[str, list[datetime]] = {}
     ended = {}
     for i in insts:
-        launches.setdefault(i.pool, []).append(utc(i.launched_at))  # type: ignore[arg-type]
+        launches.setdefault(i.pool, []).append(utc(i.launched_at))
         ended[i.instance_id] = i.terminated_at
     out = []
     for (pool, cause), group in sorted(_group(rows).items()):
@@ -236,12 +237,12 @@ def replacements(store: Store, insts: list[InstanceRow], since: datetime,
         fresh, lost = [], 0.0
         for r in done:
             seen = utc(r.detected_at)
-            nxt = [t for t in launches.get(r.pool, []) if t > utc(r.at)]  # type: ignore[operator]
+            nxt = [t for t in launches.get(r.pool, []) if t > utc(r.at)]
             if nxt:
-                fresh.append((min(nxt) - seen).total_seconds())  # type: ignore[operator]
+                fresh.append((min(nxt) - seen).total_seconds())
             end = ended.get(r.instance_id)
             stop = utc(end) if end is not None else until
-            lost += r.gpus * max(0.0, (stop - seen).total_seconds()) / 3600  # type: ignore[operator]
+            lost += r.gpus * max(0.0, (stop - seen).total_seconds()) / 3600
         out.append(Replacements(
             pool=pool, cause=cause, replaced=len(done), left_for_admin=len(group) - len(done),
             jobs_requeued=sum(r.jobs_requeued for r in done),
@@ -274,8 +275,8 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         est_cost_usd=None if any(c is None for c in costs) else round(sum(
             c for c in costs if c is not None), 2))
 
-    started = [j for j in jobs if since <= utc(j.started_at) < until]  # type: ignore[operator]
-    wait_of = {j.job_id: (utc(j.started_at) - utc(j.submitted_at)).total_seconds()  # type: ignore[operator]
+    started = [j for j in jobs if since <= utc(j.started_at) < until]
+    wait_of = {j.job_id: (utc(j.started_at) - utc(j.submitted_at)).total_seconds()
                for j in started}
     waits = [_wait(name, [wait_of[j.job_id] for j in started if lo <= j.num_nodes <= hi])
              for name, lo, hi in SIZE_BUCKETS]
@@ -292,7 +293,7 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         until=until.isoformat(timespec="seconds"), pools=pools, totals=totals, waits=waits,
         gang_time_to_start=gang,
         preemptions=sum(1 for p in store.preemptions(since=since.timestamp())
-                        if utc(p.at) < until  # type: ignore[operator]
+                        if utc(p.at) < until
                         and not p.kind.startswith(REPLACED_KIND)),
         requeues=sum(kinds[k] for k in REQUEUE_KINDS),
         launches=sum(1 for g in gangs if g.status == "launched"),
@@ -306,7 +307,7 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         reservation_idle_gpu_hours=round(sum(h.spent_gpu_s for h in holds) / 3600, 4),
         scale_actions={k: kinds[k] for k in SCALE_KINDS},
         anomalies={k: kinds[k] for k in ANOMALY_KINDS},
-        recent_anomalies=[Anomaly(at=utc(e.at).isoformat(timespec="seconds"),  # type: ignore[union-attr]
+        recent_anomalies=[Anomaly(at=utc(e.at).isoformat(timespec="seconds"),
                                   kind=e.kind, message=e.message) for e in anomalies],
         unpriced=sorted(unpriced),
         paid_capacity=[paid_usage(r, store.reserved_instances(r.id, since), since, until)

@@ -52,6 +52,7 @@ from slurmscale.policy.model import (
     Snapshot,
 )
 from slurmscale.policy.observe import knobs
+from slurmscale.policy.routing import reclaims_exhausted
 from slurmscale.sim.daemon import MAIN_PREFIX, OD_PREFIX, DaemonDriver, sim_config
 from slurmscale.sim.policies import SimPolicy
 from slurmscale.sim.slurm_model import (
@@ -366,7 +367,8 @@ class Simulation:
         if (self.paid.use_reserved and self.paid.reserved_nodes
                 and self.paid.reserved_nodes - self._in_paid(ODCR) >= need
                 and not (self.paid.reclaim_rate > 0
-                         and self.preempted.get(idx, 0) >= self.paid.max_reclaims)):
+                         and reclaims_exhausted(self.preempted.get(idx, 0),
+                                                self.paid.max_reclaims))):
             return ODCR
         return None
 
@@ -673,8 +675,10 @@ class Simulation:
             lim = self.limit[idx]
             for k in self._pools_of(idx):
                 gpus = job.gpus_per_node(k.gpus_per_node)
-                if self._try_start(idx, job, k, room, now,
-                                   lambda n, g=gpus, t=lim: busy[n.name].fits_now(g, t)):
+
+                def fits(n: _Node, g: int = gpus, t: float = lim) -> bool:
+                    return busy[n.name].fits_now(g, t)
+                if self._try_start(idx, job, k, room, now, fits):
                     for n, g in self.placed[idx]:
                         busy[n.name].add(now, self.start[idx] + lim, g)
                     break

@@ -13,7 +13,7 @@ trace's 0 being `EPOCH` (printed in UTC with an offset, so no local-time ambigui
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -50,8 +50,13 @@ class SimNode(Protocol):
 class SimModel(Protocol):
     """What this adapter reads and changes of the engine (`sim/engine.py`'s Simulation)."""
 
-    nodes: list[SimNode]
-    by_name: dict[str, SimNode]
+    # (read-only here: the engine's own node type, not this protocol's, fills them)
+    @property
+    def nodes(self) -> Sequence[SimNode]: ...
+
+    @property
+    def by_name(self) -> Mapping[str, SimNode]: ...
+
     node_index: dict[str, int]
     touched: set[str]  # nodes changed since this adapter last read them
     jobs: list[TraceJob]
@@ -63,7 +68,9 @@ class SimModel(Protocol):
     steered: set[int]
     attached: dict[int, str]  # pending job -> the reservation it is pointed at
     expected: dict[int, float]  # pending job -> backfill's planned start (squeue StartTime)
-    placed: dict[int, Sequence[tuple[SimNode, int]]]
+    @property
+    def placed(self) -> Mapping[int, Sequence[tuple[SimNode, int]]]: ...
+
     start: dict[int, float]
     started_in: dict[str, str]  # job id -> the reservation it started in
     bf_dirty: bool

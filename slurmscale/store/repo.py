@@ -28,6 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Select
 
+from slurmscale.audit import Kind
 from slurmscale.lifecycles import (
     GANG_EDGES,
     HOLD_EDGES,
@@ -412,9 +413,9 @@ class Store:
     # preemptions ----------------------------------------------------------------------
     def has_preemption(self, job_id: str, instance_id: str) -> bool:
         with self.session() as s:
-            return s.scalar(select(func.count()).select_from(PreemptionRow).where(
+            return (s.scalar(select(func.count()).select_from(PreemptionRow).where(
                 PreemptionRow.job_id == job_id,
-                PreemptionRow.instance_id == instance_id)) > 0  # type: ignore[operator]
+                PreemptionRow.instance_id == instance_id)) or 0) > 0
 
     def add_preemption(self, row: PreemptionRow) -> None:
         with self.session() as s:
@@ -448,7 +449,7 @@ class Store:
             return self._get(s, InstanceRow, instance_id)
 
     # events ---------------------------------------------------------------------------
-    def add_event(self, kind: str, message: str, now: datetime, *, node: str | None = None,
+    def add_event(self, kind: Kind, message: str, now: datetime, *, node: str | None = None,
                   request_id: str | None = None, gang_id: str | None = None) -> None:
         with self.session() as s:
             s.add(EventRow(at=now, kind=kind, node=node, request_id=request_id,

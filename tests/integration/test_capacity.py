@@ -49,7 +49,7 @@ def _job_instances(c: LocalCluster, job: int) -> set[str]:
 
 
 def test_a_gang_goes_whole_into_the_reservation_and_the_next_wholly_elsewhere(
-        make_cluster) -> None:  # type: ignore[no-untyped-def]
+        make_cluster) -> None:
     # Slurm's own SuspendTime (the backstop for a daemon that is down) well past the test
     c, proxy = make_cluster(suspend_time=120, metrics=True, start_daemon=False, pools=[PoolSpec(
         "gpu-od", "od-", 8, capacity_type="on-demand",
@@ -117,7 +117,7 @@ def _placement(call: Call) -> tuple[str, str]:
 
 
 def test_a_gang_larger_than_one_fleet_shares_one_group_and_rolls_back_whole(
-        make_cluster) -> None:  # type: ignore[no-untyped-def]
+        make_cluster) -> None:
     c, proxy = make_cluster(
         pools=[PoolSpec("gpu-od", "od-", 6, capacity_type="on-demand",
                         extra={"placement": "per-gang"})],
@@ -333,7 +333,7 @@ CR_I = "cr-0a1b2c3d4e5f60009"
 
 
 def test_gangs_go_by_id_into_an_interruptible_reservation_and_a_reclaim_requeues_once(
-        make_cluster) -> None:  # type: ignore[no-untyped-def]
+        make_cluster) -> None:
     """No resource group, no second template version: the pool lists its reservation's id,
     and a gang that fits whole goes in with a reserved-capacity fleet naming it (the request
     botocore sent, as the proxy read it); the next gang, which does not fit, goes wholly to
@@ -382,7 +382,7 @@ def test_gangs_go_by_id_into_an_interruptible_reservation_and_a_reclaim_requeues
 
 @pytest.mark.parametrize("margin", [10, 90])
 def test_a_margin_under_ec2s_lead_loses_the_job_and_the_new_default_never_starts_it(
-        make_cluster, margin: int) -> None:  # type: ignore[no-untyped-def]
+        make_cluster, margin: int) -> None:
     """EC2 begins terminating a block's instances before its end (30 minutes; here, on a
     compressed clock, 60 s). A job submitted 60 s into a 200 s block with a 2-minute limit:
     with a margin under that lead (10 s, as the old default SuspendTimeout + 300 s is under
@@ -424,7 +424,7 @@ def test_a_margin_under_ec2s_lead_loses_the_job_and_the_new_default_never_starts
 
 
 def test_an_extension_moves_the_close_and_the_expiration_warning_closes_at_once(
-        make_cluster) -> None:  # type: ignore[no-untyped-def]
+        make_cluster) -> None:
     """A block running a job is extended (the end EC2 reports moves, as after
     PurchaseCapacityBlockExtension): the reservation that closes the pool moves with it, in
     place. Then EC2's Expiration Warning arrives on the events queue while the window is,

@@ -36,7 +36,7 @@ def test_sigkill_at_each_point_then_restart(make_cluster, point: str) -> None:  
     def settled() -> dict[str, str] | None:
         """The store agrees with EC2: both instances terminated, no request left pending
         (a release cut off after its terminate is finished by the restarted daemon)."""
-        store = Store(c.cfg.store_url)  # type: ignore[union-attr]
+        store = Store(c.cfg.store_url)
         try:
             rows = {r.instance_id: r.state for r in store.instances()}
             pending = store.pending_requests()

@@ -47,7 +47,7 @@ def _at(event: dict) -> float:
 
 
 def test_killing_the_leader_mid_launch_hands_over_without_a_second_launch(
-        make_cluster, postgres: LocalPostgres) -> None:  # type: ignore[no-untyped-def]
+        make_cluster, postgres: LocalPostgres) -> None:
     # daemon A leads and dies with SIGKILL right after CreateFleet, before recording it
     c, proxy = make_cluster(store_url=postgres.url, tick_seconds=TICK,
                             daemon_env={"SLURMSCALE_TEST_MODE": "1",
@@ -85,7 +85,7 @@ SECRET = "s3cr3t-Pw0rd"
 
 
 def test_the_database_restarting_pauses_the_daemon_and_terminates_nothing(
-        make_cluster, postgres: LocalPostgres) -> None:  # type: ignore[no-untyped-def]
+        make_cluster, postgres: LocalPostgres) -> None:
     # the test server trusts loopback, so any password works: it is here to be looked for in
     # every log and output afterwards, connection failures included. It reaches the daemon
     # the recommended way, from a 0600 file, and goes into every connection URL from there.

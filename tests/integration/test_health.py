@@ -69,7 +69,7 @@ SLURM_CONF={conf} exec /usr/bin/scontrol update nodename="$SLURMD_NODENAME" stat
 
 
 def test_a_health_check_drain_is_replaced_an_admin_drain_is_not_and_a_loop_is_stopped(
-        make_cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        make_cluster, tmp_path) -> None:
     check = tmp_path / "gpu-health-check"
     c, _proxy = make_cluster(
         tick_seconds=TICK, min_idle=600, max_idle=600, suspend_time=1200,
@@ -118,7 +118,7 @@ def test_a_health_check_drain_is_replaced_an_admin_drain_is_not_and_a_loop_is_st
 
 @pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
 def test_a_gang_whose_node_dies_is_requeued_once_and_completes_on_fresh_instances(
-        make_cluster, release: str) -> None:  # type: ignore[no-untyped-def]
+        make_cluster, release: str) -> None:
     c, _proxy = make_cluster(tick_seconds=TICK, slurmd_timeout=10, cred_expire=10,
                              metrics=True, slurm_root=slurm_root(release),
                              extra_config={"health": {"grace_s": 4}})
@@ -151,7 +151,7 @@ def test_a_gang_whose_node_dies_is_requeued_once_and_completes_on_fresh_instance
 
 
 def test_a_scheduled_retirement_drains_at_once_and_replaces_when_the_job_ends(
-        make_cluster) -> None:  # type: ignore[no-untyped-def]
+        make_cluster) -> None:
     c, proxy = make_cluster(tick_seconds=TICK, extra_config={
         "health": {"status_interval_s": 2, "event_lead_s": 600}})
     job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 60")

@@ -45,7 +45,7 @@ def _boot_events(c: LocalCluster) -> list[dict]:
 
 @pytest.mark.parametrize("release", ["22.05", "26.05"])
 def test_a_node_failing_its_gpu_check_gets_a_fresh_instance_and_its_gang_completes(
-        make_cluster, release: str) -> None:  # type: ignore[no-untyped-def]
+        make_cluster, release: str) -> None:
     configless = release != "22.05"
     c, proxy = make_cluster(tick_seconds=TICK, slurm_root=slurm_root(release),
                             configless=configless)
@@ -80,7 +80,7 @@ def test_a_node_failing_its_gpu_check_gets_a_fresh_instance_and_its_gang_complet
 
 
 def test_an_instance_whose_node_tag_never_appears_is_replaced_after_the_join_timeout(
-        make_cluster) -> None:  # type: ignore[no-untyped-def]
+        make_cluster) -> None:
     c, proxy = make_cluster(tick_seconds=TICK, resume_timeout=300, pools=[
         PoolSpec("gpu-spot", "spot-", 4, extra={"join_timeout_s": 20})])
     # EC2 refuses the daemon's first CreateTags (the node tag): that instance never learns
@@ -102,7 +102,7 @@ def test_an_instance_whose_node_tag_never_appears_is_replaced_after_the_join_tim
 
 
 def test_retries_spent_power_the_node_down_with_the_reason_and_the_job_requeues_once(
-        make_cluster) -> None:  # type: ignore[no-untyped-def]
+        make_cluster) -> None:
     c, proxy = make_cluster(tick_seconds=TICK, cred_expire=10, pools=[
         PoolSpec("gpu-spot", "spot-", 4, extra={"max_boot_retries": 1})])
     c.break_gpu("spot-1", boots=2)  # its first two boots fail, the third is sound

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slurm
 
 
 def test_two_hundred_pokes_are_a_bounded_number_of_passes_and_one_release(
-        make_cluster) -> None:  # type: ignore[no-untyped-def]
+        make_cluster) -> None:
     c, _proxy = make_cluster(tick_seconds=5.0, min_idle=3.0, max_idle=6.0)
     job = c.sbatch("-N", "4", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 1")
     assert c.wait_job(job, {"COMPLETED"}, 150) == "COMPLETED"

@@ -274,7 +274,7 @@ def _created_for(c: LocalCluster, job: int) -> list[str]:
 
 
 def test_two_gangs_behind_small_jobs_sharing_nodes_start_and_one_planned_soon_is_not_held(
-        make_cluster) -> None:  # type: ignore[no-untyped-def]
+        make_cluster) -> None:
     """Holds that only help, on a real Slurm. (1) Two gangs of different sizes and
     priorities, both below a stream of small jobs that share the nodes: the small ones keep
     overtaking them (backfill's plan for each slips), slurmscale holds nodes for one gang at

@@ -145,7 +145,7 @@ class CapacityModel:
 
     def serve(self, action: str, params: dict[str, str]) -> tuple[int, bytes]:
         with self.lock:
-            return getattr(self, f"_{action}")(params)  # type: ignore[no-any-return]
+            return getattr(self, f"_{action}")(params)
 
     def _DescribeCapacityReservations(self, params: dict[str, str]) -> tuple[int, bytes]:  # noqa: N802
         ids = _indexed(params, "CapacityReservationId") or list(self.reservations)

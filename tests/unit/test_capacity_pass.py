@@ -55,7 +55,7 @@ def held(slurm: FakeSlurm) -> list[str]:
 
 
 def test_a_governed_pool_holds_its_nodes_and_a_gang_gets_all_four_in_one_decision(
-        governed) -> None:  # type: ignore[no-untyped-def]
+        governed) -> None:
     cp, slurm, store, events = governed
     cp.run(T0)
     assert held(slurm) == [f"spot-{i}" for i in range(1, 9)], "target 0: every node held"
@@ -78,7 +78,7 @@ def test_a_governed_pool_holds_its_nodes_and_a_gang_gets_all_four_in_one_decisio
 
 
 def test_idle_nodes_are_powered_down_by_slurmscale_but_an_admins_drain_is_left_alone(
-        governed) -> None:  # type: ignore[no-untyped-def]
+        governed) -> None:
     cp, slurm, _store, events = governed
     long_ago = local(T0 - timedelta(minutes=30))
     slurm.table["od-1"] = SlurmNode("od-1", "IDLE+CLOUD", "127.0.0.1", "od-1",

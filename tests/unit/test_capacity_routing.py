@@ -200,7 +200,7 @@ RESERVED = {"capacity_reservations": {"ids": ["cr-0000000a"], "launch_template_v
 
 
 def test_one_gang_fills_the_reservation_the_next_goes_whole_to_normal_capacity(
-        tmp_path) -> None:  # type: ignore[no-untyped-def]
+        tmp_path) -> None:
     r, cloud, _, clock, spool = _world(tmp_path, **RESERVED)
     cloud.reservations["cr-0000000a"] = _cr("cr-0000000a", 6, total=6)
     hook(spool, clock, RequestKind.RESUME, {1: [f"od-{i}" for i in range(1, 5)],
@@ -221,7 +221,7 @@ def test_one_gang_fills_the_reservation_the_next_goes_whole_to_normal_capacity(
 
 @pytest.mark.parametrize("reclaims", [1, 2])
 def test_a_job_reclaimed_max_reclaims_times_skips_interruptible_reservations(
-        tmp_path, reclaims: int) -> None:  # type: ignore[no-untyped-def]
+        tmp_path, reclaims: int) -> None:
     """A job whose runs an interruptible reservation's owner keeps taking back might never
     end there: from `max_reclaims` (2) reclaims on, its gang goes to the pool's other capacity
     and the launch says why; below that it goes into the reservation as before."""

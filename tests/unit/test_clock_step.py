@@ -34,7 +34,7 @@ def _node(name: str, state: str, last_busy: str = "") -> SlurmNode:
 
 
 def run(tmp_path, step_at_s: float | None, step_s: float, minutes: int = 60
-        ) -> list[tuple[float, str, tuple[str, ...]]]:  # type: ignore[no-untyped-def]
+        ) -> list[tuple[float, str, tuple[str, ...]]]:
     """The scripted hour; returns what the daemon did and when (true seconds from the start):
     Slurm calls and EC2 launches and terminations."""
     cfg = parse_config(base_config(

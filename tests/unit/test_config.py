@@ -105,7 +105,7 @@ pools: *j
     (b"a: " + b"[" * 50000, "not valid YAML|nests too deeply"),
     (b"#" * (2 << 20), "larger than")])
 def test_a_hostile_config_is_refused_not_expanded(tmp_path, content: bytes,
-                                                            words: str) -> None:  # type: ignore[no-untyped-def]
+                                                            words: str) -> None:
     """Before: the alias bomb hung every command (the resume hook too) for over a minute in
     validation; non-UTF-8 text ended in a traceback."""
     import time

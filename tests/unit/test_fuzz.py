@@ -208,7 +208,7 @@ messages = (json_values.map(json.dumps) | st.text(max_size=60) | st.builds(
 @settings(max_examples=150, deadline=None)
 @given(st.lists(messages, min_size=1, max_size=4))
 def test_any_sqs_message_is_consumed_without_touching_our_instances(
-        interruption_world, bodies: list[str]) -> None:  # type: ignore[no-untyped-def]
+        interruption_world, bodies: list[str]) -> None:
     cfg, store = interruption_world
     slurm = FakeSlurm(table={"spot-1": SlurmNode("spot-1", "ALLOCATED+CLOUD", "127.0.0.1",
                                                  "spot-1")})

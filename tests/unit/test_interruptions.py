@@ -208,7 +208,7 @@ def test_the_pools_powered_down_nodes_are_held_before_the_jobs_are_requeued(worl
 
 
 def test_a_warning_for_a_node_still_booting_records_its_job_even_if_slurm_requeues_it(
-        world) -> None:  # type: ignore[no-untyped-def]
+        world) -> None:
     """Slurm 22.05 requeues a configuring job itself when its booting node is drained: the
     jobs are read before the drain, and a job Slurm already requeued counts as preempted."""
     p, slurm, q, store, events = world
@@ -224,8 +224,8 @@ def test_a_warning_for_a_node_still_booting_records_its_job_even_if_slurm_requeu
         slurm.queue = [j._replace(state="PENDING") if j.job_id == job_id else j
                        for j in slurm.queue]
 
-    slurm.drain = drain_like_slurm  # type: ignore[method-assign]
-    slurm.requeue = requeue_pending  # type: ignore[method-assign]
+    slurm.drain = drain_like_slurm
+    slurm.requeue = requeue_pending
     q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001",
                               **{"instance-action": "terminate"}))
     p.run(T0)
@@ -257,12 +257,12 @@ def test_a_requeue_done_by_an_unfinished_handling_is_recorded_once(world) -> Non
     p, slurm, q, store, events = world
     q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
     real = slurm.power_down_force
-    slurm.power_down_force = lambda *a: (_ for _ in ()).throw(  # type: ignore[method-assign]
+    slurm.power_down_force = lambda *a: (_ for _ in ()).throw(
         SlurmError(["scontrol"], 1, "Unable to contact slurm controller"))
     p.run(T0)
     assert q.deleted == [] and len(store.preemptions("42")) == 1
     # Slurm kept the job on the node (the requeue did not take): handled again, recorded once
     slurm.queue = [j._replace(state="RUNNING", nodelist="spot-[1-2]") for j in slurm.queue]
-    slurm.power_down_force = real  # type: ignore[method-assign]
+    slurm.power_down_force = real
     p.run(T0)
     assert q.deleted == ["0"] and len(store.preemptions("42")) == 1

@@ -184,7 +184,7 @@ class _Killed(BaseException):
 @pytest.mark.parametrize("point", ["launch:before_fleet", "launch:after_fleet",
                                    "launch:after_record"])
 def test_a_daemon_killed_mid_launch_resumes_without_a_second_launch(world, monkeypatch,
-                                                                     point: str) -> None:  # type: ignore[no-untyped-def]
+                                                                     point: str) -> None:
     import slurmscale.daemon.launch as rec
 
     r, cloud, slurm, clock, spool = world
@@ -354,7 +354,7 @@ def test_a_node_left_addressed_at_a_released_instance_is_reset_once_slurm_answer
             refusals[0] -= 1
             raise SlurmError(["scontrol"], 1, "Unable to contact slurm controller")
         real(name, addr, hostname)
-    slurm.set_node_address = flaky  # type: ignore[method-assign]
+    slurm.set_node_address = flaky
     hook(spool, clock, RequestKind.SUSPEND, {0: ["spot-1"]})
     clock.now += timedelta(seconds=5)
     r.tick()
@@ -408,7 +408,7 @@ def test_metrics_count_launches_by_outcome_and_every_event(cfg) -> None:  # type
 
 
 def test_a_tracked_instance_of_a_node_slurm_does_not_have_is_terminated_after_the_grace(
-        world) -> None:  # type: ignore[no-untyped-def]
+        world) -> None:
     """Before the fix an instance launched for a node Slurm refused (a name it does not
     have) ran on for good: tracked, so never a leak."""
     from slurmscale.model import SlurmNode
@@ -495,13 +495,13 @@ def test_an_address_write_that_failed_is_retried_every_pass_until_it_holds(world
     for n in ("spot-1", "spot-2"):
         slurm.table[n] = SlurmNode(n, "ALLOCATED+CLOUD+POWERING_UP", n, n)
     real = slurm.set_node_address
-    slurm.set_node_address = lambda *a: (_ for _ in ()).throw(  # type: ignore[method-assign]
+    slurm.set_node_address = lambda *a: (_ for _ in ()).throw(
         SlurmError(["scontrol"], 1, "Unable to contact slurm controller"))
     hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
     r.tick()
     assert slurm.table["spot-1"].addr == "spot-1", "the write failed"
     r.tick()  # slurmctld still down: tried again, still failing, nothing else breaks
-    slurm.set_node_address = real  # type: ignore[method-assign]
+    slurm.set_node_address = real
     r.tick()
     assert {slurm.table[n].addr for n in ("spot-1", "spot-2")} == {"10.0.0.1"}
     kinds = [e.kind for e in r.store.events(limit=100)]
@@ -513,7 +513,7 @@ def test_an_address_write_that_failed_is_retried_every_pass_until_it_holds(world
 
 
 def test_a_gang_failed_before_a_restart_fails_its_requests_and_is_not_launched_again(
-        world) -> None:  # type: ignore[no-untyped-def]
+        world) -> None:
     """The daemon died after rolling a gang back and before failing its request: on the next
     pass the request fails; launching again would be an attempt Slurm never asked for (and
     failed -> launched is no edge of the gang's lifecycle)."""
@@ -541,7 +541,7 @@ def test_a_gang_update_slurm_refuses_is_retried_node_by_node(world) -> None:  # 
 
     def refuse(entries: list[tuple[str, str, str]]) -> None:
         raise SlurmError(["scontrol"], 1, "Invalid node name specified")
-    slurm.set_node_addresses = refuse  # type: ignore[method-assign]
+    slurm.set_node_addresses = refuse
     hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2", "spot-3"]})
     assert r.tick().launched_gangs == 1
     assert set(slurm.addresses) == {"spot-1", "spot-2", "spot-3"}
@@ -555,12 +555,12 @@ def _reads(slurm: FakeSlurm) -> list[list[str] | None]:
     def nodes(names: list[str] | None = None):  # type: ignore[no-untyped-def]
         seen.append(None if names is None else list(names))
         return inner(names)
-    slurm.nodes = nodes  # type: ignore[method-assignment]
+    slurm.nodes = nodes
     return seen
 
 
 def test_a_pass_reads_the_nodes_once_and_the_capacity_pass_sees_the_upkeeps_writes(
-        world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+        world, monkeypatch) -> None:
     """The backoff drains an unavailable pool's powered-down nodes AFTER the pass's one node
     read: the capacity pass must decide on them drained (a re-read of just those nodes), not
     as the read left them (idle capacity)."""

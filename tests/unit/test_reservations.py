@@ -186,7 +186,7 @@ def _gathered_and_attached(cp: CapacityPass, slurm: FakeSlurm) -> None:
 
 
 def test_the_daemon_holds_drains_attaches_and_releases_leaving_admin_reservations_alone(
-        capped) -> None:  # type: ignore[no-untyped-def]
+        capped) -> None:
     cp, slurm, store, events = capped
     cp.run(T0)
     assert slurm.resv["slurmscale-gang-500"].nodes == ("spot-1", "spot-2", "spot-3", "spot-4")
@@ -213,7 +213,7 @@ def test_the_daemon_holds_drains_attaches_and_releases_leaving_admin_reservation
 
 
 def test_a_hold_given_up_while_its_job_pends_is_taken_from_the_job_and_deleted(
-        capped) -> None:  # type: ignore[no-untyped-def]
+        capped) -> None:
     """Slurm refuses to delete a reservation a pending job points at (checked on real Slurm by
     the Slurm contract): the hold is detached from its job first, or it would stay forever."""
     cp, slurm, store, events = capped

@@ -191,7 +191,7 @@ def test_the_cli_reports_an_unreadable_password_file_without_a_traceback(tmp_pat
     "postgresql+psycopg://slurm@127.0.0.1:9/slurmscale?sslmode=require&PASSWORD=s3cr!t-Q",
     "postgresql+psycopg://slurm:s3cr!t-Q@127.0.0.1:9/slurmscale"])
 def test_a_password_in_any_url_form_is_refused_world_readable_and_never_printed(
-        tmp_path, url: str) -> None:  # type: ignore[no-untyped-def]
+        tmp_path, url: str) -> None:
     """Before the fix a password in the query string passed the world-readable check and was
     printed by the daemon's start-up line and by `status`."""
     import subprocess
@@ -291,7 +291,7 @@ def test_a_new_sqlite_store_and_its_directory_are_private(tmp_path) -> None:  # 
 
 @pytest.mark.parametrize("body", [b"\xff\xfe\x00", b"[" * 100_000, b"{\"a\": \xc3}"])
 def test_a_post_body_that_is_not_utf8_json_gets_400_and_the_server_answers_on(
-        short_dir, body: bytes) -> None:  # type: ignore[no-untyped-def]
+        short_dir, body: bytes) -> None:
     """Before: a non-UTF-8 POST body raised inside the handler: a traceback on the daemon's
     stderr and no reply."""
     import socket as _socket

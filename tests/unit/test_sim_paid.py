@@ -94,7 +94,7 @@ def test_bad_capacity_blocks_are_named(tmp_path, arg: str, words: str) -> None: 
     ("j,inf,60,8,1", "finite"), ("j,0,1e300,8,1", "finite"), ("j,nan,60,8,1", "finite"),
     ("j,0,60,8,1000000", "more than any cluster")])
 def test_trace_rows_out_of_range_are_named_not_simulated_for_minutes(tmp_path, row: str,
-                                                                     words: str) -> None:  # type: ignore[no-untyped-def]
+                                                                     words: str) -> None:
     """Before: submit_s=inf or duration_s=1e300 hung `simulate` for minutes; nan passed."""
     trace = tmp_path / "t.csv"
     trace.write_text(f"job_id,submit_s,duration_s,gpus,nodes\n{row}\n")
@@ -155,7 +155,7 @@ def test_an_interruptible_reservations_reclaims_requeue_jobs_and_are_counted() -
 
 
 def test_a_job_reclaimed_max_reclaims_times_leaves_the_interruptible_reservation(
-        tmp_path) -> None:  # type: ignore[no-untyped-def]
+        tmp_path) -> None:
     """At a reclaim rate where a long gang on the reservation loses nearly every run (4 nodes,
     6 reclaims per node-hour: one every 2.5 minutes), it would never end there: after
     `max_reclaims` it launches on normal capacity and completes. (Before, the simulation

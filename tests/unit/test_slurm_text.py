@@ -116,7 +116,7 @@ NODE_22_05 = ("NodeName=od-1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=2 CPUEfctv=2
        st.sampled_from(["", "cpu=2,mem=1M,gres/gpu=8"]),
        st.none() | st.text(st.sampled_from("abcXYZ =:[]@-_/0123"), min_size=1, max_size=40))
 def test_the_lean_node_parser_reads_what_the_whole_parser_reads(state, parts, busy, tres,
-                                                                 reason) -> None:  # type: ignore[no-untyped-def]
+                                                                 reason) -> None:
     line = NODE_22_05.format(state=state, parts=parts, busy=busy, tres=tres,
                              reason="" if reason is None else f" Reason={reason} [root@2026-11"
                              "-30T12:00:00]")

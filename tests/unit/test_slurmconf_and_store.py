@@ -110,7 +110,7 @@ def test_last_instances_is_each_nodes_newest_whatever_its_state(cfg) -> None:  #
 
 
 def test_the_schema_head_and_revision_are_read_without_alembic_and_agree_with_it(
-        tmp_path) -> None:  # type: ignore[no-untyped-def]
+        tmp_path) -> None:
     import subprocess
     import sys
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 
 from slurmscale.store.tables import Base
 
@@ -12,7 +12,7 @@ url = cfg.attributes.get("url") or cfg.get_main_option("sqlalchemy.url")
 connection = cfg.attributes.get("connection")
 
 
-def _run(conn) -> None:
+def _run(conn: Connection) -> None:
     context.configure(connection=conn, target_metadata=Base.metadata,
                       render_as_batch=conn.dialect.name == "sqlite")
     with context.begin_transaction():
@@ -25,6 +25,8 @@ if context.is_offline_mode():
         context.run_migrations()
 elif connection is not None:
     _run(connection)
+elif url is None:
+    raise RuntimeError("alembic: no database url and no connection given")
 else:
     engine = create_engine(url)
     with engine.connect() as c:
