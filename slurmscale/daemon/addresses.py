@@ -16,7 +16,7 @@ from slurmscale.lifecycles import GangStatus
 from slurmscale.model import LaunchedInstance, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.tables import InstanceRow
+from slurmscale.store.rows import InstanceRow
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
-from slurmscale.store.tables import OfferingRow
+from slurmscale.store.rows import OfferingRow
 
 log = logging.getLogger(__name__)
 

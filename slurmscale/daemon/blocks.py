@@ -34,8 +34,7 @@ from slurmscale.policy.blocks import (
 )
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
-from slurmscale.store.repo import utc
-from slurmscale.store.tables import CapacityReservationRow
+from slurmscale.store.rows import CapacityReservationRow, utc
 
 log = logging.getLogger(__name__)
 

@@ -53,8 +53,7 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.repo import utc
-from slurmscale.store.tables import InstanceRow, ReplacementRow
+from slurmscale.store.rows import InstanceRow, ReplacementRow, utc
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from slurmscale.crashpoints import crash_point
 from slurmscale.model import LaunchedInstance
 from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.tables import InstanceRow
+from slurmscale.store.rows import InstanceRow
 
 Clock = Callable[[], datetime]
 

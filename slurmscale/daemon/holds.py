@@ -30,7 +30,7 @@ from slurmscale.policy.reservations import (
 )
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.protocol import PassStore
-from slurmscale.store.tables import HoldRow
+from slurmscale.store.rows import HoldRow
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
-from slurmscale.store.tables import InstanceRow, PreemptionRow
+from slurmscale.store.rows import InstanceRow, PreemptionRow
 
 log = logging.getLogger(__name__)
 

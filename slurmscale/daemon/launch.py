@@ -32,7 +32,7 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.tables import GangRow, InstanceRow
+from slurmscale.store.rows import GangRow, InstanceRow
 
 # a deferral's cause: a reservation due to start that EC2 did not yet report active
 RESERVATION_STARTING = "ReservationStarting"

@@ -18,14 +18,17 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from slurmscale.config import Config
 from slurmscale.model import QueueJob
 from slurmscale.policy.model import NodeState, NodeView, PendingJob, Snapshot
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmError
-from slurmscale.store.repo import Store
-from slurmscale.store.tables import JobRow, SampleRow
+from slurmscale.store.rows import JobRow, SampleRow
+
+if TYPE_CHECKING:
+    from slurmscale.store.repo import Store  # (a type: only the daemon opens the SQL store)
 
 log = logging.getLogger(__name__)
 

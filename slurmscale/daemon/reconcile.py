@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from slurmscale import timeframe
 from slurmscale.audit import Kind
@@ -48,8 +49,10 @@ from slurmscale.model import CapacityReservation, SlurmNode
 from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.node_writes import NodeWrites
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
-from slurmscale.store.repo import Store
-from slurmscale.store.tables import CapacityReservationRow, InstanceRow
+from slurmscale.store.rows import CapacityReservationRow, InstanceRow
+
+if TYPE_CHECKING:
+    from slurmscale.store.repo import Store  # (a type: only the daemon opens the SQL store)
 
 log = logging.getLogger(__name__)
 

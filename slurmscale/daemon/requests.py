@@ -9,8 +9,6 @@ import json
 import logging
 from pathlib import Path
 
-from sqlalchemy.exc import DBAPIError
-
 from slurmscale import timeframe
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError
@@ -23,7 +21,7 @@ from slurmscale.hostlists import compress
 from slurmscale.lifecycles import RequestStatus
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.repo import utc
+from slurmscale.store.rows import utc
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +53,9 @@ class RequestPass:
             req = req._replace(received_at=timeframe.FRAME.from_host(req.received_at))
             try:
                 added = self.ctx.store.add_request(req)
-            except DBAPIError:
-                raise
-            except Exception as e:  # noqa: BLE001 - any other failure is this file's
+            except Exception as e:  # noqa: BLE001 - any failure but the store's is this file's
+                if self.ctx.store.is_outage(e):
+                    raise
                 self._reject(path, f"not storable ({type(e).__name__}: {e})"[:300])
                 continue
             if added:

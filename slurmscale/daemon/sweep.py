@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError, CloudInstance
@@ -19,8 +20,10 @@ from slurmscale.model import SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.repo import Store, utc
-from slurmscale.store.tables import InstanceRow
+from slurmscale.store.rows import InstanceRow, utc
+
+if TYPE_CHECKING:
+    from slurmscale.store.repo import Store  # (a type: only the daemon opens the SQL store)
 
 log = logging.getLogger(__name__)
 

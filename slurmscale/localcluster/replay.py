@@ -46,7 +46,8 @@ from slurmscale.sim.engine import SimCloud, SimResult
 from slurmscale.sim.report import metrics
 from slurmscale.sim.slurm_model import YEAR_S, SlurmModel
 from slurmscale.sim.trace import TraceError, TraceJob, load_trace
-from slurmscale.store.repo import Store, utc
+from slurmscale.store.repo import Store
+from slurmscale.store.rows import utc
 
 POLL_S = 0.2  # how often the replay looks at the queue: the resolution of a measured start
 POLICY = "slurmscale"

@@ -20,14 +20,17 @@ from __future__ import annotations
 import math
 from collections import Counter
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
 from slurmscale.policy.health import REPLACED_KIND
-from slurmscale.store.repo import Store, utc
-from slurmscale.store.tables import CapacityReservationRow, InstanceRow, JobRow, ReplacementRow
+from slurmscale.store.rows import CapacityReservationRow, InstanceRow, JobRow, ReplacementRow, utc
+
+if TYPE_CHECKING:
+    from slurmscale.store.repo import Store  # (a type: the caller opens the store)
 
 SIZE_BUCKETS = (("1 node", 1, 1), ("2-7 nodes", 2, 7), ("8+ nodes", 8, 10**9))
 SCALE_KINDS = (Kind.LAUNCHED, Kind.RELEASED, Kind.TARGET_RAISED, Kind.TARGET_LOWERED,

@@ -8,10 +8,9 @@ from __future__ import annotations
 import bisect
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TypeVar
-
-from sqlalchemy.orm.base import manager_of_class
+from typing import TYPE_CHECKING, TypeVar
 
 from slurmscale.lifecycles import (
     GANG_EDGES,
@@ -24,8 +23,7 @@ from slurmscale.lifecycles import (
 )
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
-from slurmscale.store.tables import (
-    Base,
+from slurmscale.store.rows import (
     CapacityReservationRow,
     GangRow,
     HoldRow,
@@ -36,16 +34,16 @@ from slurmscale.store.tables import (
     RequestRow,
 )
 
-R = TypeVar("R", bound=Base)
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+R = TypeVar("R", bound="DataclassInstance")
 
 
 def _copy(row: R) -> R:
-    """A new transient row with `row`'s values, made as the ORM makes the rows it loads
-    (values put in place, not set one by one through the attribute events: a read is on the
-    simulator's every pass)."""
-    new: R = manager_of_class(type(row)).new_instance()
-    new.__dict__.update({k: v for k, v in row.__dict__.items() if k != "_sa_instance_state"})
-    return new
+    """A new record with `row`'s values (the records are plain dataclasses: `replace` makes
+    a fresh one, mapped by the SQL store or not)."""
+    return replace(row)
 
 
 class MemoryStore:
@@ -182,6 +180,9 @@ class MemoryStore:
                     del self._active[row.node]
 
     # --- Slurm's requests and the gangs launched for them ------------------------------
+    def is_outage(self, error: Exception) -> bool:
+        return False  # (memory does not go away)
+
     def add_request(self, req: SpooledRequest) -> bool:
         if req.id in self._requests:
             return False

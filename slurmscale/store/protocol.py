@@ -12,7 +12,7 @@ from typing import Protocol
 
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
-from slurmscale.store.tables import (
+from slurmscale.store.rows import (
     CapacityReservationRow,
     GangRow,
     HoldRow,
@@ -68,6 +68,11 @@ class LaunchStore(PassStore, Protocol):
     the requests themselves, gangs, and the instances launched and terminated."""
 
     def add_request(self, req: SpooledRequest) -> bool: ...
+
+    def is_outage(self, error: Exception) -> bool:
+        """Is `error` (raised by one of these calls) the store itself failing - unreachable,
+        full, locked - rather than the record handed to it?"""
+        ...
 
     def pending_requests(self) -> list[RequestRow]: ...
 

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from sqlalchemy import (
     Integer,
@@ -24,7 +24,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql import Select
 
@@ -41,7 +41,8 @@ from slurmscale.lifecycles import (
 )
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
-from slurmscale.store.tables import (
+from slurmscale.store import tables as t
+from slurmscale.store.rows import (
     CapacityReservationRow,
     EventRow,
     GangRow,
@@ -80,15 +81,6 @@ def current_revision(conn: Connection) -> str | None:
 ACTIVE_INSTANCE_STATES = (InstanceState.RUNNING.value,)
 
 
-@overload
-def utc(dt: datetime) -> datetime: ...
-@overload
-def utc(dt: None) -> None: ...
-def utc(dt: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes; everything here is UTC."""
-    if dt is None:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
@@ -178,7 +170,8 @@ class Store:
             return s.get(table, key)
         except DECODE_ERRORS as e:
             s.rollback()
-            self.quarantined[(table.__tablename__, str(key))] = f"{type(e).__name__}: {e}"[:300]
+            name = inspect(table).local_table.name
+            self.quarantined[(name, str(key))] = f"{type(e).__name__}: {e}"[:300]
             return None
 
     def upgrade(self) -> None:
@@ -212,6 +205,9 @@ class Store:
         self.engine.dispose()
 
     # requests -------------------------------------------------------------------------
+    def is_outage(self, error: Exception) -> bool:
+        return isinstance(error, DBAPIError)
+
     def add_request(self, req: SpooledRequest) -> bool:
         """Insert a spooled request; False if it is already here (a re-drained spool file)."""
         row = RequestRow(
@@ -233,8 +229,8 @@ class Store:
     def pending_requests(self) -> list[RequestRow]:
         with self.session() as s:
             return self._rows(s, select(RequestRow).where(
-                RequestRow.status == RequestStatus.PENDING.value)
-                                  .order_by(RequestRow.received_at, RequestRow.id))
+                t.requests.c.status == RequestStatus.PENDING.value)
+                                  .order_by(t.requests.c.received_at, t.requests.c.id))
 
     def finish_requests(self, ids: Iterable[str], status: str, now: datetime,
                         error: str | None = None) -> None:
@@ -242,16 +238,16 @@ class Store:
         if not ids:
             return
         with self.session() as s:
-            for rid, old in s.execute(select(RequestRow.id, RequestRow.status)
-                                      .where(RequestRow.id.in_(ids))):
+            for rid, old in s.execute(select(t.requests.c.id, t.requests.c.status)
+                                      .where(t.requests.c.id.in_(ids))):
                 check(REQUEST_EDGES, f"request {rid}", old, status)
-            s.execute(update(RequestRow).where(RequestRow.id.in_(ids))
+            s.execute(update(RequestRow).where(t.requests.c.id.in_(ids))
                       .values(status=status, processed_at=now, error=error))
             s.commit()
 
     def requests(self, limit: int = 100) -> list[RequestRow]:
         with self.session() as s:
-            return self._rows(s, select(RequestRow).order_by(RequestRow.received_at.desc())
+            return self._rows(s, select(RequestRow).order_by(t.requests.c.received_at.desc())
                                   .limit(limit))
 
     # gangs ----------------------------------------------------------------------------
@@ -268,14 +264,14 @@ class Store:
     def update_gang(self, gang_id: str, **values: object) -> None:
         with self.session() as s:
             if "status" in values:
-                old = s.scalar(select(GangRow.status).where(GangRow.id == gang_id))
+                old = s.scalar(select(t.gangs.c.status).where(t.gangs.c.id == gang_id))
                 check(GANG_EDGES, f"gang {gang_id}", old, str(values["status"]))
-            s.execute(update(GangRow).where(GangRow.id == gang_id).values(**values))
+            s.execute(update(GangRow).where(t.gangs.c.id == gang_id).values(**values))
             s.commit()
 
     def gangs(self, limit: int = 100) -> list[GangRow]:
         with self.session() as s:
-            return self._rows(s, select(GangRow).order_by(GangRow.created_at.desc())
+            return self._rows(s, select(GangRow).order_by(t.gangs.c.created_at.desc())
                                   .limit(limit))
 
     # instances ------------------------------------------------------------------------
@@ -289,42 +285,42 @@ class Store:
             s.commit()
 
     def active_instances(self, nodes: Iterable[str] | None = None) -> list[InstanceRow]:
-        q = select(InstanceRow).where(InstanceRow.state.in_(ACTIVE_INSTANCE_STATES))
+        q = select(InstanceRow).where(t.instances.c.state.in_(ACTIVE_INSTANCE_STATES))
         if nodes is not None:
-            q = q.where(InstanceRow.node.in_(list(nodes)))
+            q = q.where(t.instances.c.node.in_(list(nodes)))
         with self.session() as s:
-            return self._rows(s, q.order_by(InstanceRow.node))
+            return self._rows(s, q.order_by(t.instances.c.node))
 
     def reserved_nodes(self) -> frozenset[str]:
         """Nodes whose running instance is in a capacity reservation (paid used or not)."""
-        q = select(InstanceRow.node).where(InstanceRow.state.in_(ACTIVE_INSTANCE_STATES),
-                                           InstanceRow.capacity_reservation_id != "")
+        q = select(t.instances.c.node).where(t.instances.c.state.in_(ACTIVE_INSTANCE_STATES),
+                                           t.instances.c.capacity_reservation_id != "")
         with self.session() as s:
             return frozenset(s.scalars(q))
 
     def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]:
         """Each node's most recently launched instance, whatever its state."""
-        latest = (select(InstanceRow.node, func.max(InstanceRow.launched_at).label("at"))
-                  .where(InstanceRow.node.in_(list(nodes))).group_by(InstanceRow.node)
+        latest = (select(t.instances.c.node, func.max(t.instances.c.launched_at).label("at"))
+                  .where(t.instances.c.node.in_(list(nodes))).group_by(t.instances.c.node)
                   .subquery())
         with self.session() as s:
             rows = self._rows(s, select(InstanceRow).join(
-                latest, (InstanceRow.node == latest.c.node)
-                & (InstanceRow.launched_at == latest.c.at)))
+                latest, (t.instances.c.node == latest.c.node)
+                & (t.instances.c.launched_at == latest.c.at)))
             return {r.node: r for r in rows}
 
     def live_gangs(self) -> set[str]:
         """Gangs with an instance up or a launch in flight (their placement group is in use)."""
         with self.session() as s:
-            up = s.scalars(select(InstanceRow.gang_id).where(
-                InstanceRow.state.in_(ACTIVE_INSTANCE_STATES)).distinct())
-            launching = s.scalars(select(GangRow.id).where(
-                GangRow.status == GangStatus.LAUNCHING.value))
+            up = s.scalars(select(t.instances.c.gang_id).where(
+                t.instances.c.state.in_(ACTIVE_INSTANCE_STATES)).distinct())
+            launching = s.scalars(select(t.gangs.c.id).where(
+                t.gangs.c.status == GangStatus.LAUNCHING.value))
             return set(up) | set(launching)
 
     def instances(self, limit: int = 1000) -> list[InstanceRow]:
         with self.session() as s:
-            return self._rows(s, select(InstanceRow).order_by(InstanceRow.launched_at.desc())
+            return self._rows(s, select(InstanceRow).order_by(t.instances.c.launched_at.desc())
                                   .limit(limit))
 
     def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None:
@@ -332,10 +328,10 @@ class Store:
         if not ids:
             return
         with self.session() as s:
-            for iid, old in s.execute(select(InstanceRow.instance_id, InstanceRow.state)
-                                      .where(InstanceRow.instance_id.in_(ids))):
+            for iid, old in s.execute(select(t.instances.c.instance_id, t.instances.c.state)
+                                      .where(t.instances.c.instance_id.in_(ids))):
                 check(INSTANCE_EDGES, f"instance {iid}", old, InstanceState.TERMINATED)
-            s.execute(update(InstanceRow).where(InstanceRow.instance_id.in_(ids))
+            s.execute(update(InstanceRow).where(t.instances.c.instance_id.in_(ids))
                       .values(state=InstanceState.TERMINATED.value, terminated_at=now))
             s.commit()
 
@@ -356,9 +352,9 @@ class Store:
     def holds(self, states: tuple[str, ...] | None = None) -> list[HoldRow]:
         q = select(HoldRow)
         if states is not None:
-            q = q.where(HoldRow.state.in_(states))
+            q = q.where(t.holds.c.state.in_(states))
         with self.session() as s:
-            return self._rows(s, q.order_by(HoldRow.created_s.desc()))
+            return self._rows(s, q.order_by(t.holds.c.created_s.desc()))
 
     def hold(self, name: str) -> HoldRow | None:
         with self.session() as s:
@@ -366,14 +362,14 @@ class Store:
 
     def put_hold(self, row: HoldRow) -> None:
         with self.session() as s:
-            old = s.scalar(select(HoldRow.state).where(HoldRow.name == row.name))
+            old = s.scalar(select(t.holds.c.state).where(t.holds.c.name == row.name))
             check(HOLD_EDGES, f"hold {row.name}", old, row.state)
             s.merge(row)
             s.commit()
 
     def exhausted_jobs(self) -> frozenset[str]:
         with self.session() as s:
-            return frozenset(s.scalars(select(HoldRow.job_id).where(HoldRow.exhausted)))
+            return frozenset(s.scalars(select(t.holds.c.job_id).where(t.holds.c.exhausted)))
 
     # offerings (capacity backoff) -----------------------------------------------------
     def offering(self, pool: str) -> OfferingRow | None:
@@ -399,23 +395,23 @@ class Store:
     def capacity_reservations(self) -> list[CapacityReservationRow]:
         with self.session() as s:
             return self._rows(s, select(CapacityReservationRow).order_by(
-                CapacityReservationRow.pool, CapacityReservationRow.start_at,
-                CapacityReservationRow.id))
+                t.capacity_reservations.c.pool, t.capacity_reservations.c.start_at,
+                t.capacity_reservations.c.id))
 
     def reserved_instances(self, reservation_id: str, since: datetime) -> list[InstanceRow]:
         """The instances that ran in this reservation at some time since `since` (the metrics
         ask every pass: a long-lived reservation's older history is not read)."""
         with self.session() as s:
             return self._rows(s, select(InstanceRow).where(
-                InstanceRow.capacity_reservation_id == reservation_id,
-                or_(InstanceRow.terminated_at.is_(None), InstanceRow.terminated_at >= since)))
+                t.instances.c.capacity_reservation_id == reservation_id,
+                or_(t.instances.c.terminated_at.is_(None), t.instances.c.terminated_at >= since)))
 
     # preemptions ----------------------------------------------------------------------
     def has_preemption(self, job_id: str, instance_id: str) -> bool:
         with self.session() as s:
             return (s.scalar(select(func.count()).select_from(PreemptionRow).where(
-                PreemptionRow.job_id == job_id,
-                PreemptionRow.instance_id == instance_id)) or 0) > 0
+                t.preemptions.c.job_id == job_id,
+                t.preemptions.c.instance_id == instance_id)) or 0) > 0
 
     def add_preemption(self, row: PreemptionRow) -> None:
         with self.session() as s:
@@ -426,11 +422,11 @@ class Store:
                     since: float | None = None) -> list[PreemptionRow]:
         q = select(PreemptionRow)
         if job_id is not None:
-            q = q.where(PreemptionRow.job_id == job_id)
+            q = q.where(t.preemptions.c.job_id == job_id)
         if since is not None:
-            q = q.where(PreemptionRow.at >= datetime.fromtimestamp(since, UTC))
+            q = q.where(t.preemptions.c.at >= datetime.fromtimestamp(since, UTC))
         with self.session() as s:
-            return self._rows(s, q.order_by(PreemptionRow.id))
+            return self._rows(s, q.order_by(t.preemptions.c.id))
 
     def add_replacement(self, row: ReplacementRow) -> None:
         with self.session() as s:
@@ -440,9 +436,9 @@ class Store:
     def replacements(self, since: float | None = None) -> list[ReplacementRow]:
         q = select(ReplacementRow)
         if since is not None:
-            q = q.where(ReplacementRow.at >= datetime.fromtimestamp(since, UTC))
+            q = q.where(t.replacements.c.at >= datetime.fromtimestamp(since, UTC))
         with self.session() as s:
-            return self._rows(s, q.order_by(ReplacementRow.id))
+            return self._rows(s, q.order_by(t.replacements.c.id))
 
     def instance(self, instance_id: str) -> InstanceRow | None:
         with self.session() as s:
@@ -462,13 +458,13 @@ class Store:
         """The newest `limit` events (of these kinds, in [since, until)), oldest first."""
         q = select(EventRow)
         if since is not None:
-            q = q.where(EventRow.at >= since)
+            q = q.where(t.events.c.at >= since)
         if until is not None:
-            q = q.where(EventRow.at < until)
+            q = q.where(t.events.c.at < until)
         if kinds is not None:
-            q = q.where(EventRow.kind.in_(list(kinds)))
+            q = q.where(t.events.c.kind.in_(list(kinds)))
         with self.session() as s:
-            rows = self._rows(s, q.order_by(EventRow.id.desc()).limit(limit))
+            rows = self._rows(s, q.order_by(t.events.c.id.desc()).limit(limit))
         return list(reversed(rows))
 
     # jobs and samples (reports, metrics) --------------------------------------------------
@@ -478,8 +474,8 @@ class Store:
         if not rows:
             return []
         with self.session() as s:
-            known = set(s.scalars(select(JobRow.job_id).where(
-                JobRow.job_id.in_([r.job_id for r in rows]))))
+            known = set(s.scalars(select(t.jobs.c.job_id).where(
+                t.jobs.c.job_id.in_([r.job_id for r in rows]))))
             new = [r for r in rows if r.job_id not in known]
             s.add_all(new)
             s.commit()  # the session keeps their loaded values (expire_on_commit=False)
@@ -490,21 +486,21 @@ class Store:
         if not ids:
             return
         with self.session() as s:
-            s.execute(update(JobRow).where(JobRow.job_id.in_(ids), JobRow.ended_at.is_(None))
+            s.execute(update(JobRow).where(t.jobs.c.job_id.in_(ids), t.jobs.c.ended_at.is_(None))
                       .values(ended_at=now))
             s.commit()
 
     def running_job_ids(self) -> set[str]:
         with self.session() as s:
-            return set(s.scalars(select(JobRow.job_id).where(JobRow.ended_at.is_(None))))
+            return set(s.scalars(select(t.jobs.c.job_id).where(t.jobs.c.ended_at.is_(None))))
 
     def jobs(self, since: datetime, until: datetime) -> list[JobRow]:
         """Jobs that started before `until` and had not ended by `since`."""
         with self.session() as s:
             return self._rows(s, select(JobRow).where(
-                JobRow.started_at < until,
-                or_(JobRow.ended_at.is_(None), JobRow.ended_at >= since))
-                .order_by(JobRow.started_at))
+                t.jobs.c.started_at < until,
+                or_(t.jobs.c.ended_at.is_(None), t.jobs.c.ended_at >= since))
+                .order_by(t.jobs.c.started_at))
 
     def add_samples(self, rows: Sequence[SampleRow]) -> None:
         with self.session() as s:
@@ -514,7 +510,7 @@ class Store:
     def samples(self, since: datetime, until: datetime) -> list[SampleRow]:
         with self.session() as s:
             return self._rows(s, select(SampleRow).where(
-                SampleRow.at >= since, SampleRow.at < until).order_by(SampleRow.at))
+                t.samples.c.at >= since, t.samples.c.at < until).order_by(t.samples.c.at))
 
     def sample_series(self, since: datetime, until: datetime, points: int
                       ) -> dict[str, list[tuple[float, float, float, float]]]:
@@ -522,14 +518,14 @@ class Store:
         buckets, in SQL (GROUP BY pool, bucket): (bucket's mean time, nodes up, busy, pending
         GPUs). A month at 20 pools is 864,000 rows; what comes back is 20 x `points`."""
         width = max(1, math.ceil((until - since).total_seconds() / max(1, points)))
-        t = func.extract("epoch", SampleRow.at)
+        epoch = func.extract("epoch", t.samples.c.at)
         # integer division of whole seconds: SQLite (without its math functions) and
         # PostgreSQL alike
-        bucket = cast(t - int(since.timestamp()), Integer) // width
-        q = (select(SampleRow.pool, func.avg(t), func.avg(SampleRow.nodes_up),
-                    func.avg(SampleRow.nodes_busy), func.avg(SampleRow.pending_gpus))
-             .where(SampleRow.at >= since, SampleRow.at < until)
-             .group_by(SampleRow.pool, bucket).order_by(SampleRow.pool, bucket))
+        bucket = cast(epoch - int(since.timestamp()), Integer) // width
+        q = (select(t.samples.c.pool, func.avg(epoch), func.avg(t.samples.c.nodes_up),
+                    func.avg(t.samples.c.nodes_busy), func.avg(t.samples.c.pending_gpus))
+             .where(t.samples.c.at >= since, t.samples.c.at < until)
+             .group_by(t.samples.c.pool, bucket).order_by(t.samples.c.pool, bucket))
         out: dict[str, list[tuple[float, float, float, float]]] = {}
         with self.session() as s:
             for pool, at, up, busy, gpus in s.execute(q):
@@ -539,24 +535,24 @@ class Store:
 
     def prune_samples(self, before: datetime) -> None:
         with self.session() as s:
-            s.execute(delete(SampleRow).where(SampleRow.at < before))
+            s.execute(delete(SampleRow).where(t.samples.c.at < before))
             s.commit()
 
     def instances_between(self, since: datetime, until: datetime) -> list[InstanceRow]:
         """Instances that ran for some of [since, until)."""
         with self.session() as s:
             return self._rows(s, select(InstanceRow).where(
-                InstanceRow.launched_at < until,
-                or_(InstanceRow.terminated_at.is_(None), InstanceRow.terminated_at >= since)))
+                t.instances.c.launched_at < until,
+                or_(t.instances.c.terminated_at.is_(None), t.instances.c.terminated_at >= since)))
 
     def gangs_between(self, since: datetime, until: datetime) -> list[GangRow]:
         with self.session() as s:
             return self._rows(s, select(GangRow).where(
-                GangRow.created_at >= since, GangRow.created_at < until)
-                .order_by(GangRow.created_at))
+                t.gangs.c.created_at >= since, t.gangs.c.created_at < until)
+                .order_by(t.gangs.c.created_at))
 
     def event_counts(self, since: datetime, until: datetime) -> dict[str, int]:
         with self.session() as s:
             return {k: n for k, n in s.execute(
-                select(EventRow.kind, func.count()).where(
-                    EventRow.at >= since, EventRow.at < until).group_by(EventRow.kind))}
+                select(t.events.c.kind, func.count()).where(
+                    t.events.c.at >= since, t.events.c.at < until).group_by(t.events.c.kind))}

@@ -25,7 +25,7 @@ from slurmscale.config import parse_config
 from slurmscale.report.compute import build_report
 from slurmscale.report.render import MAX_POINTS, to_html
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import EventRow, InstanceRow, JobRow, SampleRow
+from slurmscale.store.rows import EventRow, InstanceRow, JobRow, SampleRow
 from tests.unit.conftest import base_config
 
 END = datetime(2026, 11, 29, tzinfo=UTC)

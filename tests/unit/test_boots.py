@@ -28,7 +28,7 @@ from slurmscale.policy.boots import (
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import GangRow, InstanceRow
+from slurmscale.store.rows import GangRow, InstanceRow
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.unit.conftest import base_config
 

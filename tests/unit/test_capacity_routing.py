@@ -226,7 +226,7 @@ def test_a_job_reclaimed_max_reclaims_times_skips_interruptible_reservations(
     end there: from `max_reclaims` (2) reclaims on, its gang goes to the pool's other capacity
     and the launch says why; below that it goes into the reservation as before."""
     from slurmscale.cloud.events import EventKind
-    from slurmscale.store.tables import PreemptionRow
+    from slurmscale.store.rows import PreemptionRow
 
     r, cloud, _, clock, spool = _world(tmp_path, capacity_reservations={
         "ids": ["cr-0000000a"]})

@@ -21,7 +21,7 @@ from slurmscale.policy.health import Cause, HealthWatch, Running, Step
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import InstanceRow
+from slurmscale.store.rows import InstanceRow
 from tests.support.fakes import FakeCloud, FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
 

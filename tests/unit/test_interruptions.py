@@ -18,7 +18,7 @@ from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import InstanceRow
+from slurmscale.store.rows import InstanceRow
 from tests.support.ec2_events import ec2_event
 from tests.support.fakes import FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 from slurmscale.daemon.ledger import Ledger
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.observe import build_snapshot
-from slurmscale.store.repo import Store, utc
+from slurmscale.store.repo import Store
+from slurmscale.store.rows import utc
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -21,7 +21,7 @@ from slurmscale.lifecycles import (
 )
 from slurmscale.spool import RequestKind, SpooledRequest
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import GangRow, HoldRow, InstanceRow
+from slurmscale.store.rows import GangRow, HoldRow, InstanceRow
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from slurmscale.cli_status import render
 from slurmscale.report.compute import paid_now, paid_usage
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import CapacityReservationRow, InstanceRow
+from slurmscale.store.rows import CapacityReservationRow, InstanceRow
 from tests.support.history import seed
 
 T0 = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)

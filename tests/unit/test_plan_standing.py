@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from slurmscale.cli import cli
 from slurmscale.lifecycles import HoldState
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import HoldRow
+from slurmscale.store.rows import HoldRow
 from tests.unit.conftest import base_config
 
 

@@ -18,7 +18,7 @@ from slurmscale.config import Config
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import InstanceRow
+from slurmscale.store.rows import InstanceRow
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.unit.conftest import base_config
 from tests.unit.test_reconcile import Clock, hook

@@ -474,7 +474,7 @@ def test_a_spool_file_the_store_cannot_take_is_set_aside(world, monkeypatch) -> 
 
 
 def test_an_unreadable_request_row_is_failed_and_the_others_go_on(world) -> None:  # type: ignore[no-untyped-def]
-    from slurmscale.store.tables import RequestRow
+    from slurmscale.store.rows import RequestRow
 
     r, cloud, _slurm, clock, spool = world
     with r.store.session() as s:
@@ -519,7 +519,7 @@ def test_a_gang_failed_before_a_restart_fails_its_requests_and_is_not_launched_a
     failed -> launched is no edge of the gang's lifecycle)."""
     from sqlalchemy import update
 
-    from slurmscale.store.tables import RequestRow
+    from slurmscale.store.rows import RequestRow
 
     r, cloud, slurm, clock, spool = world
     cloud.error = CloudError("InsufficientInstanceCapacity", "none left")
@@ -565,7 +565,7 @@ def test_a_pass_reads_the_nodes_once_and_the_capacity_pass_sees_the_upkeeps_writ
     read: the capacity pass must decide on them drained (a re-read of just those nodes), not
     as the read left them (idle capacity)."""
     from slurmscale.model import SlurmNode
-    from slurmscale.store.tables import OfferingRow
+    from slurmscale.store.rows import OfferingRow
 
     r, _, slurm, clock, _ = world
     slurm.table.update({n: SlurmNode(n, "IDLE+CLOUD+POWERED_DOWN", n, n)

@@ -17,7 +17,7 @@ from slurmscale.config import parse_config
 from slurmscale.report.compute import build_report, percentile
 from slurmscale.report.render import to_csv, to_html, to_text
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import (
+from slurmscale.store.rows import (
     GangRow,
     HoldRow,
     InstanceRow,
@@ -212,7 +212,7 @@ def test_status_runs_without_slurm_or_daemon_and_says_so(filled, tmp_path) -> No
 
 def test_a_month_of_samples_is_averaged_in_sql_to_at_most_max_points_per_pool() -> None:
     from slurmscale.report.render import MAX_POINTS
-    from slurmscale.store.tables import SampleRow
+    from slurmscale.store.rows import SampleRow
 
     store = Store("sqlite://")
     store.upgrade()

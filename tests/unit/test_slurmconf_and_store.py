@@ -3,7 +3,7 @@ from alembic.migration import MigrationContext
 
 from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
 from slurmscale.store.repo import Store
-from slurmscale.store.tables import Base
+from slurmscale.store.tables import metadata
 from tests.support.history import seed
 
 
@@ -24,7 +24,7 @@ def test_migrations_match_the_models(cfg) -> None:  # type: ignore[no-untyped-de
     store = Store(cfg.store_url)
     store.upgrade()
     with store.engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
     store.upgrade()  # idempotent
 
@@ -93,7 +93,7 @@ def test_events_json_times_events_to_the_millisecond(tmp_path) -> None:  # type:
 def test_last_instances_is_each_nodes_newest_whatever_its_state(cfg) -> None:  # type: ignore[no-untyped-def]
     from datetime import UTC, datetime, timedelta
 
-    from slurmscale.store.tables import InstanceRow
+    from slurmscale.store.rows import InstanceRow
 
     store = Store(cfg.store_url)
     store.upgrade()

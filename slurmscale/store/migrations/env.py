@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
-from slurmscale.store.tables import Base
+from slurmscale.store.tables import metadata
 
 cfg = context.config
 url = cfg.attributes.get("url") or cfg.get_main_option("sqlalchemy.url")
@@ -13,14 +13,14 @@ connection = cfg.attributes.get("connection")
 
 
 def _run(conn: Connection) -> None:
-    context.configure(connection=conn, target_metadata=Base.metadata,
+    context.configure(connection=conn, target_metadata=metadata,
                       render_as_batch=conn.dialect.name == "sqlite")
     with context.begin_transaction():
         context.run_migrations()
 
 
 if context.is_offline_mode():
-    context.configure(url=url, target_metadata=Base.metadata, literal_binds=True)
+    context.configure(url=url, target_metadata=metadata, literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
 elif connection is not None:

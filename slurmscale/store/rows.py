@@ -1,0 +1,229 @@
+"""The store's records: plain dataclasses, one per table, free of SQLAlchemy.
+
+The passes, the policy's edges, the simulator's `MemoryStore` and the read-only commands
+work with these; `tables.py` maps each onto its table (SQLAlchemy's imperative mapping), and
+only what opens the SQL store imports it. Keyword-only: a record is always built by field
+name. `eq=False`: two records are the same only if they are the same object, as the ORM
+keeps them (and they stay hashable). Enums are plain strings (native DB enums cost a
+migration per new value)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import overload
+
+
+@overload
+def utc(dt: datetime) -> datetime: ...
+@overload
+def utc(dt: None) -> None: ...
+def utc(dt: datetime | None) -> datetime | None:
+    """A stored time as an aware UTC datetime: SQLite returns naive ones; everything stored
+    is UTC."""
+    if dt is None:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+@dataclass(eq=False, kw_only=True)
+class RequestRow:
+    """One hook call, moved here from the spool. `status`: pending -> done | failed."""
+
+    id: str
+    kind: str
+    hostlist: str
+    nodes: str  # JSON list
+    resume_file: str | None = None
+    received_at: datetime
+    status: str = "pending"
+    processed_at: datetime | None = None
+    error: str | None = None
+
+
+@dataclass(eq=False, kw_only=True)
+class GangRow:
+    """One CreateFleet decision: a job's whole node set, or a coalesced batch of single nodes.
+    `status`: launching -> launched | failed."""
+
+    id: str
+    pool: str
+    nodes: str  # hostlist
+    size: int
+    job_ids: str = "[]"  # JSON list
+    request_ids: str = "[]"  # JSON list
+    coalesced: bool = False
+    status: str
+    client_token: str
+    launch_template_version: str
+    fleet_id: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(eq=False, kw_only=True)
+class InstanceRow:
+    """An EC2 instance slurmscale launched. `state`: running -> terminated."""
+
+    instance_id: str
+    node: str
+    pool: str
+    gang_id: str
+    instance_type: str
+    lifecycle: str
+    image_id: str = ""
+    launch_template_version: str
+    private_ip: str = ""
+    # the capacity reservation it runs in ("": none): paid for whether used or not
+    capacity_reservation_id: str = ""
+    state: str
+    launched_at: datetime
+    terminated_at: datetime | None = None
+
+
+@dataclass(eq=False, kw_only=True)
+class EventRow:
+    """The audit log: every decision and every failure, with its reason."""
+
+    id: int | None = None
+    at: datetime
+    kind: str
+    node: str | None = None
+    request_id: str | None = None
+    gang_id: str | None = None
+    message: str
+
+
+@dataclass(eq=False, kw_only=True)
+class PoolStateRow:
+    """The capacity policy's memory of one pool between passes (PoolMemory): its target and
+    the clocks behind the sustained-demand and cooldown rules, as Unix seconds."""
+
+    pool: str
+    target: int
+    above_since: float | None = None
+    last_step_at: float | None = None
+    updated_at: datetime
+
+
+@dataclass(eq=False, kw_only=True)
+class HoldRow:
+    """One of slurmscale's reservations accumulating nodes for a pending gang.
+    `state`: active -> releasing (Slurm refused the delete: its job runs in it) -> released.
+    Times are Unix seconds, as the policy keeps them."""
+
+    name: str
+    pool: str
+    job_id: str
+    user_name: str
+    needed: int
+    nodes: str  # JSON list
+    created_s: float
+    spent_gpu_s: float = 0.0
+    accounted_s: float
+    attached: bool = False
+    state: str
+    reason: str = ""
+    exhausted: bool = False  # never hold for it again
+    released_s: float | None = None
+
+
+@dataclass(eq=False, kw_only=True)
+class PreemptionRow:
+    """A job requeued because its node's instance was interrupted (or about to be)."""
+
+    id: int | None = None
+    at: datetime
+    job_id: str
+    node: str
+    instance_id: str
+    pool: str
+    instance_type: str
+    lifecycle: str
+    kind: str  # the EC2 event's detail-type
+    notice_time: str = ""
+
+
+@dataclass(eq=False, kw_only=True)
+class ReplacementRow:
+    """A node whose instance slurmscale replaced because it was unhealthy (or about to be
+    retired): jobs requeued, instance terminated, node returned. `detected_at`: when first
+    seen unhealthy; `at`: when the replacement was carried out. `left`: not replaced but left
+    drained for an admin (replaced too often)."""
+
+    id: int | None = None
+    at: datetime
+    detected_at: datetime
+    node: str
+    pool: str
+    instance_id: str
+    instance_type: str
+    gpus: int
+    cause: str
+    detail: str = ""
+    jobs_requeued: int = 0
+    left: bool = False
+
+
+@dataclass(eq=False, kw_only=True)
+class OfferingRow:
+    """A pool's capacity after an insufficient-capacity error: unavailable until `until_s`
+    (Unix seconds); `repeats` errors in a row double the TTL; a launch that works resets it.
+    One row per pool: its CreateFleet already offers EC2 every instance type x subnet it may
+    use, so a capacity error there means none of them had room."""
+
+    pool: str
+    until_s: float
+    repeats: int
+    last_code: str
+    updated_at: datetime
+
+
+@dataclass(eq=False, kw_only=True)
+class CapacityReservationRow:
+    """A pool's capacity reservation or Capacity Block as the daemon last read it from EC2.
+    `kind`: default (an ODCR) or capacity-block."""
+
+    id: str
+    pool: str
+    kind: str
+    instance_type: str
+    availability_zone: str
+    total: int
+    available: int
+    state: str
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    read_at: datetime
+
+
+@dataclass(eq=False, kw_only=True)
+class JobRow:
+    """A job slurmscale saw start: its queue wait (started - submitted) and, once it is gone
+    from the queue, its run (ended). The first start only: requeues are preemption rows."""
+
+    job_id: str
+    pool: str
+    user_name: str
+    num_nodes: int
+    gpus_per_node: int
+    submitted_at: datetime
+    started_at: datetime
+    ended_at: datetime | None = None
+
+
+@dataclass(eq=False, kw_only=True)
+class SampleRow:
+    """One pool's capacity and demand at one moment (once a minute)."""
+
+    at: datetime
+    pool: str
+    nodes_up: int
+    nodes_busy: int
+    nodes_booting: int
+    nodes_held: int
+    pending_gpus: int
+    pending_gpu_hours: float
+    pending_gangs: int
