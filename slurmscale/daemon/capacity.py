@@ -9,6 +9,7 @@ sustained/cooldown clocks) and the holds' budgets are kept in the store between 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -66,7 +67,10 @@ class PassPlan:
     gangs: tuple[GangJob, ...] = ()  # the pending gangs this pass planned holds for
 
 
-def read_priorities(slurm: SlurmClient) -> tuple[list[JobPriority], PriorityWeights | None]:
+Priorities = tuple[list[JobPriority], PriorityWeights | None]
+
+
+def read_priorities(slurm: SlurmClient) -> Priorities:
     """sprio's lines and the age weights, or none: under priority/basic sprio refuses to run,
     and a gang's standing is then its squeue priority alone; never a reason to skip a pass."""
     try:
@@ -76,7 +80,8 @@ def read_priorities(slurm: SlurmClient) -> tuple[list[JobPriority], PriorityWeig
         return [], None
 
 
-def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
+def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[], PassStore],
+                 now: float,
                  arrival_log: dict[str, tuple[float, str, int]] | None = None,
                  plans_seen: dict[str, float] | None = None,
                  standings: bool = False,
@@ -86,12 +91,15 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore, now: float,
     `plans_seen`: its memory of each pending gang's earliest backfill plan
     (see with_earliest_plans); `standings`: read sprio for every pending gang's standing
     (`plan` shows it), not only where a gang's plan slipped; `nodes`: the pass's node read,
-    current (None: read them here)."""
+    current (None: read them here). `store` may be a function that gives it, called once
+    Slurm is read (`plan --live` reads the store in another process meanwhile)."""
     from slurmscale.daemon.holds import HoldPass, with_earliest_plans
 
     if nodes is None:
         nodes = slurm.nodes()
     jobs, res = slurm.active_jobs(), slurm.reservations()
+    if callable(store):
+        store = store()
     requeued = frozenset(p.job_id for p in store.preemptions(since=now - REQUEUED_RECENTLY_S))
     paid = store.reserved_nodes()
     snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), arrival_log, requeued,

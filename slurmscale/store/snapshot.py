@@ -1,0 +1,222 @@
+"""What the capacity policy reads of the store, read once: a read-only `PassStore`.
+
+`plan --live` makes the policy's decisions without carrying them out, so of the store it only
+reads - the policy's memory, the holds, the pools in capacity backoff, the capacity
+reservations as last read, the recent preemptions. Those reads are small, but opening the SQL
+store means importing SQLAlchemy, a third of the command's time at 50,000 jobs; so the command
+makes them in a child process (`ReadAside`) while it reads and parses Slurm itself, and the
+child hands them back as this snapshot, its records as plain field values through a pipe.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import signal
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from slurmscale.policy.model import PoolMemory
+from slurmscale.store.protocol import PassStore
+from slurmscale.store.rows import (
+    CapacityReservationRow,
+    HoldRow,
+    InstanceRow,
+    OfferingRow,
+    PreemptionRow,
+    ReplacementRow,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+
+class ReadOnly(RuntimeError):
+    """A write, or a read the snapshot was not made with: a caller bug, never data's."""
+
+
+@dataclass(frozen=True)
+class StoreSnapshot:
+    """`preemptions_since`: the preemptions read are those since then (Unix s)."""
+
+    memory: dict[str, PoolMemory]
+    hold_rows: tuple[HoldRow, ...]
+    offering_rows: tuple[OfferingRow, ...]
+    reservation_rows: tuple[CapacityReservationRow, ...]
+    preemption_rows: tuple[PreemptionRow, ...]
+    reserved: frozenset[str]
+    preemptions_since: float
+
+    @classmethod
+    def read(cls, store: PassStore, preemptions_since: float) -> StoreSnapshot:
+        return cls(store.pool_memory(), tuple(store.holds()), tuple(store.offerings()),
+                   tuple(store.capacity_reservations()),
+                   tuple(store.preemptions(since=preemptions_since)), store.reserved_nodes(),
+                   preemptions_since)
+
+    # --- across a pipe: records as their field values, so the reader needs no ORM --------
+    def to_plain(self) -> dict[str, Any]:
+        def plain(rows: Iterable[DataclassInstance]) -> list[dict[str, Any]]:
+            # (field by field: a record the SQL store loaded also carries the ORM's state)
+            return [{f.name: getattr(r, f.name) for f in fields(r)} for r in rows]
+        return {"memory": {k: asdict(v) for k, v in self.memory.items()},
+                "holds": plain(self.hold_rows), "offerings": plain(self.offering_rows),
+                "reservations": plain(self.reservation_rows),
+                "preemptions": plain(self.preemption_rows), "reserved": sorted(self.reserved),
+                "since": self.preemptions_since}
+
+    @classmethod
+    def from_plain(cls, d: dict[str, Any]) -> StoreSnapshot:
+        return cls({k: PoolMemory(**v) for k, v in d["memory"].items()},
+                   tuple(HoldRow(**r) for r in d["holds"]),
+                   tuple(OfferingRow(**r) for r in d["offerings"]),
+                   tuple(CapacityReservationRow(**r) for r in d["reservations"]),
+                   tuple(PreemptionRow(**r) for r in d["preemptions"]),
+                   frozenset(d["reserved"]), d["since"])
+
+    # --- PassStore's reads (copies: a caller that edits one changes nothing) --------------
+    def pool_memory(self) -> dict[str, PoolMemory]:
+        return dict(self.memory)
+
+    def holds(self, states: tuple[str, ...] | None = None) -> list[HoldRow]:
+        return [replace(h) for h in self.hold_rows if states is None or h.state in states]
+
+    def hold(self, name: str) -> HoldRow | None:
+        return next((replace(h) for h in self.hold_rows if h.name == name), None)
+
+    def exhausted_jobs(self) -> frozenset[str]:
+        return frozenset(h.job_id for h in self.hold_rows if h.exhausted)
+
+    def offering(self, pool: str) -> OfferingRow | None:
+        return next((replace(o) for o in self.offering_rows if o.pool == pool), None)
+
+    def offerings(self) -> list[OfferingRow]:
+        return [replace(o) for o in self.offering_rows]
+
+    def capacity_reservations(self) -> list[CapacityReservationRow]:
+        return [replace(r) for r in self.reservation_rows]
+
+    def reserved_nodes(self) -> frozenset[str]:
+        return self.reserved
+
+    def preemptions(self, job_id: str | None = None,
+                    since: float | None = None) -> list[PreemptionRow]:
+        if since is None or since < self.preemptions_since:
+            raise ReadOnly(f"preemptions since {since}: the snapshot holds those since "
+                           f"{self.preemptions_since}")
+        return [replace(p) for p in self.preemption_rows
+                if p.at.timestamp() >= since and (job_id is None or p.job_id == job_id)]
+
+    def has_preemption(self, job_id: str, instance_id: str) -> bool:
+        return any(p.job_id == job_id and p.instance_id == instance_id
+                   for p in self.preemption_rows)
+
+    # --- what the snapshot was not made for ----------------------------------------------
+    def _refuse(self, what: str) -> NoReturn:
+        raise ReadOnly(f"{what}: a store snapshot is read-only and holds the policy's reads")
+
+    def save_pool_memory(self, memory: dict[str, PoolMemory], now: datetime) -> None:
+        self._refuse("save_pool_memory")
+
+    def put_hold(self, row: HoldRow) -> None:
+        self._refuse("put_hold")
+
+    def put_offering(self, row: OfferingRow) -> None:
+        self._refuse("put_offering")
+
+    def add_preemption(self, row: PreemptionRow) -> None:
+        self._refuse("add_preemption")
+
+    def add_replacement(self, row: ReplacementRow) -> None:
+        self._refuse("add_replacement")
+
+    def replacements(self, since: float | None = None) -> list[ReplacementRow]:
+        self._refuse("replacements")
+
+    def instance(self, instance_id: str) -> InstanceRow | None:
+        self._refuse("instance")
+
+    def active_instances(self, nodes: Iterable[str] | None = None) -> list[InstanceRow]:
+        self._refuse("active_instances")
+
+
+class ReadAside:
+    """A `StoreSnapshot` read by a child process while this one goes on (reading Slurm):
+    `snapshot()` waits for it. `open_store`: the CLI's opener, which prints one line and
+    exits on a store that cannot be used - what it printed comes back with its code, and
+    `snapshot()` prints the same and exits the same. `close()` ends a child whose answer was
+    never waited for. Only this child is ever waited for or signalled, by its PID."""
+
+    def __init__(self, open_store: Callable[[], Any], preemptions_since: float) -> None:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            _child(w, open_store, preemptions_since)  # (never returns)
+        os.close(w)
+        self.pid: int | None = pid
+        self._r = r
+        self._got: StoreSnapshot | None = None
+
+    def snapshot(self) -> StoreSnapshot:
+        if self._got is not None:
+            return self._got
+        if self.pid is None:
+            raise ReadOnly("the store's reader was ended before its answer was read")
+        with os.fdopen(self._r, "rb") as f:
+            data = f.read()
+        os.waitpid(self.pid, 0)
+        self.pid = None
+        if not data:
+            raise RuntimeError("the process reading the store ended without an answer")
+        kind, value = pickle.loads(data)  # (our own child's bytes, through our own pipe)
+        if kind == "exit":
+            code, said = value
+            sys.stderr.write(said)
+            sys.exit(code)
+        if kind == "error":
+            raise RuntimeError(value)
+        self._got = StoreSnapshot.from_plain(value)
+        return self._got
+
+    def close(self) -> None:
+        if self.pid is None:
+            return
+        os.close(self._r)  # (a child still writing gets EPIPE and ends)
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
+        self.pid = None
+
+
+def _child(w: int, open_store: Callable[[], Any], since: float) -> NoReturn:
+    """Reads the snapshot and writes ("ok", its fields), ("exit", (code, what was printed))
+    or ("error", text); then ends the process without running anything the parent set up for
+    its own exit. (What the opener prints is handed back, not printed here: the parent's
+    stderr may be a Python object, a test's capture, that this copy of it would keep.)"""
+    code = 0
+    said = io.StringIO()
+    sys.stderr = said
+    try:
+        try:
+            store = open_store()
+            try:
+                out: tuple[str, Any] = ("ok", StoreSnapshot.read(store, since).to_plain())
+            finally:
+                store.close()
+        except SystemExit as e:
+            out = ("exit", (e.code if isinstance(e.code, int) else 1, said.getvalue()))
+        except Exception as e:  # noqa: BLE001 - handed to the parent, which reports it
+            out = ("error", f"{type(e).__name__}: {e}")
+        with os.fdopen(w, "wb") as f:
+            pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # noqa: BLE001 - the parent finds no answer and says so
+        code = 1
+    finally:
+        os._exit(code)
