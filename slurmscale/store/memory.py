@@ -1,7 +1,8 @@
 """The passes' store kept in memory: the simulator's (no database, no I/O).
 
-Rows are copied in and out, as the SQL store's detached rows are: a pass that edits a row it
-read changes nothing until it puts it back, and the lifecycle check sees the stored state."""
+Records are copied in and out, as the SQL store's are: a pass that edits a record it read, or
+one it handed over, changes nothing until it puts it back, and the lifecycle check sees the
+stored state."""
 
 from __future__ import annotations
 
@@ -47,9 +48,10 @@ def _copy(row: R) -> R:
 
 
 class MemoryStore:
-    """Implements `LaunchStore` (and so `PassStore`). `paid`: the nodes whose instance runs
-    in a capacity reservation (the SQL store reads them from its instances; the simulator
-    sets them)."""
+    """Implements `LaunchStore` (and so `PassStore`), held to the SQL store's behaviour by
+    `tests/support/store_contract.py`. `paid`: nodes in paid capacity besides those whose
+    recorded instance runs in a capacity reservation - the simulator's engine decides which
+    of its nodes are (its EC2 reports the reservation but launches nothing into it)."""
 
     def __init__(self) -> None:
         self._memory: dict[str, PoolMemory] = {}
@@ -84,9 +86,8 @@ class MemoryStore:
         return None if row is None else _copy(row)
 
     def put_hold(self, row: HoldRow) -> None:
-        """Keeps `row` itself: the caller hands it over (reads give copies)."""
         check(HOLD_EDGES, f"hold {row.name}", self._hold_state.get(row.name), row.state)
-        self._holds[row.name] = row
+        self._holds[row.name] = _copy(row)
         self._hold_state[row.name] = row.state
         self._spent[row.name] = row.spent_gpu_s
         if row.exhausted:
@@ -110,19 +111,20 @@ class MemoryStore:
         return [_copy(r) for r in self._offerings.values()]
 
     def put_offering(self, row: OfferingRow) -> None:
-        self._offerings[row.pool] = row
+        self._offerings[row.pool] = _copy(row)
 
     def capacity_reservations(self) -> list[CapacityReservationRow]:
         return []
 
     def reserved_nodes(self) -> frozenset[str]:
-        return self.paid
+        return self.paid | {node for node, iid in self._active.items()
+                            if self._instances[iid].capacity_reservation_id}
 
     def add_preemption(self, row: PreemptionRow) -> None:
         t = row.at.timestamp()
         i = bisect.bisect_right(self._preempted_at, t)
         self._preempted_at.insert(i, t)
-        self._preemptions.insert(i, row)
+        self._preemptions.insert(i, _copy(row))
 
     def preemptions(self, job_id: str | None = None,
                     since: float | None = None) -> list[PreemptionRow]:
@@ -147,7 +149,7 @@ class MemoryStore:
             old = self._instances.get(r.instance_id)
             check(INSTANCE_EDGES, f"instance {r.instance_id}",
                   None if old is None else old.state, r.state)
-            self._instances[r.instance_id] = r
+            self._instances[r.instance_id] = _copy(r)
             if r.state == InstanceState.RUNNING:
                 self._active[r.node] = r.instance_id
 
@@ -195,7 +197,9 @@ class MemoryStore:
         return True
 
     def pending_requests(self) -> list[RequestRow]:
-        return [_copy(r) for r in self._pending.values()]
+        """As received (the SQL store's order), whatever order they were added in."""
+        return [_copy(r) for r in sorted(self._pending.values(),
+                                         key=lambda r: (r.received_at, r.id))]
 
     def finish_requests(self, ids: Iterable[str], status: str, now: datetime,
                         error: str | None = None) -> None:
@@ -209,7 +213,7 @@ class MemoryStore:
 
     def add_gang(self, row: GangRow) -> None:
         check(GANG_EDGES, f"gang {row.id}", None, row.status)
-        self._gangs[row.id] = row
+        self._gangs[row.id] = _copy(row)
 
     def get_gang(self, gang_id: str) -> GangRow | None:
         row = self._gangs.get(gang_id)

@@ -1,0 +1,180 @@
+"""What the passes rely on a store to do, as checks any `LaunchStore` must pass.
+
+`tests/unit/test_store_contract.py` runs them against the simulator's `MemoryStore` and the
+SQL store on SQLite; `tests/integration/test_store_contract_pg.py` against the SQL store on a
+real PostgreSQL. A difference is a bug in one of them: the simulator would run the daemon's
+passes on a store that behaves otherwise than the daemon's.
+
+Each check gets a fresh, empty store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+
+from slurmscale.lifecycles import (
+    GangStatus,
+    HoldState,
+    IllegalTransition,
+    InstanceState,
+    RequestStatus,
+)
+from slurmscale.policy.model import PoolMemory
+from slurmscale.spool import RequestKind, SpooledRequest
+from slurmscale.store.protocol import LaunchStore
+from slurmscale.store.rows import (
+    GangRow,
+    HoldRow,
+    InstanceRow,
+    OfferingRow,
+    PreemptionRow,
+    ReplacementRow,
+)
+
+T0 = 1_800_000_000.0
+
+
+def at(t: float) -> datetime:
+    return datetime.fromtimestamp(T0 + t, UTC)
+
+
+def hold(name: str, state: HoldState, created: float = 0.0, exhausted: bool = False
+         ) -> HoldRow:
+    return HoldRow(name=name, pool="gpu", job_id=name.rsplit("-", 1)[-1], user_name="u",
+                   needed=2, nodes=json.dumps(["gpu-1", "gpu-2"]), created_s=T0 + created,
+                   spent_gpu_s=0.0, accounted_s=T0 + created, attached=False, state=state,
+                   reason="", exhausted=exhausted, released_s=None)
+
+
+def instance(iid: str, node: str, launched: float, reservation: str = "") -> InstanceRow:
+    return InstanceRow(instance_id=iid, node=node, pool="gpu", gang_id="g-1",
+                       instance_type="p5.48xlarge", lifecycle="spot",
+                       launch_template_version="1", capacity_reservation_id=reservation,
+                       state=InstanceState.RUNNING, launched_at=at(launched))
+
+
+def request(rid: str, t: float, kind: RequestKind = RequestKind.RESUME) -> SpooledRequest:
+    return SpooledRequest(rid, kind, ("gpu-1",), "gpu-1", None, T0 + t)
+
+
+def gang(gid: str) -> GangRow:
+    return GangRow(id=gid, pool="gpu", nodes="gpu-[1-2]", size=2, status=GangStatus.LAUNCHING,
+                   client_token="tok", launch_template_version="1", created_at=at(0),
+                   updated_at=at(0))
+
+
+def holds_follow_their_lifecycle_and_reads_are_copies(store: LaunchStore) -> None:
+    store.put_hold(hold("h-old", HoldState.ACTIVE, created=0))
+    store.put_hold(hold("h-new", HoldState.ACTIVE, created=60, exhausted=True))
+    store.put_hold(hold("h-new", HoldState.RELEASING, created=60, exhausted=True))
+    assert [h.name for h in store.holds()] == ["h-new", "h-old"]  # the newest first
+    assert [h.name for h in store.holds((HoldState.ACTIVE.value,))] == ["h-old"]
+    assert store.exhausted_jobs() == {"new"}
+    with pytest.raises(IllegalTransition):
+        store.put_hold(hold("h-new", HoldState.ACTIVE, created=60))  # releasing -> active
+    got = store.hold("h-old")
+    assert got is not None and store.hold("h-none") is None
+    got.reason = "edited, never put back"
+    assert store.holds((HoldState.ACTIVE.value,))[0].reason == ""
+    put = hold("h-kept", HoldState.ACTIVE)
+    store.put_hold(put)
+    put.reason = "edited after it was put"  # the caller's object is not the stored record
+    stored = store.hold("h-kept")
+    assert stored is not None and stored.reason == ""
+
+
+def the_policys_memory_is_kept_per_pool(store: LaunchStore) -> None:
+    assert store.pool_memory() == {}
+    store.save_pool_memory({"a": PoolMemory(3, T0, None), "b": PoolMemory(1, None, T0)}, at(0))
+    store.save_pool_memory({"a": PoolMemory(4, None, T0 + 5)}, at(5))
+    assert store.pool_memory() == {"a": PoolMemory(4, None, T0 + 5),
+                                   "b": PoolMemory(1, None, T0)}
+
+
+def an_offering_is_one_row_per_pool(store: LaunchStore) -> None:
+    store.put_offering(OfferingRow(pool="gpu", until_s=T0 + 180, repeats=1, last_code="ICE",
+                                   updated_at=at(0)))
+    store.put_offering(OfferingRow(pool="gpu", until_s=T0 + 360, repeats=2, last_code="ICE",
+                                   updated_at=at(1)))
+    got = store.offering("gpu")
+    assert got is not None and (got.until_s, got.repeats) == (T0 + 360, 2)
+    assert [o.pool for o in store.offerings()] == ["gpu"] and store.offering("x") is None
+
+
+def preemptions_are_read_by_job_and_since(store: LaunchStore) -> None:
+    for i, t in enumerate((0.0, 100.0, 50.0)):  # (added out of time order)
+        store.add_preemption(PreemptionRow(
+            at=at(t), job_id=f"j{i % 2}", node="gpu-1", instance_id=f"i-{i}", pool="gpu",
+            instance_type="p5.48xlarge", lifecycle="spot", kind="k", notice_time=""))
+    assert sorted(p.instance_id for p in store.preemptions(since=T0 + 50)) == ["i-1", "i-2"]
+    assert sorted(p.instance_id for p in store.preemptions("j0")) == ["i-0", "i-2"]
+    assert store.has_preemption("j1", "i-1") and not store.has_preemption("j1", "i-0")
+
+
+def replacements_are_read_since(store: LaunchStore) -> None:
+    for i, t in enumerate((0.0, 100.0)):
+        store.add_replacement(ReplacementRow(
+            at=at(t), detected_at=at(t - 10), node=f"gpu-{i}", pool="gpu",
+            instance_id=f"i-{i}", instance_type="p5.48xlarge", gpus=8, cause="ec2_status",
+            detail="", jobs_requeued=1, left=False))
+    assert [r.node for r in store.replacements(since=T0 + 50)] == ["gpu-1"]
+    assert len(store.replacements()) == 2
+
+
+def instances_run_until_terminated(store: LaunchStore) -> None:
+    store.add_instances([instance("i-1", "gpu-1", 0), instance("i-2", "gpu-2", 1, "cr-1")])
+    assert [i.instance_id for i in store.active_instances()] == ["i-1", "i-2"]
+    assert [i.instance_id for i in store.active_instances(["gpu-2", "gpu-9"])] == ["i-2"]
+    store.mark_terminated(["i-1", "i-unknown"], at(10))
+    assert [i.instance_id for i in store.active_instances()] == ["i-2"]
+    gone = store.instance("i-1")
+    assert gone is not None and gone.state == InstanceState.TERMINATED
+    assert gone.terminated_at is not None
+    store.add_instances([instance("i-3", "gpu-1", 20)])  # the node's next instance
+    last = store.last_instances(["gpu-1", "gpu-2"])
+    assert {n: i.instance_id for n, i in last.items()} == {"gpu-1": "i-3", "gpu-2": "i-2"}
+    # a node is in paid capacity while its running instance is in a reservation
+    assert store.reserved_nodes() == {"gpu-2"}
+    store.mark_terminated(["i-2"], at(30))
+    assert store.reserved_nodes() == frozenset()
+
+
+def a_request_is_taken_once_and_finished_once(store: LaunchStore) -> None:
+    assert store.add_request(request("r-2", 2)) and store.add_request(request("r-1", 1))
+    assert not store.add_request(request("r-1", 1))  # a re-drained spool file
+    assert [r.id for r in store.pending_requests()] == ["r-1", "r-2"]  # as received
+    store.finish_requests(["r-1"], RequestStatus.DONE, at(3))
+    assert [r.id for r in store.pending_requests()] == ["r-2"]
+    with pytest.raises(IllegalTransition):
+        store.finish_requests(["r-1"], RequestStatus.FAILED, at(4))
+
+
+def a_gang_follows_its_lifecycle(store: LaunchStore) -> None:
+    store.add_gang(gang("g-1"))
+    store.update_gang("g-1", status=GangStatus.LAUNCHED, fleet_id="fleet-1")
+    got = store.get_gang("g-1")
+    assert got is not None and (got.status, got.fleet_id) == (GangStatus.LAUNCHED, "fleet-1")
+    with pytest.raises(IllegalTransition):
+        store.update_gang("g-1", status=GangStatus.FAILED)
+    assert store.get_gang("g-none") is None
+
+
+def its_own_outage_is_not_a_records_fault(store: LaunchStore) -> None:
+    assert not store.is_outage(ValueError("a record the store cannot take"))
+
+
+CHECKS: list[Callable[[LaunchStore], None]] = [
+    holds_follow_their_lifecycle_and_reads_are_copies,
+    the_policys_memory_is_kept_per_pool,
+    an_offering_is_one_row_per_pool,
+    preemptions_are_read_by_job_and_since,
+    replacements_are_read_since,
+    instances_run_until_terminated,
+    a_request_is_taken_once_and_finished_once,
+    a_gang_follows_its_lifecycle,
+    its_own_outage_is_not_a_records_fault,
+]
