@@ -5,8 +5,9 @@ jobs on 5,000 nodes in 10 pools, Slurm's output canned on the config's bin_dir
 - answered by the running daemon (`slurmscale daemon` on the same canned Slurm and a moto
   server on loopback, one pass per poke): the first ask after a pass (the daemon completes
   every gang's standing from a sprio read, then serialises) and the same pass asked again;
-- `--live`: computed by the command itself (start-up, imports, config, store, every Slurm
-  read and its parse, the snapshot, the decision, the JSON), as every `plan` was before.
+- `--live`: computed by the command itself (start-up, imports, config, every Slurm read and
+  its parse, the snapshot, the decision, the JSON; the store read by its child process
+  meanwhile), as every `plan` was before.
 
 In the same run, as baselines: a bare `python -c pass`, and the canned Slurm commands
 themselves run as `plan --live` runs them (what no slurmscale could avoid).
