@@ -33,7 +33,7 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.rows import InstanceRow, ReplacementRow
+from slurmscale.store.rows import InstanceRow, PreemptionCause, ReplacementRow
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +110,9 @@ class HealthPass:
     def _replace(self, v: Verdict, inst: InstanceRow, now: datetime) -> None:
         c = self.ctx
         reason = reasons.reason(Why.UNHEALTHY, f"{v.cause.value}: {v.detail}")
-        if not self.interruptions.evacuate(inst, f"{REPLACED_KIND}{v.cause.value}",
-                                           iso(v.since), reason, now, steer=False):
+        if not self.interruptions.evacuate(inst, PreemptionCause.UNHEALTHY,
+                                           f"{REPLACED_KIND}{v.cause.value}", iso(v.since),
+                                           reason, now, steer=False):
             return  # Slurm did not let it finish: the next pass redoes what is left
         requeued = sum(1 for p in c.store.preemptions(since=v.since - 1)
                        if p.instance_id == v.instance_id)

@@ -37,12 +37,11 @@ from slurmscale.config import CapacityType, Config
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.drains import undrain
 from slurmscale.model import ScheduledEvent, SlurmNode
-from slurmscale.policy.health import REPLACED_KIND
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
-from slurmscale.store.rows import InstanceRow, PreemptionRow
+from slurmscale.store.rows import InstanceRow, PreemptionCause, PreemptionRow
 
 log = logging.getLogger(__name__)
 
@@ -121,14 +120,14 @@ class InterruptionPass:
                 # (an interruptible reservation reclaimed: as a spot interruption, its
                 # instances go two minutes on and the jobs requeue; only a spot pool backs
                 # off, its normal capacity is what was taken back)
-                why = Why.INTERRUPTED
+                why, cause = Why.INTERRUPTED, PreemptionCause.INTERRUPTED
                 if ev.kind is EventKind.RESERVATION_INTERRUPTION:
-                    why = Why.RECLAIMED
+                    why, cause = Why.RECLAIMED, PreemptionCause.RECLAIMED
                     if self.reservations_changed is not None:
                         self.reservations_changed()  # (read again: its free count fell)
                 reason = reasons.reason(why, f"{ev.time} ({ev.action or 'terminate'})")
                 self._reclaimed(inst.pool, now)
-                return self.evacuate(inst, ev.kind.value, ev.time, reason, now)
+                return self.evacuate(inst, cause, ev.kind.value, ev.time, reason, now)
             case EventKind.REBALANCE:
                 reason = reasons.reason(Why.REBALANCE, ev.time)
                 try:
@@ -144,7 +143,8 @@ class InterruptionPass:
             case EventKind.STATE_CHANGE:
                 if (ev.state or "") in GONE_STATES:
                     reason = reasons.reason(Why.GONE, f"{inst.instance_id} {ev.state} at {ev.time}")
-                    return self.evacuate(inst, ev.kind.value, ev.time, reason, now)
+                    return self.evacuate(inst, PreemptionCause.INTERRUPTED, ev.kind.value,
+                                         ev.time, reason, now)
         return True
 
     def sweep(self, seen: list[CloudInstance], now: datetime) -> int:
@@ -162,8 +162,8 @@ class InterruptionPass:
                 self._reclaimed(inst.pool, now)
             reason = reasons.reason(Why.GONE, f"{inst.instance_id} {found.state} without "
                                     f"notice ({why})")
-            self.evacuate(inst, f"vanished:{why}", now.isoformat(timespec="seconds"),
-                          reason, now)
+            self.evacuate(inst, PreemptionCause.VANISHED, f"vanished:{why}",
+                          now.isoformat(timespec="seconds"), reason, now)
             n += 1
         return n
 
@@ -177,10 +177,11 @@ class InterruptionPass:
         if self.backoff is not None and pool.capacity_type is CapacityType.SPOT:
             self.backoff.reclaimed(pool.name, now)
 
-    def evacuate(self, inst: InstanceRow, kind: str, notice_time: str, reason: str,
-                 now: datetime, steer: bool = True) -> bool:
+    def evacuate(self, inst: InstanceRow, cause: PreemptionCause, kind: str,
+                 notice_time: str, reason: str, now: datetime, steer: bool = True) -> bool:
         """Drain, requeue the node's jobs, power it down. True when done (now or before);
         False when Slurm did not let it finish: called again, it redoes only what is left.
+        Each job's lost run is recorded with its `cause` (and `kind`: what it came from).
         `steer`: a job that lost `max_preemptions` runs moves to on-demand (spot's doing;
         not for a node that was merely unhealthy)."""
         if inst.instance_id in self.evacuated:
@@ -209,7 +210,7 @@ class InterruptionPass:
                 continue  # an earlier, unfinished handling of this event requeued it
             self.store.add_preemption(PreemptionRow(
                 at=now, job_id=job, node=node, instance_id=inst.instance_id, pool=inst.pool,
-                instance_type=inst.instance_type, lifecycle=inst.lifecycle,
+                instance_type=inst.instance_type, lifecycle=inst.lifecycle, cause=cause,
                 kind=kind, notice_time=notice_time))
             self.event(Kind.JOB_REQUEUED, f"job {job} on {node} requeued: {reason}", node=node)
             if steer:
@@ -241,7 +242,7 @@ class InterruptionPass:
         if pool.fallback_pool is None:
             return
         times = sum(1 for p in self.store.preemptions(job)
-                    if not p.kind.startswith(REPLACED_KIND))
+                    if p.cause != PreemptionCause.UNHEALTHY)
         if times < pool.spot.max_preemptions:
             return
         partition = self.cfg.pool(pool.fallback_pool).partition

@@ -12,7 +12,6 @@ from typing import NamedTuple
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.errors import is_transient
-from slurmscale.cloud.events import EventKind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_POOL, TAG_REQUEST, CloudError
 from slurmscale.config import Pool
 from slurmscale.crashpoints import crash_point
@@ -32,7 +31,7 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.rows import GangRow, InstanceRow
+from slurmscale.store.rows import GangRow, InstanceRow, PreemptionCause
 
 # a deferral's cause: a reservation due to start that EC2 did not yet report active
 RESERVATION_STARTING = "ReservationStarting"
@@ -81,8 +80,8 @@ class GangLauncher:
         back (the interruption pass records each)."""
         if self.ctx.cfg.pool(gang.pool).capacity_reservations is None:
             return 0
-        kind = EventKind.RESERVATION_INTERRUPTION.value
-        return max((sum(1 for p in self.ctx.store.preemptions(str(j)) if p.kind == kind)
+        return max((sum(1 for p in self.ctx.store.preemptions(str(j))
+                        if p.cause == PreemptionCause.RECLAIMED)
                     for j in gang.job_ids), default=0)
 
     def launch_gang(self, gang: Gang, give_up_at: float = float("inf")) -> Launch:

@@ -26,8 +26,14 @@ from pydantic import BaseModel
 
 from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
-from slurmscale.policy.health import REPLACED_KIND
-from slurmscale.store.rows import CapacityReservationRow, InstanceRow, JobRow, ReplacementRow, utc
+from slurmscale.store.rows import (
+    CapacityReservationRow,
+    InstanceRow,
+    JobRow,
+    PreemptionCause,
+    ReplacementRow,
+    utc,
+)
 
 if TYPE_CHECKING:
     from slurmscale.store.repo import Store  # (a type: the caller opens the store)
@@ -297,7 +303,7 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         gang_time_to_start=gang,
         preemptions=sum(1 for p in store.preemptions(since=since.timestamp())
                         if utc(p.at) < until
-                        and not p.kind.startswith(REPLACED_KIND)),
+                        and p.cause != PreemptionCause.UNHEALTHY),
         requeues=sum(kinds[k] for k in REQUEUE_KINDS),
         launches=sum(1 for g in gangs if g.status == "launched"),
         launch_failures=sum(1 for g in gangs if g.status == "failed"),

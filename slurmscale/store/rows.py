@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import overload
+
+
+class PreemptionCause(StrEnum):
+    """Why a job lost its run (a preemption row's `cause`): what the decisions that count
+    preemptions ask, instead of reading it out of the event's name."""
+
+    INTERRUPTED = "interrupted"  # EC2 took (or is about to take) a spot instance back
+    RECLAIMED = "reclaimed"  # an interruptible capacity reservation's owner took it back
+    VANISHED = "vanished"  # the instance was found gone without any notice
+    UNHEALTHY = "unhealthy"  # slurmscale replaced it: unhealthy, or scheduled for retirement
 
 
 @overload
@@ -142,7 +153,10 @@ class PreemptionRow:
     pool: str
     instance_type: str
     lifecycle: str
-    kind: str  # the EC2 event's detail-type
+    # why (a PreemptionCause); `kind` names what it came from: the EC2 event's detail-type,
+    # vanished:<state reason>, or unhealthy:<the health verdict's cause>
+    cause: str
+    kind: str
     notice_time: str = ""
 
 

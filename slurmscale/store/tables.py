@@ -124,6 +124,8 @@ preemptions = Table(
     Column("lifecycle", String(16), nullable=False),
     Column("kind", String(64), nullable=False),
     Column("notice_time", String(64), default="", nullable=False),
+    Column("cause", String(16), default="interrupted", server_default="interrupted",
+           nullable=False),
 )
 _mapper.map_imperatively(rows.PreemptionRow, preemptions)
 

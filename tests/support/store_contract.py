@@ -31,6 +31,7 @@ from slurmscale.store.rows import (
     HoldRow,
     InstanceRow,
     OfferingRow,
+    PreemptionCause,
     PreemptionRow,
     ReplacementRow,
 )
@@ -109,7 +110,8 @@ def preemptions_are_read_by_job_and_since(store: LaunchStore) -> None:
     for i, t in enumerate((0.0, 100.0, 50.0)):  # (added out of time order)
         store.add_preemption(PreemptionRow(
             at=at(t), job_id=f"j{i % 2}", node="gpu-1", instance_id=f"i-{i}", pool="gpu",
-            instance_type="p5.48xlarge", lifecycle="spot", kind="k", notice_time=""))
+            instance_type="p5.48xlarge", lifecycle="spot",
+            cause=PreemptionCause.INTERRUPTED, kind="k", notice_time=""))
     assert sorted(p.instance_id for p in store.preemptions(since=T0 + 50)) == ["i-1", "i-2"]
     assert sorted(p.instance_id for p in store.preemptions("j0")) == ["i-0", "i-2"]
     assert store.has_preemption("j1", "i-1") and not store.has_preemption("j1", "i-0")

@@ -226,7 +226,7 @@ def test_a_job_reclaimed_max_reclaims_times_skips_interruptible_reservations(
     end there: from `max_reclaims` (2) reclaims on, its gang goes to the pool's other capacity
     and the launch says why; below that it goes into the reservation as before."""
     from slurmscale.cloud.events import EventKind
-    from slurmscale.store.rows import PreemptionRow
+    from slurmscale.store.rows import PreemptionCause, PreemptionRow
 
     r, cloud, _, clock, spool = _world(tmp_path, capacity_reservations={
         "ids": ["cr-0000000a"]})
@@ -236,7 +236,8 @@ def test_a_job_reclaimed_max_reclaims_times_skips_interruptible_reservations(
         r.store.add_preemption(PreemptionRow(
             at=clock() - timedelta(minutes=10 - i), job_id="1", node="od-1",
             instance_id=f"i-{i:017x}", pool="gpu-od", instance_type="p5.48xlarge",
-            lifecycle="on-demand", kind=EventKind.RESERVATION_INTERRUPTION.value))
+            lifecycle="on-demand", cause=PreemptionCause.RECLAIMED,
+            kind=EventKind.RESERVATION_INTERRUPTION.value))
     hook(spool, clock, RequestKind.RESUME, {1: ["od-1", "od-2"]})
     assert r.tick().launched_gangs == 1
     (launch,) = cloud.launches

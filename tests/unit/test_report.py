@@ -22,6 +22,7 @@ from slurmscale.store.rows import (
     HoldRow,
     InstanceRow,
     JobRow,
+    PreemptionCause,
     PreemptionRow,
     SampleRow,
 )
@@ -75,6 +76,7 @@ def filled(tmp_path):  # type: ignore[no-untyped-def]
     store.add_preemption(PreemptionRow(at=T0 + 2 * H, job_id="1", node="n-a",
                                        instance_id="a", pool="gpu-spot",
                                        instance_type="p5.48xlarge", lifecycle="spot",
+                                       cause=PreemptionCause.INTERRUPTED,
                                        kind="EC2 Spot Instance Interruption Warning"))
     store.add_event("job_requeued", "job 1 requeued", T0 + 2 * H)
     store.add_event("block_job_requeued", "job 5 still running at the block's close",

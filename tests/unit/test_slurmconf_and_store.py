@@ -137,3 +137,29 @@ def test_the_schema_head_and_revision_are_read_without_alembic_and_agree_with_it
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+def test_the_cause_migration_reads_each_old_preemptions_cause_from_its_kind(cfg) -> None:  # type: ignore[no-untyped-def]
+    """0010 adds preemptions.cause; the rows already there get it from what `kind` said."""
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+    from sqlalchemy import text
+
+    from slurmscale.store.repo import ALEMBIC_INI
+
+    store = Store(cfg.store_url)
+    acfg = AlembicConfig(str(ALEMBIC_INI))
+    with store.engine.begin() as conn:
+        acfg.attributes["connection"] = conn
+        command.upgrade(acfg, "0009")
+        for i, kind in enumerate(("EC2 Spot Instance Interruption Warning",
+                                  "EC2 Capacity Reservation Instance Interruption Warning",
+                                  "vanished:Server.SpotInstanceTermination",
+                                  "unhealthy:ec2_status")):
+            conn.execute(text(
+                "INSERT INTO preemptions (at, job_id, node, instance_id, pool, instance_type, "
+                "lifecycle, kind, notice_time) VALUES ('2026-12-01 00:00:00', :j, 'n', :i, "
+                "'p', 't', 'spot', :k, '')"), {"j": str(i), "i": f"i-{i}", "k": kind})
+    store.upgrade()
+    assert [(p.job_id, p.cause) for p in store.preemptions()] == [
+        ("0", "interrupted"), ("1", "reclaimed"), ("2", "vanished"), ("3", "unhealthy")]

@@ -29,6 +29,7 @@ from slurmscale.store.rows import (
     HoldRow,
     InstanceRow,
     OfferingRow,
+    PreemptionCause,
     PreemptionRow,
 )
 from slurmscale.store.snapshot import ReadOnly, StoreSnapshot
@@ -65,8 +66,8 @@ def _fill(store: Store) -> None:
     for i, t in enumerate((NOW - 7200, NOW - 100)):
         store.add_preemption(PreemptionRow(
             at=_at(t), job_id=f"9{i}", node="p0-1", instance_id=f"i-{i}", pool="p0",
-            instance_type="p5.48xlarge", lifecycle="spot", kind="EC2 Spot Instance "
-            "Interruption Warning", notice_time=""))
+            instance_type="p5.48xlarge", lifecycle="spot", cause=PreemptionCause.INTERRUPTED,
+            kind="EC2 Spot Instance Interruption Warning", notice_time=""))
     store.add_instances([InstanceRow(
         instance_id="i-paid", node="p0-3", pool="p0", gang_id="g", instance_type="p5.48xlarge",
         lifecycle="on-demand", launch_template_version="1", capacity_reservation_id="cr-1",
