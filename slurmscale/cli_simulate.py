@@ -183,6 +183,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     from pydantic import ValidationError
 
     from slurmscale.config import PoolPolicy
+    from slurmscale.validation import problems
 
     policy: dict[str, Any] = {}
     if pool_name:
@@ -208,9 +209,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     try:
         checked = PoolPolicy.model_validate(policy).model_dump(exclude={"mode"})
     except ValidationError as e:
-        bad = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'knobs'}: {x['msg']} "
-                        f"(got {x['input']!r})" for x in e.errors())
-        raise click.BadParameter(bad, param_hint="--knob") from None
+        raise click.BadParameter("; ".join(problems(e)), param_hint="--knob") from None
     base = PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes, **checked)
     holds = None
     if accumulate:

@@ -32,6 +32,7 @@ from slurmscale.hookview import (  # noqa: F401  (resolve_path: re-exported)
     resolve_path,
 )
 from slurmscale.hostlists import owns
+from slurmscale.validation import problems
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 # Time to requeue what still runs on a block pool and power its nodes down, past SuspendTimeout
@@ -603,19 +604,7 @@ class Config(_Strict):
 
 
 def _format_validation_error(path: Path | str, err: ValidationError) -> str:
-    lines = [f"invalid config {path}:"]
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "missing":
-            lines.append(f"  {loc}: required key is missing")
-        elif e["type"] == "extra_forbidden":
-            lines.append(f"  {loc}: unknown key (value {e['input']!r})")
-        elif not e["loc"]:  # a whole-config rule: its message names the keys and values
-            lines.append(f"  {msg}")
-        else:
-            lines.append(f"  {loc}: {msg} (got {e['input']!r})")
-    return "\n".join(lines)
+    return "\n".join([f"invalid config {path}:", *(f"  {p}" for p in problems(err))])
 
 
 def parse_config(data: Any, source: str | Path = "<data>") -> Config:
