@@ -12,8 +12,15 @@ from typing import NamedTuple
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.errors import is_transient
-from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_POOL, TAG_REQUEST, CloudError
-from slurmscale.config import Pool
+from slurmscale.cloud.protocol import (
+    TAG_CLUSTER,
+    TAG_GANG,
+    TAG_POOL,
+    TAG_REQUEST,
+    CloudError,
+    FleetSpec,
+)
+from slurmscale.config import Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.backoff import CapacityBackoff
@@ -110,64 +117,22 @@ class GangLauncher:
                 launch_template_version=spec.launch_template_version,
                 created_at=now, updated_at=now,
             ))
-        what = (f"job {gang.job_ids[0]} gang" if gang.job_ids else "batch of single nodes")
+        what = f"{_what(gang)} {nodes_expr}"
         # a launch cut off by a crash: whatever it launched carries the gang's tag
         recovered = self._recover(gid) if recovering else None
         if route.kind is RouteKind.REFUSED and recovered is None:
-            starting = self.reserved.starting(pool, now.timestamp())
-            if starting is not None and now.timestamp() < give_up_at:
-                # read at the moment a block opens: refused on a read from just before
-                # (failing it would power the nodes down and lose the block's first minutes)
-                self.reserved.changed()
-                self._count_launch(pool, Outcome.DEFERRED, RESERVATION_STARTING)
-                self.ctx.event(Kind.LAUNCH_DEFERRED, f"{what} {nodes_expr}: {starting.id} was "
-                               f"due to start at {stamp(starting.start or 0)} and EC2 last "
-                               f"reported it {starting.state}; read again and retried next "
-                               "pass", gang_id=gid, node=nodes_expr)
-                # (the reservations are read again by then)
-                return Launch(Outcome.DEFERRED, RESERVATION_STARTING,
-                              now.timestamp() + STATE_DUE_TTL_S)
-            # (a recovered gang may find short the reserved capacity it took itself)
-            self._fail_gang(gang, gid, NO_RESERVED_FIT, route.reason, obtained=[])
-            self._count_launch(pool, Outcome.FAILED, NO_RESERVED_FIT)
-            return Launch(Outcome.FAILED, NO_RESERVED_FIT)
-        parts = fleet_parts(gang.size, self.ctx.cfg.aws.max_instances_per_fleet)
-        self.ctx.event(Kind.LAUNCH_REQUESTED,
-                   f"{what} {nodes_expr}: CreateFleet instant x{gang.size}"
-                   + (f" in {len(parts)} fleets ({'+'.join(map(str, parts))})"
-                      if len(parts) > 1 else "")
-                   + f" (min {gang.min_capacity}, "
-                   + (f"reserved: {route.reason}" if route.kind is RouteKind.RESERVED
-                      else pool.capacity_type.value + (f": {route.reason}"
-                                                       if pool.capacity_reservations else ""))
-                   + f", {','.join(spec.instance_types)}, LT v{spec.launch_template_version}"
-                   + (f", placement group {spec.placement_group}" if spec.placement_group
-                      else "") + ")",
-                   gang_id=gid, node=nodes_expr)
-        tags = {TAG_CLUSTER: self.ctx.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: gid,
-                TAG_REQUEST: gang.request_ids[0] if gang.request_ids else ""}
+            return self._refused(pool, gang, gid, route, what, now.timestamp(), give_up_at)
+        asked = _request_text(self.ctx.cfg, pool, gang, route, spec)
+        self.ctx.event(Kind.LAUNCH_REQUESTED, f"{what}: {asked}", gang_id=gid, node=nodes_expr)
         crash_point("launch:before_fleet")
         result = recovered
         if result is None or (len(result.instances) < gang.size and not gang.coalesced):
             # (a recovered gang of several fleets: the daemon died between them; the parts
             # never sent are sent now, with their own ClientTokens)
-            have = result.instances if result is not None else ()
-            try:
-                result = self.fleets.launch(pool, gang, gid, tags, spec, have)
-            except CloudError as e:
-                at = self.ctx.clock().timestamp()
-                if is_transient(e.code) and at < give_up_at:
-                    delay = self.ec2_retry.failed(at)
-                    self._count_launch(pool, Outcome.DEFERRED, e.code)
-                    self.ctx.event(Kind.LAUNCH_DEFERRED,
-                               f"{what} {nodes_expr}: EC2 did not answer ({e.code}); retrying "
-                               f"in {delay:.0f}s, giving up in {give_up_at - at:.0f}s",
-                               gang_id=gid, node=nodes_expr)
-                    return Launch(Outcome.DEFERRED, e.code, self.ec2_retry.until)
-                self._fail_gang(gang, gid, e.code, e.message, obtained=[])
-                self.backoff.launch_failed(pool.name, e.code, e.message, self.ctx.clock())
-                self._count_launch(pool, Outcome.FAILED, e.code)
-                return Launch(Outcome.FAILED, e.code)
+            sent = self._send(pool, gang, gid, spec, result, what, give_up_at)
+            if isinstance(sent, Launch):
+                return sent
+            result = sent
         self.ec2_retry.answered()
         crash_point("launch:after_fleet")
         if len(result.instances) < gang.min_capacity:
@@ -184,6 +149,51 @@ class GangLauncher:
         self.backoff.launched(pool.name, self.ctx.clock())
         self._count_launch(pool, Outcome.LAUNCHED)
         return Launch(Outcome.LAUNCHED)
+
+    def _refused(self, pool: Pool, gang: Gang, gid: str, route: Route, what: str, now: float,
+                 give_up_at: float) -> Launch:
+        """No reserved capacity takes the gang whole (preference `only`, or a block pool)."""
+        starting = self.reserved.starting(pool, now)
+        if starting is not None and now < give_up_at:
+            # read at the moment a block opens: refused on a read from just before
+            # (failing it would power the nodes down and lose the block's first minutes)
+            self.reserved.changed()
+            self._count_launch(pool, Outcome.DEFERRED, RESERVATION_STARTING)
+            self.ctx.event(Kind.LAUNCH_DEFERRED, f"{what}: {starting.id} was due to start at "
+                           f"{stamp(starting.start or 0)} and EC2 last reported it "
+                           f"{starting.state}; read again and retried next pass",
+                           gang_id=gid, node=compress(list(gang.nodes)))
+            # (the reservations are read again by then)
+            return Launch(Outcome.DEFERRED, RESERVATION_STARTING, now + STATE_DUE_TTL_S)
+        # (a recovered gang may find short the reserved capacity it took itself)
+        self._fail_gang(gang, gid, NO_RESERVED_FIT, route.reason, obtained=[])
+        self._count_launch(pool, Outcome.FAILED, NO_RESERVED_FIT)
+        return Launch(Outcome.FAILED, NO_RESERVED_FIT)
+
+    def _send(self, pool: Pool, gang: Gang, gid: str, spec: FleetSpec,
+              have: LaunchResult | None, what: str, give_up_at: float
+              ) -> LaunchResult | Launch:
+        """The gang's CreateFleet(s) (the parts not yet sent, where `have` some); or, where
+        EC2 refused or did not answer, what became of the launch."""
+        tags = {TAG_CLUSTER: self.ctx.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: gid,
+                TAG_REQUEST: gang.request_ids[0] if gang.request_ids else ""}
+        try:
+            return self.fleets.launch(pool, gang, gid, tags, spec,
+                                      have.instances if have is not None else ())
+        except CloudError as e:
+            at = self.ctx.clock().timestamp()
+            if is_transient(e.code) and at < give_up_at:
+                delay = self.ec2_retry.failed(at)
+                self._count_launch(pool, Outcome.DEFERRED, e.code)
+                self.ctx.event(Kind.LAUNCH_DEFERRED,
+                               f"{what}: EC2 did not answer ({e.code}); retrying in "
+                               f"{delay:.0f}s, giving up in {give_up_at - at:.0f}s",
+                               gang_id=gid, node=compress(list(gang.nodes)))
+                return Launch(Outcome.DEFERRED, e.code, self.ec2_retry.until)
+            self._fail_gang(gang, gid, e.code, e.message, obtained=[])
+            self.backoff.launch_failed(pool.name, e.code, e.message, self.ctx.clock())
+            self._count_launch(pool, Outcome.FAILED, e.code)
+            return Launch(Outcome.FAILED, e.code)
 
     def _count_reserved(self, route: Route, result: LaunchResult) -> None:
         """Gangs routed later this pass must not count the capacity this one took."""
@@ -273,3 +283,22 @@ class GangLauncher:
         except SlurmError as e:
             self.ctx.event(Kind.SLURM_UPDATE_FAILED, f"power down {compress(nodes)}: {e}",
                        node=compress(nodes), gang_id=gid)
+
+
+def _what(gang: Gang) -> str:
+    return f"job {gang.job_ids[0]} gang" if gang.job_ids else "batch of single nodes"
+
+
+def _request_text(cfg: Config, pool: Pool, gang: Gang, route: Route, spec: FleetSpec) -> str:
+    """What the launch_requested event says is asked of EC2, and why there."""
+    parts = fleet_parts(gang.size, cfg.aws.max_instances_per_fleet)
+    where = (f"reserved: {route.reason}" if route.kind is RouteKind.RESERVED
+             else pool.capacity_type.value + (f": {route.reason}"
+                                              if pool.capacity_reservations else ""))
+    return (f"CreateFleet instant x{gang.size}"
+            + (f" in {len(parts)} fleets ({'+'.join(map(str, parts))})" if len(parts) > 1
+               else "")
+            + f" (min {gang.min_capacity}, {where}, {','.join(spec.instance_types)}, "
+            f"LT v{spec.launch_template_version}"
+            + (f", placement group {spec.placement_group}" if spec.placement_group else "")
+            + ")")
