@@ -62,7 +62,7 @@ def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], st
 def _standing(cfg: Config, job_id: str) -> dict[str, object] | None:
     """The held job's place in Slurm's queue now (None: not pending, or Slurm unreadable)."""
     from slurmscale.daemon.capacity import read_priorities
-    from slurmscale.policy.observe import gang_jobs
+    from slurmscale.daemon.observe import gang_jobs
     from slurmscale.policy.standing import gang_standings
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError

@@ -29,7 +29,7 @@ ERROR_KINDS = frozenset({
 def gather(cfg: Config) -> dict[str, Any]:
     from slurmscale.api_client import ApiError, call
     from slurmscale.daemon.ledger import pools_now
-    from slurmscale.policy.observe import build_snapshot
+    from slurmscale.daemon.observe import build_snapshot
     from slurmscale.report.compute import paid_now
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError

@@ -32,6 +32,10 @@ from slurmscale.hookview import (  # noqa: F401  (resolve_path: re-exported)
     resolve_path,
 )
 from slurmscale.hostlists import owns
+from slurmscale.model import ReservationPreference
+from slurmscale.policy.health import HealthKnobs as _H
+from slurmscale.policy.model import PoolKnobs as _K
+from slurmscale.policy.reservations import ReservationKnobs as _R
 from slurmscale.validation import problems
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
@@ -82,19 +86,6 @@ class CapacityType(StrEnum):
     # a Capacity Block for ML: a reservation with a start and an end, paid in advance; the
     # pool's nodes are usable only inside its window (docs/capacity.md)
     CAPACITY_BLOCK = "capacity-block"
-
-
-class ReservationPreference(StrEnum):
-    """How a pool uses its On-Demand Capacity Reservations (already paid for).
-
-    use_first: a gang that fits WHOLE in the reservations' free capacity launches there; any
-    other gang launches on the pool's normal capacity (never half inside, half outside).
-    only: a gang that does not fit whole in the reservations is not launched (it requeues).
-    none: the reservations are read and shown, never launched into."""
-
-    USE_FIRST = "use_first"
-    ONLY = "only"
-    NONE = "none"
 
 
 class Placement(StrEnum):
@@ -189,22 +180,21 @@ class CapacityReservations(_Strict):
 
 
 class PoolPolicy(_Strict):
-    """The capacity policy's knobs for one pool (docs/policy.md explains each). The one copy
-    of their defaults: the policy's PoolKnobs takes them from here, for the daemon and the
-    simulator alike."""
+    """The capacity policy's knobs for one pool (docs/policy.md explains each), with the
+    policy's own defaults (PoolKnobs: the one copy, for the daemon and the simulator alike)."""
 
-    mode: Literal["immediate", "governed"] = "immediate"
-    step_nodes: Annotated[int, Field(ge=1)] = 1
-    queue_gpu_hours: Annotated[float, Field(ge=0)] = 16.0
-    sustained_s: Annotated[float, Field(ge=0)] = 300.0
-    cooldown_s: Annotated[float, Field(ge=0)] = 600.0
-    max_wait_s: Annotated[float, Field(gt=0)] = 900.0
-    max_scale_down_per_cycle: Annotated[int, Field(ge=1)] = 4
-    min_idle_s: Annotated[float, Field(ge=0)] = 120.0
-    max_idle_s: Annotated[float, Field(ge=0)] = 600.0
-    reuse_window_s: Annotated[float, Field(gt=0)] = 3600.0
-    reuse_horizon_s: Annotated[float, Field(ge=0)] = 600.0
-    default_time_limit_s: Annotated[float, Field(gt=0)] = 4 * 3600.0
+    mode: Literal["immediate", "governed"] = _K.mode.value
+    step_nodes: Annotated[int, Field(ge=1)] = _K.step_nodes
+    queue_gpu_hours: Annotated[float, Field(ge=0)] = _K.queue_gpu_hours
+    sustained_s: Annotated[float, Field(ge=0)] = _K.sustained_s
+    cooldown_s: Annotated[float, Field(ge=0)] = _K.cooldown_s
+    max_wait_s: Annotated[float, Field(gt=0)] = _K.max_wait_s
+    max_scale_down_per_cycle: Annotated[int, Field(ge=1)] = _K.max_scale_down_per_cycle
+    min_idle_s: Annotated[float, Field(ge=0)] = _K.min_idle_s
+    max_idle_s: Annotated[float, Field(ge=0)] = _K.max_idle_s
+    reuse_window_s: Annotated[float, Field(gt=0)] = _K.reuse_window_s
+    reuse_horizon_s: Annotated[float, Field(ge=0)] = _K.reuse_horizon_s
+    default_time_limit_s: Annotated[float, Field(gt=0)] = _K.default_time_limit_s
 
     @model_validator(mode="after")
     def _idle_order(self) -> PoolPolicy:
@@ -374,22 +364,21 @@ class PowerSaving(_Strict):
 
 class ReservationSettings(_Strict):
     """Reservations that accumulate nodes for large pending gangs (docs/policy.md); the one
-    copy of the defaults, which the planner's ReservationKnobs takes."""
+    copy of the defaults is the planner's (ReservationKnobs)."""
 
-    enabled: bool = True
-    prefix: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*-$", max_length=40)] = (
-        "slurmscale-gang-")
-    min_gang_nodes: Annotated[int, Field(ge=2)] = 2
-    accumulate_after_s: Annotated[float, Field(ge=0)] = 600.0
-    per_pool: Annotated[int, Field(ge=1, le=16)] = 1
-    hold_budget_gpu_hours: Annotated[float, Field(gt=0)] = 64.0
-    max_hold_s: Annotated[float, Field(gt=0)] = 5400.0
-    end_margin_s: Annotated[float, Field(ge=0)] = 600.0
-    drain_busy: bool = True
+    enabled: bool = _R.enabled
+    prefix: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*-$", max_length=40)] = _R.prefix
+    min_gang_nodes: Annotated[int, Field(ge=2)] = _R.min_gang_nodes
+    accumulate_after_s: Annotated[float, Field(ge=0)] = _R.accumulate_after_s
+    per_pool: Annotated[int, Field(ge=1, le=16)] = _R.per_pool
+    hold_budget_gpu_hours: Annotated[float, Field(gt=0)] = _R.hold_budget_gpu_hours
+    max_hold_s: Annotated[float, Field(gt=0)] = _R.max_hold_s
+    end_margin_s: Annotated[float, Field(ge=0)] = _R.end_margin_s
+    drain_busy: bool = _R.drain_busy
     # the share of its time limit a job typically runs here (sacct: Elapsed / Timelimit): a
     # hold is taken only where the nodes it drains should free within max_hold_s, reckoned
     # as this share of their running jobs' remaining limits (1: the limits are run out)
-    limit_use: Annotated[float, Field(gt=0, le=1)] = 1.0
+    limit_use: Annotated[float, Field(gt=0, le=1)] = _R.limit_use
 
 
 class CapacityBlockSettings(_Strict):
@@ -448,19 +437,19 @@ class HealthSettings(_Strict):
 
     # regular expressions searched in a drained (or down) node's reason, e.g. ["NHC", "DCGM",
     # "Xid"]: the site's health check says the hardware is bad. Empty: no drain is ours to act on.
-    replace_on_reasons: list[str] = []
+    replace_on_reasons: list[str] = list(_H.replace_on_reasons)
     # how long a node must stay unhealthy by Slurm's account (drained with a matching reason,
     # DOWN or NOT_RESPONDING) before it is replaced: a slurmd restarting is not a dead node
-    grace_s: Annotated[float, Field(ge=0)] = 120.0
+    grace_s: Annotated[float, Field(ge=0)] = _H.grace_s
     # DescribeInstanceStatus for the cluster's instances (status checks, scheduled events) at
     # most this often; 0: never (scheduled changes may still arrive on the interruption queue)
     status_interval_s: Annotated[float, Field(ge=0)] = 60.0
     # a scheduled event's node still running jobs is replaced (jobs requeued) this long
     # before the event's earliest start
-    event_lead_s: Annotated[float, Field(ge=0)] = 900.0
+    event_lead_s: Annotated[float, Field(ge=0)] = _H.event_lead_s
     # a node replaced `max_replacements` times within `window_s` is left drained for an admin
     # (the fault is not the instance: an image, a driver, a check that always fails)
-    max_replacements: Annotated[int, Field(ge=1)] = 3
+    max_replacements: Annotated[int, Field(ge=1)] = _H.max_replacements
     window_s: Annotated[float, Field(gt=0)] = 86400.0
     # `slurmscale slurm-conf` renders HealthCheckProgram (and its interval) with this program
     check_program: str | None = None

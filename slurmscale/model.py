@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import NamedTuple
 
 # a node in one of these is Slurm's to finish first (POWERED_DOWN: it has no instance)
@@ -133,6 +134,19 @@ class LaunchedInstance:
     private_dns: str = ""
     subnet_id: str = ""
     capacity_reservation_id: str = ""  # the ODCR / Capacity Block it runs in, if any
+
+
+class ReservationPreference(StrEnum):
+    """How a pool uses its On-Demand Capacity Reservations (already paid for).
+
+    use_first: a gang that fits WHOLE in the reservations' free capacity launches there; any
+    other gang launches on the pool's normal capacity (never half inside, half outside).
+    only: a gang that does not fit whole in the reservations is not launched (it requeues).
+    none: the reservations are read and shown, never launched into."""
+
+    USE_FIRST = "use_first"
+    ONLY = "only"
+    NONE = "none"
 
 
 # an ODCR whose owner may take its instances back (DescribeCapacityReservations: Interruptible)

@@ -17,12 +17,12 @@ from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.ledger import Ledger, PoolNow
+from slurmscale.daemon.observe import build_snapshot, fallback_rules, gang_jobs
 from slurmscale.hostlists import compress
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.decide import decide
 from slurmscale.policy.fallback import Rewrite, partition_rewrites
 from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
-from slurmscale.policy.observe import build_snapshot, gang_jobs
 from slurmscale.policy.reservations import GangJob, HoldPlan, slipped
 from slurmscale.policy.standing import GangStanding, gang_standings
 from slurmscale.slurm import reasons
@@ -125,7 +125,8 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     blocks = (block_outlook(cfg, store.capacity_reservations(), jobs, now)
               if any(p.capacity_type is CapacityType.CAPACITY_BLOCK for p in cfg.pools) else [])
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
-                    partition_rewrites(cfg, jobs, unavailable, now), snap, tuple(jobs),
+                    partition_rewrites(fallback_rules(cfg), jobs, unavailable, now), snap,
+                    tuple(jobs),
                     tuple(blocks), standing, tuple(gangs))
 
 

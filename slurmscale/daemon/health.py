@@ -24,11 +24,20 @@ from datetime import UTC, datetime
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
+from slurmscale.config import HealthSettings
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.model import InstanceHealth, ScheduledEvent, SlurmNode
-from slurmscale.policy.health import REPLACED_KIND, HealthWatch, Running, Step, Verdict, iso
+from slurmscale.policy.health import (
+    REPLACED_KIND,
+    HealthKnobs,
+    HealthWatch,
+    Running,
+    Step,
+    Verdict,
+    iso,
+)
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
@@ -45,7 +54,7 @@ class HealthPass:
         self.cfg = ctx.cfg.health
         self.interruptions = interruptions
         self.metrics = metrics
-        self.watch = HealthWatch(self.cfg)
+        self.watch = HealthWatch(health_knobs(self.cfg))
         self.statuses: dict[str, InstanceHealth] = {}
         self.read_at: float | None = None
         self.verdicts: list[Verdict] = []  # the last pass's, for `status`
@@ -161,3 +170,9 @@ class HealthPass:
             gpus=gpus, cause=v.cause.value, detail=v.detail[:500], jobs_requeued=requeued,
             left=left))
         return gpus
+
+
+def health_knobs(s: HealthSettings) -> HealthKnobs:
+    """The config's `health` as the rules' knobs."""
+    return HealthKnobs(tuple(s.replace_on_reasons), s.grace_s, s.event_lead_s,
+                       s.max_replacements)

@@ -12,9 +12,19 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from slurmscale.config import CapacityType, Config
 from slurmscale.model import QueueJob
 from slurmscale.policy.observe import CAPACITY_REASONS, slurm_time
+
+
+class FallbackRule(NamedTuple):
+    """A spot pool whose spot-only jobs may get its fallback's partition, after `after_s`
+    pending for capacity while the pool is unavailable (built from the config at the edge:
+    `daemon/observe.py`)."""
+
+    pool: str
+    partition: str
+    fallback_partition: str
+    after_s: float
 
 
 class Rewrite(NamedTuple):
@@ -24,15 +34,11 @@ class Rewrite(NamedTuple):
     reason: str
 
 
-def partition_rewrites(cfg: Config, jobs: list[QueueJob], unavailable_until: dict[str, float],
-                       now: float) -> tuple[Rewrite, ...]:
-    rules: dict[tuple[str, ...], tuple[str, str, float]] = {}
-    for p in cfg.pools:
-        if (p.capacity_type is CapacityType.SPOT and p.fallback_pool is not None
-                and p.spot.allow_partition_rewrite
-                and unavailable_until.get(p.name, 0.0) > now):
-            rules[(p.partition,)] = (p.name, cfg.pool(p.fallback_pool).partition,
-                                     p.spot.fallback_after_s)
+def partition_rewrites(allowed: tuple[FallbackRule, ...], jobs: list[QueueJob],
+                       unavailable_until: dict[str, float], now: float) -> tuple[Rewrite, ...]:
+    rules: dict[tuple[str, ...], tuple[str, str, float]] = {
+        (r.partition,): (r.pool, r.fallback_partition, r.after_s) for r in allowed
+        if unavailable_until.get(r.pool, 0.0) > now}
     if not rules:
         return ()
     out = []

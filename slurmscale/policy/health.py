@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from slurmscale.config import HealthSettings
 from slurmscale.model import POWER_TRANSITIONS, InstanceHealth, ScheduledEvent, SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
@@ -74,13 +73,26 @@ def iso(t: float | None) -> str:
         timespec="seconds")
 
 
+@dataclass(frozen=True)
+class HealthKnobs:
+    """What the rules weigh (`health` in the config, which takes these defaults): the
+    drain reasons that mean bad hardware (regular expressions), how long a node stays
+    unhealthy before it is replaced, how long before a scheduled event a busy node is, and
+    how many replacements in the config's window leave a node for an admin instead."""
+
+    replace_on_reasons: tuple[str, ...] = ()
+    grace_s: float = 120.0
+    event_lead_s: float = 900.0
+    max_replacements: int = 3
+
+
 @dataclass
 class HealthWatch:
     """The verdicts, with the memory they need across passes: since when each node has been
     unhealthy by Slurm's account (the grace), and the scheduled events heard of (from
     DescribeInstanceStatus or AWS Health on the queue) by instance."""
 
-    settings: HealthSettings
+    settings: HealthKnobs
     since: dict[str, float] = field(default_factory=dict)
     scheduled: dict[str, ScheduledEvent] = field(default_factory=dict)
     announced: set[str] = field(default_factory=set)  # instances AWS Health told us of

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple
-
-from slurmscale.config import PoolPolicy
+from typing import NamedTuple
 
 
 class Mode(StrEnum):
@@ -35,34 +33,29 @@ class BufferRule(NamedTuple):
     warm_nodes: int = 0
 
 
-def _policy(name: str) -> Any:
-    """The config's default for a pool policy knob: the one copy of it."""
-    return PoolPolicy.model_fields[name].default
-
-
 @dataclass(frozen=True)
 class PoolKnobs:
-    """One pool's policy settings. Defaults are the worked example's (see docs/policy.md),
-    taken from the config model (PoolPolicy)."""
+    """One pool's policy settings. Defaults are the worked example's (see docs/policy.md):
+    the one copy of them, which the config's PoolPolicy takes."""
 
     name: str
     gpus_per_node: int
     max_nodes: int
     min_nodes: int = 0
-    mode: Mode = Mode(_policy("mode"))
-    step_nodes: int = _policy("step_nodes")
-    queue_gpu_hours: float = _policy("queue_gpu_hours")
-    sustained_s: float = _policy("sustained_s")
+    mode: Mode = Mode.IMMEDIATE
+    step_nodes: int = 1
+    queue_gpu_hours: float = 16.0
+    sustained_s: float = 300.0
     # a job waiting this long counts as queue pressure on its own
-    max_wait_s: float = _policy("max_wait_s")
-    cooldown_s: float = _policy("cooldown_s")
-    max_scale_down_per_cycle: int = _policy("max_scale_down_per_cycle")
-    min_idle_s: float = _policy("min_idle_s")
+    max_wait_s: float = 900.0
+    cooldown_s: float = 600.0
+    max_scale_down_per_cycle: int = 4
+    min_idle_s: float = 120.0
     # never keep an idle node longer than Slurm's usual SuspendTime
-    max_idle_s: float = _policy("max_idle_s")
-    reuse_window_s: float = _policy("reuse_window_s")
-    reuse_horizon_s: float = _policy("reuse_horizon_s")
-    default_time_limit_s: float = _policy("default_time_limit_s")
+    max_idle_s: float = 600.0
+    reuse_window_s: float = 3600.0
+    reuse_horizon_s: float = 600.0
+    default_time_limit_s: float = 4 * 3600.0
     # False: an idle node on capacity paid whether used or not (a capacity reservation) is
     # kept, as releasing it saves nothing and a relaunch costs a boot
     release_paid_idle: bool = True

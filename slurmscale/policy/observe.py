@@ -1,27 +1,19 @@
-"""Live Slurm state -> the policy's Snapshot (pure: the caller reads Slurm and the clock)."""
+"""Reading Slurm's state for the policy: Slurm's times, the node states and the jobs' ends (pure:
+the caller reads Slurm and the clock). Building the Snapshot from them and the config is the
+edge's (`daemon/observe.py`)."""
 
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from datetime import datetime
 
 from slurmscale import timeframe
-from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand_cached
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.model import (
-    BufferRule,
-    Mode,
     NodeState,
     NodeView,
-    PendingJob,
-    PoolKnobs,
-    PoolMemory,
-    Snapshot,
 )
-from slurmscale.policy.reservations import GangJob
-from slurmscale.slurm.reasons import Why, drained_by_us
 
 # Pending reasons that mean "waiting for capacity"; Dependency, JobHeld*, BeginTime, limits
 # and the like are not demand the pool can answer now. The DOWN/DRAINED reason is what a job
@@ -35,25 +27,6 @@ CAPACITY_REASONS = frozenset({
 
 
 UNUSABLE_FLAGS = frozenset({"DRAIN", "FAIL", "MAINT", "REBOOT_REQUESTED", "INVALID_REG"})
-
-
-def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
-    """The config's pool policy as the policy's knobs (PoolPolicy mirrors PoolKnobs' fields)."""
-    return tuple(
-        PoolKnobs(name=p.name, gpus_per_node=p.gpus_per_node, max_nodes=p.max_nodes,
-                  min_nodes=p.min_nodes, mode=Mode(p.policy.mode),
-                  buffer=buffer_rules(cfg, p.name),
-                  release_paid_idle=(p.capacity_reservations is None
-                                     or p.capacity_reservations.release_idle),
-                  **p.policy.model_dump(exclude={"mode"}))
-        for p in cfg.pools)
-
-
-def buffer_rules(cfg: Config, pool: str) -> tuple[BufferRule, ...]:
-    """The safety buffers on-demand pool `pool` keeps for the spot pools falling back to it."""
-    return tuple(BufferRule(p.name, p.spot.on_demand_buffer, p.spot.warm_on_demand_nodes)
-                 for p in cfg.pools if p.fallback_pool == pool
-                 and (p.spot.on_demand_buffer or p.spot.warm_on_demand_nodes))
 
 
 def slurm_time(text: str) -> float | None:
@@ -84,11 +57,11 @@ _MISSING = object()
 
 
 def node_state(n: SlurmNode) -> NodeState:
-    return _state_facts(n.state)[0]
+    return state_facts(n.state)[0]
 
 
 @functools.lru_cache(maxsize=4096)
-def _state_facts(state: str) -> tuple[NodeState, bool, bool]:
+def state_facts(state: str) -> tuple[NodeState, bool, bool]:
     """From a node's State (a few dozen distinct strings on any cluster, so remembered): the
     policy's state, drained, and unusable unless slurmscale holds it (drained, failed, in
     maintenance, down, or powering down: in transition, nothing may be asked of it)."""
@@ -113,12 +86,12 @@ def _state_facts(state: str) -> tuple[NodeState, bool, bool]:
 
 
 @functools.lru_cache(maxsize=65536)
-def _down_view(name: str, pool: str, held: bool, usable: bool) -> NodeView:
+def down_view(name: str, pool: str, held: bool, usable: bool) -> NodeView:
     """A powered-down node's view: the same every pass while it stays down (one per node)."""
     return NodeView(name, pool, NodeState.POWERED_DOWN, None, held, usable)
 
 
-def _running(jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
+def running_ends(jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
     """Per node, from its running jobs: the latest end (start + time limit, when it will be
     free at the latest; none while a job without a limit runs there) and the GPUs they use.
     Only running jobs carry an EndTime and node list. The GPUs stand in for the node's
@@ -141,127 +114,3 @@ def _running(jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
     for name in endless:
         free_at.pop(name, None)
     return free_at, gpus
-
-
-def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
-              also: frozenset[str] = frozenset()) -> tuple[GangJob, ...]:
-    """Jobs the reservation planner considers: multi-node jobs, and any job in `also` (the
-    jobs slurmscale already holds nodes for, whatever their state)."""
-    # a capacity-block pool's gangs wait for its block's window, never for a hold
-    by_partition = {p.partition: p for p in cfg.pools
-                    if p.capacity_type is not CapacityType.CAPACITY_BLOCK}
-    pool_of: dict[tuple[str, ...], Pool | None] = {}  # (a queue has few partition lists)
-    out = []
-    # (tens of thousands a pass: each GangJob made as the tuple it is, in field order, and
-    # a time looked up in slurm_time's memo before calling it)
-    make, missing = tuple.__new__, _MISSING
-    times = {} if timeframe.FRAME.eras else _TIMES  # (a stepped clock: through slurm_time)
-    for j in jobs:
-        if j.num_nodes < min_nodes and j.job_id not in also:
-            continue
-        if j.partitions in pool_of:
-            pool = pool_of[j.partitions]
-        else:
-            pool = pool_of[j.partitions] = next(
-                (by_partition[p] for p in j.partitions if p in by_partition), None)
-        if pool is None:
-            continue
-        submit = times.get(j.submit_time, missing)
-        if submit is missing:
-            submit = slurm_time(j.submit_time)
-        expected = None
-        if j.expected_start:
-            expected = times.get(j.expected_start, missing)
-            if expected is missing:
-                expected = slurm_time(j.expected_start)
-        reason = j.reason
-        out.append(make(GangJob, (
-            j.job_id, pool.name, j.num_nodes, j.gpus_per_node or pool.gpus_per_node,
-            submit or 0.0, j.priority, j.user, j.account, j.state == "PENDING",
-            reason in CAPACITY_REASONS or reason.startswith("ReqNodeNotAvail"),
-            reason.startswith("JobHeld") or j.priority == 0, j.reservation, expected,
-            None, None)))
-    return tuple(out)
-
-
-def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
-                   memory: dict[str, PoolMemory] | None = None,
-                   arrival_log: dict[str, tuple[float, str, int]] | None = None,
-                   requeued: frozenset[str] = frozenset(),
-                   paid: frozenset[str] = frozenset()) -> Snapshot:
-    """`jobs`: pending jobs (the demand) plus, optionally, starting/running ones (their submit
-    times feed the reuse forecast, as every arrival does in the simulator). `arrival_log`, the
-    daemon's memory across passes (job id -> submit, pool, nodes), is updated here and used
-    for the forecast instead: a job that already finished is gone from squeue but still
-    counts as an arrival within the window. `requeued`: jobs slurmscale requeued off an
-    interrupted node; while Slurm holds them back (BeginTime, or no reason yet) they are still
-    demand that is about to need capacity. `paid`: nodes whose instance runs in a capacity
-    reservation."""
-    free_at, job_gpus = _running(jobs)
-    # (the loops below run for every node and job every pass: kept flat, enum members and
-    # methods looked up once)
-    views = []
-    pool_of_node, idle, allocated, down, held_why = cfg.pool_of, NodeState.IDLE, \
-        NodeState.ALLOCATED, NodeState.POWERED_DOWN, Why.HELD
-    for n in nodes:
-        pool = pool_of_node(n.name)
-        if pool is None:
-            continue
-        st, drained, unusable = _state_facts(n.state)
-        # held by slurmscale (governed pools): only these are ever undrained, never an admin's
-        held = drained and drained_by_us(n) is held_why
-        usable = held or not unusable
-        if st is down and not n.alloc_gpus and n.name not in job_gpus and n.name not in paid:
-            views.append(_down_view(n.name, pool.name, held, usable))  # most nodes, at rest
-            continue
-        views.append(NodeView(
-            n.name, pool.name, st, slurm_time(n.last_busy) if st is idle else None, held,
-            usable, n.alloc_gpus or min(job_gpus.get(n.name, 0), pool.gpus_per_node),
-            free_at.get(n.name) if st is allocated else None, n.name in paid))
-    by_partition = {p.partition: p for p in cfg.pools}
-    # partition list -> (pool name, its other pools, max nodes, GPUs a node), or None: not
-    # slurmscale's (a queue has few partition lists; looked up once each)
-    pool_of: dict[tuple[str, ...], tuple[str, tuple[str, ...], int, int] | None] = {}
-    pending = []
-    arrivals = []
-    window = max((p.policy.reuse_window_s for p in cfg.pools), default=3600.0)
-    # a throttled array (`%N`) starts no more tasks than N less those running
-    running_tasks: Counter[str] = Counter()
-    if any(j.array_throttle for j in jobs):
-        running_tasks.update(j.array_job for j in jobs if j.array_job and j.state != "PENDING")
-    # (every job every pass: each QueueJob unpacked once, not read field by field)
-    for (job_id, partitions, num_nodes, gpus, limit, submit_time, reason, priority, _user,
-         state, _account, _resv, _end, _nodes, _start, _expected, array_job, tasks,
-         throttle) in jobs:
-        if partitions in pool_of:
-            seen = pool_of[partitions]
-        else:
-            mine = [by_partition[p] for p in partitions if p in by_partition]
-            seen = pool_of[partitions] = (mine[0].name, tuple(
-                p.name for p in mine[1:] if p is not mine[0]), mine[0].max_nodes,
-                mine[0].gpus_per_node) if mine else None
-        if seen is None:
-            continue
-        pool_name, also, max_nodes, pool_gpus = seen
-        submit = slurm_time(submit_time) or now
-        # (a pending array line: every task is an arrival; the log keys tasks by line)
-        arrived = num_nodes * min(tasks, max_nodes)
-        if arrival_log is None:
-            arrivals.append((submit, pool_name, arrived))
-        elif submit >= now - window:  # (an older one would be dropped from the log below)
-            arrival_log[job_id] = (submit, pool_name, arrived)
-        if state != "PENDING":
-            continue  # running or starting: an arrival for the reuse forecast, not demand
-        startable = tasks
-        if throttle:
-            startable = max(0, min(tasks, throttle - running_tasks[array_job]))
-        pending.append(PendingJob(
-            job_id, pool_name, num_nodes, gpus or pool_gpus, limit, submit, priority,
-            (reason in CAPACITY_REASONS or job_id in requeued) and priority > 0
-            and startable > 0, also, tasks, startable))
-    if arrival_log is not None:
-        for job_id in [k for k, (t, _, _) in arrival_log.items() if t < now - window]:
-            del arrival_log[job_id]
-        arrivals = list(arrival_log.values())
-    return Snapshot(now=now, pools=knobs(cfg), nodes=tuple(views), jobs=tuple(pending),
-                    memory=dict(memory or {}), arrivals=tuple(sorted(arrivals)))

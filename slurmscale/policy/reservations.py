@@ -18,36 +18,31 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from slurmscale.config import ReservationSettings
 from slurmscale.hostlists import node_order_key
 from slurmscale.policy.model import NodeState, NodeView
 
 
-def _setting(name: str) -> Any:
-    """The config's default for a reservations setting: the one copy of it."""
-    return ReservationSettings.model_fields[name].default
-
-
 @dataclass(frozen=True)
 class ReservationKnobs:
-    """The planner's settings; defaults from the config model (ReservationSettings)."""
+    """The planner's settings, and the one copy of their defaults (the config's
+    ReservationSettings takes them)."""
 
-    enabled: bool = _setting("enabled")
-    prefix: str = _setting("prefix")
-    min_gang_nodes: int = _setting("min_gang_nodes")
-    accumulate_after_s: float = _setting("accumulate_after_s")
-    per_pool: int = _setting("per_pool")
-    hold_budget_gpu_hours: float = _setting("hold_budget_gpu_hours")
-    max_hold_s: float = _setting("max_hold_s")
+    enabled: bool = True
+    prefix: str = "slurmscale-gang-"
+    min_gang_nodes: int = 2
+    accumulate_after_s: float = 600.0
+    per_pool: int = 1
+    hold_budget_gpu_hours: float = 64.0
+    max_hold_s: float = 5400.0
     # the Slurm reservation outlives the hold's maximum by this much, so slurmscale deletes it
     # (it never expires under a job about to start); Slurm's backfill sees its nodes taken
     # until then
-    end_margin_s: float = _setting("end_margin_s")
+    end_margin_s: float = 600.0
     # hold busy nodes for the shortfall too (they drain into it)
-    drain_busy: bool = _setting("drain_busy")
-    limit_use: float = _setting("limit_use")  # share of a time limit jobs typically run
+    drain_busy: bool = True
+    limit_use: float = 1.0  # share of a time limit jobs typically run
 
 
 class GangJob(NamedTuple):

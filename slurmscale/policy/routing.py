@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from slurmscale.config import ReservationPreference
-from slurmscale.model import CapacityReservation
+from slurmscale.model import CapacityReservation, ReservationPreference
 
 # Our own code for a gang refused because the reservations cannot take it whole (preference
 # `only`); the node reason says it, and it is no EC2 capacity error (no backoff follows).

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from slurmscale.config import SpotSettings
+from slurmscale.daemon.observe import knobs
 from slurmscale.policy.model import (
     ActionKind,
     BufferRule,
@@ -51,7 +52,6 @@ from slurmscale.policy.model import (
     PoolMemory,
     Snapshot,
 )
-from slurmscale.policy.observe import knobs
 from slurmscale.policy.routing import reclaims_exhausted
 from slurmscale.sim.daemon import MAIN_PREFIX, OD_PREFIX, DaemonDriver, sim_config
 from slurmscale.sim.policies import SimPolicy

@@ -14,7 +14,7 @@ from slurmscale.cloud.events import EventError, EventKind, health_message, parse
 from slurmscale.cloud.protocol import CloudInstance
 from slurmscale.config import HealthSettings, parse_config
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.health import HealthPass
+from slurmscale.daemon.health import HealthPass, health_knobs
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.model import InstanceHealth, QueueJob, ScheduledEvent, SlurmNode
 from slurmscale.policy.health import Cause, HealthWatch, Running, Step
@@ -28,7 +28,7 @@ from tests.unit.conftest import base_config
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 IID = "i-0000000000000001"
 RUN = {"spot-1": Running(IID, "gpu-spot")}
-SETTINGS = HealthSettings(replace_on_reasons=["NHC", r"Xid \d+"], grace_s=60)
+SETTINGS = health_knobs(HealthSettings(replace_on_reasons=["NHC", r"Xid \d+"], grace_s=60))
 
 
 def node(state: str, reason: str = "") -> SlurmNode:

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from slurmscale.config import parse_config
 from slurmscale.daemon.ledger import pools_now
+from slurmscale.daemon.observe import build_snapshot
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.decide import decide, pool_demand
-from slurmscale.policy.observe import build_snapshot
 from slurmscale.slurm.kv import array_tasks, parse_squeue_fixed
 from tests.unit.conftest import base_config
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from slurmscale.daemon.ledger import Ledger
+from slurmscale.daemon.observe import build_snapshot
 from slurmscale.model import QueueJob, SlurmNode
-from slurmscale.policy.observe import build_snapshot
 from slurmscale.store.repo import Store
 from slurmscale.store.rows import utc
 

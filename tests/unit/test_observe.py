@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from slurmscale.config import parse_config
+from slurmscale.daemon.observe import build_snapshot
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.decide import decide
 from slurmscale.policy.model import ActionKind, NodeState
-from slurmscale.policy.observe import build_snapshot, node_state
+from slurmscale.policy.observe import node_state
 from tests.unit.conftest import base_config
 
 
@@ -75,8 +76,8 @@ def test_every_config_policy_knob_reaches_the_policy() -> None:
 
 def test_a_spot_pools_buffer_becomes_its_fallback_pools_knob() -> None:
     from slurmscale.config import ConfigError, parse_config
+    from slurmscale.daemon.observe import knobs
     from slurmscale.policy.model import BufferRule
-    from slurmscale.policy.observe import knobs
 
     def cfg(spot: dict[str, object], on: str = "spot") -> dict[str, object]:
         base = {"instance_types": ["g5.xlarge"], "subnets": ["subnet-1"],
@@ -131,6 +132,7 @@ def test_the_daemons_arrival_log_remembers_finished_jobs_for_the_reuse_forecast(
 
 def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -> None:
     from slurmscale.config import parse_config
+    from slurmscale.daemon.observe import fallback_rules
     from slurmscale.model import QueueJob
     from slurmscale.policy.fallback import partition_rewrites
     from slurmscale.policy.observe import slurm_time
@@ -152,19 +154,20 @@ def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -
             job("3", ("gpu-spot",), reason="Dependency"), job("4", ("gpu-spot",),
                                                                 state="RUNNING")]
     down = {"gpu-spot": t0 + 10_000}
-    (rw,) = partition_rewrites(cfg, jobs, down, t0 + 901)
+    (rw,) = partition_rewrites(fallback_rules(cfg), jobs, down, t0 + 901)
     assert (rw.job_id, rw.partitions) == ("1", ("gpu-spot", "gpu-od"))
     assert "fallback_after_s 900" in rw.reason
-    assert partition_rewrites(cfg, jobs, down, t0 + 899) == ()  # not waited long enough
-    assert partition_rewrites(cfg, jobs, {}, t0 + 5000) == ()  # spot has capacity
+    rules = fallback_rules(cfg)
+    assert partition_rewrites(rules, jobs, down, t0 + 899) == ()  # not waited long enough
+    assert partition_rewrites(rules, jobs, {}, t0 + 5000) == ()  # spot has capacity
     d["pools"][0]["spot"] = {"fallback_after_s": 900}  # rewriting not allowed (default)
-    assert partition_rewrites(parse_config(d), jobs, down, t0 + 5000) == ()
+    assert partition_rewrites(fallback_rules(parse_config(d)), jobs, down, t0 + 5000) == ()
 
 
 def test_a_job_submitted_to_two_pools_counts_as_near_demand_in_the_second() -> None:
     from slurmscale.config import parse_config
+    from slurmscale.daemon.observe import build_snapshot
     from slurmscale.model import QueueJob
-    from slurmscale.policy.observe import build_snapshot
     from tests.unit.conftest import base_config
 
     cfg = parse_config(base_config())
@@ -176,8 +179,8 @@ def test_a_job_submitted_to_two_pools_counts_as_near_demand_in_the_second() -> N
 
 def test_gpus_in_use_come_from_running_jobs_when_alloc_tres_has_none() -> None:
     from slurmscale.config import parse_config
+    from slurmscale.daemon.observe import build_snapshot
     from slurmscale.model import QueueJob, SlurmNode
-    from slurmscale.policy.observe import build_snapshot
     from tests.unit.conftest import base_config
 
     cfg = parse_config(base_config())
@@ -194,7 +197,8 @@ def test_gpus_in_use_come_from_running_jobs_when_alloc_tres_has_none() -> None:
 def test_gang_jobs_fills_every_field_in_order() -> None:
     """gang_jobs makes each GangJob as a bare tuple (speed): it must be the GangJob the
     keywords make, field for field (a field added to GangJob and not here fails this)."""
-    from slurmscale.policy.observe import gang_jobs, slurm_time
+    from slurmscale.daemon.observe import gang_jobs
+    from slurmscale.policy.observe import slurm_time
     from slurmscale.policy.reservations import GangJob
 
     cfg = parse_config(base_config())
