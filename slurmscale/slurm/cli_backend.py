@@ -17,10 +17,9 @@ import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from slurmscale import timeframe
-from slurmscale.config import SlurmSettings
 from slurmscale.hostlists import compress
 from slurmscale.model import (
     JobPriority,
@@ -86,8 +85,25 @@ def _parse_nodes(lines: Iterable[str]) -> list[SlurmNode]:
     return nodes
 
 
+class CommandSettings(Protocol):
+    """How to reach Slurm's commands: the config's `slurm` section is one (the Slurm
+    boundary needs no more of the config than this)."""
+
+    @property
+    def bin_dir(self) -> str: ...
+
+    @property
+    def command_prefix(self) -> list[str]: ...
+
+    @property
+    def conf(self) -> str | None: ...
+
+    @property
+    def timeout_s(self) -> float: ...
+
+
 class SlurmCLI:
-    def __init__(self, settings: SlurmSettings) -> None:
+    def __init__(self, settings: CommandSettings) -> None:
         self.s = settings
         self._release: tuple[int, int] | None = None
 
