@@ -6,7 +6,6 @@ pause, never a termination, and the daemon catches up."""
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -14,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from slurmscale.api_client import call
-from slurmscale.localcluster.postgres import LocalPostgres, pg_bin_dir
+from slurmscale.localcluster.postgres import LocalPostgres
 from slurmscale.localcluster.procs import wait_for
+from tests.support.postgres import start_postgres
 
 pytestmark = pytest.mark.slurm
 
@@ -24,15 +24,7 @@ TICK = 3.0
 
 @pytest.fixture
 def postgres() -> Iterator[LocalPostgres]:
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        psycopg = None  # type: ignore[assignment]
-    if pg_bin_dir() is None or psycopg is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the HA tests: PostgreSQL server or psycopg missing")
-        pytest.skip("needs Debian's postgresql and slurmscale[postgres]")
-    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="ss-pg-"))).start()
+    pg = start_postgres("ss-pg-")
     yield pg
     pg.remove()
 

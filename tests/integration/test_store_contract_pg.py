@@ -5,17 +5,15 @@ one server for the module, a fresh database for each check."""
 from __future__ import annotations
 
 import itertools
-import os
 import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-from slurmscale.localcluster.postgres import DB_USER, LocalPostgres, pg_bin_dir
+from slurmscale.localcluster.postgres import DB_USER, LocalPostgres
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.repo import Store
+from tests.support.postgres import start_postgres
 from tests.support.store_contract import CHECKS
 
 pytestmark = pytest.mark.slurm  # (root: the server runs as Debian's postgres user)
@@ -25,16 +23,7 @@ _names = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[LocalPostgres]:
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        psycopg = None  # type: ignore[assignment]
-    if pg_bin_dir() is None or psycopg is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the store contract on PostgreSQL: server or psycopg "
-                        "missing")
-        pytest.skip("needs Debian's postgresql and slurmscale[postgres]")
-    pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="ss-pg-contract-"))).start()
+    pg = start_postgres("ss-pg-contract-")
     yield pg
     pg.remove()
 
