@@ -381,7 +381,7 @@ def _live_plan(cfg: Config) -> dict[str, Any]:
     from slurmscale.daemon.plan_view import SOURCE_LIVE, plan_data
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
-    from slurmscale.store.snapshot import ReadAside
+    from slurmscale.store.snapshot import ReadAside, StoreUnreadable
 
     # A second's work over the whole queue that makes no reference cycles worth collecting,
     # in a process that ends with it: the collector's walks of it (every 100,000 allocations
@@ -396,6 +396,9 @@ def _live_plan(cfg: Config) -> dict[str, Any]:
         pp = current_plan(cfg, SlurmCLI(cfg.slurm), aside.snapshot, now, standings=True)
     except SlurmError as e:
         click.echo(f"slurmscale: cannot read Slurm: {e}", err=True)
+        sys.exit(1)
+    except StoreUnreadable as e:
+        click.echo(f"slurmscale: cannot read the store: {e}", err=True)
         sys.exit(1)
     finally:
         aside.close()

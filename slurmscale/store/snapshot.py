@@ -39,6 +39,11 @@ class ReadOnly(RuntimeError):
     """A write, or a read the snapshot was not made with: a caller bug, never data's."""
 
 
+class StoreUnreadable(RuntimeError):
+    """The child could not read the store (the database failed mid-read, say): the message
+    says why, for the command's one line."""
+
+
 @dataclass(frozen=True)
 class StoreSnapshot:
     """`preemptions_since`: the preemptions read are those since then (Unix s)."""
@@ -172,14 +177,14 @@ class ReadAside:
         os.waitpid(self.pid, 0)
         self.pid = None
         if not data:
-            raise RuntimeError("the process reading the store ended without an answer")
+            raise StoreUnreadable("the process reading it ended without an answer")
         kind, value = pickle.loads(data)  # (our own child's bytes, through our own pipe)
         if kind == "exit":
             code, said = value
             sys.stderr.write(said)
             sys.exit(code)
         if kind == "error":
-            raise RuntimeError(value)
+            raise StoreUnreadable(value)
         self._got = StoreSnapshot.from_plain(value)
         return self._got
 
@@ -213,7 +218,8 @@ def _child(w: int, open_store: Callable[[], Any], since: float) -> NoReturn:
         except SystemExit as e:
             out = ("exit", (e.code if isinstance(e.code, int) else 1, said.getvalue()))
         except Exception as e:  # noqa: BLE001 - handed to the parent, which reports it
-            out = ("error", f"{type(e).__name__}: {e}")
+            # (its first line: a database error goes on with the SQL and a web link)
+            out = ("error", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
         with os.fdopen(w, "wb") as f:
             pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:  # noqa: BLE001 - the parent finds no answer and says so

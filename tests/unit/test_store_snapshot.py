@@ -179,3 +179,20 @@ def test_a_store_plan_live_cannot_use_is_one_line_and_its_exit_code(tmp_path: Pa
     assert len(lines) == 2 and lines[0].startswith("slurmscale: ") and "upgrade" in lines[0], \
         out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_store_that_fails_mid_read_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    conf = _cluster(tmp_path)
+    url = load_config(str(conf)).store_url
+    store = Store(url)
+    store.upgrade()
+    store.close()
+    import sqlite3
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        db.execute("DROP TABLE holds")  # (the schema's revision still says all is there)
+    out = _live(conf)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and out.stdout == "", out
+    assert len(lines) == 2 and lines[0].startswith("slurmscale: cannot read the store: "), \
+        out.stderr
+    assert "holds" in lines[0] and "Traceback" not in out.stderr
