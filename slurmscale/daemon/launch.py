@@ -121,7 +121,8 @@ class GangLauncher:
         # a launch cut off by a crash: whatever it launched carries the gang's tag
         recovered = self._recover(gid) if recovering else None
         if route.kind is RouteKind.REFUSED and recovered is None:
-            return self._refused(pool, gang, gid, route, what, now.timestamp(), give_up_at)
+            return self._refused(pool, gang, gid, route, what, nodes_expr, now.timestamp(),
+                                 give_up_at)
         asked = _request_text(self.ctx.cfg, pool, gang, route, spec)
         self.ctx.event(Kind.LAUNCH_REQUESTED, f"{what}: {asked}", gang_id=gid, node=nodes_expr)
         crash_point("launch:before_fleet")
@@ -129,7 +130,7 @@ class GangLauncher:
         if result is None or (len(result.instances) < gang.size and not gang.coalesced):
             # (a recovered gang of several fleets: the daemon died between them; the parts
             # never sent are sent now, with their own ClientTokens)
-            sent = self._send(pool, gang, gid, spec, result, what, give_up_at)
+            sent = self._send(pool, gang, gid, spec, result, what, nodes_expr, give_up_at)
             if isinstance(sent, Launch):
                 return sent
             result = sent
@@ -150,8 +151,8 @@ class GangLauncher:
         self._count_launch(pool, Outcome.LAUNCHED)
         return Launch(Outcome.LAUNCHED)
 
-    def _refused(self, pool: Pool, gang: Gang, gid: str, route: Route, what: str, now: float,
-                 give_up_at: float) -> Launch:
+    def _refused(self, pool: Pool, gang: Gang, gid: str, route: Route, what: str,
+                 nodes_expr: str, now: float, give_up_at: float) -> Launch:
         """No reserved capacity takes the gang whole (preference `only`, or a block pool)."""
         starting = self.reserved.starting(pool, now)
         if starting is not None and now < give_up_at:
@@ -162,7 +163,7 @@ class GangLauncher:
             self.ctx.event(Kind.LAUNCH_DEFERRED, f"{what}: {starting.id} was due to start at "
                            f"{stamp(starting.start or 0)} and EC2 last reported it "
                            f"{starting.state}; read again and retried next pass",
-                           gang_id=gid, node=compress(list(gang.nodes)))
+                           gang_id=gid, node=nodes_expr)
             # (the reservations are read again by then)
             return Launch(Outcome.DEFERRED, RESERVATION_STARTING, now + STATE_DUE_TTL_S)
         # (a recovered gang may find short the reserved capacity it took itself)
@@ -171,7 +172,7 @@ class GangLauncher:
         return Launch(Outcome.FAILED, NO_RESERVED_FIT)
 
     def _send(self, pool: Pool, gang: Gang, gid: str, spec: FleetSpec,
-              have: LaunchResult | None, what: str, give_up_at: float
+              have: LaunchResult | None, what: str, nodes_expr: str, give_up_at: float
               ) -> LaunchResult | Launch:
         """The gang's CreateFleet(s) (the parts not yet sent, where `have` some); or, where
         EC2 refused or did not answer, what became of the launch."""
@@ -188,7 +189,7 @@ class GangLauncher:
                 self.ctx.event(Kind.LAUNCH_DEFERRED,
                                f"{what}: EC2 did not answer ({e.code}); retrying in "
                                f"{delay:.0f}s, giving up in {give_up_at - at:.0f}s",
-                               gang_id=gid, node=compress(list(gang.nodes)))
+                               gang_id=gid, node=nodes_expr)
                 return Launch(Outcome.DEFERRED, e.code, self.ec2_retry.until)
             self._fail_gang(gang, gid, e.code, e.message, obtained=[])
             self.backoff.launch_failed(pool.name, e.code, e.message, self.ctx.clock())

@@ -81,8 +81,6 @@ def current_revision(conn: Connection) -> str | None:
 ACTIVE_INSTANCE_STATES = (InstanceState.RUNNING.value,)
 
 
-
-
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
     dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (see make_engine)
     cur = dbapi_conn.cursor()
