@@ -163,3 +163,22 @@ def test_the_cause_migration_reads_each_old_preemptions_cause_from_its_kind(cfg)
     store.upgrade()
     assert [(p.job_id, p.cause) for p in store.preemptions()] == [
         ("0", "interrupted"), ("1", "reclaimed"), ("2", "vanished"), ("3", "unhealthy")]
+
+
+def test_every_record_and_its_table_name_the_same_fields() -> None:
+    """store/rows.py's records and store/tables.py's columns are written twice (the records
+    stay free of SQLAlchemy); a field without a column would silently never be stored."""
+    from dataclasses import fields
+
+    from sqlalchemy import inspect as sa_inspect
+
+    from slurmscale.store import rows, tables
+
+    mapped = {m.class_ for m in tables._mapper.mappers}
+    records = {c for c in vars(rows).values()
+               if isinstance(c, type) and c.__module__ == rows.__name__
+               and hasattr(c, "__dataclass_fields__")}
+    assert mapped == records
+    for cls in records:
+        table = sa_inspect(cls).local_table
+        assert {f.name for f in fields(cls)} == set(table.c.keys()), cls.__name__
