@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from slurmscale.hostlists import NODE_NAME
 
@@ -78,7 +78,21 @@ class SpooledRequest(NamedTuple):
                               received_at=float(received_at))
 
 
+class RequestSource(Protocol):
+    """Where the hooks' requests wait for the daemon: the spool directory (`Spool`), or the
+    simulator's hooks (`sim/daemon.py`). Each is named by a path, which `done` forgets and
+    `reject` sets aside."""
+
+    def pending(self) -> Iterator[tuple[Path, SpooledRequest | None]]: ...
+
+    def done(self, path: Path) -> None: ...
+
+    def reject(self, path: Path) -> None: ...
+
+
 class Spool:
+    """Implements `RequestSource`: one JSON file a request, written atomically by the hook."""
+
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.incoming = self.root / "incoming"

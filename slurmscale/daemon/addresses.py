@@ -21,6 +21,7 @@ from slurmscale.store.rows import InstanceRow
 log = logging.getLogger(__name__)
 
 TAG_THREADS = 8  # CreateTags in flight at once for one gang
+_RELEASING = frozenset({"POWERED_DOWN", "POWERING_DOWN"})
 
 
 class NodeAddresses:
@@ -29,6 +30,9 @@ class NodeAddresses:
         # powered-down nodes whose NodeAddr was judged not slurmscale's (slurm.conf's): not
         # looked up again until the node powers up or its address changes
         self.addr_kept: dict[str, str] = {}
+        # the address each running instance's node is given (it never changes while the
+        # instance runs): worked out once, not every pass for every node
+        self.given: dict[str, tuple[str, str]] = {}
 
     def finish_nodes(self, pairs: list[tuple[str, LaunchedInstance]], address: bool,
                      gid: str | None = None) -> None:
@@ -120,11 +124,13 @@ class NodeAddresses:
         if c.cfg.node_address is AddressSource.PRIVATE_DNS:
             return
         by_name = {n.name: n for n in nodes}
+        given = {}
         for row in active:
+            addr, host = given[row.instance_id] = self.given.get(row.instance_id) or \
+                c.address(row.node, launched(row))
             n = by_name.get(row.node)
-            if n is None or {"POWERED_DOWN", "POWERING_DOWN"} & n.flags:
+            if n is None or _RELEASING & n.flags:
                 continue  # being released: release resets the address
-            addr, host = c.address(row.node, launched(row))
             if not addr or n.addr == addr:
                 continue
             try:
@@ -134,6 +140,7 @@ class NodeAddresses:
                 continue
             c.event(Kind.NODE_ADDRESS_FIXED, f"{row.node} runs on {row.instance_id} but Slurm "
                     f"had NodeAddr={n.addr}: set to {addr}", node=row.node)
+        self.given = given
 
     def reset_stale(self, nodes: list[SlurmNode]) -> None:
         """A powered-down node still addressed at its released instance (the reset at release

@@ -147,12 +147,14 @@ class InterruptionPass:
                                          ev.time, reason, now)
         return True
 
-    def sweep(self, seen: list[CloudInstance], now: datetime) -> int:
-        """Instances the store has running that EC2 reports gone, with no event having said
-        so (`seen`: this cluster's instances, terminated ones included). Returns how many."""
+    def sweep(self, seen: list[CloudInstance], now: datetime,
+              active: list[InstanceRow]) -> int:
+        """Instances the store has running (`active`) that EC2 reports gone, with no event
+        having said so (`seen`: this cluster's instances, terminated ones included). Returns
+        how many."""
         by_id = {i.instance_id: i for i in seen}
         n = 0
-        for inst in self.store.active_instances():
+        for inst in active:
             found = by_id.get(inst.instance_id)
             if (inst.state != "running" or found is None or found.state not in GONE_STATES
                     or inst.instance_id in self.evacuated):

@@ -15,20 +15,18 @@ while its nodes booted a StartTime too.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from slurmscale.config import Config
 from slurmscale.model import QueueJob
 from slurmscale.policy.model import NodeState, NodeView, PendingJob, Snapshot
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmError
+from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.rows import JobRow, SampleRow
-
-if TYPE_CHECKING:
-    from slurmscale.store.repo import Store  # (a type: only the daemon opens the SQL store)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +66,7 @@ def pools_now(snap: Snapshot) -> list[PoolNow]:
     out = []
     for k in snap.pools:
         nodes, jobs = nodes_of[k.name], jobs_of[k.name]
-        count = {s: sum(1 for n in nodes if n.state is s) for s in NodeState}
+        count = Counter(n.state for n in nodes)
         out.append(PoolNow(
             pool=k.name,
             nodes_up=len(nodes) - count[NodeState.POWERED_DOWN],
@@ -89,7 +87,7 @@ EndedJobs = Callable[[], list[QueueJob]]  # SlurmClient.ended_jobs
 
 
 class Ledger:
-    def __init__(self, cfg: Config, store: Store, on_start: OnStart | None = None,
+    def __init__(self, cfg: Config, store: ReconcileStore, on_start: OnStart | None = None,
                  ended_jobs: EndedJobs | None = None) -> None:
         self.cfg = cfg
         self.store = store

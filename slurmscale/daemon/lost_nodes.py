@@ -22,9 +22,9 @@ def nodes_without_instances(nodes: Iterable[SlurmNode], is_cloud_node: Callable[
     """Cloud nodes that Slurm has up and for which no instance is pending or running in EC2
     (by node tag) or in the store."""
     in_ec2 = {i.tags.get(TAG_NODE) for i in seen if i.state in ("pending", "running")}
-    return {n.name for n in nodes
-            if is_cloud_node(n.name) and not (n.flags & POWER_TRANSITIONS)
-            and n.name not in in_ec2 and n.name not in tracked_nodes}
+    return {n.name for n in nodes  # (the cheap tests first: this runs every pass)
+            if n.name not in tracked_nodes and n.name not in in_ec2
+            and not (n.flags & POWER_TRANSITIONS) and is_cloud_node(n.name)}
 
 
 class LostNodes:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from slurmscale import timeframe
 from slurmscale.audit import Kind
@@ -49,10 +48,9 @@ from slurmscale.model import CapacityReservation, SlurmNode
 from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.node_writes import NodeWrites
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.spool import RequestSource
+from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.rows import CapacityReservationRow, InstanceRow
-
-if TYPE_CHECKING:
-    from slurmscale.store.repo import Store  # (a type: only the daemon opens the SQL store)
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +58,14 @@ __all__ = ["Reconciler", "TickResult", "utcnow"]
 
 
 class Reconciler:
-    def __init__(self, cfg: Config, store: Store, slurm: SlurmClient, cloud: CloudProvider,
-                 clock: Clock = utcnow, events: EventQueue | None = None,
-                 metrics: Metrics | None = None) -> None:
+    """The one place the passes are built and ordered. The daemon gives it the SQL store,
+    `scontrol`/`squeue`, EC2 and the hooks' spool directory; the simulator
+    (`sim/daemon.py`) gives it `MemoryStore`, `SimSlurm`, `SimEc2` and the requests its
+    simulated hooks made (`spool`), and calls the same `tick`."""
+
+    def __init__(self, cfg: Config, store: ReconcileStore, slurm: SlurmClient,
+                 cloud: CloudProvider, clock: Clock = utcnow, events: EventQueue | None = None,
+                 metrics: Metrics | None = None, spool: RequestSource | None = None) -> None:
         self.cfg = cfg
         self.metrics = metrics
         self.store = store
@@ -84,7 +87,7 @@ class Reconciler:
         ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
         self.requests = RequestPass(ctx, GangLauncher(
             ctx, self.addresses, self.backoff, self.reserved, fleets, ec2_retry, metrics),
-            self.addresses, ec2_retry)
+            self.addresses, ec2_retry, spool)
         self.sweep = InstanceSweep(ctx, self.interruptions, fleets)
         self.boots = BootPass(ctx, fleets, self.addresses, metrics)
         self.health = HealthPass(ctx, self.interruptions, metrics)

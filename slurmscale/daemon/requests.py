@@ -19,7 +19,7 @@ from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, plan_requests
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import RequestStatus
-from slurmscale.spool import RequestKind, Spool
+from slurmscale.spool import RequestKind, RequestSource, Spool
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import utc
 
@@ -28,9 +28,11 @@ log = logging.getLogger(__name__)
 
 class RequestPass:
     def __init__(self, ctx: PassContext[LaunchStore], launcher: GangLauncher,
-                 addresses: NodeAddresses, ec2_retry: EndpointRetry) -> None:
+                 addresses: NodeAddresses, ec2_retry: EndpointRetry,
+                 spool: RequestSource | None = None) -> None:
+        """`spool`: where the hooks' requests wait (the spool directory unless given)."""
         self.ctx = ctx
-        self.spool = Spool(ctx.cfg.spool_dir)
+        self.spool: RequestSource = Spool(ctx.cfg.spool_dir) if spool is None else spool
         self.launcher = launcher
         self.addresses = addresses
         self.ec2_retry = ec2_retry

@@ -34,6 +34,7 @@ from slurmscale.daemon.reconcile import Reconciler, utcnow
 from slurmscale.gc_tuning import BetweenPasses, tune_gc
 from slurmscale.report.compute import paid_now
 from slurmscale.slurm.cli_backend import SlurmCLI
+from slurmscale.spool import Spool
 from slurmscale.store.repo import Store
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,10 @@ class Daemon:
         cfg = self.cfg
         events = (SqsEventQueue(cfg.aws, cfg.aws.interruption_queue_url)
                   if cfg.aws.interruption_queue_url else None)
+        spool = Spool(cfg.spool_dir)
+        spool.ensure()
         return Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
-                          events=events, metrics=self.metrics)
+                          events=events, metrics=self.metrics, spool=spool)
 
     def _lead(self) -> Reconciler | None:
         """The reconciler if this daemon leads now; None while it stands by."""
@@ -147,7 +150,6 @@ class Daemon:
             # the schema is the leader's to upgrade: two daemons must not race a migration
             self.store.upgrade()
             self.reconciler = self._new_reconciler()
-            self.reconciler.requests.spool.ensure()
             who = identity()
             log.warning("leading cluster %s as %s", self.cfg.cluster_name, who)
             self.store.add_event(Kind.LEADER_ACQUIRED, f"{who} leads cluster "

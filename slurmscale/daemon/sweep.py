@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError, CloudInstance
@@ -20,10 +19,8 @@ from slurmscale.model import SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
+from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.rows import InstanceRow, utc
-
-if TYPE_CHECKING:
-    from slurmscale.store.repo import Store  # (a type: only the daemon opens the SQL store)
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +42,7 @@ def leaked_instances(seen: list[CloudInstance], cluster: str, tracked: set[str],
 
 
 class InstanceSweep:
-    def __init__(self, ctx: PassContext[Store], interruptions: InterruptionPass,
+    def __init__(self, ctx: PassContext[ReconcileStore], interruptions: InterruptionPass,
                  fleets: GangFleets) -> None:
         self.ctx = ctx
         self.interruptions = interruptions
@@ -67,8 +64,8 @@ class InstanceSweep:
             return None
         self.seen = seen
         now = c.clock()
-        self.interruptions.sweep(seen, now)
         active = c.store.active_instances()
+        self.interruptions.sweep(seen, now, active)
         leaks = leaked_instances(seen, c.cfg.cluster_name, {i.instance_id for i in active},
                                  now, c.cfg.daemon.leak_grace_s)
         if leaks:

@@ -33,6 +33,7 @@ REPLACED_KIND = "unhealthy:"
 # drained by slurmscale already: its instance is going away, or it is left for an admin
 _HANDLED = (reasons.INSTANCE_LOST - {Why.SCHEDULED}) | {Why.REPLACE_LOOP}
 NOT_RESPONDING = "Not responding"  # the reason slurmctld gives a node it set DOWN for that
+_TROUBLE = frozenset({"NOT_RESPONDING", "DOWN"})  # flags that make a node worth a look
 
 
 class Cause(StrEnum):
@@ -152,6 +153,9 @@ class HealthWatch:
     def _cause(self, n: SlurmNode, inst: Running, status: InstanceHealth | None
                ) -> tuple[Cause, str] | None:
         flags = n.flags
+        if (not n.reason and not flags & _TROUBLE and inst.instance_id not in self.scheduled
+                and (status is None or not status.impaired)):
+            return None  # (the common case, every running node every pass: nothing is wrong)
         why = reasons.ours(n.reason) if n.reason else None
         if "DRAIN" in flags and why in _HANDLED:
             return None

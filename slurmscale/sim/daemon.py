@@ -1,29 +1,33 @@
-"""The daemon inside the simulator: its own passes on the simulated Slurm and EC2.
+"""The daemon inside the simulator: its own reconcile loop on the simulated Slurm and EC2.
 
 A slurmscale policy in `simulate` is not a model of the daemon: `DaemonDriver` builds the
-config the daemon would be given for the simulated pools and runs the daemon's passes against
-`SimSlurm`, `SimEc2`, `SimQueue` and a `MemoryStore`:
-- every policy tick, what the reconcile pass runs for capacity: nodes back from an
-  interruption undrained, the capacity backoff's upkeep, then `CapacityPass` (reservations for
-  starving gangs, pool sizes, scale-down, the on-demand buffer);
-- what Slurm's hooks ask, at the end of the event that made Slurm ask (a hook wakes the daemon
-  at once): `RequestPass` plans the resume requests into gangs and `GangLauncher` launches
-  each all or nothing on `SimEc2` (a spot outage is EC2's capacity error: rolled back, nodes
-  powered down, job requeued, pool in backoff); a suspend terminates the node's instances;
-- a spot interruption: AWS's warning on the queue, acted on by `InterruptionPass`;
-- with node failures modelled, `HealthPass` every tick: a node Slurm has DOWN and not
-  responding is replaced after `health.grace_s` (EC2's status is not read: the simulated
-  failure is the hardware under slurmd, which Slurm sees first).
-What stays the engine's: Slurm's scheduling, when a node is ready (the boot delay), when
-interruptions come, and which nodes run in paid capacity.
+config the daemon would be given for the simulated pools and runs the daemon's own
+`Reconciler` - every pass, in the daemon's order - against `SimSlurm`, `SimEc2`, `SimQueue`
+and a `MemoryStore`. What reaches it is what reaches the daemon:
+- its timer: a pass every policy tick;
+- Slurm's hooks: a resume or suspend request, then a pass at once, at the end of the event
+  that made Slurm ask (a hook pokes the daemon): the request pass plans the resume requests
+  into gangs and launches each all or nothing on `SimEc2` (a spot outage is EC2's capacity
+  error: rolled back, nodes powered down, job requeued, pool in backoff); a suspend
+  terminates the node's instances;
+- EC2's events: a spot interruption's warning on the queue, read by the next pass.
+The passes the simulated world gives nothing to do (EC2's status checks, Capacity Blocks'
+windows, bootstrap failures, leaks) run all the same and find nothing; with node failures
+modelled the health pass replaces a node Slurm has DOWN and not responding after
+`health.grace_s` (EC2's status is not read: the simulated failure is the hardware under
+slurmd, which Slurm sees first). What stays the engine's: Slurm's scheduling, when a node is
+ready (the boot delay), when interruptions come, and which nodes run in paid capacity.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 
 from slurmscale.config import (
     CapacityReservations,
@@ -40,16 +44,7 @@ from slurmscale.config import (
     ReservationSettings,
     SpotSettings,
 )
-from slurmscale.daemon.addresses import NodeAddresses
-from slurmscale.daemon.backoff import CapacityBackoff
-from slurmscale.daemon.capacity import CapacityPass
-from slurmscale.daemon.context import PassContext, TickResult
-from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
-from slurmscale.daemon.health import HealthPass
-from slurmscale.daemon.interruptions import InterruptionPass
-from slurmscale.daemon.launch import GangLauncher, client_token
-from slurmscale.daemon.requests import RequestPass
-from slurmscale.daemon.retry import EndpointRetry
+from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.hostlists import compress
 from slurmscale.model import CapacityReservation
 from slurmscale.policy.model import PoolKnobs
@@ -115,11 +110,33 @@ def at(t: float) -> datetime:
     return datetime.fromtimestamp(t + EPOCH, UTC)
 
 
-class DaemonDriver:
-    """`reserved_nodes`: the size of the pool's capacity reservation, as EC2 reports it."""
+class SimSpool:
+    """Implements `RequestSource`: the requests the simulated hooks made, waiting for the
+    daemon's next pass (named by their ids; nothing is written to disk)."""
 
-    def __init__(self, sim: SimModel, cfg: Config, reserved_nodes: int = 0,
-                 health: bool = False) -> None:
+    def __init__(self) -> None:
+        self.waiting: dict[Path, SpooledRequest] = {}
+
+    def put(self, req: SpooledRequest) -> None:
+        self.waiting[Path(req.id)] = req
+
+    def pending(self) -> Iterator[tuple[Path, SpooledRequest | None]]:
+        yield from list(self.waiting.items())
+
+    def done(self, path: Path) -> None:
+        self.waiting.pop(path, None)
+
+    def reject(self, path: Path) -> None:
+        self.waiting.pop(path, None)
+
+
+class DaemonDriver:
+    """The daemon's `Reconciler` on the simulated adapters, and what reaches it from outside:
+    Slurm's hooks (`resume`, `suspend`), EC2's events (`interrupted`), a pass each policy
+    tick (`step`). `reserved_nodes`: the size of the pool's capacity reservation, as EC2
+    reports it."""
+
+    def __init__(self, sim: SimModel, cfg: Config, reserved_nodes: int = 0) -> None:
         self.cfg = cfg
         self.store = MemoryStore()
         self.slurm = SimSlurm(sim)
@@ -131,46 +148,34 @@ class DaemonDriver:
                     rid, p.instance_types[0], "us-east-1a", reserved_nodes, reserved_nodes,
                     "active")
         self.queue = SimQueue()
-        self.events: dict[str, int] = {}
-        self.capacity = CapacityPass(cfg, self.store, self.slurm, self._event)
-        self.backoff = CapacityBackoff(cfg, self.store, self.slurm, self._event)
-        self.interruptions = InterruptionPass(cfg, self.store, self.slurm, self.queue,
-                                              self._event, self.backoff)
-        ctx = PassContext(cfg, self.store, self.slurm, self.ec2, lambda: at(self.now),
-                          self._event)
-        addresses = NodeAddresses(ctx)
-        retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
-        launcher = GangLauncher(ctx, addresses, self.backoff,
-                                ReservedCapacity(cfg, self.ec2, self._event, lambda *_: None),
-                                GangFleets(cfg, self.ec2, client_token), retry)
-        self.requests = RequestPass(ctx, launcher, addresses, retry)
-        # (only where failures are modelled: nothing else makes a node unhealthy here)
-        self.health = HealthPass(ctx, self.interruptions) if health else None
-        self._asked: list[SpooledRequest] = []  # the hooks' requests not yet carried out
+        self.spool = SimSpool()
+        self.reconciler = Reconciler(cfg, self.store, self.slurm, self.ec2,
+                                     lambda: at(self.now), self.queue, spool=self.spool)
         self._ids = itertools.count(1)
 
-    def _event(self, kind: str, message: str, **_: object) -> None:
-        self.events[kind] = self.events.get(kind, 0) + 1
+    @property
+    def events(self) -> Counter[str]:
+        """How many audit events of each kind the daemon wrote."""
+        return self.store.event_counts
 
-    def _begin(self, now: float) -> None:
+    def _tick(self, now: float) -> None:
         self.now = now
         self.slurm.begin_pass(now)
+        self.reconciler.tick()
 
     def step(self, now: float, paid: frozenset[str]) -> None:
-        """One reconcile pass's capacity part at trace time `now`."""
-        self._begin(now)
+        """The daemon's timer pass at trace time `now`; `paid`: the nodes the engine runs in
+        paid capacity. EC2's events queued since are read by it, ten a pass, and the passes
+        that follow at once while messages are left (as the daemon's next pass comes
+        sooner when there is work)."""
         self.store.paid = paid
-        clock = at(now)
-        if self.queue.messages:  # one Slurm did not let it finish comes back (SQS)
-            self.interruptions.run(clock)
-        nodes = self.slurm.nodes()
-        if self.health is not None:
-            # (the nodes as read before it: a node it powers down returns on the next pass,
-            # once the suspend hook's request has terminated its instance, as in the daemon)
-            self.health.run(nodes, None)
-        self.interruptions.return_powered_down_nodes(nodes)
-        self.backoff.upkeep(nodes, clock)
-        self.capacity.run(clock)
+        self._tick(now)
+        left = len(self.queue.messages)
+        while left:
+            self._tick(now)
+            left, before = len(self.queue.messages), left
+            if left >= before:
+                break  # what is left comes back on a later pass (the queue keeps it)
 
     # --- Slurm's hooks -------------------------------------------------------------------
     def resume(self, nodes: list[str], job: int | None, partition: str, now: float) -> None:
@@ -187,36 +192,29 @@ class DaemonDriver:
         self._ask(RequestKind.SUSPEND, nodes, None, now)
 
     def _ask(self, kind: RequestKind, nodes: list[str], rf: str | None, now: float) -> None:
-        self._asked.append(SpooledRequest(f"sim-{next(self._ids)}", kind, tuple(nodes),
-                                          compress(nodes), rf, now + EPOCH))
+        self.spool.put(SpooledRequest(f"sim-{next(self._ids)}", kind, tuple(nodes),
+                                      compress(nodes), rf, now + EPOCH))
 
     def carry_out(self, now: float) -> None:
-        """The daemon's request pass on what the hooks spooled during this event (a hook
-        wakes the daemon at once): gangs planned from the resume files, launched all or
-        nothing by the daemon's launcher on the simulated EC2 (a gang that falls short rolled
-        back, its nodes powered down, its job requeued), released nodes' instances
-        terminated. What that powers down in turn is carried out too."""
-        while self._asked:
-            asked, self._asked = self._asked, []
-            for r in asked:
-                self.store.add_request(r)
-            self._begin(now)
-            self.requests.handle_requests(TickResult())
+        """The hooks poke the daemon: a pass at once, whenever this event made Slurm ask
+        (it takes the requests in, launches each gang all or nothing on the simulated EC2 -
+        one that falls short rolled back, its nodes powered down, its job requeued - and
+        terminates released nodes' instances). What that powers down in turn is carried
+        out by the pass after."""
+        while self.spool.waiting:
+            self._tick(now)
 
     def spot_outage(self, out: bool) -> None:
         """EC2 has no spot capacity (`out`) or has it again."""
         self.ec2.limit[SPOT] = 0 if out else None
 
-    def interrupted(self, nodes: list[str], now: float, reclaim: bool = False) -> None:
+    def interrupted(self, nodes: list[str], reclaim: bool = False) -> None:
         """AWS reclaims these spot nodes' instances (`reclaim`: an interruptible reservation's
-        owner takes reserved ones back): each warning goes on the event queue and the daemon's
-        interruption pass handles what is queued."""
-        self._begin(now)
+        owner takes reserved ones back): each warning goes on the event queue, which the
+        daemon's next pass reads."""
         for node in nodes:
             (inst,) = self.store.active_instances([node])
             self.queue.put(self.ec2.reclaim(inst.instance_id, reservation=reclaim))
-        for _ in range(len(nodes) // 10 + 1):  # (the pass reads up to ten at a time)
-            self.interruptions.run(at(now))
 
     def reservation_end(self, name: str) -> float | None:
         return self.slurm.end_of(name)

@@ -60,6 +60,15 @@ class _Instance:
     state_reason: str = ""
     image_id: str = "ami-0a1b2c3d4e5f60718"
     impaired: bool = False  # failed EC2's instance status check (the simulator's node failure)
+    listed: CloudInstance | None = None  # as DescribeInstances lists it (None: changed since)
+
+    def listing(self) -> CloudInstance:
+        """What DescribeInstances says of it, made once per change (the sweep asks every
+        pass)."""
+        if self.listed is None:
+            self.listed = CloudInstance(self.id, self.state, dict(self.tags), self.private_ip,
+                                        self.image_id, self.state_reason, self.launched_at)
+        return self.listed
 
 
 @dataclass
@@ -120,7 +129,9 @@ class SimEc2:
 
     # --- instances ---------------------------------------------------------------------
     def tag(self, instance_id: str, tags: dict[str, str]) -> None:
-        self._get(instance_id).tags.update(tags)
+        inst = self._get(instance_id)
+        inst.tags.update(tags)
+        inst.listed = None
 
     def launched_with(self, tags: dict[str, str]) -> tuple[LaunchedInstance, ...]:
         return tuple(self._launched(i) for i in sorted(self._tagged(tags), key=lambda i: i.id)
@@ -146,7 +157,7 @@ class SimEc2:
     def _end(self, inst: _Instance, why: str) -> None:
         if inst.state in LIVE:
             self._live[inst.lifecycle] -= 1
-            inst.state, inst.state_reason = "terminated", why
+            inst.state, inst.state_reason, inst.listed = "terminated", why, None
             self._ended.append((self.clock(), inst.id))
 
     def _get(self, instance_id: str) -> _Instance:
@@ -165,9 +176,8 @@ class SimEc2:
 
     def find(self, tags: dict[str, str], include_terminated: bool = False
              ) -> list[CloudInstance]:
-        return [CloudInstance(i.id, i.state, dict(i.tags), i.private_ip, i.image_id,
-                              i.state_reason, i.launched_at)
-                for i in self._tagged(tags) if include_terminated or i.state in LIVE]
+        return [i.listing() for i in self._tagged(tags)
+                if include_terminated or i.state in LIVE]
 
     # --- reservations, zones, placement groups --------------------------------------------
     def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]:

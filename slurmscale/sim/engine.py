@@ -248,8 +248,7 @@ class Simulation:
                 spot.reclaim_backoff_s if spot else 180.0, paid is not None)
             self.pools = list(knobs(cfg))
             self.k, self.od = self.pools[0], self.pools[1] if self.od is not None else None
-            self.daemon = DaemonDriver(self, cfg, self.paid.reserved_nodes,
-                                       health=failures is not None)
+            self.daemon = DaemonDriver(self, cfg, self.paid.reserved_nodes)
         # every job is submitted to both partitions (-p spot,on-demand)
         self.also: tuple[str, ...] = (self.od.name,) if self.od is not None else ()
         self.nodes_of = {k.name: [n for n in self.nodes if n.pool == k.name] for k in self.pools}
@@ -950,7 +949,7 @@ class Simulation:
             # AWS's warnings reach the daemon's interruption pass: it puts the pool in
             # backoff, drains each node, requeues its jobs (recording each preemption, moving
             # a job that lost too many runs to on-demand) and powers the node down
-            self.daemon.interrupted([n.name for n in hit], now)
+            self.daemon.interrupted([n.name for n in hit])
             return
         for n in hit:
             self._interrupt(n, now)
@@ -963,7 +962,7 @@ class Simulation:
         hit = [n for n in live if self.reclaim_rng.random() < p]
         self.r.reclaims += len(hit)
         if hit and self.daemon is not None:
-            self.daemon.interrupted([n.name for n in hit], now, reclaim=True)
+            self.daemon.interrupted([n.name for n in hit], reclaim=True)
         elif hit:
             self.release_nodes([n.name for n in hit], now, force=True)
 

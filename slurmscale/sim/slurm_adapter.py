@@ -1,11 +1,11 @@
 """The simulated Slurm behind the daemon's `SlurmClient` protocol.
 
-The simulator runs the daemon's own passes (`daemon/capacity.py`, `holds.py`, `backoff.py`,
-`interruptions.py`) against this adapter: they read nodes, jobs and reservations in the shapes
+The simulator runs the daemon's own reconcile loop (`daemon/reconcile.py`, every pass)
+against this adapter: they read nodes, jobs and reservations in the shapes
 `scontrol`/`squeue` give them, and their updates (power up/down, drain, reservations, a job
 pointed at a reservation, a requeue) change the engine's model the way slurmctld changes its
-own. What no simulated pass needs (a node's address, ended jobs) is answered as Slurm would
-and changes nothing.
+own. Node addresses and SuspendExcNodes are kept and read back as set, changing no
+scheduling; ended jobs are not listed (Slurm forgets them after MinJobAge).
 
 Times: the engine counts trace seconds from 0; Slurm and the daemon see Unix seconds, the
 trace's 0 being `EPOCH` (printed in UTC with an offset, so no local-time ambiguity).
@@ -122,6 +122,8 @@ class SimSlurm:
         self.res: dict[str, SimReservation] = {}
         self._pending: dict[int, tuple[tuple[object, ...], QueueJob]] = {}
         self._running: dict[int, tuple[float, QueueJob]] = {}
+        self.addr: dict[str, tuple[str, str]] = {}  # NodeAddr, NodeHostname where set
+        self.suspend_exc = ""  # SuspendExcNodes as last set (23.02+: settable at run time)
         # every node as last read; only those the engine touched since are read again
         self._nodes: list[SlurmNode] = [self._node(n) for n in sim.nodes]
 
@@ -149,8 +151,7 @@ class SimSlurm:
             return [n for n in self._nodes if n.name in want]
         return list(self._nodes)
 
-    @staticmethod
-    def _node(n: SimNode) -> SlurmNode:
+    def _node(self, n: SimNode) -> SlurmNode:
         if n.state == "down":
             flags = ["IDLE", "CLOUD", "POWERED_DOWN"]
         else:
@@ -166,7 +167,8 @@ class SimSlurm:
             flags.insert(2, "DRAIN")
         if n.failed_at is not None and n.state != "down":
             flags.append("NOT_RESPONDING")
-        return SlurmNode(n.name, "+".join(flags), n.name, n.name, n.drain, (n.pool,),
+        addr, host = self.addr.get(n.name, (n.name, n.name))
+        return SlurmNode(n.name, "+".join(flags), addr, host, n.drain, (n.pool,),
                          stamp(n.idle_since) if n.idle_since is not None else "",
                          n.gpus - n.free if n.jobs else 0)
 
@@ -252,12 +254,12 @@ class SimSlurm:
                 if any(n.name == node for n, _ in placed)]
 
     def suspend_exc_nodes(self) -> str | None:
-        # the simulated Slurm powers nothing down on its own: nothing to exclude
-        return None
+        """Kept as set, as Slurm 23.02+ does (the simulated Slurm powers nothing down on its
+        own, so the list changes nothing here)."""
+        return self.suspend_exc
 
     def set_suspend_exc_nodes(self, value: str) -> None:
-        raise SlurmError(["scontrol", "update", f"SuspendExcNodes={value}"], 1,
-                         "the simulated Slurm has no power saving of its own")
+        self.suspend_exc = value
 
     def job(self, job_id: int | str) -> dict[str, str]:
         idx = self.sim.idx_of.get(str(job_id))
@@ -299,10 +301,16 @@ class SimSlurm:
         self._changed(names)
 
     def set_node_address(self, name: str, addr: str, hostname: str) -> None:
-        return None
+        self.set_node_addresses([(name, addr, hostname)])
 
     def set_node_addresses(self, entries: list[tuple[str, str, str]]) -> None:
-        return None
+        """Kept and reported back (what the daemon compares); no scheduling changes."""
+        for name, addr, host in entries:
+            if name not in self.sim.by_name:
+                raise SlurmError(["scontrol", "update", f"nodename={name}"], 1,
+                                 f"Invalid node name specified: {name}")
+            self.addr[name] = (addr, host)
+            self.sim.touched.add(name)
 
     def set_node_instances(self, entries: list[tuple[str, str, str]]) -> bool:
         return False  # (the simulated Slurm keeps no instance fields)

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
+from slurmscale.audit import Kind
 from slurmscale.lifecycles import (
     GANG_EDGES,
     HOLD_EDGES,
     INSTANCE_EDGES,
     REQUEST_EDGES,
+    GangStatus,
     InstanceState,
     RequestStatus,
     check,
@@ -26,13 +29,16 @@ from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
 from slurmscale.store.rows import (
     CapacityReservationRow,
+    EventRow,
     GangRow,
     HoldRow,
     InstanceRow,
+    JobRow,
     OfferingRow,
     PreemptionRow,
     ReplacementRow,
     RequestRow,
+    SampleRow,
 )
 
 if TYPE_CHECKING:
@@ -42,16 +48,26 @@ R = TypeVar("R", bound="DataclassInstance")
 
 
 def _copy(row: R) -> R:
-    """A new record with `row`'s values (the records are plain dataclasses: `replace` makes
-    a fresh one, mapped by the SQL store or not)."""
-    return replace(row)
+    """A new record with `row`'s values. A plain record (the simulator's: SQLAlchemy never
+    mapped the class) is copied attribute by attribute, which is what the daemon's passes
+    cost in a simulated pass; a mapped one through `replace`, whose constructor gives the
+    copy its own mapper state."""
+    if "_sa_instance_state" in row.__dict__:
+        return replace(row)
+    new = object.__new__(type(row))
+    new.__dict__.update(row.__dict__)
+    return new
+
+
+KEPT_EVENTS = 1000  # the newest audit events kept (every kind is counted)
 
 
 class MemoryStore:
-    """Implements `LaunchStore` (and so `PassStore`), held to the SQL store's behaviour by
-    `tests/support/store_contract.py`. `paid`: nodes in paid capacity besides those whose
-    recorded instance runs in a capacity reservation - the simulator's engine decides which
-    of its nodes are (its EC2 reports the reservation but launches nothing into it)."""
+    """Implements `ReconcileStore` (and so `LaunchStore` and `PassStore`), held to the SQL
+    store's behaviour by `tests/support/store_contract.py`. `paid`: nodes in paid capacity
+    besides those whose recorded instance runs in a capacity reservation - the simulator's
+    engine decides which of its nodes are (its EC2 reports the reservation but launches
+    nothing into it). The audit log keeps the newest `KEPT_EVENTS` and counts every kind."""
 
     def __init__(self) -> None:
         self._memory: dict[str, PoolMemory] = {}
@@ -69,6 +85,13 @@ class MemoryStore:
         self._instances: dict[str, InstanceRow] = {}
         self._active: dict[str, str] = {}  # node -> its running instance
         self.paid: frozenset[str] = frozenset()
+        self._reservations: dict[str, CapacityReservationRow] = {}
+        self._jobs: dict[str, JobRow] = {}
+        self._running: set[str] = set()
+        self._samples: deque[SampleRow] = deque()  # in time order
+        self.events: deque[EventRow] = deque(maxlen=KEPT_EVENTS)
+        self.event_counts: Counter[str] = Counter()
+        self.quarantined: dict[tuple[str, str], str] = {}  # (memory decodes nothing)
 
     def pool_memory(self) -> dict[str, PoolMemory]:
         return dict(self._memory)
@@ -114,7 +137,11 @@ class MemoryStore:
         self._offerings[row.pool] = _copy(row)
 
     def capacity_reservations(self) -> list[CapacityReservationRow]:
-        return []
+        return [_copy(r) for r in self._reservations.values()]
+
+    def save_capacity_reservations(self, rows: Sequence[CapacityReservationRow]) -> None:
+        for r in rows:
+            self._reservations[r.id] = _copy(r)
 
     def reserved_nodes(self) -> frozenset[str]:
         return self.paid | {node for node, iid in self._active.items()
@@ -231,3 +258,38 @@ class MemoryStore:
             check(GANG_EDGES, f"gang {gang_id}", row.status, str(values["status"]))
         for k, v in values.items():
             setattr(row, k, v)
+
+    def live_gangs(self) -> set[str]:
+        """Gangs with an instance up or a launch in flight (their placement group is in use)."""
+        return ({self._instances[iid].gang_id for iid in self._active.values()}
+                | {g.id for g in self._gangs.values() if g.status == GangStatus.LAUNCHING})
+
+    # --- the audit log, jobs and samples -----------------------------------------------
+    def add_event(self, kind: Kind, message: str, now: datetime, *, node: str | None = None,
+                  request_id: str | None = None, gang_id: str | None = None) -> None:
+        self.events.append(EventRow(at=now, kind=kind, node=node, request_id=request_id,
+                                    gang_id=gang_id, message=message))
+        self.event_counts[kind] += 1
+
+    def add_job_starts(self, rows: Sequence[JobRow]) -> list[JobRow]:
+        new = [r for r in rows if r.job_id not in self._jobs]
+        for r in new:
+            self._jobs[r.job_id] = _copy(r)
+            self._running.add(r.job_id)
+        return new
+
+    def end_jobs(self, job_ids: Iterable[str], now: datetime) -> None:
+        for jid in job_ids:
+            if jid in self._running:
+                self._running.discard(jid)
+                self._jobs[jid].ended_at = now
+
+    def running_job_ids(self) -> set[str]:
+        return set(self._running)
+
+    def add_samples(self, rows: Sequence[SampleRow]) -> None:
+        self._samples.extend(_copy(r) for r in rows)
+
+    def prune_samples(self, before: datetime) -> None:
+        while self._samples and self._samples[0].at < before:
+            self._samples.popleft()

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from slurmscale.audit import Kind
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
 from slurmscale.store.rows import (
@@ -17,10 +18,12 @@ from slurmscale.store.rows import (
     GangRow,
     HoldRow,
     InstanceRow,
+    JobRow,
     OfferingRow,
     PreemptionRow,
     ReplacementRow,
     RequestRow,
+    SampleRow,
 )
 
 
@@ -90,3 +93,33 @@ class LaunchStore(PassStore, Protocol):
     def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None: ...
 
     def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]: ...
+
+
+class ReconcileStore(LaunchStore, Protocol):
+    """Everything one reconcile pass (`daemon/reconcile.py`) needs besides: the audit log,
+    EC2's reservations as last read, the gangs whose placement groups are in use (the sweep),
+    jobs and capacity samples (the ledger), and the rows the reads had to skip. The daemon's
+    SQL store and the simulator's `MemoryStore` both implement it, so the simulator runs the
+    daemon's own `Reconciler.tick`."""
+
+    @property
+    def quarantined(self) -> dict[tuple[str, str], str]:
+        """(table, key) -> why: rows a read skipped because they cannot be decoded."""
+        ...
+
+    def add_event(self, kind: Kind, message: str, now: datetime, *, node: str | None = None,
+                  request_id: str | None = None, gang_id: str | None = None) -> None: ...
+
+    def save_capacity_reservations(self, rows: Sequence[CapacityReservationRow]) -> None: ...
+
+    def live_gangs(self) -> set[str]: ...
+
+    def add_job_starts(self, rows: Sequence[JobRow]) -> list[JobRow]: ...
+
+    def end_jobs(self, job_ids: Iterable[str], now: datetime) -> None: ...
+
+    def running_job_ids(self) -> set[str]: ...
+
+    def add_samples(self, rows: Sequence[SampleRow]) -> None: ...
+
+    def prune_samples(self, before: datetime) -> None: ...

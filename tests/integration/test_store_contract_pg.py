@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from slurmscale.localcluster.postgres import DB_USER, LocalPostgres
-from slurmscale.store.protocol import LaunchStore
+from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.repo import Store
 from tests.support.postgres import start_postgres
 from tests.support.store_contract import CHECKS
@@ -29,7 +29,7 @@ def postgres() -> Iterator[LocalPostgres]:
 
 
 @pytest.fixture
-def store(postgres: LocalPostgres) -> Iterator[LaunchStore]:
+def store(postgres: LocalPostgres) -> Iterator[ReconcileStore]:
     name = f"contract{next(_names)}"
     subprocess.run([str(postgres.bin / "createdb"), "-h", "127.0.0.1", "-p",
                     str(postgres.port), "-U", DB_USER, name], check=True, capture_output=True,
@@ -41,6 +41,6 @@ def store(postgres: LocalPostgres) -> Iterator[LaunchStore]:
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-def test_store_contract_on_postgresql(store: LaunchStore,
-                                      check: Callable[[LaunchStore], None]) -> None:
+def test_store_contract_on_postgresql(store: ReconcileStore,
+                                      check: Callable[[ReconcileStore], None]) -> None:
     check(store)

@@ -1,9 +1,9 @@
-"""What the passes rely on a store to do, as checks any `LaunchStore` must pass.
+"""What the reconcile loop relies on a store to do, as checks any `ReconcileStore` must pass.
 
 `tests/unit/test_store_contract.py` runs them against the simulator's `MemoryStore` and the
 SQL store on SQLite; `tests/integration/test_store_contract_pg.py` against the SQL store on a
 real PostgreSQL. A difference is a bug in one of them: the simulator would run the daemon's
-passes on a store that behaves otherwise than the daemon's.
+loop on a store that behaves otherwise than the daemon's.
 
 Each check gets a fresh, empty store.
 """
@@ -25,11 +25,13 @@ from slurmscale.lifecycles import (
 )
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import RequestKind, SpooledRequest
-from slurmscale.store.protocol import LaunchStore
+from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.rows import (
+    CapacityReservationRow,
     GangRow,
     HoldRow,
     InstanceRow,
+    JobRow,
     OfferingRow,
     PreemptionCause,
     PreemptionRow,
@@ -68,7 +70,7 @@ def gang(gid: str) -> GangRow:
                    updated_at=at(0))
 
 
-def holds_follow_their_lifecycle_and_reads_are_copies(store: LaunchStore) -> None:
+def holds_follow_their_lifecycle_and_reads_are_copies(store: ReconcileStore) -> None:
     store.put_hold(hold("h-old", HoldState.ACTIVE, created=0))
     store.put_hold(hold("h-new", HoldState.ACTIVE, created=60, exhausted=True))
     store.put_hold(hold("h-new", HoldState.RELEASING, created=60, exhausted=True))
@@ -88,7 +90,7 @@ def holds_follow_their_lifecycle_and_reads_are_copies(store: LaunchStore) -> Non
     assert stored is not None and stored.reason == ""
 
 
-def the_policys_memory_is_kept_per_pool(store: LaunchStore) -> None:
+def the_policys_memory_is_kept_per_pool(store: ReconcileStore) -> None:
     assert store.pool_memory() == {}
     store.save_pool_memory({"a": PoolMemory(3, T0, None), "b": PoolMemory(1, None, T0)}, at(0))
     store.save_pool_memory({"a": PoolMemory(4, None, T0 + 5)}, at(5))
@@ -96,7 +98,7 @@ def the_policys_memory_is_kept_per_pool(store: LaunchStore) -> None:
                                    "b": PoolMemory(1, None, T0)}
 
 
-def an_offering_is_one_row_per_pool(store: LaunchStore) -> None:
+def an_offering_is_one_row_per_pool(store: ReconcileStore) -> None:
     store.put_offering(OfferingRow(pool="gpu", until_s=T0 + 180, repeats=1, last_code="ICE",
                                    updated_at=at(0)))
     store.put_offering(OfferingRow(pool="gpu", until_s=T0 + 360, repeats=2, last_code="ICE",
@@ -106,7 +108,7 @@ def an_offering_is_one_row_per_pool(store: LaunchStore) -> None:
     assert [o.pool for o in store.offerings()] == ["gpu"] and store.offering("x") is None
 
 
-def preemptions_are_read_by_job_and_since(store: LaunchStore) -> None:
+def preemptions_are_read_by_job_and_since(store: ReconcileStore) -> None:
     for i, t in enumerate((0.0, 100.0, 50.0)):  # (added out of time order)
         store.add_preemption(PreemptionRow(
             at=at(t), job_id=f"j{i % 2}", node="gpu-1", instance_id=f"i-{i}", pool="gpu",
@@ -117,7 +119,7 @@ def preemptions_are_read_by_job_and_since(store: LaunchStore) -> None:
     assert store.has_preemption("j1", "i-1") and not store.has_preemption("j1", "i-0")
 
 
-def replacements_are_read_since(store: LaunchStore) -> None:
+def replacements_are_read_since(store: ReconcileStore) -> None:
     for i, t in enumerate((0.0, 100.0)):
         store.add_replacement(ReplacementRow(
             at=at(t), detected_at=at(t - 10), node=f"gpu-{i}", pool="gpu",
@@ -127,7 +129,7 @@ def replacements_are_read_since(store: LaunchStore) -> None:
     assert len(store.replacements()) == 2
 
 
-def instances_run_until_terminated(store: LaunchStore) -> None:
+def instances_run_until_terminated(store: ReconcileStore) -> None:
     store.add_instances([instance("i-1", "gpu-1", 0), instance("i-2", "gpu-2", 1, "cr-1")])
     assert [i.instance_id for i in store.active_instances()] == ["i-1", "i-2"]
     assert [i.instance_id for i in store.active_instances(["gpu-2", "gpu-9"])] == ["i-2"]
@@ -145,7 +147,7 @@ def instances_run_until_terminated(store: LaunchStore) -> None:
     assert store.reserved_nodes() == frozenset()
 
 
-def a_request_is_taken_once_and_finished_once(store: LaunchStore) -> None:
+def a_request_is_taken_once_and_finished_once(store: ReconcileStore) -> None:
     assert store.add_request(request("r-2", 2)) and store.add_request(request("r-1", 1))
     assert not store.add_request(request("r-1", 1))  # a re-drained spool file
     assert [r.id for r in store.pending_requests()] == ["r-1", "r-2"]  # as received
@@ -155,7 +157,7 @@ def a_request_is_taken_once_and_finished_once(store: LaunchStore) -> None:
         store.finish_requests(["r-1"], RequestStatus.FAILED, at(4))
 
 
-def a_gang_follows_its_lifecycle(store: LaunchStore) -> None:
+def a_gang_follows_its_lifecycle(store: ReconcileStore) -> None:
     store.add_gang(gang("g-1"))
     store.update_gang("g-1", status=GangStatus.LAUNCHED, fleet_id="fleet-1")
     got = store.get_gang("g-1")
@@ -165,11 +167,47 @@ def a_gang_follows_its_lifecycle(store: LaunchStore) -> None:
     assert store.get_gang("g-none") is None
 
 
-def its_own_outage_is_not_a_records_fault(store: LaunchStore) -> None:
+def its_own_outage_is_not_a_records_fault(store: ReconcileStore) -> None:
     assert not store.is_outage(ValueError("a record the store cannot take"))
 
 
-CHECKS: list[Callable[[LaunchStore], None]] = [
+def a_job_is_recorded_once_and_ended_once(store: ReconcileStore) -> None:
+    def job(jid: str) -> JobRow:
+        return JobRow(job_id=jid, pool="gpu", user_name="u", num_nodes=2, gpus_per_node=8,
+                      submitted_at=at(0), started_at=at(5))
+    assert [r.job_id for r in store.add_job_starts([job("1"), job("2")])] == ["1", "2"]
+    # a restarted daemon sees the running job again: not a second start
+    assert [r.job_id for r in store.add_job_starts([job("2"), job("3")])] == ["3"]
+    store.end_jobs(["1", "9"], at(50))
+    assert store.running_job_ids() == {"2", "3"}
+    store.end_jobs(["1"], at(60))  # (ended already: nothing changes)
+    assert store.running_job_ids() == {"2", "3"}
+
+
+def ec2s_reservations_are_read_as_last_saved(store: ReconcileStore) -> None:
+    def cr(available: int) -> CapacityReservationRow:
+        return CapacityReservationRow(
+            id="cr-1", pool="gpu", kind="default", instance_type="p5.48xlarge",
+            availability_zone="us-east-1a", total=4, available=available, state="active",
+            read_at=at(available))
+    store.save_capacity_reservations([cr(4)])
+    store.save_capacity_reservations([cr(1)])  # read again: the same reservation
+    assert [(r.id, r.available) for r in store.capacity_reservations()] == [("cr-1", 1)]
+
+
+def a_gang_is_live_while_launching_or_while_an_instance_runs(store: ReconcileStore) -> None:
+    store.add_gang(gang("g-1"))  # launching
+    store.add_gang(gang("g-2"))
+    store.update_gang("g-2", status=GangStatus.LAUNCHED)
+    store.add_instances([instance("i-1", "gpu-1", 0)])  # (of g-1)
+    assert store.live_gangs() == {"g-1"}
+    store.update_gang("g-1", status=GangStatus.LAUNCHED)
+    assert store.live_gangs() == {"g-1"}  # its instance runs
+    store.mark_terminated(["i-1"], at(10))
+    assert store.live_gangs() == set()
+
+
+CHECKS: list[Callable[[ReconcileStore], None]] = [
     holds_follow_their_lifecycle_and_reads_are_copies,
     the_policys_memory_is_kept_per_pool,
     an_offering_is_one_row_per_pool,
@@ -179,4 +217,7 @@ CHECKS: list[Callable[[LaunchStore], None]] = [
     a_request_is_taken_once_and_finished_once,
     a_gang_follows_its_lifecycle,
     its_own_outage_is_not_a_records_fault,
+    a_job_is_recorded_once_and_ended_once,
+    ec2s_reservations_are_read_as_last_saved,
+    a_gang_is_live_while_launching_or_while_an_instance_runs,
 ]

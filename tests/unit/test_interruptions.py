@@ -152,19 +152,20 @@ def test_a_job_preempted_max_preemptions_times_moves_to_the_fallback_partition(w
 def test_an_instance_gone_without_notice_is_found_by_the_sweep_once(world) -> None:  # type: ignore[no-untyped-def]
     p, slurm, _q, store, events = world
     live = CloudInstance("i-0000000000000001", "running", {})
-    assert p.sweep([live], T0) == 0 and not slurm.calls
+    assert p.sweep([live], T0, store.active_instances()) == 0 and not slurm.calls
     gone = CloudInstance("i-0000000000000001", "terminated", {},
                          state_reason="Server.SpotInstanceTermination")
-    assert p.sweep([gone], T0) == 1
+    assert p.sweep([gone], T0, store.active_instances()) == 1
     assert ("requeue", ["42"]) in slurm.calls
     assert "Server.SpotInstanceTermination" in slurm.powered_down[0][1]
     (pre,) = store.preemptions("42")
     assert pre.kind == "vanished:Server.SpotInstanceTermination"
     # the store still says running until the suspend hook terminates it: not twice
-    assert p.sweep([gone], T0) == 0
+    assert p.sweep([gone], T0, store.active_instances()) == 0
     assert [k for k, _ in events].count("job_requeued") == 1
     # an instance the store does not know, or that EC2 no longer lists, is left alone
-    assert p.sweep([CloudInstance("i-00000000000000ff", "terminated", {})], T0) == 0
+    assert p.sweep([CloudInstance("i-00000000000000ff", "terminated", {})], T0,
+                   store.active_instances()) == 0
 
 
 def test_warnings_put_the_spot_pool_in_capacity_backoff_once(world) -> None:  # type: ignore[no-untyped-def]

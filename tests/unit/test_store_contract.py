@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from slurmscale.store.memory import MemoryStore
-from slurmscale.store.protocol import LaunchStore
+from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.repo import Store
 from tests.support.store_contract import CHECKS
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LaunchStore]:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReconcileStore]:
     if request.param == "memory":
         yield MemoryStore()
         return
@@ -27,5 +27,5 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LaunchStor
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-def test_store_contract(store: LaunchStore, check: Callable[[LaunchStore], None]) -> None:
+def test_store_contract(store: ReconcileStore, check: Callable[[ReconcileStore], None]) -> None:
     check(store)
