@@ -10,6 +10,7 @@ itself when its holder dies, so a SIGKILLed leader never blocks its successor:
 
 `hold()` is called at the start of every pass: the leader re-checks that its lease is alive,
 a standby tries to take it, so a standby takes over on its first pass after the leader died.
+`held()` only asks, and is asked before every call a pass makes to EC2 or Slurm (`fence.py`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class Lease(Protocol):
         """True while this daemon leads: takes the lease if free, re-checks it if held."""
         ...
 
+    def held(self) -> bool:
+        """True while this daemon still holds the lease; never takes it."""
+        ...
+
     def release(self) -> None:
         ...
 
@@ -63,16 +68,22 @@ class PgAdvisoryLease:
                                             connect_args=PG_LEASE_CONNECT_ARGS)
         self.conn: Connection | None = None
 
+    def held(self) -> bool:
+        """The lock lives as long as its session: one round trip on the lock's connection."""
+        if self.conn is None:
+            return False
+        try:
+            self.conn.execute(text("SELECT 1"))
+            return True
+        except Exception as e:  # noqa: BLE001 - any failure means the lock may be gone
+            log.error("lost the leader lease: its database connection failed (%s)",
+                      type(e).__name__)
+            self._drop()
+            return False
+
     def hold(self) -> bool:
         if self.conn is not None:
-            try:
-                self.conn.execute(text("SELECT 1"))
-                return True
-            except Exception as e:  # noqa: BLE001 - any failure means the lock may be gone
-                log.error("lost the leader lease: its database connection failed (%s)",
-                          type(e).__name__)
-                self._drop()
-                return False
+            return self.held()
         try:
             conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         except Exception as e:  # noqa: BLE001 - the database is down: stand by, retry
@@ -115,6 +126,9 @@ class FileLease:
         self.path = path
         self.fd: int | None = None
 
+    def held(self) -> bool:
+        return self.fd is not None  # (the kernel keeps the flock while the file is open)
+
     def hold(self) -> bool:
         if self.fd is not None:
             return True
@@ -146,6 +160,9 @@ class SoleLease:
     """An in-memory store has one process by construction."""
 
     def hold(self) -> bool:
+        return True
+
+    def held(self) -> bool:
         return True
 
     def release(self) -> None:

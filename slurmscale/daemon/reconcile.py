@@ -16,7 +16,8 @@
    SuspendExcNodes (Slurm 23.02+), so SuspendTime does not power them down.
 
 Order of every side effect: record the intent, call the cloud or Slurm, record the outcome.
-No network call happens inside a database transaction.
+No network call happens inside a database transaction. Given a `Fence`, every call to EC2,
+Slurm and the event queue is made only while the lease is still held (`fence.py`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.blocks import BlockPass
 from slurmscale.daemon.boots import BootPass
 from slurmscale.daemon.capacity import CapacityPass
+from slurmscale.daemon.fence import Fence, fenced
 from slurmscale.daemon.context import Clock, PassContext, TickResult, utcnow
 from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.health import HealthPass
@@ -65,7 +67,11 @@ class Reconciler:
 
     def __init__(self, cfg: Config, store: ReconcileStore, slurm: SlurmClient,
                  cloud: CloudProvider, clock: Clock = utcnow, events: EventQueue | None = None,
-                 metrics: Metrics | None = None, spool: RequestSource | None = None) -> None:
+                 metrics: Metrics | None = None, spool: RequestSource | None = None,
+                 fence: Fence | None = None) -> None:
+        if fence is not None:  # the outside is called only while this daemon leads
+            slurm, cloud = fenced(slurm, fence, "Slurm"), fenced(cloud, fence, "EC2")
+            events = None if events is None else fenced(events, fence, "the event queue")
         self.cfg = cfg
         self.metrics = metrics
         self.store = store

@@ -27,6 +27,7 @@ from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config, redact
 from slurmscale.daemon.api import ApiServer, SocketInUse, SocketUnusable, resolve_uids
+from slurmscale.daemon.fence import Fence, LeaseLost
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.plan_view import SOURCE_DAEMON, plan_data, with_standings
@@ -137,7 +138,8 @@ class Daemon:
         spool = Spool(cfg.spool_dir)
         spool.ensure()
         return Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
-                          events=events, metrics=self.metrics, spool=spool)
+                          events=events, metrics=self.metrics, spool=spool,
+                          fence=Fence(self.lease.held))
 
     def _lead(self) -> Reconciler | None:
         """The reconciler if this daemon leads now; None while it stands by."""
@@ -172,6 +174,12 @@ class Daemon:
                                   "standby": True}
                 return
             res = reconciler.tick()
+        except LeaseLost as e:  # the rest of the pass is the next leader's (or ours, later)
+            log.error("%s: standing by", e)
+            self.reconciler = None
+            self.last_tick = {"ok": False, "at": datetime.now(UTC).isoformat(),
+                              "error": str(e), "standby": True}
+            return
         except Exception as e:  # noqa: BLE001 - one failed pass must not end the loop
             log.exception("reconcile pass failed; retrying next tick")
             self.failures += 1

@@ -106,6 +106,26 @@ def test_a_failing_pass_is_what_status_says_first(tmp_path: Path) -> None:
         in first[1] and "No space left on device" in first[2]
 
 
+def test_a_pass_that_lost_the_lease_stands_the_daemon_by(tmp_path: Path) -> None:
+    """The fence refused a call: the pass ends, the reconciler is dropped (the next pass
+    builds a new one only if this daemon takes the lease again) and status says standby."""
+    from slurmscale.daemon.fence import LeaseLost
+
+    class Lost:
+        def tick(self) -> None:
+            raise LeaseLost("the leader lease is gone: EC2.tag not called")
+
+    d = _daemon(tmp_path)
+    d._lead = lambda: Lost()  # type: ignore[assignment, method-assign, return-value]
+    d.reconciler = Lost()  # type: ignore[assignment]
+    try:
+        d._tick()
+    finally:
+        d._close()
+    assert d.reconciler is None and d.failures == 0
+    assert d.last_tick["standby"] is True and "EC2.tag not called" in d.last_tick["error"]
+
+
 # --- whole processes -------------------------------------------------------------------------
 def _config(tmp_path: Path, **over: object) -> Path:
     """A daemon's config whose Slurm commands take 60 s to answer (a controller that does not

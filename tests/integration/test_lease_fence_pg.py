@@ -1,0 +1,147 @@
+"""A leader that loses its lease in the middle of a pass calls neither EC2 nor Slurm again, and
+the standby that takes over carries on from the store: the same capacity backoff, the gang the
+old leader left half-launched finished. On a real PostgreSQL (Debian's server, as in
+production HA): the lease is its advisory lock, and the loss is the server ending the lock's
+session (`pg_terminate_backend`, what a failover or an idle-session kill does)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from slurmscale.cloud.protocol import CloudProvider
+from slurmscale.config import parse_config
+from slurmscale.daemon.fence import Fence, LeaseLost
+from slurmscale.daemon.leadership import PgAdvisoryLease
+from slurmscale.daemon.reconcile import Reconciler
+from slurmscale.localcluster.postgres import LocalPostgres
+from slurmscale.model import LaunchResult
+from slurmscale.slurm.protocol import SlurmClient
+from slurmscale.spool import RequestKind, Spool
+from slurmscale.store.repo import Store
+from tests.support.fakes import FakeCloud, FakeSlurm
+from tests.support.postgres import start_postgres
+from tests.unit.conftest import base_config
+
+pytestmark = pytest.mark.slurm  # (root: the server runs as Debian's postgres user)
+
+T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+class Calls:
+    """Every call made through the adapters it wraps, in order."""
+
+    def __init__(self) -> None:
+        self.made: list[str] = []
+
+    def wrap(self, target: object, name: str) -> Any:
+        calls = self
+
+        class Recorded:
+            def __getattr__(self, attr: str) -> Any:
+                value = getattr(target, attr)
+                if not callable(value):
+                    return value
+
+                def call(*a: Any, **k: Any) -> Any:
+                    calls.made.append(f"{name}.{attr}")
+                    return value(*a, **k)
+                return call
+        return Recorded()
+
+
+class CutOffCloud(FakeCloud):
+    """EC2 as a fake; the moment a launch has answered, the server ends the leader's lease
+    session (`cut`)."""
+
+    cut: Any = None
+
+    def launch(self, *a: Any, **k: Any) -> LaunchResult:
+        out = super().launch(*a, **k)
+        if self.cut is not None:
+            self.cut()
+        return out
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[LocalPostgres]:
+    pg = start_postgres("ss-pg-fence-")
+    yield pg
+    pg.remove()
+
+
+def _resume(spool: Spool, nodes: list[str], job: int) -> None:
+    rf = json.dumps({"jobs": [{"job_id": job, "nodes": ",".join(nodes)}],
+                     "all_nodes": ",".join(nodes)})
+    spool.put(spool.new_request(RequestKind.RESUME, nodes, ",".join(nodes), rf,
+                                now=T0.timestamp()))
+
+
+def test_a_leader_cut_off_mid_pass_stops_calling_and_the_standby_carries_on(
+        postgres: LocalPostgres, tmp_path: Path) -> None:
+    cfg = parse_config(base_config(spool_dir=str(tmp_path / "spool"),
+                                   socket_path=str(tmp_path / "sock"),
+                                   hook_log_file=str(tmp_path / "hooks.log"),
+                                   store_url=postgres.url))
+    spool = Spool(cfg.spool_dir)
+    cloud, slurm, calls = CutOffCloud(), FakeSlurm(), Calls()
+    admin = create_engine(postgres.url)
+
+    def cut() -> None:
+        with admin.connect() as c:
+            ended = c.execute(text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'slurmscale-lease'")).scalars().all()
+        assert ended == [True]
+        calls.made.append("-- the lease's session ended --")
+
+    def leader(lease: PgAdvisoryLease, now: datetime) -> tuple[Reconciler, Store]:
+        store = Store(cfg.store_url)
+        store.upgrade()
+        return Reconciler(cfg, store, cast(SlurmClient, calls.wrap(slurm, "Slurm")),
+                          cast(CloudProvider, calls.wrap(cloud, "EC2")), clock=lambda: now,
+                          fence=Fence(lease.held)), store
+
+    lease_a = PgAdvisoryLease(cfg.store_url, cfg.cluster_name)
+    assert lease_a.hold()
+    a, store_a = leader(lease_a, T0)
+    # a first pass: spot has no capacity, the pool goes into capacity backoff (on its row)
+    cloud.give = 0
+    _resume(spool, ["spot-1", "spot-2"], 1)
+    a.tick()
+    backoff = store_a.offering("gpu-spot")
+    assert backoff is not None and backoff.until_s > T0.timestamp()
+    # the next: an on-demand gang; its launch answers, then the lease's session ends
+    cloud.give, cloud.cut = None, cut
+    _resume(spool, ["od-1", "od-2"], 2)
+    with pytest.raises(LeaseLost, match="lease is gone"):
+        a.tick()
+    after = calls.made[calls.made.index("-- the lease's session ended --") + 1:]
+    assert after == [], f"called after the lease was lost: {after}"
+    (gang,) = [g for g in store_a.gangs() if g.nodes == "od-[1-2]"]
+    assert gang.status == "launching"  # recorded, launched, not finished: the next leader's
+    store_a.close()
+
+    # the standby takes the lock at once (the server let it go with the session)
+    cloud.cut = None
+    lease_b = PgAdvisoryLease(cfg.store_url, cfg.cluster_name)
+    assert lease_b.hold()
+    b, store_b = leader(lease_b, T0 + timedelta(seconds=30))
+    again = store_b.offering("gpu-spot")
+    assert again is not None and (again.until_s, again.repeats) == (backoff.until_s, backoff.repeats)
+    b.tick()
+    done = store_b.get_gang(gang.id)
+    assert done is not None and done.status == "launched"
+    assert sorted(i.node for i in store_b.active_instances()) == ["od-1", "od-2"]
+    assert len(cloud.running()) == 2  # the old leader's instances, not a second launch
+    assert slurm.addresses["od-1"][0] == "10.0.0.1"
+    store_b.close()
+    lease_b.release()
+    lease_a.release()
+    admin.dispose()
