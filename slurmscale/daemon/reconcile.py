@@ -34,8 +34,8 @@ from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.blocks import BlockPass
 from slurmscale.daemon.boots import BootPass
 from slurmscale.daemon.capacity import CapacityPass
-from slurmscale.daemon.fence import Fence, fenced
 from slurmscale.daemon.context import Clock, PassContext, TickResult, utcnow
+from slurmscale.daemon.fence import Fence, fenced
 from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.health import HealthPass
 from slurmscale.daemon.interruptions import InterruptionPass
