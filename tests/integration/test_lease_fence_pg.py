@@ -134,7 +134,8 @@ def test_a_leader_cut_off_mid_pass_stops_calling_and_the_standby_carries_on(
     assert lease_b.hold()
     b, store_b = leader(lease_b, T0 + timedelta(seconds=30))
     again = store_b.offering("gpu-spot")
-    assert again is not None and (again.until_s, again.repeats) == (backoff.until_s, backoff.repeats)
+    assert again is not None
+    assert (again.until_s, again.repeats) == (backoff.until_s, backoff.repeats)
     b.tick()
     done = store_b.get_gang(gang.id)
     assert done is not None and done.status == "launched"
