@@ -62,7 +62,7 @@ class SimModel(Protocol):
     jobs: list[TraceJob]
     idx_of: dict[str, int]
     limit: list[float]
-    k: PoolKnobs
+    main: PoolKnobs  # the main pool (spot, where there is an on-demand fallback)
     pending: dict[int, TraceJob]
     eligible_at: dict[int, float]
     steered: set[int]
@@ -190,7 +190,7 @@ class SimSlurm:
                 # a requeued job waits out Slurm's requeue delay as BeginTime
                 hit = (key, QueueJob(
                     job.job_id, sim.partitions(idx), job.nodes,
-                    job.gpus_per_node(sim.k.gpus_per_node), _limit(sim.limit[idx]),
+                    job.gpus_per_node(sim.main.gpus_per_node), _limit(sim.limit[idx]),
                     stamp(job.submit_s), "BeginTime" if waiting else "Resources", prio,
                     job.user or "user", "PENDING", reservation=resv,
                     expected_start="N/A" if expected is None else stamp(expected)))
@@ -210,7 +210,7 @@ class SimSlurm:
                 job = sim.jobs[idx]
                 hit = (start, QueueJob(
                     job.job_id, (placed[0][0].pool,), job.nodes,
-                    job.gpus_per_node(sim.k.gpus_per_node), _limit(sim.limit[idx]),
+                    job.gpus_per_node(sim.main.gpus_per_node), _limit(sim.limit[idx]),
                     stamp(job.submit_s), "None", 0, job.user or "user", "RUNNING",
                     reservation=sim.started_in.get(job.job_id, ""),
                     end_time=stamp(start + sim.limit[idx]),

@@ -1,0 +1,40 @@
+"""What one simulated run measured (`sim/report.py` turns it into the table and JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: int = 0
+    jobs_completed: int = 0
+    waits: list[float] = field(default_factory=list)
+    gang_waits: list[float] = field(default_factory=list)
+    busy_gpu_s: float = 0.0
+    on_gpu_s: float = 0.0
+    node_on_s: float = 0.0
+    scale_up_actions: int = 0
+    scale_down_actions: int = 0
+    node_launches: int = 0
+    reservations_created: int = 0
+    reservation_idle_gpu_s: float = 0.0
+    spot_node_s: float = 0.0
+    preemptions: int = 0  # spot nodes interrupted
+    reclaims: int = 0  # reserved nodes an interruptible reservation's owner took back
+    requeues: int = 0  # jobs requeued because their node was interrupted
+    jobs_failed: int = 0  # preempted jobs that never ran to the end
+    lost_gpu_s: float = 0.0  # GPU time of runs cut short (redone from the start)
+    restart_waits: list[float] = field(default_factory=list)  # requeue -> restart
+    end_s: float = 0.0
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)  # t, demand, live GPUs
+    paid_node_s: float = 0.0  # node time spent in paid capacity (reservation or block)
+    paid_busy_gpu_s: float = 0.0  # GPU time of jobs on paid capacity
+    gpus_per_node: int = 8
+    paid_available_node_s: float = 0.0  # node time paid for (the reservation, the blocks)
+    jobs_killed_at_block_end: int = 0
+    gang_starts: list[tuple[float, str]] = field(default_factory=list)  # (last) start, job id
+    node_failures: int = 0  # nodes whose hardware failed under them
+    capacity_lost_gpu_s: float = 0.0  # GPU time of failed nodes until replaced or repaired
+
