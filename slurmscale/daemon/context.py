@@ -42,7 +42,7 @@ class TickResult:
     failed_gangs: int = 0
     released_nodes: int = 0
     policy_actions: int = 0
-    events: int = 0  # EC2 event messages consumed
+    ec2_messages: int = 0  # EventBridge's messages read off the queue
     next_due: float | None = None
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from slurmscale.audit import Event, Kind
-from slurmscale.cloud.events import BLOCK_WARNING_LEAD_S, Ec2Event, EventKind, aws_time
+from slurmscale.cloud.eventbridge import BLOCK_WARNING_LEAD_S, Ec2Event, EventKind, aws_time
 from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
     TAG_GANG,

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from slurmscale.audit import Event, Kind
-from slurmscale.cloud.events import Ec2Event, EventError, EventKind, parse_events
+from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
 from slurmscale.config import CapacityType, Config
 from slurmscale.daemon.backoff import CapacityBackoff

@@ -66,12 +66,12 @@ class Reconciler:
     simulated hooks made (`spool`), and calls the same `tick`."""
 
     def __init__(self, cfg: Config, store: ReconcileStore, slurm: SlurmClient,
-                 cloud: CloudProvider, clock: Clock = utcnow, events: EventQueue | None = None,
+                 cloud: CloudProvider, clock: Clock = utcnow, queue: EventQueue | None = None,
                  metrics: Metrics | None = None, spool: RequestSource | None = None,
                  fence: Fence | None = None) -> None:
         if fence is not None:  # the outside is called only while this daemon leads
             slurm, cloud = fenced(slurm, fence, "Slurm"), fenced(cloud, fence, "EC2")
-            events = None if events is None else fenced(events, fence, "the event queue")
+            queue = None if queue is None else fenced(queue, fence, "the event queue")
         self.cfg = cfg
         self.metrics = metrics
         self.store = store
@@ -83,7 +83,7 @@ class Reconciler:
         self.capacity = CapacityPass(cfg, store, slurm, self.event, Ledger(
             cfg, store, metrics.job_started if metrics else None, slurm.ended_jobs))
         self.backoff = CapacityBackoff(cfg, store, slurm, self.event)
-        self.interruptions = InterruptionPass(cfg, store, slurm, events, self.event,
+        self.interruptions = InterruptionPass(cfg, store, slurm, queue, self.event,
                                               self.backoff)
         self.reserved = ReservedCapacity(cfg, cloud, self.event, self._save_reservations)
         self.interruptions.on_block = self.reserved.block_event
@@ -117,7 +117,7 @@ class Reconciler:
         res.drained = self.requests.drain_spool()
         self.requests.handle_requests(res)
         # interruptions before the capacity pass: a node about to vanish is not capacity
-        res.events = self.interruptions.run(self.clock())
+        res.ec2_messages = self.interruptions.run(self.clock())
         try:
             nodes: list[SlurmNode] | None = self.slurm.nodes()
         except SlurmError:

@@ -133,12 +133,12 @@ class Daemon:
 
     def _new_reconciler(self) -> Reconciler:
         cfg = self.cfg
-        events = (SqsEventQueue(cfg.aws, cfg.aws.interruption_queue_url)
-                  if cfg.aws.interruption_queue_url else None)
+        queue = (SqsEventQueue(cfg.aws, cfg.aws.interruption_queue_url)
+                 if cfg.aws.interruption_queue_url else None)
         spool = Spool(cfg.spool_dir)
         spool.ensure()
         return Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
-                          events=events, metrics=self.metrics, spool=spool,
+                          queue=queue, metrics=self.metrics, spool=spool,
                           fence=Fence(self.lease.held))
 
     def _lead(self) -> Reconciler | None:
@@ -198,11 +198,11 @@ class Daemon:
             self.metrics.failed_in_a_row.set(0)
             self._export(reconciler, time.monotonic() - t0)
         if (res.drained or res.launched_gangs or res.failed_gangs or res.released_nodes
-                or res.policy_actions or res.events):
+                or res.policy_actions or res.ec2_messages):
             log.info("tick: %d new requests, %d gangs launched, %d failed, %d nodes released, "
-                     "%d policy actions, %d EC2 events (%.2fs)", res.drained,
+                     "%d policy actions, %d EventBridge messages (%.2fs)", res.drained,
                      res.launched_gangs, res.failed_gangs, res.released_nodes,
-                     res.policy_actions, res.events, time.monotonic() - t0)
+                     res.policy_actions, res.ec2_messages, time.monotonic() - t0)
         if res.next_due is not None:
             self.want(time.monotonic() + max(0.0, res.next_due - utcnow().timestamp()) + 0.05)
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from slurmscale.cloud.events import EventKind, event_message
+from slurmscale.cloud.eventbridge import EventKind, event_message
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
 from slurmscale.config import CapacityType, Pool
 from slurmscale.model import (

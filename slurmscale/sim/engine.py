@@ -4,7 +4,7 @@ policies' plans are carried out as their tools would (`sim/other_policies.py`).
 
 The parts, each a module: the state and a node's power cycle (`state.py`), paid capacity's
 routing (`paid.py`), Slurm's scheduling (`scheduler.py`), what EC2 and the hardware do to
-running nodes (`cloud_events.py`), the other policies (`other_policies.py`), and here the
+running nodes (`disruptions.py`), the other policies (`other_policies.py`), and here the
 event loop that runs them in time order; the settings in `world.py`, the figures in
 `result.py`.
 

@@ -5,10 +5,10 @@ models would (slurmscale's own run the daemon's loop instead, `sim/daemon.py`)."
 from __future__ import annotations
 
 from slurmscale.policy.model import ActionKind, NodeState, NodeView, Plan, Snapshot
-from slurmscale.sim.cloud_events import CloudEvents
+from slurmscale.sim.disruptions import Disruptions
 
 
-class OtherPolicies(CloudEvents):
+class OtherPolicies(Disruptions):
     def _snapshot(self, now: float) -> Snapshot:
         views = []
         for n, down in zip(self.nodes, self.down_views, strict=True):

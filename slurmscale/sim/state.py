@@ -41,7 +41,7 @@ from slurmscale.sim.world import (
 
 class SimState:
     """Built from the trace and the settings; the other parts of the simulation add what they
-    do to it (`paid.py`, `scheduler.py`, `cloud_events.py`, `other_policies.py`,
+    do to it (`paid.py`, `scheduler.py`, `disruptions.py`, `other_policies.py`,
     `engine.py`)."""
 
     def __init__(self, jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,

@@ -340,7 +340,7 @@ def test_gangs_go_by_id_into_an_interruptible_reservation_and_a_reclaim_requeues
     on-demand. The reservation is interruptible: its owner's reclaim warning (EventBridge's
     "EC2 Capacity Reservation Instance Interruption Warning") requeues the gang once, as a
     spot interruption would; nothing FAILED."""
-    from slurmscale.cloud.events import EventKind, event_message
+    from slurmscale.cloud.eventbridge import EventKind, event_message
     from slurmscale.slurm.reasons import Why
 
     c, proxy = make_cluster(start_daemon=False, pools=[PoolSpec(
@@ -433,7 +433,7 @@ def test_an_extension_moves_the_close_and_the_expiration_warning_closes_at_once(
     down, long before the close slurmscale had planned and before any EC2 termination."""
     from datetime import UTC, datetime, timedelta
 
-    from slurmscale.cloud.events import EventKind, block_message
+    from slurmscale.cloud.eventbridge import EventKind, block_message
     from slurmscale.policy.observe import slurm_time
 
     margin = 40

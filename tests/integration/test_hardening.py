@@ -107,7 +107,7 @@ def test_a_spot_warning_that_arrives_while_slurmctld_is_down_is_not_lost(make_cl
     two-minute warning was lost and the job died with the node instead of being requeued."""
     from slurmscale.cloud.protocol import TAG_NODE
     from slurmscale.hostlists import expand
-    from tests.support.ec2_events import spot_warning
+    from tests.support.eventbridge_messages import spot_warning
 
     c, _proxy = make_cluster(capacity={"unavailable_ttl_s": 5, "max_unavailable_ttl_s": 10})
     # long enough to still run when SQS gives the kept message back (visibility timeout 30 s)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slurmscale.cloud.events import health_message
+from slurmscale.cloud.eventbridge import health_message
 from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.hostlists import expand
 from slurmscale.localcluster.cluster import LocalCluster

@@ -13,7 +13,7 @@ from slurmscale.hostlists import expand
 from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.procs import wait_for
 from slurmscale.slurm.reasons import Why
-from tests.support.ec2_events import spot_warning
+from tests.support.eventbridge_messages import spot_warning
 
 pytestmark = pytest.mark.slurm
 

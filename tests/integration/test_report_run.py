@@ -26,8 +26,8 @@ from tests.integration.test_reservations import (
     _gang,
     small_job_stream,
 )
-from tests.support.ec2_events import spot_warning
 from tests.support.ec2_proxy import Fault
+from tests.support.eventbridge_messages import spot_warning
 
 pytestmark = pytest.mark.slurm
 

@@ -22,7 +22,7 @@ from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.hostlists import expand
 from slurmscale.localcluster.cluster import LocalCluster, PoolSpec
 from slurmscale.localcluster.procs import wait_for
-from tests.support.ec2_events import spot_warning
+from tests.support.eventbridge_messages import spot_warning
 
 pytestmark = pytest.mark.slurm
 

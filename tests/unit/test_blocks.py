@@ -115,7 +115,7 @@ def _world(tmp_path, ids: list[str] | None = None, queue: FakeQueue | None = Non
     for i in range(1, 5):
         slurm.table[f"cb-{i}"] = SlurmNode(f"cb-{i}", "IDLE+CLOUD+POWERED_DOWN", f"cb-{i}",
                                            f"cb-{i}", partitions=("gpu-cb",))
-    r = Reconciler(cfg, store, slurm, cloud, clock=clock, events=queue)
+    r = Reconciler(cfg, store, slurm, cloud, clock=clock, queue=queue)
     return r, cloud, slurm, clock, Spool(cfg.spool_dir)
 
 
@@ -280,7 +280,7 @@ def test_an_expiration_warning_closes_the_block_at_once(tmp_path) -> None:  # ty
     """EC2 sends the Expiration Warning 40 minutes before a block's end. When the block as
     last read ends later than that (a late config, a skewed clock), the warning's time wins:
     the window closes now, what runs is requeued, before EC2's terminations begin."""
-    from slurmscale.cloud.events import EventKind, block_message
+    from slurmscale.cloud.eventbridge import EventKind, block_message
 
     queue = FakeQueue()
     r, cloud, slurm, clock, _ = _world(tmp_path, queue=queue)

@@ -225,7 +225,7 @@ def test_a_job_reclaimed_max_reclaims_times_skips_interruptible_reservations(
     """A job whose runs an interruptible reservation's owner keeps taking back might never
     end there: from `max_reclaims` (2) reclaims on, its gang goes to the pool's other capacity
     and the launch says why; below that it goes into the reservation as before."""
-    from slurmscale.cloud.events import EventKind
+    from slurmscale.cloud.eventbridge import EventKind
     from slurmscale.store.rows import PreemptionCause, PreemptionRow
 
     r, cloud, _, clock, spool = _world(tmp_path, capacity_reservations={

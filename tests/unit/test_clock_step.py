@@ -193,7 +193,7 @@ def test_aws_event_times_are_read_as_true_times_into_the_steady_time() -> None:
     """An event's time (a block's Expiration Warning, AWS Health's start) is AWS's true time:
     after the host's clock stepped an hour ahead, it is read an hour back into the daemon's
     steady time, as EC2's reservation and launch times are."""
-    from slurmscale.cloud.events import aws_time
+    from slurmscale.cloud.eventbridge import aws_time
 
     t = [T0]
     f = Frame(wall=lambda: t[0], mono=lambda: 0.0)

@@ -25,7 +25,7 @@ from slurmscale.hostlists import HostlistError, expand
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.resume_file import ResumeFileError, parse_resume_file
 from slurmscale.spool import RequestKind
-from tests.support.ec2_events import ec2_event
+from tests.support.eventbridge_messages import ec2_event
 from tests.support.fakes import FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
 from tests.unit.test_interruptions import store_with_spot_instance

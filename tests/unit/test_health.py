@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmscale.cloud.events import EventError, EventKind, health_message, parse_events
+from slurmscale.cloud.eventbridge import EventError, EventKind, health_message, parse_events
 from slurmscale.cloud.protocol import CloudInstance
 from slurmscale.config import HealthSettings, parse_config
 from slurmscale.daemon.context import PassContext

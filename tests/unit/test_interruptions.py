@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmscale.cloud.events import EventError, EventKind, parse_event
+from slurmscale.cloud.eventbridge import EventError, EventKind, parse_event
 from slurmscale.cloud.protocol import CloudInstance
 from slurmscale.config import parse_config
 from slurmscale.daemon.interruptions import InterruptionPass
@@ -19,7 +19,7 @@ from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
 from slurmscale.store.rows import InstanceRow
-from tests.support.ec2_events import ec2_event
+from tests.support.eventbridge_messages import ec2_event
 from tests.support.fakes import FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
 

@@ -13,7 +13,7 @@ from slurmscale.sim.scheduler import SlurmScheduler
 from slurmscale.sim.world import NOT_RESPONDING, ODCR, Node
 
 
-class CloudEvents(SlurmScheduler):
+class Disruptions(SlurmScheduler):
     def _block_end(self, i: int, now: float) -> int:
         """EC2 takes the block back (from `block_lead_s` before its end): its nodes go. A job
         still on one dies with it (counted; a margin of at least the lead makes this never

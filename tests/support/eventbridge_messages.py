@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmscale.cloud.events import EventKind, event_message
+from slurmscale.cloud.eventbridge import EventKind, event_message
 
 
 def ec2_event(kind: str, instance: str, **detail: str) -> str:
