@@ -1,4 +1,6 @@
-"""In-memory stand-ins for the Slurm and cloud protocols, for fast tests of the reconciler."""
+"""In-memory stand-ins for the Slurm and cloud protocols, for fast tests of the reconciler.
+`FakeCloud` is held to the EC2 contract (`tests/support/ec2_contract.py`, with the simulator's
+EC2 and the real adapter on moto); what it adds are the faults the unit tests inject."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
-from slurmscale.config import Pool
+from slurmscale.config import CapacityType, Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import (
     CapacityReservation,
@@ -22,9 +24,15 @@ from slurmscale.model import (
 from slurmscale.slurm.protocol import SlurmError
 
 
+SPOT_RECLAIM = "Server.SpotInstanceTermination"
+USER_SHUTDOWN = "Client.UserInitiatedShutdown"
+
+
 @dataclass
 class FakeCloud:
-    """Launches what it is asked for unless told to fall short (`give`) or fail (`error`)."""
+    """Launches what it is asked for unless told to fall short (`give`: at most that many,
+    and none below the fleet's minimum, as CreateFleet's MinTargetCapacity) or fail
+    (`error`)."""
 
     give: int | None = None
     error: CloudError | None = None
@@ -42,6 +50,7 @@ class FakeCloud:
     # DescribeInstanceStatus: what is not here is a running instance with every check ok
     health: dict[str, InstanceHealth] = field(default_factory=dict)
     health_reads: int = 0
+    group_of: dict[str, str] = field(default_factory=dict)  # instance -> its placement group
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
@@ -52,11 +61,18 @@ class FakeCloud:
         self._up()
         if self.error:
             raise self.error
+        if spec.placement_group and spec.placement_group not in self.groups:
+            raise CloudError("InvalidPlacementGroup.Unknown",
+                             f"The Placement Group '{spec.placement_group}' is unknown.")
         if self.fail_launch_no is not None and len(self.launches) == self.fail_launch_no:
             n = 0
         else:
             n = count if self.give is None else min(self.give, count)
+            if n < min_count:
+                n = 0  # MinTargetCapacity: all of the minimum or nothing
         itype, subnet = spec.instance_types[0], spec.subnets[0]
+        lifecycle = ("spot" if pool.capacity_type is CapacityType.SPOT and not spec.reserved
+                     and not spec.capacity_block else "on-demand")
         in_cr = ""
         if spec.reserved:
             cr = next((r for r in self.reservations.values()
@@ -68,13 +84,15 @@ class FakeCloud:
         for _ in range(count if self.hidden_extra else n):
             iid = f"i-{next(self._ids):08x}"
             self.instances[iid] = CloudInstance(iid, "running", dict(tags), "10.0.0.1", "ami-1")
+            if spec.placement_group:
+                self.group_of[iid] = spec.placement_group
             made.append(iid)
         listed = made[:n]
         if self.answers_lost:
             self.answers_lost -= 1
             raise CloudError("ReadTimeoutError", "Read timeout on endpoint URL")
         return LaunchResult(
-            instances=tuple(LaunchedInstance(i, itype, "spot", "ami-1", "10.0.0.1",
+            instances=tuple(LaunchedInstance(i, itype, lifecycle, "ami-1", "10.0.0.1",
                                              subnet_id=subnet, capacity_reservation_id=in_cr)
                             for i in listed),
             error_code="" if n == count else self.error_code,
@@ -104,7 +122,14 @@ class FakeCloud:
 
     def delete_placement_group(self, name: str) -> None:
         self._up()
-        self.groups.pop(name)
+        if name not in self.groups:
+            raise CloudError("InvalidPlacementGroup.Unknown",
+                             f"The Placement Group '{name}' is unknown.")
+        if any(g == name and self.instances[i].state != "terminated"
+               for i, g in self.group_of.items()):
+            raise CloudError("InvalidPlacementGroup.InUse",
+                             f"There are instances in placement group {name}")
+        del self.groups[name]
 
     def instance_health(self) -> list[InstanceHealth]:
         self._up()
@@ -131,8 +156,16 @@ class FakeCloud:
     def terminate(self, instance_ids: list[str]) -> None:
         self._up()
         for i in instance_ids:
-            old = self.instances[i]
-            self.instances[i] = CloudInstance(i, "terminated", old.tags)
+            self._end(i, USER_SHUTDOWN)
+
+    def reclaim(self, instance_id: str) -> None:
+        """AWS takes the spot instance back."""
+        self._end(instance_id, SPOT_RECLAIM)
+
+    def _end(self, instance_id: str, why: str) -> None:
+        old = self.instances[instance_id]
+        if old.state != "terminated":
+            self.instances[instance_id] = replace(old, state="terminated", state_reason=why)
 
     def find(self, tags: dict[str, str], include_terminated: bool = False
              ) -> list[CloudInstance]:

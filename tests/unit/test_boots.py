@@ -126,6 +126,9 @@ def world(tmp_path):  # type: ignore[no-untyped-def]
     ctx = PassContext(cfg, store, slurm, cloud, lambda: now[0],
                       lambda k, m, **_: events.append((k, m)))
     bp = BootPass(ctx, GangFleets(cfg, cloud, client_token), NodeAddresses(ctx))
+    group = bp.fleets.placement_group(cfg.pool("gpu-spot"), "g1")
+    assert group is not None
+    cloud.ensure_placement_group(group, ours)  # (the gang's launch made it)
     yield bp, slurm, cloud, store, events, now
     store.close()
 

@@ -13,11 +13,12 @@ import pytest
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.protocol import CloudProvider
 from slurmscale.config import AwsSettings, CapacityType, LaunchTemplate, Pool
-from slurmscale.model import CapacityReservation
+from slurmscale.model import CapacityReservation, InstanceHealth
 from slurmscale.sim.ec2_adapter import SimEc2
 from tests.support.ec2_capacity import Reservation
 from tests.support.ec2_contract import CHECKS, Ec2Side
 from tests.support.ec2_proxy import EC2Proxy, Fault
+from tests.support.fakes import FakeCloud
 
 
 def _pool(capacity: CapacityType, template: str, subnet: str) -> Pool:
@@ -48,6 +49,31 @@ class SimSide:
 
     def impair(self, instance_id: str) -> None:
         self.ec2.instances[instance_id].impaired = True
+
+
+class FakeSide:
+    """The unit tests' `FakeCloud`, held to the same contract."""
+
+    def __init__(self) -> None:
+        self.fake = FakeCloud()
+        self.cloud: CloudProvider = self.fake
+        self.left: dict[str, int] = {}
+
+    def pool(self, capacity: CapacityType) -> Pool:
+        return _pool(capacity, "fake", "subnet-1")
+
+    def short(self, market: str, keep: int) -> None:
+        self.fake.give = keep
+
+    def reclaim(self, instance_id: str) -> None:
+        self.fake.reclaim(instance_id)
+
+    def add_reservation(self, rid: str, instance_type: str, total: int) -> None:
+        self.fake.reservations[rid] = CapacityReservation(rid, instance_type, "us-east-1a",
+                                                          total, total, "active")
+
+    def impair(self, instance_id: str) -> None:
+        self.fake.health[instance_id] = InstanceHealth(instance_id, instance_status="impaired")
 
 
 class MotoSide:
@@ -95,11 +121,14 @@ def moto_url() -> Iterator[str]:
             server.stop()
 
 
-@pytest.fixture(params=["simulated", "moto"])
+@pytest.fixture(params=["simulated", "fake", "moto"])
 def side(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
          ) -> Iterator[Ec2Side]:
     if request.param == "simulated":
         yield SimSide()
+        return
+    if request.param == "fake":
+        yield FakeSide()
         return
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
