@@ -23,7 +23,6 @@ from slurmscale.model import (
 )
 from slurmscale.slurm.protocol import SlurmError
 
-
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
 USER_SHUTDOWN = "Client.UserInitiatedShutdown"
 
