@@ -15,9 +15,16 @@ against the real adapter on moto behind the fault-injecting proxy:
 - A terminated instance stays listed (state `terminated`, with its state reason) for those who
   ask for terminated ones, for an hour (as EC2 keeps it visible); one AWS reclaims
   (`reclaim`) shows `Server.SpotInstanceTermination`.
-- Not modelled (the engine's paid capacity stands in): launches into capacity reservations or
-  Capacity Blocks; ClientToken idempotency (the simulator never retries a launch; moto does
-  not honour it either, so the contract cannot check it).
+- Capacity reservations, as the user guide's EC2 Fleet pages describe filling them: a
+  reserved-capacity fleet naming reservations by id (`FleetSpec.reservation_ids`) gets as many
+  as they have free, each instance carrying its reservation's id, the rest an
+  insufficient-capacity error and no fallback; an on-demand fleet whose template targets them
+  (`FleetSpec.reserved`, usage strategy use-capacity-reservations-first) fills the matching
+  ones (instance type) first and launches the rest as ordinary on-demand. A reservation's free
+  count is what it had free less the live instances in it.
+- Not modelled: a Capacity Block's window (the engine's paid capacity stands in: the
+  simulator's daemon launches with preference none); ClientToken idempotency (the simulator
+  never retries a launch; moto does not honour it either, so the contract cannot check it).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from slurmscale.cloud.eventbridge import EventKind, event_message
@@ -60,6 +67,7 @@ class _Instance:
     state_reason: str = ""
     image_id: str = "ami-0a1b2c3d4e5f60718"
     impaired: bool = False  # failed EC2's instance status check (the simulator's node failure)
+    reservation: str = ""  # the capacity reservation it runs in
     listed: CloudInstance | None = None  # as DescribeInstances lists it (None: changed since)
 
     def listing(self) -> CloudInstance:
@@ -96,13 +104,18 @@ class SimEc2:
                              f"The Placement Group '{spec.placement_group}' is unknown.")
         market = (SPOT if pool.capacity_type is CapacityType.SPOT and not spec.reserved
                   and not spec.capacity_block else ON_DEMAND)
+        itype, subnet = spec.instance_types[0], spec.subnets[0]
+        # reserved capacity first: the named reservations only, or the matching ones
+        slots = self._reserved_slots(itype, spec.reservation_ids or (
+            tuple(self.reservations) if spec.reserved else ()))
         cap = self.limit.get(market)
-        got = count if cap is None else max(0, min(count, cap - self._live[market]))
+        room = (0 if spec.reservation_ids else count if cap is None
+                else max(0, cap - self._live[market]))
+        got = min(count, len(slots) + room)
         if got < min_count:
             got = 0  # MinTargetCapacity: all of the minimum or nothing
-        itype, subnet = spec.instance_types[0], spec.subnets[0]
-        made = [self._new(itype, market, subnet, tags, spec.placement_group)
-                for _ in range(got)]
+        made = [self._new(itype, market, subnet, tags, spec.placement_group,
+                          slots[i] if i < len(slots) else "") for i in range(got)]
         code = message = ""
         if got < count:
             code = "InsufficientInstanceCapacity"
@@ -113,19 +126,35 @@ class SimEc2:
             error_message=message, fleet_id=f"fleet-{next(self._ids):08x}-sim" if made else "")
 
     def _new(self, itype: str, market: str, subnet: str, tags: dict[str, str],
-             group: str | None) -> _Instance:
+             group: str | None, reservation: str = "") -> _Instance:
         n = next(self._ids)
         inst = _Instance(f"i-{n:017x}", itype, market, subnet, dict(tags), self.clock(),
-                         f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}", group)
+                         f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}", group,
+                         reservation=reservation)
         self.instances[inst.id] = inst
-        self._live[market] += 1
+        if not reservation:  # (reserved capacity is not the market's)
+            self._live[market] += 1
         return inst
+
+    def _in(self, rid: str) -> int:
+        return sum(1 for i in self.instances.values() if i.reservation == rid
+                   and i.state in LIVE)
+
+    def _reserved_slots(self, itype: str, ids: tuple[str, ...]) -> list[str]:
+        """One entry per free place in these reservations of this instance type (its id)."""
+        out: list[str] = []
+        for rid in ids:
+            r = self.reservations.get(rid)
+            if r is not None and r.instance_type == itype and r.state == "active":
+                out += [rid] * max(0, r.available - self._in(rid))
+        return out
 
     @staticmethod
     def _launched(i: _Instance) -> LaunchedInstance:
         return LaunchedInstance(instance_id=i.id, instance_type=i.instance_type,
                                 lifecycle=i.lifecycle, image_id=i.image_id,
-                                private_ip=i.private_ip, subnet_id=i.subnet)
+                                private_ip=i.private_ip, subnet_id=i.subnet,
+                                capacity_reservation_id=i.reservation)
 
     # --- instances ---------------------------------------------------------------------
     def tag(self, instance_id: str, tags: dict[str, str]) -> None:
@@ -156,7 +185,8 @@ class SimEc2:
 
     def _end(self, inst: _Instance, why: str) -> None:
         if inst.state in LIVE:
-            self._live[inst.lifecycle] -= 1
+            if not inst.reservation:
+                self._live[inst.lifecycle] -= 1
             inst.state, inst.state_reason, inst.listed = "terminated", why, None
             self._ended.append((self.clock(), inst.id))
 
@@ -185,7 +215,8 @@ class SimEc2:
         if missing:
             raise CloudError("InvalidCapacityReservationId.NotFound",
                              f"The capacity reservation ID '{missing[0]}' does not exist")
-        return [self.reservations[i] for i in ids]
+        return [replace(self.reservations[i], available=max(
+            0, self.reservations[i].available - self._in(i))) for i in ids]
 
     def subnet_zones(self, subnets: list[str]) -> dict[str, str]:
         missing = [s for s in subnets if s not in self.zones]

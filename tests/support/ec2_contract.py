@@ -139,6 +139,27 @@ def reservations_report_their_free_count(side: Ec2Side) -> None:
     assert r.availability_zone == "us-east-1a"
 
 
+def a_fleet_into_a_reservation_fills_it_and_a_termination_frees_it(side: Ec2Side) -> None:
+    """A reserved-capacity fleet naming the reservation (the daemon's route into ODCRs and
+    blocks): as many as it has free, each instance carrying its id, the rest EC2's capacity
+    error and no fallback; its free count is its total less the live instances in it."""
+    rid = "cr-0f111ed000000001a"
+    side.add_reservation(rid, "p5.48xlarge", 2)
+    pool = side.pool(CapacityType.ON_DEMAND)
+    spec = FleetSpec(tuple(pool.instance_types), tuple(pool.subnets),
+                     pool.launch_template.version, reservation_ids=(rid,),
+                     reservation_kinds=("default",))
+    got = side.cloud.launch(pool, 3, 1, "tok-r", _tags("g-r"), spec)
+    assert len(got.instances) == 2 and got.error_code == ICE
+    assert {i.capacity_reservation_id for i in got.instances} == {rid}
+    assert len(side.cloud.find(_tags("g-r"))) == 2  # nothing outside it
+    (r,) = side.cloud.capacity_reservations([rid])
+    assert (r.total, r.available) == (2, 0)
+    side.cloud.terminate([got.instances[0].instance_id])
+    (r,) = side.cloud.capacity_reservations([rid])
+    assert r.available == 1
+
+
 def status_checks_list_running_instances_and_show_an_impaired_one(side: Ec2Side) -> None:
     got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 3, 3, "tok-h", _tags("g-h"))
     bad, gone, ok = sorted(i.instance_id for i in got.instances)
@@ -163,5 +184,6 @@ CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
     placement_groups_hold_a_gang_until_it_is_gone,
     subnets_answer_their_zone,
     reservations_report_their_free_count,
+    a_fleet_into_a_reservation_fills_it_and_a_termination_frees_it,
     status_checks_list_running_instances_and_show_an_impaired_one,
 )

@@ -50,6 +50,7 @@ class FakeCloud:
     health: dict[str, InstanceHealth] = field(default_factory=dict)
     health_reads: int = 0
     group_of: dict[str, str] = field(default_factory=dict)  # instance -> its placement group
+    in_reservation: dict[str, str] = field(default_factory=dict)  # instance -> reservation
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
@@ -72,28 +73,31 @@ class FakeCloud:
         itype, subnet = spec.instance_types[0], spec.subnets[0]
         lifecycle = ("spot" if pool.capacity_type is CapacityType.SPOT and not spec.reserved
                      and not spec.capacity_block else "on-demand")
-        in_cr = ""
-        if spec.reserved:
-            cr = next((r for r in self.reservations.values()
-                       if r.instance_type == itype and r.available >= n), None)
-            if cr is not None:
-                in_cr = cr.id
-                self.reservations[cr.id] = replace(cr, available=cr.available - n)
+        # reserved capacity first (as the EC2 contract says): the named reservations only,
+        # or, for a template targeting them, the matching ones and then ordinary on-demand
+        slots = self._reserved_slots(itype, spec.reservation_ids or (
+            tuple(self.reservations) if spec.reserved else ()))
+        if spec.reservation_ids:
+            n = min(n, len(slots))
+            if n < min_count:
+                n = 0
         made = []
-        for _ in range(count if self.hidden_extra else n):
+        for k in range(count if self.hidden_extra else n):
             iid = f"i-{next(self._ids):08x}"
             self.instances[iid] = CloudInstance(iid, "running", dict(tags), "10.0.0.1", "ami-1")
             if spec.placement_group:
                 self.group_of[iid] = spec.placement_group
+            if k < len(slots) and k < n:
+                self.in_reservation[iid] = slots[k]
             made.append(iid)
         listed = made[:n]
         if self.answers_lost:
             self.answers_lost -= 1
             raise CloudError("ReadTimeoutError", "Read timeout on endpoint URL")
         return LaunchResult(
-            instances=tuple(LaunchedInstance(i, itype, lifecycle, "ami-1", "10.0.0.1",
-                                             subnet_id=subnet, capacity_reservation_id=in_cr)
-                            for i in listed),
+            instances=tuple(LaunchedInstance(
+                i, itype, lifecycle, "ami-1", "10.0.0.1", subnet_id=subnet,
+                capacity_reservation_id=self.in_reservation.get(i, "")) for i in listed),
             error_code="" if n == count else self.error_code,
             error_message="" if n == count else "no capacity", fleet_id="fleet-1")
 
@@ -104,7 +108,22 @@ class FakeCloud:
         if unknown:
             raise CloudError("InvalidCapacityReservationId.NotFound",
                              f"The capacity reservation ID '{unknown[0]}' does not exist")
-        return [self.reservations[i] for i in ids]
+        return [replace(self.reservations[i], available=max(
+            0, self.reservations[i].available - self._in(i))) for i in ids]
+
+    def _in(self, rid: str) -> int:
+        """Live instances in reservation `rid` (a reservation's `available` as given is what
+        it has free before this cloud's launches)."""
+        return sum(1 for i, r in self.in_reservation.items()
+                   if r == rid and self.instances[i].state != "terminated")
+
+    def _reserved_slots(self, itype: str, ids: tuple[str, ...]) -> list[str]:
+        out: list[str] = []
+        for rid in ids:
+            r = self.reservations.get(rid)
+            if r is not None and r.instance_type == itype and r.state == "active":
+                out += [rid] * max(0, r.available - self._in(rid))
+        return out
 
     def subnet_zones(self, subnets: list[str]) -> dict[str, str]:
         self._up()
