@@ -13,7 +13,11 @@ import click
 from slurmscale.cli_common import _load, _table
 
 if TYPE_CHECKING:
-    from slurmscale.sim.engine import PaidCapacity
+    from slurmscale.policy.model import PoolKnobs
+    from slurmscale.policy.reservations import ReservationKnobs
+    from slurmscale.sim.engine import PaidCapacity, SimCloud, SpotModel
+    from slurmscale.sim.slurm_model import SlurmModel
+    from slurmscale.sim.trace import TraceJob
 
 
 @click.command()
@@ -153,16 +157,10 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     reserved_node_hours_paid, reserved_node_hours_used, reservation_utilization,
     jobs_killed_at_block_end, gang_start_order, node_failures, capacity_lost_gpu_hours}}}
     """
-    from dataclasses import replace
-
-    from slurmscale.policy.model import PoolKnobs
-    from slurmscale.policy.reservations import ReservationKnobs
-    from slurmscale.sim.engine import FailureModel, SimCloud, SpotModel
+    from slurmscale.sim.engine import FailureModel
     from slurmscale.sim.engine import simulate as run_sim
     from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
     from slurmscale.sim.report import metrics, plot
-    from slurmscale.sim.slurm_model import SchedulerKind, SlurmModel, parse_params
-    from slurmscale.sim.trace import TraceError, load_trace
 
     names = policies or POLICY_NAMES
     if plot_path and not Path(plot_path).resolve().parent.is_dir():
@@ -172,6 +170,45 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
         if n not in POLICY_NAMES:
             raise click.BadParameter(f"{n!r} is not one of {', '.join(POLICY_NAMES)}",
                                      param_hint="--policy")
+    jobs = _jobs(trace_path, carry_in)
+    # the settings, each built once from its options and handed to every policy's run
+    base = _pool_knobs(ctx, pool_name, knob_args, cooldown, gpus_per_node, max_nodes)
+    holds = _hold_knobs(accumulate, hold_budget, accumulate_after, max_hold, hold_end_margin,
+                        None if no_time_limits else time_limit_factor)
+    cloud, spot = _cloud_and_spot(
+        max_nodes, boot_time, price, on_demand_price, spot_price, interruption_rate,
+        storm_at, storm_fraction, storm_outage, on_demand_buffer, warm_on_demand_nodes,
+        on_demand_nodes, requeue_delay, max_preemptions, seed)
+    paid = _paid_capacity(reserved_nodes, reserved_preference, capacity_blocks, max_nodes,
+                          block_margin, reclaim_rate, seed)
+    model = _slurm_model(slurm_model, no_time_limits, time_limit_factor, slurm_params)
+    failures = (FailureModel(node_failure_rate, admin_repair_s, seed)
+                if node_failure_rate is not None else None)
+    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot, paid, model,
+                       failures) for n in names]
+    out: dict[str, Any] = {"trace": trace_path, "slurm_model": slurm_model,
+                           "policies": {r.policy: metrics(r, cloud) for r in results}}
+    if plot_path:
+        plot(results, plot_path, f"{Path(trace_path).name}, max {max_nodes} nodes")
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    cols = ["policy", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
+            "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
+    if spot is not None:
+        cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s"]
+    if failures is not None:
+        cols += ["node_failures", "requeues", "capacity_lost_gpu_hours", "lost_gpu_hours"]
+    if paid is not None:
+        cols += ["on_demand_node_hours", "reserved_node_hours_paid", "reservation_utilization",
+                 "jobs_killed_at_block_end"]
+    click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
+
+
+def _jobs(trace_path: str, carry_in: str | None) -> list[TraceJob]:
+    """The trace's jobs (with the carry-in's, sorted into them); a bad file is exit 2."""
+    from slurmscale.sim.trace import TraceError, load_trace
+
     try:
         jobs = load_trace(trace_path)
         if carry_in:
@@ -180,9 +217,17 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     except TraceError as e:
         click.echo(f"slurmscale: {e}", err=True)
         sys.exit(2)
+    return jobs
+
+
+def _pool_knobs(ctx: click.Context, pool_name: str | None, knob_args: tuple[str, ...],
+                cooldown: float | None, gpus_per_node: int, max_nodes: int) -> PoolKnobs:
+    """The simulated pool's knobs: a config pool's policy (`--pool`), then `--knob`s and
+    `--cooldown` over it, validated once as the config's `PoolPolicy` (a bad one named)."""
     from pydantic import ValidationError
 
     from slurmscale.config import PoolPolicy
+    from slurmscale.policy.model import PoolKnobs
     from slurmscale.validation import problems
 
     policy: dict[str, Any] = {}
@@ -210,22 +255,46 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
         checked = PoolPolicy.model_validate(policy).model_dump(exclude={"mode"})
     except ValidationError as e:
         raise click.BadParameter("; ".join(problems(e)), param_hint="--knob") from None
-    base = PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes, **checked)
-    holds = None
-    if accumulate:
-        holds = ReservationKnobs()
-        if hold_budget is not None:
-            holds = replace(holds, hold_budget_gpu_hours=hold_budget)
-        if accumulate_after is not None:
-            holds = replace(holds, accumulate_after_s=accumulate_after)
-        if max_hold is not None:
-            holds = replace(holds, max_hold_s=max_hold)
-        if hold_end_margin is not None:
-            holds = replace(holds, end_margin_s=hold_end_margin)
-        if not no_time_limits:
-            # the simulated site's jobs run 1/factor of limits the model gives them (a trace's
-            # own limits aside): what an admin reads from sacct
-            holds = replace(holds, limit_use=1.0 / max(1.0, time_limit_factor))
+    return PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes, **checked)
+
+
+def _hold_knobs(accumulate: bool, budget: float | None, after: float | None,
+                max_hold: float | None, end_margin: float | None,
+                time_limit_factor: float | None) -> ReservationKnobs | None:
+    """The hold rule's knobs (None: no holds). `time_limit_factor` (None: the trace's limits
+    are not modelled): the simulated site's jobs run 1/factor of their limits, what an admin
+    reads from sacct."""
+    from dataclasses import replace
+
+    from slurmscale.policy.reservations import ReservationKnobs
+
+    if not accumulate:
+        return None
+    holds = ReservationKnobs()
+    if budget is not None:
+        holds = replace(holds, hold_budget_gpu_hours=budget)
+    if after is not None:
+        holds = replace(holds, accumulate_after_s=after)
+    if max_hold is not None:
+        holds = replace(holds, max_hold_s=max_hold)
+    if end_margin is not None:
+        holds = replace(holds, end_margin_s=end_margin)
+    if time_limit_factor is not None:
+        holds = replace(holds, limit_use=1.0 / max(1.0, time_limit_factor))
+    return holds
+
+
+def _cloud_and_spot(max_nodes: int, boot_time: float, price: float,
+                    on_demand_price: float | None, spot_price: float | None,
+                    interruption_rate: float | None, storm_at: float | None,
+                    storm_fraction: float | None, storm_outage: float,
+                    on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
+                    on_demand_nodes: int | None, requeue_delay: float,
+                    max_preemptions: int, seed: int) -> tuple[SimCloud, SpotModel | None]:
+    """The simulated cloud (boot delay, prices) and its spot model (None: no spot option
+    given, the pool is on-demand)."""
+    from slurmscale.sim.engine import SimCloud, SpotModel
+
     if (storm_at is None) != (storm_fraction is None):
         raise click.BadParameter("--storm-at and --storm-fraction go together (got "
                                  f"{'--storm-at' if storm_at is not None else '--storm-fraction'}"
@@ -244,35 +313,18 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
             spot_price = round(0.4 * od_price, 2)
     cloud = SimCloud(boot_s=boot_time, price_per_node_hour=od_price,
                      spot_price_per_node_hour=spot_price if spot else None)
-    paid = _paid_capacity(reserved_nodes, reserved_preference, capacity_blocks, max_nodes,
-                          block_margin, reclaim_rate, seed)
+    return cloud, spot
+
+
+def _slurm_model(kind: str, no_time_limits: bool, time_limit_factor: float,
+                 params: tuple[str, ...]) -> SlurmModel:
+    from slurmscale.sim.slurm_model import SchedulerKind, SlurmModel, parse_params
+
     try:
-        model = parse_params(SlurmModel(SchedulerKind(slurm_model),
-                                        time_limits=not no_time_limits,
-                                        time_limit_factor=time_limit_factor), slurm_params)
+        return parse_params(SlurmModel(SchedulerKind(kind), time_limits=not no_time_limits,
+                                       time_limit_factor=time_limit_factor), params)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--slurm-param") from None
-    failures = (FailureModel(node_failure_rate, admin_repair_s, seed)
-                if node_failure_rate is not None else None)
-    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot, paid, model,
-                       failures) for n in names]
-    out: dict[str, Any] = {"trace": trace_path, "slurm_model": slurm_model,
-                           "policies": {r.policy: metrics(r, cloud) for r in results}}
-    if plot_path:
-        plot(results, plot_path, f"{Path(trace_path).name}, max {max_nodes} nodes")
-    if as_json:
-        click.echo(json.dumps(out, indent=2))
-        return
-    cols = ["policy", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
-            "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
-    if spot is not None:
-        cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s"]
-    if failures is not None:
-        cols += ["node_failures", "requeues", "capacity_lost_gpu_hours", "lost_gpu_hours"]
-    if paid is not None:
-        cols += ["on_demand_node_hours", "reserved_node_hours_paid", "reservation_utilization",
-                 "jobs_killed_at_block_end"]
-    click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
 
 
 def _paid_capacity(reserved_nodes: int, preference: str, blocks: tuple[str, ...],
