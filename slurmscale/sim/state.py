@@ -52,21 +52,30 @@ class SimState:
         self.failures = failures
         self.fail_rng = random.Random(failures.seed if failures else 0)
         self.greedy = self.sched.kind is SchedulerKind.GREEDY
-        if self.greedy:  # the old model: no limits, the run time stands in
-            self.limit = [j.duration_s for j in jobs]
-        else:
-            self.limit = [self.sched.limit(j.duration_s, j.time_limit_s) for j in jobs]
-            # Slurm kills a job at its limit (TIMEOUT): it runs no longer than that
-            jobs = [replace(j, duration_s=lim) if lim < j.duration_s else j
-                    for j, lim in zip(jobs, self.limit, strict=True)]
-        self.jobs = jobs
+        self.limit = self._limits(jobs)
+        # Slurm kills a job at its limit (TIMEOUT): it runs no longer than that
+        self.jobs = [replace(j, duration_s=lim) if lim < j.duration_s else j
+                     for j, lim in zip(jobs, self.limit, strict=True)]
         self.policy = policy
-        self.main = policy.knobs
-        if paid is not None:  # idle paid nodes: kept, as the daemon's knob says
-            self.main = replace(self.main, release_paid_idle=False)
         self.cloud = cloud
         self.spot = spot
         self.paid = paid or PaidCapacity()
+        self._pools(policy, spot, paid is not None)
+        self._bookkeeping()
+
+    def _limits(self, jobs: list[TraceJob]) -> list[float]:
+        """Each job's time limit as the model gives it (greedy: no limits, the run time
+        stands in)."""
+        if self.greedy:
+            return [j.duration_s for j in jobs]
+        return [self.sched.limit(j.duration_s, j.time_limit_s) for j in jobs]
+
+    def _pools(self, policy: SimPolicy, spot: SpotModel | None, paid: bool) -> None:
+        """The main pool and, with spot, its on-demand fallback, their nodes, and for
+        slurmscale's policies the config the daemon will be given for them."""
+        self.main = policy.knobs
+        if paid:  # idle paid nodes: kept, as the daemon's knob says
+            self.main = replace(self.main, release_paid_idle=False)
         self.pools: list[PoolKnobs] = [self.main]
         self.fallback: PoolKnobs | None = None
         self.nodes = [Node(f"{MAIN_PREFIX}{i + 1}", self.main.gpus_per_node, pool=self.main.name,
@@ -89,11 +98,15 @@ class SimState:
             cfg = sim_config(self.main, policy.holds, self.fallback, SpotSettings(
                 on_demand_buffer=spot.buffer, warm_on_demand_nodes=spot.warm_nodes,
                 max_preemptions=spot.max_preemptions) if spot and self.fallback else None,
-                spot.reclaim_backoff_s if spot else 180.0, paid is not None)
+                spot.reclaim_backoff_s if spot else 180.0, paid)
             self.pools = list(knobs(cfg))
             self.main = self.pools[0]
             self.fallback = self.pools[1] if self.fallback is not None else None
             self.daemon_config = cfg
+
+    def _bookkeeping(self) -> None:
+        """What the event loop and the parts keep of the nodes, jobs and clocks."""
+        jobs, spot = self.jobs, self.spot
         # every job is submitted to both partitions (-p spot,on-demand)
         self.also: tuple[str, ...] = (self.fallback.name,) if self.fallback is not None else ()
         self.nodes_of = {k.name: [n for n in self.nodes if n.pool == k.name] for k in self.pools}
@@ -115,7 +128,7 @@ class SimState:
         self.memory = {k.name: PoolMemory(k.max_nodes if k.mode is Mode.IMMEDIATE
                                           else k.min_nodes) for k in self.pools}
         self.arrivals: deque[tuple[float, str, int]] = deque()
-        self.result = SimResult(policy.name)
+        self.result = SimResult(self.policy.name)
         self.running_gpus = 0
         self.last_launch_batch: float | None = None
         self.attached: dict[int, str] = {}  # pending job -> the reservation it is pointed at
