@@ -207,115 +207,144 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
             and now - j.submit_s >= k.accumulate_after_s for j in jobs)):
         return HoldPlan((), (), frozenset())  # nothing held, no gang has waited long enough
     by_job = {j.job_id: j for j in jobs}
-    taken = set(reserved) | {n for h in holds for n in h.nodes}
-    actions: list[HoldAction] = []
-    kept: list[Hold] = []
-    view = {n.name: n for n in nodes}
-    free: dict[str, list[str]] = {}
-    busy: dict[str, list[NodeView]] = {}
-    down_usable: dict[str, int] = {}
-    for n in sorted(nodes, key=lambda n: node_order_key(n.name)):
-        if n.name in taken:
-            continue
-        if n.state is NodeState.IDLE and n.usable and not n.held:
-            free.setdefault(n.pool, []).append(n.name)
-        elif n.state is NodeState.ALLOCATED and n.usable and not n.held:
-            busy.setdefault(n.pool, []).append(n)
-        elif n.state is NodeState.POWERED_DOWN and n.usable:
-            down_usable[n.pool] = down_usable.get(n.pool, 0) + 1
-    for pool in busy:  # the soonest free by their jobs' time limits drain first
-        busy[pool].sort(key=lambda n: (n.free_at if n.free_at is not None else float("inf"),
-                                       n.alloc_gpus, node_order_key(n.name)))
-    grabbed: set[str] = set()
-    skipped: list[Skip] = []
+    p = _Planner(k, gpus_per_node, nodes, set(reserved) | {n for h in holds for n in h.nodes},
+                 now)
+    for h in sorted(holds, key=lambda h: h.name):
+        p.carry_on(h, by_job.get(h.job_id))
+    if k.enabled:
+        p.new_holds(jobs, max_nodes, exhausted)
+    return HoldPlan(tuple(p.actions), tuple(p.kept), frozenset(p.grabbed), tuple(p.skipped))
 
-    def gather_at(pool: str, count: int) -> float | None:
+
+class _Planner:
+    """One planning of the holds: the nodes still free to take (idle ones, busy ones in the
+    order they will drain), and what has been decided so far."""
+
+    def __init__(self, k: ReservationKnobs, gpus_per_node: dict[str, int],
+                 nodes: tuple[NodeView, ...], taken: set[str], now: float) -> None:
+        self.k, self.gpus_per_node, self.now = k, gpus_per_node, now
+        self.view = {n.name: n for n in nodes}
+        self.free: dict[str, list[str]] = {}
+        self.busy: dict[str, list[NodeView]] = {}
+        self.down_usable: dict[str, int] = {}
+        for n in sorted(nodes, key=lambda n: node_order_key(n.name)):
+            if n.name in taken:
+                continue
+            if n.state is NodeState.IDLE and n.usable and not n.held:
+                self.free.setdefault(n.pool, []).append(n.name)
+            elif n.state is NodeState.ALLOCATED and n.usable and not n.held:
+                self.busy.setdefault(n.pool, []).append(n)
+            elif n.state is NodeState.POWERED_DOWN and n.usable:
+                self.down_usable[n.pool] = self.down_usable.get(n.pool, 0) + 1
+        for pool in self.busy:  # the soonest free by their jobs' time limits drain first
+            self.busy[pool].sort(key=lambda n: (
+                n.free_at if n.free_at is not None else float("inf"), n.alloc_gpus,
+                node_order_key(n.name)))
+        self.grabbed: set[str] = set()
+        self.actions: list[HoldAction] = []
+        self.kept: list[Hold] = []
+        self.skipped: list[Skip] = []
+
+    def gather_at(self, pool: str, count: int) -> float | None:
         """When a hold taken now would hold `count` drained nodes: idle nodes now, busy ones
         as their jobs' time limits end (None: unknown: a job without a time limit, busy
         nodes not drained, or too few nodes to take now)."""
-        short = count - len(free.get(pool, []))
+        short = count - len(self.free.get(pool, []))
         if short <= 0:
-            return now
-        if not k.drain_busy or len(busy.get(pool, [])) < short:
+            return self.now
+        if not self.k.drain_busy or len(self.busy.get(pool, [])) < short:
             return None  # idle nodes come by chance, or more may come back: unknown
-        return busy[pool][short - 1].free_at
+        return self.busy[pool][short - 1].free_at
 
-    def take(pool: str, count: int) -> list[str]:
+    def take(self, pool: str, count: int) -> list[str]:
         """Idle nodes first; the rest of the shortfall from busy nodes, which then drain into
         the reservation (their jobs finish, nothing new starts there): with small jobs packed
         onto every node, waiting for whole nodes to fall idle by chance can take forever."""
+        free, busy = self.free, self.busy
         got = free.get(pool, [])[:max(0, count)]
         free[pool] = free.get(pool, [])[len(got):]
-        if k.drain_busy and len(got) < count:
+        if self.k.drain_busy and len(got) < count:
             more = busy.get(pool, [])[:count - len(got)]
             busy[pool] = busy.get(pool, [])[len(more):]
             got += [n.name for n in more]
-        grabbed.update(got)
+        self.grabbed.update(got)
         return got
 
-    def swap_draining(h: Hold) -> Hold:
+    def swap_draining(self, h: Hold) -> Hold:
         """A full hold whose nodes still drain takes nodes that fell idle outside it instead
         of the ones that will free last (by their time limits): the gang can use an idle
         node now, and the draining one goes back to the jobs it runs."""
+        view = self.view
         draining = sorted((view[n] for n in h.nodes
                            if n in view and view[n].state is NodeState.ALLOCATED),
                           key=lambda v: (-(v.free_at if v.free_at is not None else math.inf),
                                          node_order_key(v.name)))
-        idle_out = free.get(h.pool, [])
+        idle_out = self.free.get(h.pool, [])
         swaps = list(zip(draining, idle_out, strict=False))
         if not swaps:
             return h
         out = {v.name for v, _ in swaps}
         came = [n for _, n in swaps]
-        free[h.pool] = idle_out[len(swaps):]
-        grabbed.update(came)
+        self.free[h.pool] = idle_out[len(swaps):]
+        self.grabbed.update(came)
         h = replace(h, nodes=tuple(sorted([n for n in h.nodes if n not in out] + came,
                                           key=node_order_key)))
-        actions.append(HoldAction(
+        self.actions.append(HoldAction(
             HoldActionKind.EXTEND, h.name, h.pool, h.job_id,
             f"{len(came)} node(s) fell idle: held instead of {len(out)} still draining "
             f"({', '.join(sorted(out, key=node_order_key))}) for job {h.job_id}", h.nodes))
         return h
 
-    def idle_gpus(h: Hold) -> int:
-        return sum(max(0, gpus_per_node.get(h.pool, 0) - (view[n].alloc_gpus if n in view
-                                                          else 0)) for n in h.nodes)
+    def idle_gpus(self, h: Hold) -> int:
+        view = self.view
+        return sum(max(0, self.gpus_per_node.get(h.pool, 0) - (view[n].alloc_gpus if n in view
+                                                               else 0)) for n in h.nodes)
 
-    for h in sorted(holds, key=lambda h: h.name):
+    def carry_on(self, h: Hold, job: GangJob | None) -> None:
+        """An existing hold: its idle time accounted, released when its time is up, else
+        grown towards its gang's size, its draining nodes swapped for idle ones, attached to
+        its job once it holds every node drained."""
+        now = self.now
         if not h.attached:
             h = replace(h, spent_gpu_s=h.spent_gpu_s
-                        + idle_gpus(h) * max(0.0, now - h.accounted_s))
+                        + self.idle_gpus(h) * max(0.0, now - h.accounted_s))
         h = replace(h, accounted_s=now)
-        job = by_job.get(h.job_id)
         if job is not None and job.nodes != h.needed:  # e.g. a hold adopted after a restart
             h = replace(h, needed=job.nodes)
-        ending = _release_reason(k, h, job, now)
+        ending = _release_reason(self.k, h, job, now)
         if ending is not None:
             why, spent = ending
-            actions.append(HoldAction(HoldActionKind.RELEASE, h.name, h.pool, h.job_id, why,
-                                      h.nodes, exhausted=spent))
-            continue
+            self.actions.append(HoldAction(HoldActionKind.RELEASE, h.name, h.pool, h.job_id,
+                                           why, h.nodes, exhausted=spent))
+            return
         if not h.attached and len(h.nodes) < h.needed:
-            more = take(h.pool, h.needed - len(h.nodes))
+            more = self.take(h.pool, h.needed - len(h.nodes))
             if more:
                 h = replace(h, nodes=tuple(sorted((*h.nodes, *more), key=node_order_key)))
-                actions.append(HoldAction(
+                self.actions.append(HoldAction(
                     HoldActionKind.EXTEND, h.name, h.pool, h.job_id,
                     f"{len(more)} more node(s): holding {len(h.nodes)} of {h.needed} "
                     f"for job {h.job_id}", h.nodes))
         elif not h.attached:
-            h = swap_draining(h)
-        drained = all(view[n].state is NodeState.RESERVED for n in h.nodes if n in view)
+            h = self.swap_draining(h)
+        drained = all(self.view[n].state is NodeState.RESERVED for n in h.nodes
+                      if n in self.view)
         if not h.attached and len(h.nodes) >= h.needed and drained:
             h = replace(h, attached=True)
-            actions.append(HoldAction(HoldActionKind.ATTACH, h.name, h.pool, h.job_id,
-                                      f"holds all {h.needed} nodes: job {h.job_id} pointed "
-                                      "at it", h.nodes))
-        kept.append(h)
+            self.actions.append(HoldAction(HoldActionKind.ATTACH, h.name, h.pool, h.job_id,
+                                           f"holds all {h.needed} nodes: job {h.job_id} "
+                                           "pointed at it", h.nodes))
+        self.kept.append(h)
 
-    if k.enabled:
-        held_jobs = {h.job_id for h in kept} | {a.job_id for a in actions}
-        for pool in sorted(gpus_per_node):
+    def new_holds(self, jobs: tuple[GangJob, ...], max_nodes: dict[str, int],
+                  exhausted: frozenset[str]) -> None:
+        """Per pool, up to `per_pool` holds for the highest-priority gangs that have waited
+        long enough and that the pool cannot start now; the first gang the rule turns down
+        stops the pool's list (a hold for a lower one would take what backfill planned for
+        it)."""
+        k, now, kept = self.k, self.now, self.kept
+        held_jobs = {h.job_id for h in kept} | {a.job_id for a in self.actions}
+        for pool in sorted(self.gpus_per_node):
             if sum(1 for h in kept if h.pool == pool) >= k.per_pool:
                 continue
             cands = sorted(
@@ -328,30 +357,36 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
             for j in cands:
                 if sum(1 for h in kept if h.pool == pool) >= k.per_pool:
                     break
-                if j.nodes <= len(free.get(pool, [])) + down_usable.get(pool, 0):
+                if j.nodes <= len(self.free.get(pool, [])) + self.down_usable.get(pool, 0):
                     continue  # the pool can start it now: Slurm (and the policy) will
-                hold, why = hold_verdict(k, j, gather_at(pool, j.nodes), now)
+                hold, why = hold_verdict(k, j, self.gather_at(pool, j.nodes), now)
                 if not hold:
                     # lower-priority gangs wait too: a hold for one would take the nodes
                     # backfill planned for this one
-                    skipped.append(Skip(j.job_id, pool, why))
+                    self.skipped.append(Skip(j.job_id, pool, why))
                     break
-                got = sorted(take(pool, j.nodes), key=node_order_key)
-                if not got:
+                if not self._create(j, pool, why):
                     break  # nothing to hold yet: the highest-priority gang waits for it
-                name = reservation_name(k, j.job_id)
-                h = Hold(name, pool, j.job_id, j.user, j.nodes, tuple(got), now, 0.0, now)
-                actions.append(HoldAction(
-                    HoldActionKind.CREATE, name, pool, j.job_id,
-                    f"job {j.job_id} ({j.nodes} nodes) has waited {now - j.submit_s:.0f}s and "
-                    f"the pool cannot grow for it ({why}): holding {len(got)} of {j.nodes} "
-                    "node(s)",
-                    h.nodes, j.user, j.account))
-                if len(got) >= j.nodes and not any(
-                        view[n].state is NodeState.ALLOCATED for n in got):
-                    h = replace(h, attached=True)
-                    actions.append(HoldAction(HoldActionKind.ATTACH, name, pool, j.job_id,
-                                              f"holds all {j.nodes} nodes: job {j.job_id} "
-                                              "pointed at it", h.nodes))
-                kept.append(h)
-    return HoldPlan(tuple(actions), tuple(kept), frozenset(grabbed), tuple(skipped))
+
+    def _create(self, j: GangJob, pool: str, why: str) -> bool:
+        """A hold for gang `j` with what can be taken now (False: nothing to take)."""
+        now = self.now
+        got = sorted(self.take(pool, j.nodes), key=node_order_key)
+        if not got:
+            return False
+        name = reservation_name(self.k, j.job_id)
+        h = Hold(name, pool, j.job_id, j.user, j.nodes, tuple(got), now, 0.0, now)
+        self.actions.append(HoldAction(
+            HoldActionKind.CREATE, name, pool, j.job_id,
+            f"job {j.job_id} ({j.nodes} nodes) has waited {now - j.submit_s:.0f}s and "
+            f"the pool cannot grow for it ({why}): holding {len(got)} of {j.nodes} "
+            "node(s)",
+            h.nodes, j.user, j.account))
+        if len(got) >= j.nodes and not any(
+                self.view[n].state is NodeState.ALLOCATED for n in got):
+            h = replace(h, attached=True)
+            self.actions.append(HoldAction(HoldActionKind.ATTACH, name, pool, j.job_id,
+                                           f"holds all {j.nodes} nodes: job {j.job_id} "
+                                           "pointed at it", h.nodes))
+        self.kept.append(h)
+        return True
