@@ -123,15 +123,30 @@ def _group(gid: int) -> str:
 
 
 def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
-    out: list[Problem] = []
-
-    def err(code: str, msg: str) -> None:
-        out.append(Problem("error", code, msg))
-
-    def warn(code: str, msg: str) -> None:
-        out.append(Problem("warning", code, msg))
-
+    """What the config and the running Slurm disagree on, errors and warnings, in the order
+    an admin fixes them: the pools' partitions and nodes, the Slurm release's options, the
+    hooks and who can run them, the timers."""
     c = view.config
+    return (_check_pools(cfg, view) + _check_release(c) + _check_hooks(cfg, c, config_path)
+            + _check_timers(cfg, c))
+
+
+class _Found:
+    """Problems as they are found."""
+
+    def __init__(self) -> None:
+        self.out: list[Problem] = []
+
+    def err(self, code: str, msg: str) -> None:
+        self.out.append(Problem("error", code, msg))
+
+    def warn(self, code: str, msg: str) -> None:
+        self.out.append(Problem("warning", code, msg))
+
+
+def _check_pools(cfg: Config, view: SlurmView) -> list[Problem]:
+    f = _Found()
+    err = f.err
     for p in cfg.pools:
         if p.partition not in view.partitions:
             err("partition_missing", f"pool {p.name}: partition {p.partition} is not in "
@@ -146,6 +161,12 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
             err("nodes_not_cloud", f"pool {p.name}: {not_cloud[0]} is not State=CLOUD "
                 f"({view.nodes[not_cloud[0]]}); Slurm will not power it up or down")
 
+    return f.out
+
+
+def _check_release(c: dict[str, str]) -> list[Problem]:
+    f = _Found()
+    warn = f.warn
     release = release_of(c.get("SLURM_VERSION", ""))
     if release is not None and release >= REQUEUE_ON_RESUME_FAILURE and \
             "requeue_on_resume_failure" not in c.get("SchedulerParameters", ""):
@@ -154,6 +175,12 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
              "requeue_on_resume_failure to SchedulerParameters (`slurmscale slurm-conf` "
              "renders it); slurmscale's ResumeFailProgram hook does it meanwhile")
 
+    return f.out
+
+
+def _check_hooks(cfg: Config, c: dict[str, str], config_path: Path) -> list[Problem]:
+    f = _Found()
+    err = f.err
     user = slurm_user(c.get("SlurmUser", "slurm"))
     if user is None:
         err("slurm_user", f"SlurmUser {c.get('SlurmUser', '?')!r} does not exist here")
@@ -175,6 +202,12 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
             err("spool_not_writable", f"SlurmUser {user.name} cannot write {target} (the "
                 f"hooks record requests there): {why}")
 
+    return f.out
+
+
+def _check_timers(cfg: Config, c: dict[str, str]) -> list[Problem]:
+    f = _Found()
+    err, warn = f.err, f.warn
     resume = seconds(c.get("ResumeTimeout", ""))
     slowest = max(cfg.pools, key=lambda p: p.boot_time_s)
     if resume is None or resume <= slowest.boot_time_s:
@@ -213,7 +246,7 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
         warn("min_job_age", f"MinJobAge is {age} s: Slurm forgets an ended job before the "
              f"reports' once-a-minute read (keep it >= {MIN_JOB_AGE_S} s, 300 by default) "
              "and jobs shorter than a pass go uncounted")
-    return out
+    return f.out
 
 
 # (pool, launch template version) -> its LaunchTemplateData, or the error reading it
