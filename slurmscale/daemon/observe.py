@@ -93,23 +93,13 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
     return tuple(out)
 
 
-def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
-                   memory: dict[str, PoolMemory] | None = None,
-                   arrival_log: dict[str, tuple[float, str, int]] | None = None,
-                   requeued: frozenset[str] = frozenset(),
-                   paid: frozenset[str] = frozenset()) -> Snapshot:
-    """`jobs`: pending jobs (the demand) plus, optionally, starting/running ones (their submit
-    times feed the reuse forecast, as every arrival does in the simulator). `arrival_log`, the
-    daemon's memory across passes (job id -> submit, pool, nodes), is updated here and used
-    for the forecast instead: a job that already finished is gone from squeue but still
-    counts as an arrival within the window. `requeued`: jobs slurmscale requeued off an
-    interrupted node; while Slurm holds them back (BeginTime, or no reason yet) they are still
-    demand that is about to need capacity. `paid`: nodes whose instance runs in a capacity
-    reservation."""
+def _node_views(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob],
+                paid: frozenset[str]) -> list[NodeView]:
+    """The pools' nodes as the policy sees them (`paid`: nodes in a capacity reservation)."""
     free_at, job_gpus = running_ends(jobs)
-    # (the loops below run for every node and job every pass: kept flat, enum members and
-    # methods looked up once)
-    views = []
+    # (the loops here and in build_snapshot run for every node and job every pass: kept flat,
+    # enum members and methods looked up once)
+    views: list[NodeView] = []
     pool_of_node, idle, allocated, down, held_why = cfg.pool_of, NodeState.IDLE, \
         NodeState.ALLOCATED, NodeState.POWERED_DOWN, Why.HELD
     for n in nodes:
@@ -127,6 +117,23 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
             n.name, pool.name, st, slurm_time(n.last_busy) if st is idle else None, held,
             usable, n.alloc_gpus or min(job_gpus.get(n.name, 0), pool.gpus_per_node),
             free_at.get(n.name) if st is allocated else None, n.name in paid))
+    return views
+
+
+def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
+                   memory: dict[str, PoolMemory] | None = None,
+                   arrival_log: dict[str, tuple[float, str, int]] | None = None,
+                   requeued: frozenset[str] = frozenset(),
+                   paid: frozenset[str] = frozenset()) -> Snapshot:
+    """`jobs`: pending jobs (the demand) plus, optionally, starting/running ones (their submit
+    times feed the reuse forecast, as every arrival does in the simulator). `arrival_log`, the
+    daemon's memory across passes (job id -> submit, pool, nodes), is updated here and used
+    for the forecast instead: a job that already finished is gone from squeue but still
+    counts as an arrival within the window. `requeued`: jobs slurmscale requeued off an
+    interrupted node; while Slurm holds them back (BeginTime, or no reason yet) they are still
+    demand that is about to need capacity. `paid`: nodes whose instance runs in a capacity
+    reservation."""
+    views = _node_views(cfg, nodes, jobs, paid)
     by_partition = {p.partition: p for p in cfg.pools}
     # partition list -> (pool name, its other pools, max nodes, GPUs a node), or None: not
     # slurmscale's (a queue has few partition lists; looked up once each)
