@@ -32,7 +32,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
         gather_reservations,
         gather_templates,
     )
-    from slurmscale.config import resolve_path
+    from slurmscale.config_file import resolve_path
     from slurmscale.slurm.protocol import SlurmError
 
     cfg = _load(ctx.find_root())

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from slurmscale.config import Config, ConfigError, load_config
+from slurmscale.config import Config, ConfigError
+from slurmscale.config_file import load_config
 
 
 def _load(ctx: click.Context) -> Config:

@@ -140,7 +140,7 @@ def build_request(cfg: NodeOwners, kind: RequestKind, argv: list[str],
 def _validated_view(config_path: Path, target: Path) -> tuple[HookView, str]:
     """The slow path: validate the whole config (importing pydantic and yaml), compile its
     view and leave it at `target` for the next hook. Raises ConfigError."""
-    from slurmscale.config import load_config_and_digest, url_secrets
+    from slurmscale.config_file import load_config_and_digest, url_secrets
 
     cfg, sha = load_config_and_digest(config_path)
     view = compile_view(cfg, config_path, sha, bool(url_secrets(cfg.store_url)))

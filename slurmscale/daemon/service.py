@@ -25,7 +25,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from slurmscale.audit import Kind
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.sqs import SqsEventQueue
-from slurmscale.config import Config, redact
+from slurmscale.config import Config
+from slurmscale.config_file import redact
 from slurmscale.daemon.api import ApiServer, SocketInUse, SocketUnusable, resolve_uids
 from slurmscale.daemon.fence import Fence, LeaseLost
 from slurmscale.daemon.leadership import identity, lease_for

@@ -15,8 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster
+from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.joins import describe, joins
+from slurmscale.localcluster.options import ClusterOptions
 
 
 def _say(msg: str) -> None:

@@ -17,7 +17,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import ClusterOptions
 from slurmscale.localcluster.postgres import LocalPostgres
 
 

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from slurmscale.config import PoolPolicy
-from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import ClusterOptions, PoolSpec
 from slurmscale.policy.observe import slurm_time
 from slurmscale.policy.reservations import ReservationKnobs
 from slurmscale.sim.engine import SimCloud, SimResult

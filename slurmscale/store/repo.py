@@ -126,7 +126,7 @@ class Store:
     def __init__(self, url: str) -> None:
         from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-        from slurmscale.config import redact
+        from slurmscale.config_file import redact
 
         self.url = url
         try:
@@ -190,7 +190,7 @@ class Store:
             with self.engine.connect() as conn:
                 current = current_revision(conn)
         except Exception as e:  # noqa: BLE001 - reported to the admin verbatim
-            from slurmscale.config import redact
+            from slurmscale.config_file import redact
 
             return redact(f"cannot open the store {self.engine.url.render_as_string()}: {e}",
                           self.url)

@@ -24,10 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from slurmscale.config import load_config
+from slurmscale.config_file import load_config
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.gc_tuning import tune_gc
-from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import ClusterOptions, PoolSpec
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.repo import Store
 from tests.support.fakes import FakeCloud

@@ -24,7 +24,7 @@ from pathlib import Path
 import boto3
 
 from slurmscale.cloud.ec2 import EC2Cloud
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext, utcnow
 from slurmscale.model import LaunchedInstance

@@ -25,8 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.joins import joins
+from slurmscale.localcluster.options import ClusterOptions, PoolSpec
 from slurmscale.policy.boots import TAG_BOOT_ERROR
 from tests.support.ec2_proxy import EC2Proxy
 

@@ -30,7 +30,8 @@ import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import ClusterOptions, PoolSpec
 from slurmscale.slurm.kv import SQUEUE_FORMAT
 
 REPEAT = 5
@@ -40,7 +41,7 @@ def worker(kind: str, cfg_path: str, mode: str) -> None:
     """One read in this fresh process. mode "time": wall seconds (and how much of it is the
     Slurm command); mode "mem": the same read under tracemalloc (which slows Python several
     times over, so it is never timed) for the Python heap peak, plus the command's peak RSS."""
-    from slurmscale.config import load_config
+    from slurmscale.config_file import load_config
     from slurmscale.daemon.observe import build_snapshot
     from slurmscale.gc_tuning import tune_gc
     from slurmscale.slurm.cli_backend import SlurmCLI

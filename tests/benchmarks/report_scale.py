@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.report.compute import build_report
 from slurmscale.report.render import MAX_POINTS, to_html
 from slurmscale.store.repo import Store

@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import ClusterOptions, PoolSpec
 
 SAMPLE_S = 30.0
 WARM_S = 300.0

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmscale.localcluster.cluster import ClusterOptions, LocalCluster
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import ClusterOptions
 from tests.support.ec2_proxy import EC2Proxy
 
 HAVE_SLURM = shutil.which("slurmctld") is not None and os.geteuid() == 0

@@ -10,7 +10,8 @@ import json
 import pytest
 
 from slurmscale.hostlists import expand
-from slurmscale.localcluster.cluster import NODE_METADATA, LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import NODE_METADATA, LocalCluster
+from slurmscale.localcluster.options import PoolSpec
 from slurmscale.localcluster.procs import wait_for
 from tests.support.ec2_capacity import Reservation
 from tests.support.ec2_proxy import Call, EC2Proxy, Fault

@@ -25,7 +25,7 @@ def test_throttled_create_fleet_is_retried_and_launches(make_cluster) -> None:  
 
 def test_no_spot_capacity_falls_back_to_on_demand_until_the_ttl_ends(make_cluster) -> None:  # type: ignore[no-untyped-def]
     from slurmscale.hostlists import expand
-    from slurmscale.localcluster.cluster import PoolSpec
+    from slurmscale.localcluster.options import PoolSpec
     from slurmscale.localcluster.procs import wait_for
 
     c, proxy = make_cluster(

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from slurmscale.localcluster.cluster import LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import PoolSpec
 from slurmscale.localcluster.procs import wait_for
 from slurmscale.slurm.reasons import Why
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from slurmscale.localcluster.cluster import PoolSpec
+from slurmscale.localcluster.options import PoolSpec
 from slurmscale.localcluster.procs import wait_for
 
 pytestmark = pytest.mark.slurm

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from slurmscale.cloud.protocol import CloudProvider
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.fence import Fence, LeaseLost
 from slurmscale.daemon.leadership import PgAdvisoryLease
 from slurmscale.daemon.reconcile import Reconciler

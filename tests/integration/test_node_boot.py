@@ -16,7 +16,8 @@ import time
 import pytest
 
 from slurmscale.cloud.protocol import TAG_NODE
-from slurmscale.localcluster.cluster import LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import PoolSpec
 from slurmscale.localcluster.procs import wait_for
 from slurmscale.policy.boots import TAG_BOOT_ERROR
 from tests.integration.slurm_releases import slurm_root

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmscale.localcluster.cluster import PoolSpec
+from slurmscale.localcluster.options import PoolSpec
 from slurmscale.localcluster.procs import wait_for
 from tests.integration.test_reservations import (
     ADMIN_RES,

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from slurmscale.hostlists import expand
-from slurmscale.localcluster.cluster import LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import PoolSpec
 from slurmscale.localcluster.procs import wait_for
 
 pytestmark = pytest.mark.slurm

@@ -20,7 +20,8 @@ import pytest
 
 from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.hostlists import expand
-from slurmscale.localcluster.cluster import LocalCluster, PoolSpec
+from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import PoolSpec
 from slurmscale.localcluster.procs import wait_for
 from tests.support.eventbridge_messages import spot_warning
 

@@ -4,7 +4,8 @@ from typing import Any
 
 import pytest
 
-from slurmscale.config import Config, parse_config
+from slurmscale.config import Config
+from slurmscale.config_file import parse_config
 
 
 def base_config(**over: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode
 from slurmscale.policy.blocks import (

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_NODE, CloudInstance
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.boots import BootPass
 from slurmscale.daemon.context import PassContext

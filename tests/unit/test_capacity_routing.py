@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.protocol import FleetSpec
-from slurmscale.config import AwsSettings, ConfigError, ReservationPreference, parse_config
+from slurmscale.config import AwsSettings, ConfigError, ReservationPreference
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import CapacityReservation
 from slurmscale.policy.decide import decide

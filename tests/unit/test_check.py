@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from slurmscale.check import HOOKS, SlurmView, check, parse_show_config, seconds
-from slurmscale.config import Config, load_config
+from slurmscale.config import Config
+from slurmscale.config_file import load_config
 from slurmscale.hostlists import expand
 from tests.unit.conftest import base_config
 

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmscale import timeframe
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.spool import RequestKind, Spool

@@ -3,7 +3,8 @@ import copy
 import pytest
 import yaml
 
-from slurmscale.config import ConfigError, load_config, parse_config
+from slurmscale.config import ConfigError
+from slurmscale.config_file import load_config, parse_config
 from tests.unit.conftest import base_config
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.service import POKE_GAP_S, Daemon
 from tests.unit.conftest import base_config
 

@@ -17,7 +17,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from slurmscale.config import ConfigError, parse_config
+from slurmscale.config import ConfigError
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.hooks import EXIT_BAD_INPUT, EXIT_OK, BadInput, build_request, run_hook
 from slurmscale.hookview import fresh_view

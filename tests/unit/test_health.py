@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from slurmscale.cloud.eventbridge import EventError, EventKind, health_message, parse_events
 from slurmscale.cloud.protocol import CloudInstance
-from slurmscale.config import HealthSettings, parse_config
+from slurmscale.config import HealthSettings
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.health import HealthPass, health_knobs
 from slurmscale.daemon.interruptions import InterruptionPass

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from slurmscale.cloud.eventbridge import EventError, EventKind, parse_event
 from slurmscale.cloud.protocol import CloudInstance
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.protocol import SlurmError

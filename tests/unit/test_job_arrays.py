@@ -9,7 +9,7 @@ from datetime import datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.ledger import pools_now
 from slurmscale.daemon.observe import build_snapshot
 from slurmscale.model import QueueJob, SlurmNode

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.keep_up import KeepUpPass, kept_up
 from slurmscale.hostlists import compress

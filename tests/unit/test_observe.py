@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.observe import build_snapshot
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.decide import decide
@@ -75,7 +75,8 @@ def test_every_config_policy_knob_reaches_the_policy() -> None:
 
 
 def test_a_spot_pools_buffer_becomes_its_fallback_pools_knob() -> None:
-    from slurmscale.config import ConfigError, parse_config
+    from slurmscale.config import ConfigError
+    from slurmscale.config_file import parse_config
     from slurmscale.daemon.observe import knobs
     from slurmscale.policy.model import BufferRule
 
@@ -131,7 +132,7 @@ def test_the_daemons_arrival_log_remembers_finished_jobs_for_the_reuse_forecast(
 
 
 def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -> None:
-    from slurmscale.config import parse_config
+    from slurmscale.config_file import parse_config
     from slurmscale.daemon.observe import fallback_rules
     from slurmscale.model import QueueJob
     from slurmscale.policy.fallback import partition_rewrites
@@ -165,7 +166,7 @@ def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -
 
 
 def test_a_job_submitted_to_two_pools_counts_as_near_demand_in_the_second() -> None:
-    from slurmscale.config import parse_config
+    from slurmscale.config_file import parse_config
     from slurmscale.daemon.observe import build_snapshot
     from slurmscale.model import QueueJob
     from tests.unit.conftest import base_config
@@ -178,7 +179,7 @@ def test_a_job_submitted_to_two_pools_counts_as_near_demand_in_the_second() -> N
 
 
 def test_gpus_in_use_come_from_running_jobs_when_alloc_tres_has_none() -> None:
-    from slurmscale.config import parse_config
+    from slurmscale.config_file import parse_config
     from slurmscale.daemon.observe import build_snapshot
     from slurmscale.model import QueueJob, SlurmNode
     from tests.unit.conftest import base_config

@@ -97,7 +97,7 @@ def test_the_daemon_serves_its_last_pass_once_per_pass(tmp_path) -> None:  # typ
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
-    from slurmscale.config import parse_config
+    from slurmscale.config_file import parse_config
     from slurmscale.daemon.capacity import CapacityPass
     from slurmscale.daemon.service import Daemon
     from slurmscale.model import QueueJob, SlurmNode

@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from slurmscale.cli import cli
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.report.compute import build_report, percentile
 from slurmscale.report.render import to_csv, to_html, to_text
 from slurmscale.store.repo import Store

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmscale.config import parse_config
+from slurmscale.config_file import parse_config
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.model import QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.model import NodeState, NodeView

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from slurmscale.api_client import call
-from slurmscale.config import ConfigError, load_config
+from slurmscale.config import ConfigError
+from slurmscale.config_file import load_config
 from slurmscale.daemon.api import ApiServer, resolve_uids
 from tests.unit.conftest import base_config
 
@@ -199,7 +200,8 @@ def test_a_password_in_any_url_form_is_refused_world_readable_and_never_printed(
 
     import yaml
 
-    from slurmscale.config import ConfigError, load_config, redact
+    from slurmscale.config import ConfigError
+    from slurmscale.config_file import load_config, redact
     from tests.unit.conftest import base_config
 
     conf = tmp_path / "c.yaml"

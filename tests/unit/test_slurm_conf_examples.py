@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from slurmscale.config import load_config
+from slurmscale.config_file import load_config
 from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
 
 D = Path(__file__).resolve().parents[2] / "slurm_conf"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slurmscale.config import load_config
+from slurmscale.config_file import load_config
 from slurmscale.daemon.capacity import REQUEUED_RECENTLY_S, current_plan
 from slurmscale.daemon.plan_view import SOURCE_LIVE, plan_data
 from slurmscale.lifecycles import HoldState, InstanceState
