@@ -281,9 +281,16 @@ class FakeSlurm:
 
     def create_reservation(self, name: str, nodes: list[str], users: list[str],
                            duration_s: float) -> None:
+        from datetime import datetime, timedelta
+
         self.calls.append(("create_reservation", [name, *nodes]))
-        self.resv[name] = SlurmReservation(name, tuple(nodes), tuple(users),
-                                           start_time="2026-11-29T12:00:00")
+        if name in self.resv:
+            raise SlurmError(["scontrol"], 1, "Error creating the reservation: Duplicate "
+                             "reservation name")
+        start = datetime.fromisoformat(self.now_text)
+        self.resv[name] = SlurmReservation(
+            name, tuple(nodes), tuple(users), start_time=start.isoformat(timespec="seconds"),
+            end_time=(start + timedelta(seconds=duration_s)).isoformat(timespec="seconds"))
 
     def create_window_reservation(self, name: str, nodes: list[str], users: list[str],
                                   start_s: float | None, end_s: float) -> None:
@@ -327,10 +334,15 @@ class FakeSlurm:
         self.calls.append(("set_job_reservation", [job_id, name]))
         if any(j.job_id == job_id and j.state != "PENDING" for j in self.queue):
             raise SlurmError(["scontrol"], 1, "Job is no longer pending execution")
+        if name and name not in self.resv:
+            raise SlurmError(["scontrol"], 1, "Invalid reservation name specified")
         if name:
             self.job_resv[job_id] = name
         else:
             self.job_resv.pop(job_id, None)
+        # squeue shows it (as Slurm: the job's Reservation field)
+        self.queue = [j._replace(reservation=name) if j.job_id == job_id else j
+                      for j in self.queue]
 
     def jobs_on_node(self, node: str) -> list[str]:
         if self.fail:

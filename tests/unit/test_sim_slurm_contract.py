@@ -1,14 +1,15 @@
-"""The simulated Slurm passes the contract real slurmctld passes
+"""The simulated Slurm and the unit tests' FakeSlurm pass the contract real slurmctld passes
 (`tests/integration/test_slurm_contract.py`): the calls the daemon's capacity passes make, and
 what the next read shows."""
 
 from __future__ import annotations
 
-from slurmscale.model import PriorityWeights
+from slurmscale.model import PriorityWeights, QueueJob, SlurmNode
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.engine import SimCloud, Simulation
 from slurmscale.sim.policies import builtin_policy
 from slurmscale.sim.trace import TraceJob
+from tests.support.fakes import FakeSlurm
 from tests.support.slurm_contract import Harness, check_contract, check_priorities
 
 
@@ -35,3 +36,14 @@ def test_the_simulated_slurm_lists_priority_factors_as_sprio_does() -> None:
     slurm.begin_pass(0.0)
     check_priorities(slurm, {"gang": ("gpu",), "one": ("gpu",)}, {"later"},
                      PriorityWeights(1000.0, 7 * 86400.0))
+
+
+def test_the_unit_tests_fake_slurm_keeps_the_slurm_contract() -> None:
+    """`FakeSlurm` (tests/support/fakes.py), which the daemon's unit tests run against, is
+    held to the same contract."""
+    down = "IDLE+CLOUD+POWERED_DOWN"
+    slurm = FakeSlurm(
+        table={n: SlurmNode(n, down, n, n, partitions=("gpu",)) for n in ("gpu-1", "gpu-2")},
+        queue=[QueueJob("7", ("gpu",), 2, 8, 3600, "2026-11-29T11:00:00", "Resources", 100,
+                        "ana", "PENDING")])
+    check_contract(Harness(slurm, ("gpu-1", "gpu-2"), "gpu", "7", "ana"))
