@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -51,6 +51,18 @@ USER_SHUTDOWN = "Client.UserInitiatedShutdown"
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
 VISIBLE_AFTER_END = timedelta(hours=1)
 LIVE = frozenset({"pending", "running", "stopping", "stopped", "shutting-down"})
+
+
+def free_places(reservations: Mapping[str, CapacityReservation], live_in: Callable[[str], int],
+                itype: str, ids: Iterable[str]) -> list[str]:
+    """One entry per free place (its reservation's id) in these active reservations of this
+    instance type: what each had free less the live instances in it (`live_in`)."""
+    out: list[str] = []
+    for rid in ids:
+        r = reservations.get(rid)
+        if r is not None and r.instance_type == itype and r.state == "active":
+            out += [rid] * max(0, r.available - live_in(rid))
+    return out
 
 
 @dataclass
@@ -141,13 +153,7 @@ class SimEc2:
                    and i.state in LIVE)
 
     def _reserved_slots(self, itype: str, ids: tuple[str, ...]) -> list[str]:
-        """One entry per free place in these reservations of this instance type (its id)."""
-        out: list[str] = []
-        for rid in ids:
-            r = self.reservations.get(rid)
-            if r is not None and r.instance_type == itype and r.state == "active":
-                out += [rid] * max(0, r.available - self._in(rid))
-        return out
+        return free_places(self.reservations, self._in, itype, ids)
 
     @staticmethod
     def _launched(i: _Instance) -> LaunchedInstance:

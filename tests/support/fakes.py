@@ -21,6 +21,7 @@ from slurmscale.model import (
     SlurmNode,
     SlurmReservation,
 )
+from slurmscale.sim.ec2_adapter import free_places
 from slurmscale.slurm.protocol import SlurmError
 
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
@@ -118,12 +119,7 @@ class FakeCloud:
                    if r == rid and self.instances[i].state != "terminated")
 
     def _reserved_slots(self, itype: str, ids: tuple[str, ...]) -> list[str]:
-        out: list[str] = []
-        for rid in ids:
-            r = self.reservations.get(rid)
-            if r is not None and r.instance_type == itype and r.state == "active":
-                out += [rid] * max(0, r.available - self._in(rid))
-        return out
+        return free_places(self.reservations, self._in, itype, ids)  # (the simulator's rule)
 
     def subnet_zones(self, subnets: list[str]) -> dict[str, str]:
         self._up()
