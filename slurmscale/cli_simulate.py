@@ -155,12 +155,15 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     node_launches, reservations_created, reservation_idle_gpu_hours, preemptions, requeues,
     jobs_failed, lost_gpu_hours, restart_wait_p50_s, restart_wait_p95_s,
     reserved_node_hours_paid, reserved_node_hours_used, reservation_utilization,
-    jobs_killed_at_block_end, gang_start_order, node_failures, capacity_lost_gpu_hours}}}
+    jobs_killed_at_block_end, gang_start_order, node_failures, capacity_lost_gpu_hours}}};
+    with the oracle among the policies (the default) and neither spot nor paid capacity, each
+    policy also has idle_vs_oracle and cost_vs_oracle (docs/simulator.md, "The clairvoyant
+    bound").
     """
     from slurmscale.sim.engine import FailureModel
     from slurmscale.sim.engine import simulate as run_sim
     from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
-    from slurmscale.sim.report import metrics, plot
+    from slurmscale.sim.report import against_oracle, metrics, plot
 
     names = policies or POLICY_NAMES
     if plot_path and not Path(plot_path).resolve().parent.is_dir():
@@ -188,6 +191,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
                        failures) for n in names]
     out: dict[str, Any] = {"trace": trace_path, "slurm_model": slurm_model,
                            "policies": {r.policy: metrics(r, cloud) for r in results}}
+    if spot is None and paid is None:  # (the oracle's offline figures are on-demand)
+        against_oracle(out["policies"])
     if plot_path:
         plot(results, plot_path, f"{Path(trace_path).name}, max {max_nodes} nodes")
     if as_json:
@@ -195,6 +200,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
         return
     cols = ["policy", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
             "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
+    if "idle_vs_oracle" in out["policies"].get("oracle", {}):
+        cols += ["idle_vs_oracle", "cost_vs_oracle"]
     if spot is not None:
         cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s"]
     if failures is not None:

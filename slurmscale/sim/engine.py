@@ -40,6 +40,7 @@ import heapq
 
 from slurmscale.policy.model import Mode, PendingJob
 from slurmscale.sim.daemon import DaemonDriver
+from slurmscale.sim.oracle import offline_up_s
 from slurmscale.sim.other_policies import OtherPolicies
 from slurmscale.sim.policies import SimPolicy
 from slurmscale.sim.result import SimResult
@@ -237,6 +238,8 @@ class Simulation(OtherPolicies):
             self.daemon.carry_out(now)
         self.result.on_gpu_s = self.result.node_on_s * self.main.gpus_per_node
         self.result.gpus_per_node = self.main.gpus_per_node
+        if self.policy.offline_cost:
+            self.result.offline_node_s = offline_up_s(self.node_runs, self.cloud.boot_s)
 
 
 def simulate(jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,

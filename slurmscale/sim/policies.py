@@ -32,6 +32,7 @@ class SimPolicy:
     provision_to_target: bool = False  # naive: a target step launches a node at once
     holds: ReservationKnobs | None = None  # the daemon's: reservations for starving gangs
     description: str = ""
+    offline_cost: bool = False  # the oracle: idle and cost worked out offline (sim/oracle.py)
 
 
 def _naive(s: Snapshot) -> Plan:
@@ -89,7 +90,13 @@ def _static(s: Snapshot) -> Plan:
                 {k.name: PoolMemory(k.max_nodes) for k in s.pools}, {})
 
 
-POLICY_NAMES = ("naive", "immediate", "static", "slurmscale", "slurmscale-governed")
+def _never_release(s: Snapshot) -> Plan:
+    """The oracle's run: nodes launched as Slurm asks (immediate), none ever released."""
+    return Plan(s.now, (), {k.name: k.max_nodes for k in s.pools},
+                {k.name: PoolMemory(k.max_nodes) for k in s.pools}, {})
+
+
+POLICY_NAMES = ("naive", "immediate", "static", "slurmscale", "slurmscale-governed", "oracle")
 
 
 DEFAULT_HOLDS = ReservationKnobs()
@@ -113,6 +120,11 @@ def builtin_policy(name: str, base: PoolKnobs,
         case "slurmscale":
             return SimPolicy(name, replace(base, mode=Mode.IMMEDIATE), None, holds=holds,
                              description="immediate whole-gang scale-up, forecast scale-down")
+        case "oracle":
+            return SimPolicy(name, replace(base, mode=Mode.IMMEDIATE), _never_release,
+                             offline_cost=True,
+                             description="clairvoyant bound: never released while running; "
+                             "idle and cost worked out offline (sim/oracle.py)")
         case "slurmscale-governed":
             return SimPolicy(name, replace(base, mode=Mode.GOVERNED), None, holds=holds,
                              description="governed target, gang-aware steps")

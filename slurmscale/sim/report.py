@@ -29,6 +29,9 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
     # paid capacity costs what was paid for, used or not, at the on-demand price
     cost = (od_h + paid_h) * cloud.price_per_node_hour + spot_h * (
         cloud.price_per_node_hour if spot_price is None else spot_price)
+    if r.offline_node_s is not None:  # the oracle: up as a clairvoyant release rule keeps it
+        on_h = r.offline_node_s * r.gpus_per_node / 3600
+        cost = r.offline_node_s / 3600 * cloud.price_per_node_hour
     return {
         "jobs": r.jobs,
         "jobs_completed": r.jobs_completed,
@@ -61,6 +64,20 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "node_failures": r.node_failures,
         "capacity_lost_gpu_hours": round(r.capacity_lost_gpu_s / 3600, 1),
     }
+
+
+def against_oracle(figures: dict[str, dict[str, Any]]) -> None:
+    """Each policy's idle GPU-hours and cost as a ratio to the oracle's (`idle_vs_oracle`,
+    `cost_vs_oracle`), when the oracle ran beside them. Left out where the oracle's offline
+    figures do not apply (spot or paid capacity: they are priced on demand)."""
+    o = figures.get("oracle")
+    if o is None:
+        return
+    for f in figures.values():
+        f["idle_vs_oracle"] = (round(f["idle_gpu_hours"] / o["idle_gpu_hours"], 2)
+                               if o["idle_gpu_hours"] else None)
+        f["cost_vs_oracle"] = (round(f["cost_usd"] / o["cost_usd"], 3)
+                               if o["cost_usd"] else None)
 
 
 def plot(results: list[SimResult], path: str, title: str) -> None:

@@ -37,4 +37,6 @@ class SimResult:
     gang_starts: list[tuple[float, str]] = field(default_factory=list)  # (last) start, job id
     node_failures: int = 0  # nodes whose hardware failed under them
     capacity_lost_gpu_s: float = 0.0  # GPU time of failed nodes until replaced or repaired
+    # the oracle's: the node-seconds a clairvoyant release rule keeps nodes up (sim/oracle.py)
+    offline_node_s: float | None = None
 

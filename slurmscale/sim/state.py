@@ -129,6 +129,7 @@ class SimState:
                                           else k.min_nodes) for k in self.pools}
         self.arrivals: deque[tuple[float, str, int]] = deque()
         self.result = SimResult(self.policy.name)
+        self.node_runs: dict[str, list[tuple[float, float]]] = {}  # (the oracle's)
         self.running_gpus = 0
         self.last_launch_batch: float | None = None
         self.attached: dict[int, str] = {}  # pending job -> the reservation it is pointed at
@@ -209,8 +210,11 @@ class SimState:
     def _vacate(self, idx: int, now: float) -> None:
         """A run is over (ended, requeued or killed): its nodes' GPUs are free again, and the
         work it did on paid capacity is counted."""
-        ran = max(0.0, now - self.start[idx])
+        start = self.start[idx]
+        ran = max(0.0, now - start)
         for m, g in self.placed.pop(idx):
+            if ran and self.policy.offline_cost:  # the oracle's timeline of each node's runs
+                self.node_runs.setdefault(m.name, []).append((start, now))
             m.free += g
             self.touched.add(m.name)
             m.jobs -= 1
