@@ -124,6 +124,12 @@ if TYPE_CHECKING:
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Random seed for the spot interruptions, reservation reclaims and node "
                    "failures.")
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(1, 100),
+              help="Run K copies of the trace, submit times jittered (--jitter), and report "
+              "each figure's median and range (in parallel processes).")
+@click.option("--jitter", default=60.0, show_default=True, type=click.FloatRange(0),
+              help="With --replicas: each job's submit time moved later by up to S seconds "
+              "(seeded by --seed).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of demand vs provisioned GPUs per policy.")
@@ -143,8 +149,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
              capacity_blocks: tuple[str, ...], block_margin: float | None,
              slurm_model: str, time_limit_factor: float, no_time_limits: bool,
              slurm_params: tuple[str, ...], node_failure_rate: float | None,
-             admin_repair_s: float, seed: int, as_json: bool,
-             plot_path: str | None) -> None:
+             admin_repair_s: float, seed: int, replicas: int, jitter: float,
+             as_json: bool, plot_path: str | None) -> None:
     """Replay a job trace against a simulated Slurm + cloud, running the real policy code.
 
     Waits are the total time a job pended, over all its runs when it was requeued.
@@ -158,17 +164,21 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     jobs_killed_at_block_end, gang_start_order, node_failures, capacity_lost_gpu_hours}}};
     with the oracle among the policies (the default) and neither spot nor paid capacity, each
     policy also has idle_vs_oracle and cost_vs_oracle (docs/simulator.md, "The clairvoyant
-    bound").
+    bound"). With --replicas K above 1: {"trace", "slurm_model", "replicas": K, "jitter_s": S,
+    "policies": {NAME: {FIGURE: {median, min, max}}}} (the numeric figures).
     """
-    from slurmscale.sim.engine import FailureModel
-    from slurmscale.sim.engine import simulate as run_sim
-    from slurmscale.sim.policies import POLICY_NAMES, builtin_policy
-    from slurmscale.sim.report import against_oracle, metrics, plot
+    from slurmscale.sim.engine import FailureModel, SimResult
+    from slurmscale.sim.policies import POLICY_NAMES
+    from slurmscale.sim.replicas import Settings, run_all, run_replicas, summarise
+    from slurmscale.sim.report import plot
 
     names = policies or POLICY_NAMES
     if plot_path and not Path(plot_path).resolve().parent.is_dir():
         raise click.BadParameter(f"{plot_path!r}: directory {Path(plot_path).parent} does "
                                  "not exist", param_hint="--plot")
+    if plot_path and replicas > 1:
+        raise click.BadParameter("plots one run: not with --replicas above 1",
+                                 param_hint="--plot")
     for n in names:
         if n not in POLICY_NAMES:
             raise click.BadParameter(f"{n!r} is not one of {', '.join(POLICY_NAMES)}",
@@ -187,12 +197,15 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     model = _slurm_model(slurm_model, no_time_limits, time_limit_factor, slurm_params)
     failures = (FailureModel(node_failure_rate, admin_repair_s, seed)
                 if node_failure_rate is not None else None)
-    results = [run_sim(jobs, builtin_policy(n, base, holds), cloud, spot, paid, model,
-                       failures) for n in names]
-    out: dict[str, Any] = {"trace": trace_path, "slurm_model": slurm_model,
-                           "policies": {r.policy: metrics(r, cloud) for r in results}}
-    if spot is None and paid is None:  # (the oracle's offline figures are on-demand)
-        against_oracle(out["policies"])
+    settings = Settings(tuple(names), base, holds, cloud, spot, paid, model, failures)
+    out: dict[str, Any] = {"trace": trace_path, "slurm_model": slurm_model}
+    if replicas > 1:
+        out.update(replicas=replicas, jitter_s=jitter, policies=summarise(
+            run_replicas(jobs, settings, replicas, jitter, seed)))
+        _print_replicas(out, as_json)
+        return
+    results: list[SimResult] = []
+    out["policies"] = run_all(jobs, settings, results)
     if plot_path:
         plot(results, plot_path, f"{Path(trace_path).name}, max {max_nodes} nodes")
     if as_json:
@@ -210,6 +223,25 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
         cols += ["on_demand_node_hours", "reserved_node_hours_paid", "reservation_utilization",
                  "jobs_killed_at_block_end"]
     click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
+
+
+def _print_replicas(out: dict[str, Any], as_json: bool) -> None:
+    """Each figure's median over the replicas, its range in brackets."""
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    cols = ["wait_p50_s", "wait_p95_s", "gang_wait_p50_s", "gang_wait_p95_s",
+            "idle_gpu_hours", "cost_usd", "idle_vs_oracle", "cost_vs_oracle"]
+    rows = []
+    for name, figs in out["policies"].items():
+        row: dict[str, Any] = {"policy": name}
+        for c in cols:
+            f = figs.get(c)
+            row[c] = "" if f is None else f"{f['median']:g} [{f['min']:g}-{f['max']:g}]"
+        rows.append(row)
+    click.echo(f"{out['replicas']} replicas, submit times jittered by up to "
+               f"{out['jitter_s']:g} s: median [min-max]")
+    click.echo(_table(rows, ["policy", *[c for c in cols if any(r[c] for r in rows)]]))
 
 
 def _jobs(trace_path: str, carry_in: str | None) -> list[TraceJob]:
