@@ -132,8 +132,8 @@ class SimSpool:
 
 class DaemonDriver:
     """The daemon's `Reconciler` on the simulated adapters, and what reaches it from outside:
-    Slurm's hooks (`resume`, `suspend`), EC2's events (`interrupted`), a pass each policy
-    tick (`step`). `reserved_nodes`: the size of the pool's capacity reservation, as EC2
+    Slurm's hooks (`resume`, `suspend`), EventBridge's messages (`interrupted`), a pass each
+    policy tick (`step`). `reserved_nodes`: the size of the pool's capacity reservation, as EC2
     reports it."""
 
     def __init__(self, sim: SimModel, cfg: Config, reserved_nodes: int = 0) -> None:
@@ -165,9 +165,9 @@ class DaemonDriver:
 
     def step(self, now: float, paid: frozenset[str]) -> None:
         """The daemon's timer pass at trace time `now`; `paid`: the nodes the engine runs in
-        paid capacity. EC2's events queued since are read by it, ten a pass, and the passes
-        that follow at once while messages are left (as the daemon's next pass comes
-        sooner when there is work)."""
+        paid capacity. EventBridge's messages queued since are read by it, ten a pass, and
+        the passes that follow at once while messages are left (as the daemon's next pass
+        comes sooner when there is work)."""
         self.store.paid = paid
         self._tick(now)
         left = len(self.queue.messages)
