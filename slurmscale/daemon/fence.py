@@ -33,8 +33,8 @@ class LeaseLost(RuntimeError):
 
 class Fence:
     """`held`: asks the lease, without taking it, whether this daemon still holds it. Once
-    it has said no, the fence stays shut: the daemon drops the reconciler it guards and builds
-a new one, with a new fence, once it leads again."""
+    it has said no, the fence stays shut: the daemon drops the reconciler it guards and
+    builds a new one, with a new fence, once it leads again."""
 
     def __init__(self, held: Callable[[], bool]) -> None:
         self._held = held
