@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from slurmscale import timeframe
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec
-from slurmscale.config import AwsSettings, CapacityType, Pool
+from slurmscale.config import AwsSettings, Pool
 from slurmscale.model import (
     INTERRUPTIBLE,
     CapacityReservation,
@@ -107,9 +107,7 @@ class EC2Cloud:
                 if spec.placement_group:
                     o["Placement"] = {"GroupName": spec.placement_group}
                 overrides.append(o)
-        # Reserved capacity is on-demand whatever the pool's own capacity type.
-        spot = (pool.capacity_type is CapacityType.SPOT and not spec.reserved
-                and not spec.capacity_block)
+        spot = spec.on_spot(pool)
         options = {"MinTargetCapacity": min_count, "SingleInstanceType": True,
                    "SingleAvailabilityZone": True}
         req: dict = {

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from slurmscale.config import Pool
+from slurmscale.config import CapacityType, Pool
 from slurmscale.model import CapacityReservation, InstanceHealth, LaunchedInstance, LaunchResult
 
 TAG_CLUSTER = "slurmscale:cluster"
@@ -57,6 +57,12 @@ class FleetSpec:
     # capacity-block, interruptible), instead of a template version targeting them
     reservation_ids: tuple[str, ...] = ()
     reservation_kinds: tuple[str, ...] = ()
+
+    def on_spot(self, pool: Pool) -> bool:
+        """Does this fleet launch spot capacity? A spot pool's, unless it goes into reserved
+        capacity or a Capacity Block: those are on-demand whatever the pool's type."""
+        return (pool.capacity_type is CapacityType.SPOT and not self.reserved
+                and not self.capacity_block)
 
     @classmethod
     def of(cls, pool: Pool) -> FleetSpec:

@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 
 from slurmscale.cloud.eventbridge import EventKind, event_message
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
-from slurmscale.config import CapacityType, Pool
+from slurmscale.config import Pool
 from slurmscale.model import (
     CapacityReservation,
     InstanceHealth,
@@ -53,15 +53,21 @@ VISIBLE_AFTER_END = timedelta(hours=1)
 LIVE = frozenset({"pending", "running", "stopping", "stopped", "shutting-down"})
 
 
+def reported(r: CapacityReservation, live_in: Callable[[str], int]) -> CapacityReservation:
+    """The reservation as DescribeCapacityReservations reports it: what it had free less the
+    live instances in it (`live_in`: its id -> how many)."""
+    return replace(r, available=max(0, r.available - live_in(r.id)))
+
+
 def free_places(reservations: Mapping[str, CapacityReservation], live_in: Callable[[str], int],
                 itype: str, ids: Iterable[str]) -> list[str]:
     """One entry per free place (its reservation's id) in these active reservations of this
-    instance type: what each had free less the live instances in it (`live_in`)."""
+    instance type (`reported`)."""
     out: list[str] = []
     for rid in ids:
         r = reservations.get(rid)
         if r is not None and r.instance_type == itype and r.state == "active":
-            out += [rid] * max(0, r.available - live_in(rid))
+            out += [rid] * reported(r, live_in).available
     return out
 
 
@@ -114,8 +120,7 @@ class SimEc2:
         if spec.placement_group and spec.placement_group not in self.groups:
             raise CloudError("InvalidPlacementGroup.Unknown",
                              f"The Placement Group '{spec.placement_group}' is unknown.")
-        market = (SPOT if pool.capacity_type is CapacityType.SPOT and not spec.reserved
-                  and not spec.capacity_block else ON_DEMAND)
+        market = SPOT if spec.on_spot(pool) else ON_DEMAND
         itype, subnet = spec.instance_types[0], spec.subnets[0]
         # reserved capacity first: the named reservations only, or the matching ones
         slots = self._reserved_slots(itype, spec.reservation_ids or (
@@ -221,8 +226,7 @@ class SimEc2:
         if missing:
             raise CloudError("InvalidCapacityReservationId.NotFound",
                              f"The capacity reservation ID '{missing[0]}' does not exist")
-        return [replace(self.reservations[i], available=max(
-            0, self.reservations[i].available - self._in(i))) for i in ids]
+        return [reported(self.reservations[i], self._in) for i in ids]
 
     def subnet_zones(self, subnets: list[str]) -> dict[str, str]:
         missing = [s for s in subnets if s not in self.zones]

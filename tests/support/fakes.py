@@ -8,7 +8,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
-from slurmscale.config import CapacityType, Pool
+from slurmscale.config import Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import (
     CapacityReservation,
@@ -21,7 +21,7 @@ from slurmscale.model import (
     SlurmNode,
     SlurmReservation,
 )
-from slurmscale.sim.ec2_adapter import free_places
+from slurmscale.sim.ec2_adapter import free_places, reported
 from slurmscale.slurm.protocol import SlurmError
 
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
@@ -72,8 +72,7 @@ class FakeCloud:
             if n < min_count:
                 n = 0  # MinTargetCapacity: all of the minimum or nothing
         itype, subnet = spec.instance_types[0], spec.subnets[0]
-        lifecycle = ("spot" if pool.capacity_type is CapacityType.SPOT and not spec.reserved
-                     and not spec.capacity_block else "on-demand")
+        lifecycle = "spot" if spec.on_spot(pool) else "on-demand"
         # reserved capacity first (as the EC2 contract says): the named reservations only,
         # or, for a template targeting them, the matching ones and then ordinary on-demand
         slots = self._reserved_slots(itype, spec.reservation_ids or (
@@ -109,8 +108,7 @@ class FakeCloud:
         if unknown:
             raise CloudError("InvalidCapacityReservationId.NotFound",
                              f"The capacity reservation ID '{unknown[0]}' does not exist")
-        return [replace(self.reservations[i], available=max(
-            0, self.reservations[i].available - self._in(i))) for i in ids]
+        return [reported(self.reservations[i], self._in) for i in ids]
 
     def _in(self, rid: str) -> int:
         """Live instances in reservation `rid` (a reservation's `available` as given is what
