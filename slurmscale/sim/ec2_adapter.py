@@ -15,13 +15,14 @@ against the real adapter on moto behind the fault-injecting proxy:
 - A terminated instance stays listed (state `terminated`, with its state reason) for those who
   ask for terminated ones, for an hour (as EC2 keeps it visible); one AWS reclaims
   (`reclaim`) shows `Server.SpotInstanceTermination`.
-- Capacity reservations, as the user guide's EC2 Fleet pages describe filling them: a
-  reserved-capacity fleet naming reservations by id (`FleetSpec.reservation_ids`) gets as many
-  as they have free, each instance carrying its reservation's id, the rest an
+- Capacity reservations: a reserved-capacity fleet naming reservations by id
+  (`FleetSpec.reservation_ids`; EC2 API reference, CreateFleet's ReservedCapacityOptionsRequest)
+  gets as many as they have free, each instance carrying its reservation's id, the rest an
   insufficient-capacity error and no fallback; an on-demand fleet whose template targets them
-  (`FleetSpec.reserved`, usage strategy use-capacity-reservations-first) fills the matching
-  ones (instance type) first and launches the rest as ordinary on-demand. A reservation's free
-  count is what it had free less the live instances in it.
+  (`FleetSpec.reserved`, UsageStrategy use-capacity-reservations-first) fills the unused ones
+  first "up to the target On-Demand capacity" and launches the rest as ordinary on-demand (EC2
+  user guide, "Use Capacity Reservations to reserve On-Demand capacity in EC2 Fleet"). A
+  reservation's free count is what it had free less the live instances in it.
 - Not modelled: a Capacity Block's window (the engine's paid capacity stands in: the
   simulator's daemon launches with preference none); ClientToken idempotency (the simulator
   never retries a launch; moto does not honour it either, so the contract cannot check it).
