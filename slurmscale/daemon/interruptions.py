@@ -4,9 +4,9 @@
   after an insufficient-capacity error: its jobs go to the on-demand fallback and its warm
   buffer meanwhile); drain the node (reason carries the notice time) so nothing new lands
   there, requeue every job on it (`scontrol requeue`: the whole job, every node of a gang;
-  restart count +1, never FAILED), record each preemption, then power the node down (Slurm
-  runs the suspend hook, the instance is terminated; AWS would reclaim it within two minutes
-  anyway).
+  restart count +1, never FAILED), record each preemption, then power the node down once
+  Slurm has finished completing those jobs there (Slurm runs the suspend hook, the instance is
+  terminated; AWS would reclaim it within two minutes anyway).
 - Rebalance recommendation: drain only, killing nothing; the node is powered down once idle.
 - State change to shutting-down/terminated/stopping/stopped: requeue what still runs there and
   power the node down.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from slurmscale.audit import Event, Kind
@@ -50,6 +51,22 @@ SPOT_RECLAIM = "Server.SpotInstanceTermination"
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
 
+# How long an evacuated node's power-down waits for Slurm to finish completing its requeued
+# jobs there: KillWait (30 s by default) and an epilog's time; a node whose slurmd is gone
+# never reports, and is powered down regardless after this.
+COMPLETING_WAIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Evacuating:
+    """A node whose jobs were requeued, to be powered down once they are off it."""
+
+    inst: InstanceRow
+    reason: str
+    jobs: int  # how many were requeued
+    since: datetime
+
+
 class InterruptionPass:
     def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, queue: EventQueue | None,
                  event: Event, backoff: CapacityBackoff | None = None) -> None:
@@ -62,6 +79,8 @@ class InterruptionPass:
         # Instances already evacuated: the store calls them running until the suspend hook
         # has terminated them, and neither a late event nor the sweep may requeue twice.
         self.evacuated: set[str] = set()
+        # evacuated nodes whose power-down waits for Slurm to finish completing their jobs
+        self.evacuating: dict[str, Evacuating] = {}
         # AWS Health scheduled changes go there (the health pass): True once acted on
         self.on_scheduled: Callable[[InstanceRow, ScheduledEvent], bool] | None = None
         # Capacity Block events go there (the blocks as read from EC2): True once acted on
@@ -76,6 +95,11 @@ class InterruptionPass:
         the visibility timeout brings it back and it is handled again (idempotently: an
         evacuated instance is not evacuated twice, a preemption is recorded once), so a
         two-minute warning is never lost to a passing failure."""
+        n = self._messages(now)
+        self.power_down_evacuated(now)
+        return n
+
+    def _messages(self, now: datetime) -> int:
         if self.queue is None:
             return 0
         try:
@@ -181,7 +205,8 @@ class InterruptionPass:
 
     def evacuate(self, inst: InstanceRow, cause: PreemptionCause, kind: str,
                  notice_time: str, reason: str, now: datetime, steer: bool = True) -> bool:
-        """Drain, requeue the node's jobs, power it down. True when done (now or before);
+        """Drain, requeue the node's jobs, power it down once they are off it (now, or on a
+        later pass: `power_down_evacuated`). True when done or in hand (now or before);
         False when Slurm did not let it finish: called again, it redoes only what is left.
         Each job's lost run is recorded with its `cause` (and `kind`: what it came from).
         `steer`: a job that lost `max_preemptions` runs moves to on-demand (spot's doing;
@@ -217,15 +242,47 @@ class InterruptionPass:
             self.event(Kind.JOB_REQUEUED, f"job {job} on {node} requeued: {reason}", node=node)
             if steer:
                 self._steer(job, inst.pool, node)
+        was = self.evacuating.get(node)
+        self.evacuating[node] = (Evacuating(inst, reason, len(jobs), now) if was is None
+                                 else replace(was, jobs=was.jobs + len(jobs)))
+        return node not in self.power_down_evacuated(now)
+
+    def power_down_evacuated(self, now: datetime) -> set[str]:
+        """Power down the evacuated nodes once Slurm has finished completing their requeued
+        jobs there (the node no longer COMPLETING), or COMPLETING_WAIT_S after the requeue
+        (a node whose slurmd is gone never reports). Not at once: when the last node a
+        requeued job is completing on is powered down under it, Slurm 22.05 clears the job's
+        completion without its requeue delay (no "Requeuing JobId" in slurmctld's log; the
+        delay is what lets the nodes' revoked credential for the job expire) and starts it
+        again in the same second on nodes that have just revoked it: "Killing non-startable
+        batch JobId: Job credential revoked", and the job ends FAILED. Retried each pass
+        until Slurm takes the power-down; returns the nodes it refused this time."""
+        refused: set[str] = set()
+        if not self.evacuating:
+            return refused
         try:
-            self.slurm.power_down_force([node], reason)
+            busy = {n.name for n in self.slurm.nodes(list(self.evacuating))
+                    if "COMPLETING" in n.flags}
         except SlurmError as e:
-            self.event(Kind.SLURM_UPDATE_FAILED, f"power down {node}: {e}", node=node)
-            return False
-        self.evacuated.add(inst.instance_id)
-        self.event(Kind.NODE_EVACUATED, f"{node} ({inst.instance_id}): {reason}; "
-                   f"{len(jobs)} job(s) requeued, node powered down", node=node)
-        return True
+            log.warning("cannot read the evacuated nodes: %s", e)
+            busy = set(self.evacuating)
+        for node, ev in list(self.evacuating.items()):
+            waited = (now - ev.since).total_seconds()
+            if node in busy and waited < COMPLETING_WAIT_S:
+                continue
+            try:
+                self.slurm.power_down_force([node], ev.reason)
+            except SlurmError as e:
+                self.event(Kind.SLURM_UPDATE_FAILED, f"power down {node}: {e}", node=node)
+                refused.add(node)
+                continue
+            del self.evacuating[node]
+            self.evacuated.add(ev.inst.instance_id)
+            self.event(Kind.NODE_EVACUATED, f"{node} ({ev.inst.instance_id}): {ev.reason}; "
+                       f"{ev.jobs} job(s) requeued, node powered down"
+                       + (f" ({waited:.0f}s later: its jobs were completing there)"
+                          if waited >= 1 else ""), node=node)
+        return refused
 
     def _requeued_already(self, job: str) -> bool:
         """Slurm requeued it itself (a configuring job on a node drained while booting)."""

@@ -4,6 +4,7 @@ Slurm with the real store."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -110,6 +111,45 @@ def test_a_spot_warning_drains_requeues_records_and_powers_down(world) -> None: 
     # powered down and drained by us -> returned to service by the node upkeep
     p.return_powered_down_nodes(slurm.nodes())
     assert ("undrain", ["spot-1"]) in slurm.calls
+
+
+@pytest.mark.parametrize("completes", [True, False])
+def test_a_node_is_powered_down_once_its_requeued_jobs_are_off_it(world, completes: bool) -> None:  # type: ignore[no-untyped-def]
+    """After `scontrol requeue` Slurm is still completing the job on the node (KillWait, the
+    epilog): the power-down waits for that, so that Slurm's requeue delay is kept (22.05
+    drops it when the job's last completing node is powered down under it, and restarts the
+    job at once on nodes that have just revoked its credential: FAILED). The message is
+    handled (deleted) at once; a node that never finishes is powered down after the wait."""
+    from datetime import timedelta
+
+    from slurmscale.daemon.interruptions import COMPLETING_WAIT_S
+
+    p, slurm, q, store, events = world
+    plain = slurm.requeue
+
+    def requeue(job_id: str) -> None:  # as slurmctld: the node COMPLETING the job a while
+        plain(job_id)
+        n = slurm.table["spot-1"]
+        slurm.table["spot-1"] = replace(n, state=n.state + "+COMPLETING")
+    slurm.requeue = requeue
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
+    p.run(T0)
+    assert q.deleted == ["0"] and ("requeue", ["42"]) in slurm.calls
+    assert not slurm.powered_down and [k for k, _ in events] == ["job_requeued"]
+    p.run(T0 + timedelta(seconds=5))
+    assert not slurm.powered_down, "still completing there"
+    if completes:
+        n = slurm.table["spot-1"]
+        slurm.table["spot-1"] = replace(n, state=n.state.replace("+COMPLETING", ""))
+        at = T0 + timedelta(seconds=7)
+    else:
+        at = T0 + timedelta(seconds=COMPLETING_WAIT_S)
+    p.run(at)
+    assert [n for n, _ in slurm.powered_down] == [["spot-1"]]
+    assert [k for k, _ in events] == ["job_requeued", "node_evacuated"]
+    assert "1 job(s) requeued, node powered down" in events[-1][1]
+    p.run(at + timedelta(seconds=1))
+    assert len(slurm.powered_down) == 1 and len(store.preemptions("42")) == 1
 
 
 def test_rebalance_drains_only_and_foreign_or_malformed_messages_are_dropped(world) -> None:  # type: ignore[no-untyped-def]
