@@ -373,6 +373,12 @@ def test_gangs_go_by_id_into_an_interruptible_reservation_and_a_reclaim_requeues
     c.send_event(event_message(EventKind.RESERVATION_INTERRUPTION, victim,
                                "2026-12-01T12:00:00Z", **{"instance-action": "terminate"}))
     wait_for("the gang requeued once", lambda: c.job(first).get("Restarts") == "1", 60)
+    # Slurm's own requeue ran (with its delay): the node was powered down only after the job
+    # had finished completing there; before, Slurm 22.05 sometimes skipped it and started
+    # the job again at once on nodes that had just revoked its credential (FAILED)
+    ctld = c.root / "log" / "slurmctld.log"
+    wait_for("slurmctld's requeue of the gang",
+             lambda: f"Requeuing JobId={first}" in ctld.read_text(errors="replace"), 90)
     assert c.wait_job(first, {"COMPLETED"}, 400) == "COMPLETED"
     assert c.job(first)["Restarts"] == "1"
     kinds = [e["kind"] for e in c.events()]
