@@ -302,7 +302,10 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
     "reservations": [{"kind": create|extend|attach|release, "name", "pool", "job_id",
     "reason", "nodes": [...]}], "partition_rewrites": [{"job_id", "pool", "partitions": [...],
     "reason"}], "blocks": [{"pool", "open", "reason", "closed_from", "closed_until",
-    "next_start", "jobs": [{"job_id", "reason"}]}], "gangs": [GANG]}
+    "next_start", "jobs": [{"job_id", "reason"}]}], "gangs": [GANG],
+    "limit_use": {POOL: {"value" (the share of their time limits jobs run, as the hold rule
+    used it), "jobs" (the ended jobs it was learned from), "source": learned|unlearned (auto,
+    too few jobs yet: 1.0)|fixed (the config's), "said"}}
 
     GANG (each pending multi-node job): {"job_id", "pool", "partition", "nodes", "waited_s",
     "priority", "ahead" (pending jobs Slurm ranks above it), "overtaken_by" (of those,
@@ -349,6 +352,8 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
         for g in data["gangs"]:
             click.echo(f"gang         job {g['job_id']}: {g['age_lift_note']}"
                        + (f"; hold: {g['hold']}" if g["hold"] else ""))
+    for pool, u in data.get("limit_use", {}).items():
+        click.echo(f"limit_use    {pool:<12} {u['said']}")
     for b in data["blocks"]:
         click.echo(f"block        {b['pool']:<12} {b['reason']}")
         for j in b["jobs"]:
@@ -391,7 +396,10 @@ def _live_plan(cfg: Config) -> dict[str, Any]:
     # The daemon's memory (governed targets, cooldown clocks, hold budgets) makes this the
     # plan it would carry out: read by a child process while this one reads and parses
     # Slurm (opening the SQL store alone is SQLAlchemy's import: a third of the command)
-    aside = ReadAside(lambda: _store(cfg), now - REQUEUED_RECENTLY_S)
+    r = cfg.reservations
+    aside = ReadAside(lambda: _store(cfg), now - REQUEUED_RECENTLY_S,
+                      now - r.limit_use_auto.learning().window_s if r.limit_use == "auto"
+                      else None)
     try:
         pp = current_plan(cfg, SlurmCLI(cfg.slurm), aside.snapshot, now, standings=True)
     except SlurmError as e:

@@ -22,18 +22,22 @@ from slurmscale.lifecycles import LIVE_HOLD_STATES, HoldState
 FIELDS_HELP = """JSON fields: name, job_id, user, partition, pool, nodes (held now, from Slurm),
 nodes_held, nodes_needed, idle_gpu_hours (spent holding), age_s, state (active |
 releasing: Slurm keeps it while its job runs in it | released), attached (the job is pointed
-at it), reason (why it was released), in_slurm (whether Slurm still has it). `show` adds
+at it), reason (why it was released), in_slurm (whether Slurm still has it), limit_use (the share of
+their time limits its pool's jobs run, as the hold rule uses it now), limit_use_jobs (the
+ended jobs it rests on), limit_use_source (learned | unlearned | fixed). `show` adds
 standing: its job's place in Slurm's queue while it pends (as in `plan --json`'s gangs:
 ahead, overtaken_by, priority, factors, expected_start, age_lift, age_lift_note), or null."""
 
 
 def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], str | None]:
+    from slurmscale.daemon.holds import LimitUseLearner
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
 
     store = _store(cfg)
     try:
         rows = store.holds(None if include_released else LIVE_HOLD_STATES)
+        uses = LimitUseLearner(cfg, store).current(time.time())
     finally:
         store.close()
     err = None
@@ -55,6 +59,8 @@ def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], st
             "age_s": round((r.released_s or now) - r.created_s),
             "state": r.state, "attached": r.attached, "reason": r.reason or None,
             "in_slurm": res is not None if err is None else None,
+            **({"limit_use": round(u.value, 4), "limit_use_jobs": u.jobs,
+                "limit_use_source": u.source} if (u := uses.get(r.pool)) else {}),
         })
     return out, err
 

@@ -186,8 +186,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     jobs = _jobs(trace_path, carry_in)
     # the settings, each built once from its options and handed to every policy's run
     base = _pool_knobs(ctx, pool_name, knob_args, cooldown, gpus_per_node, max_nodes)
-    holds = _hold_knobs(accumulate, hold_budget, accumulate_after, max_hold, hold_end_margin,
-                        None if no_time_limits else time_limit_factor)
+    holds = _hold_knobs(accumulate, hold_budget, accumulate_after, max_hold, hold_end_margin)
     cloud, spot = _cloud_and_spot(
         max_nodes, boot_time, price, on_demand_price, spot_price, interruption_rate,
         storm_at, storm_fraction, storm_outage, on_demand_buffer, warm_on_demand_nodes,
@@ -298,11 +297,10 @@ def _pool_knobs(ctx: click.Context, pool_name: str | None, knob_args: tuple[str,
 
 
 def _hold_knobs(accumulate: bool, budget: float | None, after: float | None,
-                max_hold: float | None, end_margin: float | None,
-                time_limit_factor: float | None) -> ReservationKnobs | None:
-    """The hold rule's knobs (None: no holds). `time_limit_factor` (None: the trace's limits
-    are not modelled): the simulated site's jobs run 1/factor of their limits, what an admin
-    reads from sacct."""
+                max_hold: float | None, end_margin: float | None) -> ReservationKnobs | None:
+    """The hold rule's knobs (None: no holds). Its limit_use is `auto`, as the daemon's
+    default: learned from the simulated jobs that ended, as the daemon learns it from the
+    jobs it recorded (it was told 1 / --time-limit-factor before)."""
     from dataclasses import replace
 
     from slurmscale.policy.reservations import ReservationKnobs
@@ -318,8 +316,6 @@ def _hold_knobs(accumulate: bool, budget: float | None, after: float | None,
         holds = replace(holds, max_hold_s=max_hold)
     if end_margin is not None:
         holds = replace(holds, end_margin_s=end_margin)
-    if time_limit_factor is not None:
-        holds = replace(holds, limit_use=1.0 / max(1.0, time_limit_factor))
     return holds
 
 

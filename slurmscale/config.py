@@ -25,6 +25,7 @@ from slurmscale.hookview import DEFAULT_SOCKET_PATH, DEFAULT_SPOOL_DIR
 from slurmscale.hostlists import owns
 from slurmscale.model import ReservationPreference
 from slurmscale.policy.health import HealthKnobs as _H
+from slurmscale.policy.limit_use import Learning
 from slurmscale.policy.model import PoolKnobs as _K
 from slurmscale.policy.reservations import ReservationKnobs as _R
 
@@ -352,6 +353,32 @@ class PowerSaving(_Strict):
     suspend_rate: Annotated[int, Field(ge=0)] = 0
 
 
+_L = Learning()
+
+
+class LimitUseAuto(_Strict):
+    """How `limit_use: auto` is learned (policy/limit_use.py): this quantile of run time /
+    time limit over the jobs that ended in the last `window_days`, within [floor, ceiling];
+    1.0 until a pool has `min_jobs` of them; learned again every `every_s`."""
+
+    quantile: Annotated[float, Field(gt=0, lt=1)] = _L.quantile
+    window_days: Annotated[float, Field(gt=0, le=365)] = _L.window_s / 86400
+    min_jobs: Annotated[int, Field(ge=1)] = _L.min_jobs
+    floor: Annotated[float, Field(gt=0, le=1)] = _L.floor
+    ceiling: Annotated[float, Field(gt=0, le=1)] = _L.ceiling
+    every_s: Annotated[float, Field(ge=1)] = _L.every_s  # learned again this often
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LimitUseAuto:
+        if self.floor > self.ceiling:
+            raise ValueError(f"floor ({self.floor:g}) is above ceiling ({self.ceiling:g})")
+        return self
+
+    def learning(self) -> Learning:
+        return Learning(self.quantile, self.window_days * 86400, self.min_jobs, self.floor,
+                        self.ceiling, self.every_s)
+
+
 class ReservationSettings(_Strict):
     """Reservations that accumulate nodes for large pending gangs (docs/policy.md); the one
     copy of the defaults is the planner's (ReservationKnobs)."""
@@ -367,8 +394,10 @@ class ReservationSettings(_Strict):
     drain_busy: bool = _R.drain_busy
     # the share of its time limit a job typically runs here (sacct: Elapsed / Timelimit): a
     # hold is taken only where the nodes it drains should free within max_hold_s, reckoned
-    # as this share of their running jobs' remaining limits (1: the limits are run out)
-    limit_use: Annotated[float, Field(gt=0, le=1)] = _R.limit_use
+    # as this share of their running jobs' remaining limits (1: the limits are run out).
+    # auto: learned per pool from the jobs the daemon recorded (limit_use_auto says how)
+    limit_use: Annotated[float, Field(gt=0, le=1)] | Literal["auto"] = _R.limit_use
+    limit_use_auto: LimitUseAuto = LimitUseAuto()
 
 
 class CapacityBlockSettings(_Strict):

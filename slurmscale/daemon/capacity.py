@@ -9,9 +9,10 @@ sustained/cooldown clocks) and the holds' budgets are kept in the store between 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config
@@ -22,6 +23,7 @@ from slurmscale.hostlists import compress
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.decide import decide
 from slurmscale.policy.fallback import Rewrite, partition_rewrites
+from slurmscale.policy.limit_use import LimitUse
 from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
 from slurmscale.policy.reservations import GangJob, HoldPlan, slipped
 from slurmscale.policy.standing import GangStanding, gang_standings
@@ -29,6 +31,9 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
+
+if TYPE_CHECKING:
+    from slurmscale.daemon.holds import LimitUseLearner
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,8 @@ class PassPlan:
     blocks: tuple[BlockOutlook, ...] = ()  # capacity-block pools: windows, pending jobs
     standings: tuple[GangStanding, ...] = ()  # pending gangs in the queue (where read)
     gangs: tuple[GangJob, ...] = ()  # the pending gangs this pass planned holds for
+    # each pool's share of their time limits jobs run, as the hold rule used it
+    limit_use: Mapping[str, LimitUse] = field(default_factory=dict)
 
 
 Priorities = tuple[list[JobPriority], PriorityWeights | None]
@@ -85,15 +92,18 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
                  arrival_log: dict[str, tuple[float, str, int]] | None = None,
                  plans_seen: dict[str, float] | None = None,
                  standings: bool = False,
-                 nodes: list[SlurmNode] | None = None) -> PassPlan:
+                 nodes: list[SlurmNode] | None = None,
+                 limit_use: LimitUseLearner | None = None) -> PassPlan:
     """What the policy decides from Slurm as it is now (raises SlurmError if unreadable).
     `arrival_log`: the daemon's memory of jobs seen arriving (see build_snapshot);
     `plans_seen`: its memory of each pending gang's earliest backfill plan
     (see with_earliest_plans); `standings`: read sprio for every pending gang's standing
     (`plan` shows it), not only where a gang's plan slipped; `nodes`: the pass's node read,
-    current (None: read them here). `store` may be a function that gives it, called once
-    Slurm is read (`plan --live` reads the store in another process meanwhile)."""
-    from slurmscale.daemon.holds import HoldPass, with_earliest_plans
+    current (None: read them here); `limit_use`: the daemon's learner of the hold rule's
+    limit_use (None: learned here, from the store). `store` may be a function that gives
+    it, called once Slurm is read (`plan --live` reads the store in another process
+    meanwhile)."""
+    from slurmscale.daemon.holds import HoldPass, LimitUseLearner, with_earliest_plans
 
     if nodes is None:
         nodes = slurm.nodes()
@@ -114,7 +124,8 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
                                   *read_priorities(slurm), now)
         lift = {s.job_id: s.lift_s for s in standing}
         gangs = tuple(g._replace(age_lift_s=lift.get(g.job_id)) for g in gangs)
-    hold_plan, gone = holds.plan(snap.nodes, gangs, res, now)
+    uses = (limit_use or LimitUseLearner(cfg, store)).current(now)
+    hold_plan, gone = holds.plan(snap.nodes, gangs, res, now, uses)
     if hold_plan.grabbed:
         # Idle nodes a hold takes this pass are not idle for the pool-size decision.
         snap = replace(snap, nodes=tuple(
@@ -127,7 +138,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
                     partition_rewrites(fallback_rules(cfg), jobs, unavailable, now), snap,
                     tuple(jobs),
-                    tuple(blocks), standing, tuple(gangs))
+                    tuple(blocks), standing, tuple(gangs), uses)
 
 
 class CapacityPass:
@@ -136,13 +147,14 @@ class CapacityPass:
 
     def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, event: Event,
                  ledger: Ledger | None = None) -> None:
-        from slurmscale.daemon.holds import HoldPass
+        from slurmscale.daemon.holds import HoldPass, LimitUseLearner
 
         self.cfg = cfg
         self.store = store
         self.slurm = slurm
         self.event = event
         self.holds = HoldPass(cfg, store, slurm, event)
+        self.limit_use = LimitUseLearner(cfg, store)
         self.arrival_log: dict[str, tuple[float, str, int]] = {}
         self.plans_seen: dict[str, float] = {}  # pending gang -> earliest backfill plan
         self._read_failing = False
@@ -154,7 +166,8 @@ class CapacityPass:
         """`nodes`: the pass's node read as it stands now (None: read here)."""
         try:
             p = current_plan(self.cfg, self.slurm, self.store, now.timestamp(),
-                             self.arrival_log, self.plans_seen, nodes=nodes)
+                             self.arrival_log, self.plans_seen, nodes=nodes,
+                             limit_use=self.limit_use)
         except SlurmError as e:
             # Logged every pass, recorded once per outage: the audit log is for decisions.
             log.warning("capacity pass skipped: %s", e)

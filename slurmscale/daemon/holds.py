@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from slurmscale.audit import Event, Kind
 from slurmscale.config import Config
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import HoldState
 from slurmscale.model import SlurmReservation
+from slurmscale.policy.limit_use import LimitUse, per_pool
 from slurmscale.policy.model import NodeView
 from slurmscale.policy.observe import slurm_time
 from slurmscale.policy.reservations import (
@@ -43,11 +45,33 @@ HOLD_EVENT = {
 }
 
 
-
-
 def hold_knobs(cfg: Config) -> ReservationKnobs:
     r = cfg.reservations
-    return ReservationKnobs(**r.model_dump())
+    return ReservationKnobs(**r.model_dump(exclude={"limit_use_auto"}))
+
+
+class LimitUseLearner:
+    """Each pool's `reservations.limit_use` as the hold rule uses it now: the config's, or
+    (auto) learned from the jobs the store recorded as ended within the window
+    (policy/limit_use.py), read again every `limit_use_auto.every_s`."""
+
+    def __init__(self, cfg: Config, store: PassStore) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.read_at: float | None = None
+        self.uses: dict[str, LimitUse] = {}
+
+    def current(self, now: float) -> dict[str, LimitUse]:
+        r = self.cfg.reservations
+        pools = [p.name for p in self.cfg.pools]
+        how = r.limit_use_auto.learning()
+        if r.limit_use != "auto":
+            return per_pool(r.limit_use, pools, (), how)
+        if self.read_at is None or not 0 <= now - self.read_at < how.every_s:
+            since = datetime.fromtimestamp(now - how.window_s, UTC)
+            self.uses = per_pool("auto", pools, self.store.job_runs(since), how)
+            self.read_at = now
+        return self.uses
 
 
 def _hold(row: HoldRow) -> Hold:
@@ -119,11 +143,14 @@ class HoldPass:
         self.knobs = hold_knobs(cfg)
 
     def plan(self, nodes: tuple[NodeView, ...], jobs: tuple[GangJob, ...],
-             slurm_res: list[SlurmReservation], now: float) -> tuple[HoldPlan, list[str]]:
+             slurm_res: list[SlurmReservation], now: float,
+             limit_use: Mapping[str, LimitUse]) -> tuple[HoldPlan, list[str]]:
+        """`limit_use`: each pool's share of their limits jobs run (LimitUseLearner)."""
         holds, gone, reserved = current_holds(self.cfg, self.store, slurm_res, now)
         plan = plan_holds(self.knobs, {p.name: p.gpus_per_node for p in self.cfg.pools},
                           {p.name: p.max_nodes for p in self.cfg.pools}, nodes, jobs,
-                          tuple(holds), self.store.exhausted_jobs(), now, reserved)
+                          tuple(holds), self.store.exhausted_jobs(), now, reserved,
+                          {p: u.value for p, u in limit_use.items()})
         return plan, gone
 
     def apply(self, plan: HoldPlan, gone: list[str], slurm_res: list[SlurmReservation],

@@ -112,7 +112,8 @@ class Ledger:
         return JobRow(job_id=j.job_id, pool=pool.name, user_name=j.user,
                       num_nodes=j.num_nodes, gpus_per_node=j.gpus_per_node or pool.gpus_per_node,
                       submitted_at=datetime.fromtimestamp(submitted, UTC),
-                      started_at=datetime.fromtimestamp(started, UTC))
+                      started_at=datetime.fromtimestamp(started, UTC),
+                      time_limit_s=j.time_limit_s)
 
     def _missed(self, now: datetime) -> list[JobRow]:
         """Jobs that ran entirely between two passes, from Slurm's memory of ended jobs."""

@@ -11,7 +11,7 @@ on without a metric of its own."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.exposition import generate_latest
 
 from slurmscale.daemon.ledger import PoolNow
+from slurmscale.policy.limit_use import LimitUse
 from slurmscale.report.compute import PaidUsage
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,12 @@ class Metrics:
                               registry=r)
         self.hold_gpu_hours = Gauge("slurmscale_reservation_hold_gpu_hours",
                                     "idle GPU-hours spent by active reservation holds",
+                                    ["pool"], registry=r)
+        self.limit_use = Gauge("slurmscale_reservation_limit_use",
+                               "the share of their time limits jobs run, as the hold rule "
+                               "uses it (reservations.limit_use)", ["pool"], registry=r)
+        self.limit_use_jobs = Gauge("slurmscale_reservation_limit_use_jobs",
+                                    "ended jobs limit_use: auto was learned from",
                                     ["pool"], registry=r)
         self.tick = Histogram("slurmscale_tick_duration_seconds", "one reconcile pass",
                               buckets=TICK_BUCKETS, registry=r)
@@ -157,3 +164,8 @@ class Metrics:
     def holds(self, spent_gpu_s_by_pool: dict[str, float], pools: Iterable[str]) -> None:
         for pool in pools:
             self.hold_gpu_hours.labels(pool).set(spent_gpu_s_by_pool.get(pool, 0.0) / 3600)
+
+    def limit_uses(self, uses: Mapping[str, LimitUse]) -> None:
+        for pool, u in uses.items():
+            self.limit_use.labels(pool).set(u.value)
+            self.limit_use_jobs.labels(pool).set(u.jobs)

@@ -86,4 +86,6 @@ def plan_data(pp: PassPlan, source: str) -> dict[str, Any]:
                     "next_start": b.plan.next.start if b.plan.next else None,
                     "jobs": [{"job_id": j, "reason": why} for j, why in b.jobs]}
                    for b in pp.blocks],
+        "limit_use": {pool: {"value": round(u.value, 4), "jobs": u.jobs, "source": u.source,
+                             "said": u.describe()} for pool, u in pp.limit_use.items()},
     }

@@ -217,6 +217,9 @@ class Daemon:
         for h in self.store.holds(("active", "releasing")):
             spent[h.pool] = spent.get(h.pool, 0.0) + h.spent_gpu_s
         m.holds(spent, [p.name for p in self.cfg.pools])
+        last = reconciler.capacity.last
+        if last is not None:
+            m.limit_uses(last.limit_use)
         if reconciler.reserved.ids:
             m.paid(u for u, _ in paid_now(self.store, datetime.now(UTC)))
 

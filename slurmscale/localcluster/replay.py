@@ -41,6 +41,7 @@ from typing import Any
 from slurmscale.config import PoolPolicy
 from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.options import ClusterOptions, PoolSpec
+from slurmscale.policy.limit_use import Learning
 from slurmscale.policy.observe import slurm_time
 from slurmscale.policy.reservations import ReservationKnobs
 from slurmscale.sim.engine import SimCloud, SimResult
@@ -77,11 +78,15 @@ def scaled_policy(scale: float) -> dict[str, Any]:
 
 
 def scaled_holds(scale: float) -> dict[str, Any]:
-    k = ReservationKnobs()
+    k, how = ReservationKnobs(), Learning()
+    # (limit_use: auto learns a share of limits, which scaling leaves alone; its window
+    # and how often it is learned again are times)
     return {"accumulate_after_s": k.accumulate_after_s / scale,
             "max_hold_s": k.max_hold_s / scale,
             "end_margin_s": k.end_margin_s / scale,
-            "hold_budget_gpu_hours": k.hold_budget_gpu_hours / scale}
+            "hold_budget_gpu_hours": k.hold_budget_gpu_hours / scale,
+            "limit_use_auto": {"window_days": how.window_s / 86400 / scale,
+                               "every_s": max(1.0, how.every_s / scale)}}
 
 
 def hold_margin(scale: float) -> float:

@@ -4,8 +4,9 @@ Where a pool cannot grow (at `max_nodes`, or every other node is taken), small j
 node that frees up and a gang can wait forever. For the highest-priority gang that has waited
 `accumulate_after_s`, cannot be given new capacity now, and whose start Slurm's backfill does
 not plan or keeps pushing back (`hold_verdict`), slurmscale holds a reservation of
-its own (named with its prefix) and adds the pool's idle nodes to it as they free up; once it
-holds the gang's node count the job is pointed at it and starts. A hold costs idle GPU time, so
+its own (named with its prefix) and adds the pool's idle and powered-down nodes to it, and
+busy ones as they drain; once it holds the gang's node count the job is pointed at it and
+starts. A hold costs idle GPU time, so
 each reservation has a budget in idle GPU-hours and a maximum hold time; it is released at
 once when either is spent or its job is cancelled, held, finished or started elsewhere. A job
 whose hold ran out is not held for again: the budget is per job, not per attempt.
@@ -16,11 +17,13 @@ The daemon and the simulator run this same function.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from slurmscale.hostlists import node_order_key
+from slurmscale.policy.limit_use import UNLEARNED
 from slurmscale.policy.model import NodeState, NodeView
 
 
@@ -42,7 +45,8 @@ class ReservationKnobs:
     end_margin_s: float = 600.0
     # hold busy nodes for the shortfall too (they drain into it)
     drain_busy: bool = True
-    limit_use: float = 1.0  # share of a time limit jobs typically run
+    # share of a time limit jobs typically run; "auto": learned per pool (policy/limit_use)
+    limit_use: float | Literal["auto"] = "auto"
 
 
 class GangJob(NamedTuple):
@@ -124,6 +128,11 @@ class HoldPlan:
     skipped: tuple[Skip, ...] = ()
 
 
+# a held node the gang can start on: idle in the reservation, or powered down (Slurm powers
+# it up for the job)
+READY_IN_HOLD = frozenset({NodeState.RESERVED, NodeState.POWERED_DOWN})
+
+
 def _clock(t: float, now: float) -> str:
     return f"in {t - now:.0f}s"
 
@@ -135,13 +144,20 @@ def slipped(k: ReservationKnobs, j: GangJob) -> bool:
             and j.expected_start_s - j.first_expected_s > k.accumulate_after_s)
 
 
+def limit_use_of(k: ReservationKnobs, pool: str, learned: Mapping[str, float]) -> float:
+    """The share of their limits `pool`'s jobs run: the config's, or (auto) what was
+    learned for the pool (policy/limit_use.py), 1.0 before that."""
+    return learned.get(pool, UNLEARNED) if k.limit_use == "auto" else k.limit_use
+
+
 def hold_verdict(k: ReservationKnobs, j: GangJob, gather_s: float | None,
-                 now: float) -> tuple[bool, str]:
+                 now: float, use: float | None = None) -> tuple[bool, str]:
     """Whether to hold nodes for gang `j` now, and why in words. `gather_s`: when a hold
     taken now would have the gang's nodes, by the running jobs' time limits (None: unknown,
     a job without a limit). A hold that would not gather them within max_hold_s (the
-    remaining limits scaled by `limit_use`, what jobs here typically run of them) runs out
-    first: its idle cost buys nothing, and the gang is never held for again.
+    remaining limits scaled by `use`, the share of them jobs here typically run; None:
+    `limit_use_of` with nothing learned) runs out first: its idle cost buys nothing, and the
+    gang is never held for again.
 
     A hold helps only where Slurm would not start the gang as soon by itself. Slurm's
     backfill plans each job it tests at its earliest start by the running jobs' time limits,
@@ -151,13 +167,14 @@ def hold_verdict(k: ReservationKnobs, j: GangJob, gather_s: float | None,
     that slipped (jobs submitted later keep ranking above it) or no plan at all (beyond
     bf_window or bf_max_job_test, or jobs without limits ahead) is where the gang can wait
     forever. Measured: tests/benchmarks/hold_sweep, docs/policy.md."""
-    if gather_s is not None and k.limit_use * (gather_s - now) > k.max_hold_s:
+    if use is None:
+        use = limit_use_of(k, j.pool, {})
+    if gather_s is not None and use * (gather_s - now) > k.max_hold_s:
         return False, (f"a hold could not gather its {j.nodes} nodes within max_hold_s "
                        f"({k.max_hold_s:.0f}s): the soonest-free are free "
                        f"{_clock(gather_s, now)} by their jobs' time limits"
-                       + ("" if k.limit_use == 1 else
-                          f", {k.limit_use * (gather_s - now):.0f}s at limit_use "
-                          f"{k.limit_use:g}"))
+                       + ("" if use == 1 else
+                          f", {use * (gather_s - now):.0f}s at limit_use {use:.2g}"))
     t = j.expected_start_s
     if t is None:
         return True, "Slurm's backfill has no plan for it"
@@ -199,16 +216,18 @@ def _release_reason(k: ReservationKnobs, h: Hold, job: GangJob | None,
 def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: dict[str, int],
                nodes: tuple[NodeView, ...], jobs: tuple[GangJob, ...],
                holds: tuple[Hold, ...], exhausted: frozenset[str], now: float,
-               reserved: frozenset[str] = frozenset()) -> HoldPlan:
+               reserved: frozenset[str] = frozenset(),
+               limit_use: Mapping[str, float] | None = None) -> HoldPlan:
     """`exhausted`: jobs whose hold was already released for budget or time; never again.
-    `reserved`: nodes in any reservation (an admin's included): never taken."""
+    `reserved`: nodes in any reservation (an admin's included): never taken. `limit_use`:
+    each pool's learned share of its limits a job runs (for `limit_use: auto`)."""
     if not holds and not (k.enabled and any(
             j.pending and j.nodes >= k.min_gang_nodes
             and now - j.submit_s >= k.accumulate_after_s for j in jobs)):
         return HoldPlan((), (), frozenset())  # nothing held, no gang has waited long enough
     by_job = {j.job_id: j for j in jobs}
     p = _Planner(k, gpus_per_node, nodes, set(reserved) | {n for h in holds for n in h.nodes},
-                 now)
+                 now, limit_use or {})
     for h in sorted(holds, key=lambda h: h.name):
         p.carry_on(h, by_job.get(h.job_id))
     if k.enabled:
@@ -221,12 +240,16 @@ class _Planner:
     order they will drain), and what has been decided so far."""
 
     def __init__(self, k: ReservationKnobs, gpus_per_node: dict[str, int],
-                 nodes: tuple[NodeView, ...], taken: set[str], now: float) -> None:
+                 nodes: tuple[NodeView, ...], taken: set[str], now: float,
+                 limit_use: Mapping[str, float]) -> None:
         self.k, self.gpus_per_node, self.now = k, gpus_per_node, now
+        self.limit_use = limit_use
         self.view = {n.name: n for n in nodes}
         self.free: dict[str, list[str]] = {}
         self.busy: dict[str, list[NodeView]] = {}
-        self.down_usable: dict[str, int] = {}
+        # powered-down nodes the pool may use: Slurm powers them up for a job that starts
+        # in a reservation holding them, at no idle cost meanwhile
+        self.down: dict[str, list[str]] = {}
         for n in sorted(nodes, key=lambda n: node_order_key(n.name)):
             if n.name in taken:
                 continue
@@ -235,7 +258,7 @@ class _Planner:
             elif n.state is NodeState.ALLOCATED and n.usable and not n.held:
                 self.busy.setdefault(n.pool, []).append(n)
             elif n.state is NodeState.POWERED_DOWN and n.usable:
-                self.down_usable[n.pool] = self.down_usable.get(n.pool, 0) + 1
+                self.down.setdefault(n.pool, []).append(n.name)
         for pool in self.busy:  # the soonest free by their jobs' time limits drain first
             self.busy[pool].sort(key=lambda n: (
                 n.free_at if n.free_at is not None else float("inf"), n.alloc_gpus,
@@ -249,7 +272,7 @@ class _Planner:
         """When a hold taken now would hold `count` drained nodes: idle nodes now, busy ones
         as their jobs' time limits end (None: unknown: a job without a time limit, busy
         nodes not drained, or too few nodes to take now)."""
-        short = count - len(self.free.get(pool, []))
+        short = count - len(self.free.get(pool, [])) - len(self.down.get(pool, []))
         if short <= 0:
             return self.now
         if not self.k.drain_busy or len(self.busy.get(pool, [])) < short:
@@ -257,12 +280,18 @@ class _Planner:
         return self.busy[pool][short - 1].free_at
 
     def take(self, pool: str, count: int) -> list[str]:
-        """Idle nodes first; the rest of the shortfall from busy nodes, which then drain into
-        the reservation (their jobs finish, nothing new starts there): with small jobs packed
-        onto every node, waiting for whole nodes to fall idle by chance can take forever."""
-        free, busy = self.free, self.busy
+        """Idle nodes first, then powered-down ones (a gang the pool's idle and
+        powered-down nodes could start is left to Slurm, so a hold is short of busy nodes as
+        well: without its powered-down share it could never hold the gang's count); the rest
+        of the shortfall from busy nodes, which then drain into the reservation (their jobs
+        finish, nothing new starts there): with small jobs packed onto every node, waiting
+        for whole nodes to fall idle by chance can take forever."""
+        free, busy, down = self.free, self.busy, self.down
         got = free.get(pool, [])[:max(0, count)]
         free[pool] = free.get(pool, [])[len(got):]
+        off = down.get(pool, [])[:max(0, count - len(got))]
+        down[pool] = down.get(pool, [])[len(off):]
+        got += off
         if self.k.drain_busy and len(got) < count:
             more = busy.get(pool, [])[:count - len(got)]
             busy[pool] = busy.get(pool, [])[len(more):]
@@ -296,9 +325,11 @@ class _Planner:
         return h
 
     def idle_gpus(self, h: Hold) -> int:
+        """The held GPUs idling now (a powered-down node's cost nothing)."""
         view = self.view
         return sum(max(0, self.gpus_per_node.get(h.pool, 0) - (view[n].alloc_gpus if n in view
-                                                               else 0)) for n in h.nodes)
+                                                               else 0)) for n in h.nodes
+                   if n not in view or view[n].state is not NodeState.POWERED_DOWN)
 
     def carry_on(self, h: Hold, job: GangJob | None) -> None:
         """An existing hold: its idle time accounted, released when its time is up, else
@@ -327,7 +358,7 @@ class _Planner:
                     f"for job {h.job_id}", h.nodes))
         elif not h.attached:
             h = self.swap_draining(h)
-        drained = all(self.view[n].state is NodeState.RESERVED for n in h.nodes
+        drained = all(self.view[n].state in READY_IN_HOLD for n in h.nodes
                       if n in self.view)
         if not h.attached and len(h.nodes) >= h.needed and drained:
             h = replace(h, attached=True)
@@ -357,9 +388,10 @@ class _Planner:
             for j in cands:
                 if sum(1 for h in kept if h.pool == pool) >= k.per_pool:
                     break
-                if j.nodes <= len(self.free.get(pool, [])) + self.down_usable.get(pool, 0):
+                if j.nodes <= len(self.free.get(pool, [])) + len(self.down.get(pool, [])):
                     continue  # the pool can start it now: Slurm (and the policy) will
-                hold, why = hold_verdict(k, j, self.gather_at(pool, j.nodes), now)
+                hold, why = hold_verdict(k, j, self.gather_at(pool, j.nodes), now,
+                                         limit_use_of(k, pool, self.limit_use))
                 if not hold:
                     # lower-priority gangs wait too: a hold for one would take the nodes
                     # backfill planned for this one

@@ -43,13 +43,16 @@ class SlurmScheduler(PaidRouting):
         live = [n for n in pool if n.state != "down" and n.resv == resv and not n.drain]
         if self.paid.blocks:  # (the scheduler's hot loop: no per-node call without blocks)
             live = [n for n in live if not self._outlasts(n, max(now, n.ready_at), idx)]
+        # (a job in its reservation may power up the reservation's powered-down nodes, as
+        # Slurm does for any job: ResumeProgram for the nodes it was allocated)
+        spare = (self._spare(pool, headroom, allow) if resv is None else
+                 [n for n in pool if n.state == "down" and n.resv == resv and not n.drain
+                  and (allow is None or allow(n))])
         if job.nodes == 1:
             fits_now = [n for n in live if n.free >= gpn and (allow is None or allow(n))]
             if fits_now:
                 return [min(fits_now, key=lambda n: (n.free, n.state != "up", n.name))], []
-            spare = self._spare(pool, headroom, allow)
             return (spare[:1], spare[:1]) if spare else None
-        spare = self._spare(pool, headroom, allow)
         whole = [n for n in live if n.jobs == 0 and n.free == n.gpus
                  and (allow is None or allow(n))]
         whole.sort(key=lambda n: (n.state != "up", n.name))
@@ -64,10 +67,11 @@ class SlurmScheduler(PaidRouting):
     def _spare(pool: list[Node], headroom: int,
                allow: Callable[[Node], bool] | None) -> list[Node]:
         """The powered-down nodes a job may power up: the first `headroom` of the pool (the
-        others are held or beyond the cap, so Slurm cannot use them)."""
+        others are held or beyond the cap, so Slurm cannot use them) outside reservations."""
         if headroom <= 0:
             return []
-        down = [n for n in pool if n.state == "down" and not n.drain][:headroom]
+        down = [n for n in pool if n.state == "down" and not n.drain and n.resv is None
+                ][:headroom]
         return down if allow is None else [n for n in down if allow(n)]
 
     def _start(self, idx: int, job: TraceJob, now: float, k: PoolKnobs,

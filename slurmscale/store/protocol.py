@@ -19,6 +19,7 @@ from slurmscale.store.rows import (
     HoldRow,
     InstanceRow,
     JobRow,
+    JobRun,
     OfferingRow,
     PreemptionRow,
     ReplacementRow,
@@ -39,6 +40,10 @@ class PassStore(Protocol):
     def put_hold(self, row: HoldRow) -> None: ...
 
     def exhausted_jobs(self) -> frozenset[str]: ...
+
+    def job_runs(self, since: datetime) -> list[JobRun]:
+        """The jobs with a time limit that ended at or after `since`."""
+        ...
 
     def offering(self, pool: str) -> OfferingRow | None: ...
 

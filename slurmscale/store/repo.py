@@ -49,6 +49,7 @@ from slurmscale.store.rows import (
     HoldRow,
     InstanceRow,
     JobRow,
+    JobRun,
     OfferingRow,
     PoolStateRow,
     PreemptionRow,
@@ -491,6 +492,14 @@ class Store:
     def running_job_ids(self) -> set[str]:
         with self.session() as s:
             return set(s.scalars(select(t.jobs.c.job_id).where(t.jobs.c.ended_at.is_(None))))
+
+    def job_runs(self, since: datetime) -> list[JobRun]:
+        with self.session() as s:
+            j = t.jobs.c
+            found = s.execute(select(j.pool, j.started_at, j.ended_at, j.time_limit_s).where(
+                j.ended_at >= since, j.time_limit_s.is_not(None), j.time_limit_s > 0))
+            return [(pool, (end - start).total_seconds(), float(limit))
+                    for pool, start, end, limit in found]
 
     def jobs(self, since: datetime, until: datetime) -> list[JobRow]:
         """Jobs that started before `until` and had not ended by `since`."""

@@ -226,6 +226,11 @@ class JobRow:
     submitted_at: datetime
     started_at: datetime
     ended_at: datetime | None = None
+    time_limit_s: int | None = None  # None: no limit (or recorded before 0011)
+
+
+# (pool, run seconds, time limit seconds) of an ended job: what limit_use is learned from
+JobRun = tuple[str, float, float]
 
 
 @dataclass(eq=False, kw_only=True)

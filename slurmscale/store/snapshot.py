@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from slurmscale.policy.model import PoolMemory
@@ -26,6 +26,7 @@ from slurmscale.store.rows import (
     CapacityReservationRow,
     HoldRow,
     InstanceRow,
+    JobRun,
     OfferingRow,
     PreemptionRow,
     ReplacementRow,
@@ -55,13 +56,19 @@ class StoreSnapshot:
     preemption_rows: tuple[PreemptionRow, ...]
     reserved: frozenset[str]
     preemptions_since: float
+    # the jobs that ended since `runs_since` (None: not read), for limit_use: auto
+    runs: tuple[JobRun, ...] = ()
+    runs_since: float | None = None
 
     @classmethod
-    def read(cls, store: PassStore, preemptions_since: float) -> StoreSnapshot:
+    def read(cls, store: PassStore, preemptions_since: float,
+             runs_since: float | None = None) -> StoreSnapshot:
+        runs = (() if runs_since is None
+                else tuple(store.job_runs(datetime.fromtimestamp(runs_since, UTC))))
         return cls(store.pool_memory(), tuple(store.holds()), tuple(store.offerings()),
                    tuple(store.capacity_reservations()),
                    tuple(store.preemptions(since=preemptions_since)), store.reserved_nodes(),
-                   preemptions_since)
+                   preemptions_since, runs, runs_since)
 
     # --- across a pipe: records as their field values, so the reader needs no ORM --------
     def to_plain(self) -> dict[str, Any]:
@@ -72,7 +79,8 @@ class StoreSnapshot:
                 "holds": plain(self.hold_rows), "offerings": plain(self.offering_rows),
                 "reservations": plain(self.reservation_rows),
                 "preemptions": plain(self.preemption_rows), "reserved": sorted(self.reserved),
-                "since": self.preemptions_since}
+                "since": self.preemptions_since, "runs": list(self.runs),
+                "runs_since": self.runs_since}
 
     @classmethod
     def from_plain(cls, d: dict[str, Any]) -> StoreSnapshot:
@@ -81,7 +89,8 @@ class StoreSnapshot:
                    tuple(OfferingRow(**r) for r in d["offerings"]),
                    tuple(CapacityReservationRow(**r) for r in d["reservations"]),
                    tuple(PreemptionRow(**r) for r in d["preemptions"]),
-                   frozenset(d["reserved"]), d["since"])
+                   frozenset(d["reserved"]), d["since"], tuple(map(tuple, d["runs"])),
+                   d["runs_since"])
 
     # --- PassStore's reads (copies: a caller that edits one changes nothing) --------------
     def pool_memory(self) -> dict[str, PoolMemory]:
@@ -120,6 +129,13 @@ class StoreSnapshot:
         return any(p.job_id == job_id and p.instance_id == instance_id
                    for p in self.preemption_rows)
 
+    def job_runs(self, since: datetime) -> list[JobRun]:
+        # (the runs read from `runs_since`, the same window's start as the plan's now gives)
+        if self.runs_since is None or since.timestamp() < self.runs_since - 1:
+            raise ReadOnly(f"job runs since {since}: the snapshot holds those since "
+                           f"{self.runs_since}")
+        return list(self.runs)
+
     # --- what the snapshot was not made for ----------------------------------------------
     def _refuse(self, what: str) -> NoReturn:
         raise ReadOnly(f"{what}: a store snapshot is read-only and holds the policy's reads")
@@ -156,12 +172,13 @@ class ReadAside:
     `snapshot()` prints the same and exits the same. `close()` ends a child whose answer was
     never waited for. Only this child is ever waited for or signalled, by its PID."""
 
-    def __init__(self, open_store: Callable[[], Any], preemptions_since: float) -> None:
+    def __init__(self, open_store: Callable[[], Any], preemptions_since: float,
+                 runs_since: float | None = None) -> None:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(r)
-            _child(w, open_store, preemptions_since)  # (never returns)
+            _child(w, open_store, preemptions_since, runs_since)  # (never returns)
         os.close(w)
         self.pid: int | None = pid
         self._r = r
@@ -200,7 +217,8 @@ class ReadAside:
         self.pid = None
 
 
-def _child(w: int, open_store: Callable[[], Any], since: float) -> NoReturn:
+def _child(w: int, open_store: Callable[[], Any], since: float,
+           runs_since: float | None) -> NoReturn:
     """Reads the snapshot and writes ("ok", its fields), ("exit", (code, what was printed))
     or ("error", text); then ends the process without running anything the parent set up for
     its own exit. (What the opener prints is handed back, not printed here: the parent's
@@ -212,7 +230,8 @@ def _child(w: int, open_store: Callable[[], Any], since: float) -> NoReturn:
         try:
             store = open_store()
             try:
-                out: tuple[str, Any] = ("ok", StoreSnapshot.read(store, since).to_plain())
+                out: tuple[str, Any] = ("ok", StoreSnapshot.read(store, since, runs_since)
+                                          .to_plain())
             finally:
                 store.close()
         except SystemExit as e:

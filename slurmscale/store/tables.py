@@ -185,7 +185,8 @@ jobs = Table(
     Column("gpus_per_node", Integer, nullable=False),
     Column("submitted_at", DateTime(timezone=True), nullable=False),
     Column("started_at", DateTime(timezone=True), index=True, nullable=False),
-    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Column("ended_at", DateTime(timezone=True), index=True, nullable=True),
+    Column("time_limit_s", Integer, nullable=True),
 )
 _mapper.map_imperatively(rows.JobRow, jobs)
 

@@ -325,3 +325,75 @@ def test_two_gangs_behind_small_jobs_sharing_nodes_start_and_one_planned_soon_is
     assert not _created_for(c, top), "a gang backfill planned got a hold"
     _passes(c, 2)
     assert not _created_for(c, top)
+
+
+@pytest.mark.parametrize("limit_use", ["auto", 1.0])
+def test_a_learned_limit_use_gives_a_starving_gang_the_hold_the_limits_alone_refuse(
+        make_cluster, limit_use: str | float) -> None:
+    """Small jobs run a quarter of their one-minute limits (15 s); max_hold_s is 30 s. By the
+    limits alone the nodes a hold would drain free 45-60 s from now: no hold can gather them
+    in time, and the gang is skipped (limit_use: 1.0). With `auto` the daemon learns from the
+    jobs it saw end (plan --json shows the value and how many jobs it rests on) that they free
+    in a quarter of that, and holds for the gang, which then runs."""
+    c, _ = make_cluster(pools=[PoolSpec("gpu-cap", "cap-", 4)], suspend_time=600,
+                        reservations={"accumulate_after_s": 10, "hold_budget_gpu_hours": 1000,
+                                      "max_hold_s": 30, "limit_use": limit_use,
+                                      "limit_use_auto": {"min_jobs": 5, "every_s": 5}})
+
+    def learned() -> dict[str, Any] | None:
+        u = json.loads(c.cli("plan", "--json").stdout)["limit_use"]["gpu-cap"]
+        return u if u["source"] != "unlearned" else None
+    with job_stream(c, "small", lambda _: c.sbatch(
+            "-N", "1", "--gres=gpu:8", "-p", "gpu-cap", "--time=1", "--priority=1000",
+            "-J", "small", "--wrap", "sleep 15"), 6):
+        wait_for("all four nodes busy with small jobs", lambda: _all_busy(c), 180)
+        use = wait_for("limit_use learned from the jobs that ended", learned, 120, interval=1)
+        print(f"limit_use {limit_use}: plan says {use}")
+        if limit_use == "auto":
+            assert use["source"] == "learned" and use["jobs"] >= 5, use
+            assert 0.2 <= use["value"] <= 0.45, use  # 15 s of 60, ended a pass late
+        else:
+            assert use == {"value": 1.0, "jobs": 0, "source": "fixed",
+                           "said": "1 (set in the config)"}, use
+        gang = _gang_with_limit(c)
+        if limit_use == "auto":
+            c.wait_job(gang, {"RUNNING", "COMPLETED"}, 120)
+            assert _created_for(c, gang), "the gang started without a hold: not the case"
+            return
+
+        def skipped() -> str | None:
+            gangs = json.loads(c.cli("plan", "--json").stdout)["gangs"]
+            g = next((g for g in gangs if g["job_id"] == str(gang)), None)
+            return None if g is None or not g["hold"] else str(g["hold"])
+        why = wait_for("the rule to say why the gang gets no hold", skipped, 60)
+        assert "could not gather its 4 nodes within max_hold_s (30s)" in why, why
+        _passes(c, 3)
+        assert not _created_for(c, gang) and c.job_state(gang) == "PENDING"
+
+
+def _gang_with_limit(c: LocalCluster) -> int:
+    return c.sbatch("-N", "4", "--gres=gpu:8", "-p", "gpu-cap", "--time=1", "--priority=1",
+                    "-J", "gang", "--wrap", "sleep 3")
+
+
+def test_a_gang_that_needs_a_powered_down_node_is_held_with_it_and_runs(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Three nodes; short high-priority jobs pinned to cap-1 and cap-2 keep them busy while
+    cap-3 stays powered down; a 3-node gang behind them cannot start (one node short) and is
+    overtaken. Its hold takes the powered-down node as well as the two it drains (a hold of
+    the busy two alone never reaches three), is attached once they are idle, and Slurm
+    powers cap-3 up for the gang."""
+    c, _ = make_cluster(pools=[PoolSpec("gpu-cap", "cap-", 3)], suspend_time=600,
+                        reservations={"accumulate_after_s": 10, "hold_budget_gpu_hours": 1000,
+                                      "max_hold_s": 500})
+    with job_stream(c, "pinned", lambda i: c.sbatch(
+            "-N", "1", "-w", f"cap-{1 + i % 2}", "--gres=gpu:8", "-p", "gpu-cap", "--time=1",
+            "--priority=1000", "-J", "pinned", "--wrap", f"sleep {SMALL_S}"), 4):
+        wait_for("cap-1 and cap-2 busy, cap-3 powered down", lambda: all(
+            c.node(f"cap-{i}").get("State", "").startswith(("ALLOCATED", "MIXED"))
+            for i in (1, 2)) and "POWERED_DOWN" in c.node("cap-3").get("State", ""), 180)
+        gang = c.sbatch("-N", "3", "--gres=gpu:8", "-p", "gpu-cap", "--time=1",
+                        "--priority=1", "-J", "gang", "--wrap", "sleep 3")
+        c.wait_job(gang, {"RUNNING", "COMPLETED"}, 240)
+    (created,) = _created_for(c, gang)
+    assert "holding 3 of 3 node(s)" in created, created
+    assert set(expand(c.job(gang)["NodeList"])) == {"cap-1", "cap-2", "cap-3"}

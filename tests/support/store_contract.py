@@ -184,6 +184,24 @@ def a_job_is_recorded_once_and_ended_once(store: ReconcileStore) -> None:
     assert store.running_job_ids() == {"2", "3"}
 
 
+def ended_jobs_with_a_limit_are_read_as_runs_since(store: ReconcileStore) -> None:
+    """What limit_use: auto learns from: (pool, run s, limit s) of the jobs with a time
+    limit that ended at or after `since`; one the ledger found already ended counts too."""
+    def job(jid: str, limit: int | None, ended: float | None = None) -> JobRow:
+        return JobRow(job_id=jid, pool="gpu", user_name="u", num_nodes=1, gpus_per_node=8,
+                      submitted_at=at(0), started_at=at(10),
+                      ended_at=None if ended is None else at(ended), time_limit_s=limit)
+    store.add_job_starts([job("1", 300), job("2", None), job("3", 600), job("4", 900)])
+    store.end_jobs(["1", "2"], at(110))
+    store.end_jobs(["3"], at(210))
+    store.add_job_starts([job("5", 120, ended=70)])  # ran between two passes
+    assert sorted(store.job_runs(at(0))) == [("gpu", 60.0, 120.0), ("gpu", 100.0, 300.0),
+                                             ("gpu", 200.0, 600.0)]
+    assert store.job_runs(at(200)) == [("gpu", 200.0, 600.0)]
+    assert store.job_runs(at(211)) == []
+    assert store.running_job_ids() == {"4"}
+
+
 def ec2s_reservations_are_read_as_last_saved(store: ReconcileStore) -> None:
     def cr(available: int) -> CapacityReservationRow:
         return CapacityReservationRow(
@@ -218,6 +236,7 @@ CHECKS: list[Callable[[ReconcileStore], None]] = [
     a_gang_follows_its_lifecycle,
     its_own_outage_is_not_a_records_fault,
     a_job_is_recorded_once_and_ended_once,
+    ended_jobs_with_a_limit_are_read_as_runs_since,
     ec2s_reservations_are_read_as_last_saved,
     a_gang_is_live_while_launching_or_while_an_instance_runs,
 ]

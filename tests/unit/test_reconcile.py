@@ -396,8 +396,12 @@ def test_metrics_count_launches_by_outcome_and_every_event(cfg) -> None:  # type
     hook(spool, clock, RequestKind.RESUME, {2: ["spot-3", "spot-4"]})
     r.tick()
     m.job_started("gpu-spot", 2, 90.0)
+    assert r.capacity.last is not None  # the pass's limit_use, as the service exports it
+    m.limit_uses(r.capacity.last.limit_use)
     text = m.text()
     store.close()
+    assert 'slurmscale_reservation_limit_use{pool="gpu-spot"} 1.0' in text  # (no jobs yet)
+    assert 'slurmscale_reservation_limit_use_jobs{pool="gpu-spot"} 0.0' in text
     assert ('slurmscale_launches_total{capacity_type="spot",code="",pool="gpu-spot",'
             'result="launched"} 1.0') in text
     assert ('slurmscale_launches_total{capacity_type="spot",'

@@ -42,6 +42,25 @@ def kinds(plan) -> list[str]:  # type: ignore[no-untyped-def]
     return [a.kind.value for a in plan.actions]
 
 
+def test_a_gang_that_needs_the_pools_powered_down_nodes_holds_them_and_starts() -> None:
+    """Two busy nodes and one powered down, a 3-node gang: the pool cannot start it now (one
+    node short), and a hold of the busy nodes alone would never reach 3 (the powered-down
+    node is not idle, not busy): the hold takes it too, costs nothing for it, and is
+    attached once the busy two have drained (Slurm powers the third up for the job). Found
+    by the simulator's property test: the gang waited out max_hold_s with two idle nodes."""
+    busy = (node(1, NodeState.ALLOCATED, 8, NOW + 300), node(2, NodeState.ALLOCATED, 8, NOW + 600),
+            node(3, NodeState.POWERED_DOWN))
+    plan = plan_holds(K, GPUS, {"gpu": 3}, busy, (gang(nodes=3),), (), frozenset(), NOW)
+    assert kinds(plan) == ["create"] and plan.holds[0].nodes == ("g-1", "g-2", "g-3")
+    drained = (node(1, NodeState.RESERVED), node(2, NodeState.RESERVED),
+               node(3, NodeState.POWERED_DOWN))
+    later = plan_holds(K, GPUS, {"gpu": 3}, drained, (gang(nodes=3),), plan.holds,
+                       frozenset(), NOW + 600)
+    assert kinds(later) == ["attach"]
+    # 600 s of the two drained nodes idle (not the powered-down one's 8 GPUs)
+    assert later.holds[0].spent_gpu_s == 2 * 8 * 600
+
+
 def test_a_starving_gang_gets_idle_nodes_then_the_soonest_free_busy_ones() -> None:
     nodes = (node(1, NodeState.IDLE), node(2, NodeState.ALLOCATED, 8, NOW + 900),
              node(3, NodeState.ALLOCATED, 8, NOW + 60), node(4, NodeState.ALLOCATED, 1, None))

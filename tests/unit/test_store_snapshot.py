@@ -28,6 +28,7 @@ from slurmscale.store.rows import (
     CapacityReservationRow,
     HoldRow,
     InstanceRow,
+    JobRow,
     OfferingRow,
     PreemptionCause,
     PreemptionRow,
@@ -143,16 +144,25 @@ def test_the_policy_plans_the_same_from_the_snapshot_as_from_the_store(tmp_path:
                                              last_step_at=now - 30)}, _at(now))
     store.put_offering(OfferingRow(pool="p3", until_s=now + 120, repeats=1,
                                    last_code="InsufficientInstanceCapacity", updated_at=_at(now)))
+    # enough ended jobs for limit_use: auto to be learned in p1, from both
+    store.add_job_starts([JobRow(job_id=str(i), pool="p1", user_name="u", num_nodes=1,
+                                 gpus_per_node=8, submitted_at=_at(now - 7200),
+                                 started_at=_at(now - 7200), ended_at=_at(now - 7200 + 60 * i),
+                                 time_limit_s=7200) for i in range(1, 61)])
     slurm = SlurmCLI(cfg.slurm)
+    window = cfg.reservations.limit_use_auto.learning().window_s
 
     def snapshot() -> StoreSnapshot:
         return StoreSnapshot.from_plain(pickle.loads(pickle.dumps(StoreSnapshot.read(
-            store, now - REQUEUED_RECENTLY_S).to_plain())))
+            store, now - REQUEUED_RECENTLY_S, now - window).to_plain())))
     with_store = plan_data(current_plan(cfg, slurm, store, now, standings=True), SOURCE_LIVE)
     with_snapshot = plan_data(current_plan(cfg, slurm, snapshot, now, standings=True),
                               SOURCE_LIVE)
     assert with_snapshot == with_store
     assert with_store["pools"]["p1"]["target"] == 7 and with_store["reservations"]
+    assert with_store["limit_use"]["p1"] == {
+        "value": 0.2542, "jobs": 60, "source": "learned",
+        "said": "0.25 learned from 60 job(s)"}, with_store["limit_use"]
     store.close()
 
 

@@ -1,0 +1,114 @@
+"""`reservations.limit_use: auto`: the share of their time limits jobs run, learned per pool
+from the jobs that ended (policy/limit_use.py), and what it changes in the hold rule."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmscale.config_file import ConfigError, parse_config
+from slurmscale.daemon.holds import LimitUseLearner
+from slurmscale.policy.limit_use import UNLEARNED, Learning, LimitUse, learn, per_pool, quantile
+from slurmscale.policy.model import NodeState, NodeView
+from slurmscale.policy.reservations import GangJob, ReservationKnobs, plan_holds
+from slurmscale.store.memory import MemoryStore
+from slurmscale.store.rows import JobRow
+from tests.unit.conftest import base_config
+
+HOW = Learning(quantile=0.5, min_jobs=4, floor=0.1, ceiling=0.9)
+
+
+def test_the_fixed_value_until_enough_jobs_then_their_quantile_within_floor_and_ceiling(
+) -> None:
+    assert learn([0.2, 0.3, 0.4], HOW) == LimitUse(UNLEARNED, 3, "unlearned")
+    assert learn([0.2, 0.3, 0.4, 0.5], HOW) == LimitUse(0.35, 4, "learned")
+    assert learn([0.01] * 4, HOW).value == 0.1  # the floor
+    assert learn([1.0] * 4, HOW).value == 0.9  # the ceiling
+    # a run longer than its limit (a requeue's gap counted in) is a limit run out
+    assert learn([3.0, 3.0, 0.5, 0.5], Learning(min_jobs=1)).value == 0.75
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 5), min_size=1, max_size=50), st.floats(0.01, 0.99))
+def test_a_learned_value_is_always_within_its_bounds(shares: list[float], q: float) -> None:
+    how = Learning(quantile=q, min_jobs=1, floor=0.2, ceiling=0.8)
+    u = learn(shares, how)
+    assert 0.2 <= u.value <= 0.8 and u.jobs == len(shares) and u.source == "learned"
+    assert min(shares) <= quantile(shares, q) <= max(shares)
+
+
+def test_each_pool_learns_from_its_own_jobs_and_a_fixed_setting_is_used_as_is() -> None:
+    runs = [("a", 100.0, 1000.0)] * 4 + [("b", 900.0, 1000.0)] * 4 + [("b", 5.0, 0.0)]
+    got = per_pool("auto", ["a", "b", "c"], runs, HOW)
+    assert (got["a"].value, got["b"].value, got["b"].jobs) == (0.1, 0.9, 4)
+    assert got["c"] == LimitUse(UNLEARNED, 0, "unlearned")
+    assert per_pool(0.4, ["a"], runs, HOW) == {"a": LimitUse(0.4, 0, "fixed")}
+    assert got["a"].describe() == "0.10 learned from 4 job(s)"
+    assert got["c"].describe() == "1 until enough jobs are seen (0 so far)"
+
+
+def test_a_hold_that_the_limits_say_cannot_gather_passes_at_the_learned_share() -> None:
+    """Two busy nodes free by their limits in 9,000 s; max_hold_s 3,600: at 1.0 the hold
+    cannot gather its nodes in time; where jobs run a third of their limits it can."""
+    now = 100_000.0
+    k = ReservationKnobs(accumulate_after_s=600, max_hold_s=3600)
+    nodes = tuple(NodeView(f"g-{i}", "gpu", NodeState.ALLOCATED, alloc_gpus=8,
+                           free_at=now + 9000) for i in (1, 2))
+    gang = (GangJob("7", "gpu", 2, 8, now - 1000, 10, "alice"),)
+
+    def plan(learned: dict[str, float] | None, knobs: ReservationKnobs = k):  # type: ignore[no-untyped-def]
+        return plan_holds(knobs, {"gpu": 8}, {"gpu": 4}, nodes, gang, (), frozenset(), now,
+                          limit_use=learned)
+    unlearned = plan(None)
+    assert not unlearned.actions and "could not gather" in unlearned.skipped[0].reason
+    assert [a.job_id for a in plan({"gpu": 1 / 3}).actions] == ["7"]
+    # a fixed setting wins over what was learned
+    assert not plan({"gpu": 1 / 3}, ReservationKnobs(accumulate_after_s=600, max_hold_s=3600,
+                                                     limit_use=1.0)).actions
+
+
+def _job(i: int, end: datetime, run_s: float, limit_s: int) -> JobRow:
+    return JobRow(job_id=str(i), pool="gpu-spot", user_name="u", num_nodes=1,
+                  gpus_per_node=8, submitted_at=end - timedelta(seconds=run_s),
+                  started_at=end - timedelta(seconds=run_s), ended_at=end, time_limit_s=limit_s)
+
+
+def test_the_daemon_learns_from_the_window_and_reads_again_every_ten_minutes() -> None:
+    d = base_config(store_url="sqlite://")
+    d["reservations"] = {"limit_use_auto": {"min_jobs": 3, "window_days": 1}}
+    cfg = parse_config(d)
+    store = MemoryStore()
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    old = now - timedelta(days=2)  # outside the window: not counted
+    store.add_job_starts([_job(1, old, 900, 1000), _job(2, now, 100, 1000),
+                          _job(3, now, 300, 1000), _job(4, now, 200, 1000)])
+    learner = LimitUseLearner(cfg, store)
+    t, every = now.timestamp(), Learning().every_s
+    assert learner.current(t)["gpu-spot"] == LimitUse(0.2, 3, "learned")
+    store.add_job_starts([_job(5, now, 1000, 1000), _job(6, now, 1000, 1000)])
+    assert learner.current(t + every - 1)["gpu-spot"].jobs == 3  # not yet
+    assert learner.current(t + every)["gpu-spot"] == LimitUse(0.3, 5, "learned")
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    ({"limit_use": "sometimes"}, "limit_use"),
+    ({"limit_use": 0}, "limit_use"),
+    ({"limit_use_auto": {"floor": 0.8, "ceiling": 0.5}}, "floor (0.8) is above ceiling (0.5)"),
+    ({"limit_use_auto": {"quantile": 1}}, "quantile"),
+])
+def test_bad_settings_are_refused_naming_the_value(edit: dict[str, object], needle: str
+                                                   ) -> None:
+    d = base_config(store_url="sqlite://")
+    d["reservations"] = edit
+    with pytest.raises(ConfigError) as e:
+        parse_config(d)
+    assert needle in str(e.value)
+
+
+def test_auto_is_the_default() -> None:
+    cfg = parse_config(base_config(store_url="sqlite://"))
+    assert cfg.reservations.limit_use == "auto"
+    assert cfg.reservations.limit_use_auto.learning() == Learning()
