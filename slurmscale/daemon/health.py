@@ -26,11 +26,12 @@ from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.config import HealthSettings
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.interruptions import COMPLETING_WAIT_S, GONE_WAIT_S, InterruptionPass
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.model import InstanceHealth, ScheduledEvent, SlurmNode
 from slurmscale.policy.health import (
     REPLACED_KIND,
+    Cause,
     HealthKnobs,
     HealthWatch,
     Running,
@@ -119,9 +120,11 @@ class HealthPass:
     def _replace(self, v: Verdict, inst: InstanceRow, now: datetime) -> None:
         c = self.ctx
         reason = reasons.reason(Why.UNHEALTHY, f"{v.cause.value}: {v.detail}")
+        # (a node whose slurmd does not answer never reports its jobs completed: no wait)
+        wait = GONE_WAIT_S if v.cause is Cause.NOT_RESPONDING else COMPLETING_WAIT_S
         if not self.interruptions.evacuate(inst, PreemptionCause.UNHEALTHY,
                                            f"{REPLACED_KIND}{v.cause.value}", iso(v.since),
-                                           reason, now, steer=False):
+                                           reason, now, steer=False, wait_s=wait):
             return  # Slurm did not let it finish: the next pass redoes what is left
         requeued = sum(1 for p in c.store.preemptions(since=v.since - 1)
                        if p.instance_id == v.instance_id)

@@ -55,6 +55,10 @@ GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 # jobs there: KillWait (30 s by default) and an epilog's time; a node whose slurmd is gone
 # never reports, and is powered down regardless after this.
 COMPLETING_WAIT_S = 60.0
+# The same for an instance already gone (terminated, vanished): its slurmd never reports, so
+# the wait only keeps the power-down out of the second the other nodes revoked the job's
+# credential in (Slurm's revocation test compares whole seconds)
+GONE_WAIT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Evacuating:
     reason: str
     jobs: int  # how many were requeued
     since: datetime
+    wait_s: float  # the longest the power-down waits for it (COMPLETING_WAIT_S, GONE_WAIT_S)
 
 
 class InterruptionPass:
@@ -168,7 +173,7 @@ class InterruptionPass:
                 if (ev.state or "") in GONE_STATES:
                     reason = reasons.reason(Why.GONE, f"{inst.instance_id} {ev.state} at {ev.time}")
                     return self.evacuate(inst, PreemptionCause.INTERRUPTED, ev.kind.value,
-                                         ev.time, reason, now)
+                                         ev.time, reason, now, wait_s=GONE_WAIT_S)
         return True
 
     def sweep(self, seen: list[CloudInstance], now: datetime,
@@ -189,7 +194,7 @@ class InterruptionPass:
             reason = reasons.reason(Why.GONE, f"{inst.instance_id} {found.state} without "
                                     f"notice ({why})")
             self.evacuate(inst, PreemptionCause.VANISHED, f"vanished:{why}",
-                          now.isoformat(timespec="seconds"), reason, now)
+                          now.isoformat(timespec="seconds"), reason, now, wait_s=GONE_WAIT_S)
             n += 1
         return n
 
@@ -204,13 +209,15 @@ class InterruptionPass:
             self.backoff.reclaimed(pool.name, now)
 
     def evacuate(self, inst: InstanceRow, cause: PreemptionCause, kind: str,
-                 notice_time: str, reason: str, now: datetime, steer: bool = True) -> bool:
+                 notice_time: str, reason: str, now: datetime, steer: bool = True,
+                 wait_s: float = COMPLETING_WAIT_S) -> bool:
         """Drain, requeue the node's jobs, power it down once they are off it (now, or on a
         later pass: `power_down_evacuated`). True when done or in hand (now or before);
         False when Slurm did not let it finish: called again, it redoes only what is left.
         Each job's lost run is recorded with its `cause` (and `kind`: what it came from).
         `steer`: a job that lost `max_preemptions` runs moves to on-demand (spot's doing;
-        not for a node that was merely unhealthy)."""
+        not for a node that was merely unhealthy). `wait_s`: the longest the power-down waits
+        for Slurm to finish completing the jobs there (GONE_WAIT_S: the instance is gone)."""
         if inst.instance_id in self.evacuated:
             return True
         node = inst.node
@@ -243,13 +250,13 @@ class InterruptionPass:
             if steer:
                 self._steer(job, inst.pool, node)
         was = self.evacuating.get(node)
-        self.evacuating[node] = (Evacuating(inst, reason, len(jobs), now) if was is None
+        self.evacuating[node] = (Evacuating(inst, reason, len(jobs), now, wait_s) if was is None
                                  else replace(was, jobs=was.jobs + len(jobs)))
         return node not in self.power_down_evacuated(now)
 
     def power_down_evacuated(self, now: datetime) -> set[str]:
         """Power down the evacuated nodes once Slurm has finished completing their requeued
-        jobs there (the node no longer COMPLETING), or COMPLETING_WAIT_S after the requeue
+        jobs there (the node no longer COMPLETING), or its `wait_s` after the requeue
         (a node whose slurmd is gone never reports). Not at once: when the last node a
         requeued job is completing on is powered down under it, Slurm 22.05 clears the job's
         completion without its requeue delay (no "Requeuing JobId" in slurmctld's log; the
@@ -268,7 +275,7 @@ class InterruptionPass:
             busy = set(self.evacuating)
         for node, ev in list(self.evacuating.items()):
             waited = (now - ev.since).total_seconds()
-            if node in busy and waited < COMPLETING_WAIT_S:
+            if node in busy and waited < ev.wait_s:
                 continue
             try:
                 self.slurm.power_down_force([node], ev.reason)

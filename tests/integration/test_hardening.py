@@ -128,6 +128,9 @@ def test_a_spot_warning_that_arrives_while_slurmctld_is_down_is_not_lost(make_cl
         return j.get("Restarts") == "1" and j.get("JobState") in (
             "PENDING", "CONFIGURING", "RUNNING")
     wait_for("the job requeued once and back in the queue", requeued, 120)
+    # (the node is powered down once Slurm has finished completing the job there: a pass on)
+    wait_for("the node evacuated", lambda: "node_evacuated" in [e["kind"] for e in c.events()],
+             90)
     kinds = [e["kind"] for e in c.events()]
     assert kinds.count("job_requeued") == 1 and kinds.count("node_evacuated") == 1
     c.slurm("scancel", str(job))

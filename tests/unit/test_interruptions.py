@@ -152,6 +152,25 @@ def test_a_node_is_powered_down_once_its_requeued_jobs_are_off_it(world, complet
     assert len(slurm.powered_down) == 1 and len(store.preemptions("42")) == 1
 
 
+def test_a_gone_instances_node_is_powered_down_seconds_after_the_requeue(world) -> None:  # type: ignore[no-untyped-def]
+    """A terminated instance's slurmd never reports its jobs completed: the power-down
+    waits only GONE_WAIT_S (out of the second the other nodes revoked the job's credential
+    in), not for a completion that cannot come."""
+    from datetime import timedelta
+
+    from slurmscale.daemon.interruptions import GONE_WAIT_S
+
+    p, slurm, q, _store, _events = world
+    n = slurm.table["spot-1"]
+    slurm.table["spot-1"] = replace(n, state=n.state + "+COMPLETING")  # for good
+    q.bodies.append(ec2_event("EC2 Instance State-change Notification", "i-0000000000000001",
+                              state="terminated"))
+    p.run(T0)
+    assert q.deleted == ["0"] and not slurm.powered_down
+    p.run(T0 + timedelta(seconds=GONE_WAIT_S))
+    assert [n for n, _ in slurm.powered_down] == [["spot-1"]]
+
+
 def test_rebalance_drains_only_and_foreign_or_malformed_messages_are_dropped(world) -> None:  # type: ignore[no-untyped-def]
     p, slurm, q, _store, events = world
     q.bodies += [ec2_event("EC2 Instance Rebalance Recommendation", "i-0000000000000001"),
