@@ -383,6 +383,7 @@ def _live_plan(cfg: Config) -> dict[str, Any]:
     import time as _time
 
     from slurmscale.daemon.capacity import REQUEUED_RECENTLY_S, current_plan
+    from slurmscale.daemon.holds import limit_use_runs_since
     from slurmscale.daemon.plan_view import SOURCE_LIVE, plan_data
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
@@ -396,10 +397,8 @@ def _live_plan(cfg: Config) -> dict[str, Any]:
     # The daemon's memory (governed targets, cooldown clocks, hold budgets) makes this the
     # plan it would carry out: read by a child process while this one reads and parses
     # Slurm (opening the SQL store alone is SQLAlchemy's import: a third of the command)
-    r = cfg.reservations
     aside = ReadAside(lambda: _store(cfg), now - REQUEUED_RECENTLY_S,
-                      now - r.limit_use_auto.learning().window_s if r.limit_use == "auto"
-                      else None)
+                      limit_use_runs_since(cfg, now))
     try:
         pp = current_plan(cfg, SlurmCLI(cfg.slurm), aside.snapshot, now, standings=True)
     except SlurmError as e:

@@ -50,6 +50,13 @@ def hold_knobs(cfg: Config) -> ReservationKnobs:
     return ReservationKnobs(**r.model_dump(exclude={"limit_use_auto"}))
 
 
+def limit_use_runs_since(cfg: Config, now: float) -> float | None:
+    """Since when `limit_use: auto` learns from the jobs that ended (Unix s; None: the
+    config fixes it, nothing is read)."""
+    r = cfg.reservations
+    return None if r.limit_use != "auto" else now - r.limit_use_auto.learning().window_s
+
+
 class LimitUseLearner:
     """Each pool's `reservations.limit_use` as the hold rule uses it now: the config's, or
     (auto) learned from the jobs the store recorded as ended within the window
@@ -65,11 +72,12 @@ class LimitUseLearner:
         r = self.cfg.reservations
         pools = [p.name for p in self.cfg.pools]
         how = r.limit_use_auto.learning()
-        if r.limit_use != "auto":
+        since = limit_use_runs_since(self.cfg, now)
+        if since is None:
             return per_pool(r.limit_use, pools, (), how)
         if self.read_at is None or not 0 <= now - self.read_at < how.every_s:
-            since = datetime.fromtimestamp(now - how.window_s, UTC)
-            self.uses = per_pool("auto", pools, self.store.job_runs(since), how)
+            self.uses = per_pool("auto", pools,
+                                 self.store.job_runs(datetime.fromtimestamp(since, UTC)), how)
             self.read_at = now
         return self.uses
 

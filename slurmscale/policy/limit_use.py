@@ -49,7 +49,7 @@ class LimitUse:
             case "learned":
                 return f"{self.value:.2f} learned from {self.jobs} job(s)"
             case "unlearned":
-                return (f"{self.value:g} until enough jobs are seen ({self.jobs} so far)")
+                return f"{self.value:g} until enough jobs are seen ({self.jobs} so far)"
             case _:
                 return f"{self.value:g} (set in the config)"
 

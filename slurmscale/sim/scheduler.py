@@ -36,18 +36,12 @@ class SlurmScheduler(PaidRouting):
         gpn = job.gpus_per_node(k.gpus_per_node)
         if job.nodes > k.max_nodes or gpn > k.gpus_per_node:
             return None
-        resv = self.attached.get(idx)
-        if resv is not None:  # pointed at its reservation: runs there, on nothing else
-            headroom = 0
+        resv = self.attached.get(idx)  # pointed at its reservation: runs there, nowhere else
         pool = self.nodes_of[k.name]
         live = [n for n in pool if n.state != "down" and n.resv == resv and not n.drain]
         if self.paid.blocks:  # (the scheduler's hot loop: no per-node call without blocks)
             live = [n for n in live if not self._outlasts(n, max(now, n.ready_at), idx)]
-        # (a job in its reservation may power up the reservation's powered-down nodes, as
-        # Slurm does for any job: ResumeProgram for the nodes it was allocated)
-        spare = (self._spare(pool, headroom, allow) if resv is None else
-                 [n for n in pool if n.state == "down" and n.resv == resv and not n.drain
-                  and (allow is None or allow(n))])
+        spare = self._spare(pool, headroom, allow, resv)
         if job.nodes == 1:
             fits_now = [n for n in live if n.free >= gpn and (allow is None or allow(n))]
             if fits_now:
@@ -64,14 +58,17 @@ class SlurmScheduler(PaidRouting):
         return None
 
     @staticmethod
-    def _spare(pool: list[Node], headroom: int,
-               allow: Callable[[Node], bool] | None) -> list[Node]:
-        """The powered-down nodes a job may power up: the first `headroom` of the pool (the
-        others are held or beyond the cap, so Slurm cannot use them) outside reservations."""
-        if headroom <= 0:
+    def _spare(pool: list[Node], headroom: int, allow: Callable[[Node], bool] | None,
+               resv: str | None = None) -> list[Node]:
+        """The powered-down nodes a job may power up. In its reservation `resv`: that
+        reservation's, as Slurm powers up the nodes it allocates a job (ResumeProgram).
+        Elsewhere: the first `headroom` of the pool outside reservations (the others are
+        held or beyond the cap, so Slurm cannot use them)."""
+        if resv is None and headroom <= 0:
             return []
-        down = [n for n in pool if n.state == "down" and not n.drain and n.resv is None
-                ][:headroom]
+        down = [n for n in pool if n.state == "down" and not n.drain and n.resv == resv]
+        if resv is None:
+            down = down[:headroom]
         return down if allow is None else [n for n in down if allow(n)]
 
     def _start(self, idx: int, job: TraceJob, now: float, k: PoolKnobs,
