@@ -14,7 +14,7 @@ the typical job would free them, not the longest.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,21 +54,29 @@ class LimitUse:
                 return f"{self.value:g} (set in the config)"
 
 
-def quantile(values: list[float], q: float) -> float:
+def _unit(x: float) -> float:
+    return min(1.0, max(0.0, x))
+
+
+def quantile(values: list[float], q: float, clamp: Callable[[float], float] = float) -> float:
     """The `q` quantile of `values` (not empty) by linear interpolation between order
-    statistics (numpy's default), so that a median of two is their mean."""
+    statistics (numpy's default), so that a median of two is their mean; with `clamp` (a
+    non-decreasing map) that of the clamped values: only the two order statistics used are
+    clamped, as sorting the rest gives the same order (the daemon learns over every job
+    that ended in the window)."""
     xs = sorted(values)
     pos = q * (len(xs) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    a, b = clamp(xs[lo]), clamp(xs[hi])
+    return a + (b - a) * (pos - lo)
 
 
 def learn(shares: list[float], how: Learning) -> LimitUse:
     """The share from `shares` (each ended job's run time over its time limit)."""
     if len(shares) < how.min_jobs or not shares:
         return LimitUse(UNLEARNED, len(shares), "unlearned")
-    v = quantile([min(1.0, max(0.0, s)) for s in shares], how.quantile)
+    v = quantile(shares, how.quantile, _unit)
     return LimitUse(min(how.ceiling, max(how.floor, v)), len(shares), "learned")
 
 
