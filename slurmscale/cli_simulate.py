@@ -165,11 +165,13 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     with the oracle among the policies (the default) and neither spot nor paid capacity, each
     policy also has idle_vs_oracle and cost_vs_oracle (docs/simulator.md, "The clairvoyant
     bound"). With --replicas K above 1: {"trace", "slurm_model", "replicas": K, "jitter_s": S,
-    "policies": {NAME: {FIGURE: {median, min, max}}}} (the numeric figures).
+    "policies": {NAME: {FIGURE: {median, min, max}}}, "each": [{NAME: {FIGURE: value}}]}
+    (the numeric figures; `each`: replica by replica, in seed order, for ratios taken per
+    replica between two runs with the same --seed).
     """
     from slurmscale.sim.engine import FailureModel, SimResult
     from slurmscale.sim.policies import POLICY_NAMES
-    from slurmscale.sim.replicas import Settings, run_all, run_replicas, summarise
+    from slurmscale.sim.replicas import Settings, numeric, run_all, run_replicas, summarise
     from slurmscale.sim.report import plot
 
     names = policies or POLICY_NAMES
@@ -199,8 +201,9 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     settings = Settings(tuple(names), base, holds, cloud, spot, paid, model, failures)
     out: dict[str, Any] = {"trace": trace_path, "slurm_model": slurm_model}
     if replicas > 1:
-        out.update(replicas=replicas, jitter_s=jitter, policies=summarise(
-            run_replicas(jobs, settings, replicas, jitter, seed)))
+        each = run_replicas(jobs, settings, replicas, jitter, seed)
+        out.update(replicas=replicas, jitter_s=jitter, policies=summarise(each),
+                   each=[numeric(r) for r in each])
         _print_replicas(out, as_json)
         return
     results: list[SimResult] = []
@@ -265,7 +268,7 @@ def _pool_knobs(ctx: click.Context, pool_name: str | None, knob_args: tuple[str,
     from pydantic import ValidationError
 
     from slurmscale.config import PoolPolicy
-    from slurmscale.policy.model import PoolKnobs
+    from slurmscale.policy.model import PoolKnobs, StepSizing
     from slurmscale.validation import problems
 
     policy: dict[str, Any] = {}
@@ -290,10 +293,12 @@ def _pool_knobs(ctx: click.Context, pool_name: str | None, knob_args: tuple[str,
     if cooldown is not None:
         policy["cooldown_s"] = cooldown
     try:
-        checked = PoolPolicy.model_validate(policy).model_dump(exclude={"mode"})
+        valid = PoolPolicy.model_validate(policy)
     except ValidationError as e:
         raise click.BadParameter("; ".join(problems(e)), param_hint="--knob") from None
-    return PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes, **checked)
+    return PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes,
+                     step_sizing=StepSizing(valid.step_sizing),
+                     **valid.model_dump(exclude={"mode", "step_sizing"}))
 
 
 def _hold_knobs(accumulate: bool, budget: float | None, after: float | None,

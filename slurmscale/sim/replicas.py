@@ -92,6 +92,16 @@ def run_replicas(jobs: list[TraceJob], s: Settings, k: int, jitter_s: float,
         return list(pool.map(_one, work))
 
 
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def numeric(replica: Figures) -> dict[str, dict[str, float]]:
+    """One replica's numeric figures per policy (no lists, no empty waits)."""
+    return {name: {k: v for k, v in figs.items() if _is_number(v)}
+            for name, figs in replica.items()}
+
+
 def summarise(replicas: list[Figures]) -> dict[str, dict[str, dict[str, float]]]:
     """Per policy, each numeric figure's median, min and max over the replicas (a figure with
     no value in some replica, e.g. a wait with no gang, over those that have one)."""
@@ -101,9 +111,7 @@ def summarise(replicas: list[Figures]) -> dict[str, dict[str, dict[str, float]]]
         for key, first in replicas[0][name].items():
             if isinstance(first, list):
                 continue
-            xs = [r[name][key] for r in replicas
-                  if isinstance(r[name].get(key), int | float)
-                  and not isinstance(r[name].get(key), bool)]
+            xs = [r[name][key] for r in replicas if _is_number(r[name].get(key))]
             if xs:
                 figs[key] = {"median": round(statistics.median(xs), 3), "min": min(xs),
                              "max": max(xs)}
