@@ -56,6 +56,12 @@ def test_the_cli_prints_medians_and_refuses_a_plot_of_replicas(tmp_path: Path) -
     out = json.loads(r.output)
     assert (out["replicas"], out["jitter_s"]) == (2, 30.0)
     assert set(out["policies"]["immediate"]["wait_p95_s"]) == {"median", "min", "max"}
+    # replica by replica, numbers only, the summary's min and max among them
+    assert len(out["each"]) == 2
+    p95 = [r["immediate"]["wait_p95_s"] for r in out["each"]]
+    assert (min(p95), max(p95)) == (out["policies"]["immediate"]["wait_p95_s"]["min"],
+                                    out["policies"]["immediate"]["wait_p95_s"]["max"])
+    assert all(isinstance(v, int | float) for r in out["each"] for v in r["immediate"].values())
     text = CliRunner().invoke(cli, args)
     assert text.exit_code == 0 and "median [min-max]" in text.output
     bad = CliRunner().invoke(cli, [*args, "--plot", str(tmp_path / "p.png")])
