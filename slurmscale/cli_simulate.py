@@ -161,7 +161,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     node_launches, reservations_created, reservation_idle_gpu_hours, preemptions, requeues,
     jobs_failed, lost_gpu_hours, restart_wait_p50_s, restart_wait_p95_s,
     reserved_node_hours_paid, reserved_node_hours_used, reservation_utilization,
-    jobs_killed_at_block_end, gang_start_order, node_failures, capacity_lost_gpu_hours}}};
+    jobs_killed_at_block_end, gang_start_order, node_failures, capacity_lost_gpu_hours,
+    limit_use, limit_use_jobs, limit_use_learned_at_s}}};
     with the oracle among the policies (the default) and neither spot nor paid capacity, each
     policy also has idle_vs_oracle and cost_vs_oracle (docs/simulator.md, "The clairvoyant
     bound"). With --replicas K above 1: {"trace", "slurm_model", "replicas": K, "jitter_s": S,

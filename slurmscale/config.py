@@ -176,6 +176,7 @@ class PoolPolicy(_Strict):
 
     mode: Literal["immediate", "governed"] = _K.mode.value
     step_nodes: Annotated[int, Field(ge=1)] = _K.step_nodes
+    step_sizing: Literal["pending", "fixed"] = _K.step_sizing.value
     queue_gpu_hours: Annotated[float, Field(ge=0)] = _K.queue_gpu_hours
     sustained_s: Annotated[float, Field(ge=0)] = _K.sustained_s
     cooldown_s: Annotated[float, Field(ge=0)] = _K.cooldown_s

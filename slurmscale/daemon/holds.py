@@ -74,7 +74,8 @@ class LimitUseLearner:
         how = r.limit_use_auto.learning()
         since = limit_use_runs_since(self.cfg, now)
         if since is None:
-            return per_pool(r.limit_use, pools, (), how)
+            self.uses = per_pool(r.limit_use, pools, (), how)
+            return self.uses
         if self.read_at is None or not 0 <= now - self.read_at < how.every_s:
             self.uses = per_pool("auto", pools,
                                  self.store.job_runs(datetime.fromtimestamp(since, UTC)), how)

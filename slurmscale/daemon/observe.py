@@ -21,6 +21,7 @@ from slurmscale.policy.model import (
     PoolKnobs,
     PoolMemory,
     Snapshot,
+    StepSizing,
 )
 from slurmscale.policy.observe import (
     CAPACITY_REASONS,
@@ -38,10 +39,11 @@ def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
     return tuple(
         PoolKnobs(name=p.name, gpus_per_node=p.gpus_per_node, max_nodes=p.max_nodes,
                   min_nodes=p.min_nodes, mode=Mode(p.policy.mode),
+                  step_sizing=StepSizing(p.policy.step_sizing),
                   buffer=buffer_rules(cfg, p.name),
                   release_paid_idle=(p.capacity_reservations is None
                                      or p.capacity_reservations.release_idle),
-                  **p.policy.model_dump(exclude={"mode"}))
+                  **p.policy.model_dump(exclude={"mode", "step_sizing"}))
         for p in cfg.pools)
 
 

@@ -1,9 +1,12 @@
 """The capacity policy: Snapshot -> Plan. Pure and deterministic; the daemon and the simulator
 run this same function.
 
-Scale-up (governed pools): the target rises by `step_nodes` when pending GPU-hours stay above
-`queue_gpu_hours` for `sustained_s`, at most once per `cooldown_s`; and when a pending gang
-cannot fit, by the gang's whole shortfall in one decision, cooldown or not. Immediate pools
+Scale-up (governed pools): the target rises when pending GPU-hours stay above
+`queue_gpu_hours` for `sustained_s` (or a job has waited `max_wait_s`), at most once per
+`cooldown_s`, by what the pending jobs need beyond the free nodes - no more than would run
+their GPU-hours within a cooldown, at least `step_nodes` (`step_sizing: fixed`: by
+`step_nodes`); and when a pending gang cannot fit, by the gang's whole shortfall in one
+decision, cooldown or not. Immediate pools
 keep the target at max_nodes: Slurm powers up each job's whole node set through the hooks.
 
 Scale-down (both modes) is slower than scale-up and never touches an allocated, reserved or
@@ -38,6 +41,7 @@ from slurmscale.policy.model import (
     PoolKnobs,
     PoolMemory,
     Snapshot,
+    StepSizing,
 )
 
 LIVE = (NodeState.BOOTING, NodeState.IDLE, NodeState.ALLOCATED, NodeState.RESERVED)
@@ -53,7 +57,21 @@ def pool_demand(knobs: PoolKnobs, jobs: list[PendingJob], now: float) -> PoolDem
     gangs = tuple((j.job_id, j.nodes) for j in order if j.nodes >= 2
                   for _ in range(min(j.startable, max(1, knobs.max_nodes // j.nodes))))
     oldest = max((now - j.submit_s for j in act), default=0.0)
-    return PoolDemand(sum(j.tasks for j in act), round(gpu_h, 6), gangs, max(0.0, oldest))
+    return PoolDemand(sum(j.tasks for j in act), round(gpu_h, 6), gangs, max(0.0, oldest),
+                      _pending_nodes(knobs, act))
+
+
+def _pending_nodes(k: PoolKnobs, act: list[PendingJob]) -> int:
+    """Nodes the pending jobs would fill if every one that may start now started: a multi-node
+    job (or any job in a pool without GPUs) takes whole nodes, single-node jobs' GPUs are
+    packed onto nodes; never more than the pool holds."""
+    whole, gpus = 0, 0
+    for j in act:
+        if j.nodes >= 2 or not k.gpus_per_node:
+            whole += j.nodes * j.startable
+        else:
+            gpus += j.gpus_per_node * j.startable
+    return min(k.max_nodes, whole + math.ceil(gpus / k.gpus_per_node) if gpus else whole)
 
 
 def _clamp(v: int, k: PoolKnobs) -> int:
@@ -97,16 +115,40 @@ def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand, live: in
         sustained = now - above_since >= k.sustained_s or waited_out
         cooled = last_step is None or now - last_step >= k.cooldown_s
         if sustained and cooled and target < k.max_nodes:
-            new = _clamp(target + k.step_nodes, k)
+            step, sized = _step(k, demand, idle + (base - live))
+            new = _clamp(target + step, k)
             why = (f"pending {demand.pending_gpu_hours:.1f} GPU-h > {k.queue_gpu_hours:g} for "
                    f"{now - above_since:.0f}s" if not waited_out else
                    f"a job has waited {demand.oldest_wait_s:.0f}s >= {k.max_wait_s:.0f}s")
             actions.append(Action(ActionKind.RAISE_TARGET, k.name,
-                                  f"{why}: target {target} -> {new}", count=new - target))
+                                  f"{why}{sized}: target {target} -> {new}",
+                                  count=new - target))
             return PoolMemory(new, above_since, now)
     else:
         above_since = None
     return PoolMemory(target, above_since, last_step)
+
+
+def _step(k: PoolKnobs, demand: PoolDemand, free: int) -> tuple[int, str]:
+    """How far queue pressure raises the target, and what the reason adds. `pending`: the
+    nodes the pending jobs need beyond the `free` ones (idle, or under the target), but no
+    more than would run their GPU-hours (by time limit) within one cooldown - work shorter
+    than the cooldown can share nodes one job after another - and at least `step_nodes`."""
+    if k.step_sizing is StepSizing.FIXED:
+        return k.step_nodes, ""
+    short = max(0, demand.pending_nodes - free)
+    if k.gpus_per_node and k.cooldown_s > 0:
+        per_cooldown = math.ceil(demand.pending_gpu_hours * 3600.0
+                                 / (k.gpus_per_node * k.cooldown_s) - 1e-6)
+        want = min(short, per_cooldown)
+    else:
+        per_cooldown, want = short, short
+    step = max(k.step_nodes, want)
+    if step == k.step_nodes and want < k.step_nodes:
+        return step, ""
+    return step, (f"; pending jobs need {demand.pending_nodes} node(s), {free} free"
+                  + (f", their GPU-hours fill {per_cooldown} within the cooldown"
+                     if per_cooldown < short else ""))
 
 
 def _holds(k: PoolKnobs, nodes: list[NodeView], target: int,

@@ -16,6 +16,13 @@ class Mode(StrEnum):
     GOVERNED = "governed"  # a target between min and max; nodes above it are held out
 
 
+class StepSizing(StrEnum):
+    """How far a governed pool's target rises on queue pressure."""
+
+    PENDING = "pending"  # what the pending jobs need, at most their GPU-hours over a cooldown
+    FIXED = "fixed"  # `step_nodes`, whatever is pending
+
+
 class NodeState(StrEnum):
     POWERED_DOWN = "powered_down"
     BOOTING = "booting"
@@ -43,18 +50,21 @@ class PoolKnobs:
     max_nodes: int
     min_nodes: int = 0
     mode: Mode = Mode.IMMEDIATE
-    step_nodes: int = 1
+    step_nodes: int = 1  # the least step (`step_sizing: fixed`: the step)
+    step_sizing: StepSizing = StepSizing.PENDING
     queue_gpu_hours: float = 16.0
     sustained_s: float = 300.0
     # a job waiting this long counts as queue pressure on its own
     max_wait_s: float = 900.0
     cooldown_s: float = 600.0
     max_scale_down_per_cycle: int = 4
-    min_idle_s: float = 120.0
+    # released at the first pass idle with no pending job for it and no reuse forecast
+    # (issue 33: nearest the clairvoyant bound on every shipped trace and cap; docs/policy.md)
+    min_idle_s: float = 0.0
     # never keep an idle node longer than Slurm's usual SuspendTime
     max_idle_s: float = 600.0
     reuse_window_s: float = 3600.0
-    reuse_horizon_s: float = 600.0
+    reuse_horizon_s: float = 0.0  # 0: no reuse forecast (it kept more than it saved)
     default_time_limit_s: float = 4 * 3600.0
     # False: an idle node on capacity paid whether used or not (a capacity reservation) is
     # kept, as releasing it saves nothing and a relaunch costs a boot
@@ -152,3 +162,6 @@ class PoolDemand:
     pending_gpu_hours: float
     pending_gangs: tuple[tuple[str, int], ...]  # (job id, nodes) in priority order
     oldest_wait_s: float
+    # nodes the pending jobs would fill if all that may start now started: a multi-node job's
+    # whole nodes, single-node jobs' GPUs packed onto nodes
+    pending_nodes: int = 0

@@ -47,6 +47,7 @@ from slurmscale.config import (
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.hostlists import compress
 from slurmscale.model import CapacityReservation
+from slurmscale.policy.limit_use import LimitUse
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.policy.reservations import ReservationKnobs
 from slurmscale.sim.ec2_adapter import SPOT, SimEc2, SimQueue
@@ -60,8 +61,9 @@ _POLICY_FIELDS = tuple(PoolPolicy.model_fields)
 
 
 def _pool(k: PoolKnobs, prefix: str, capacity: CapacityType, **extra: object) -> Pool:
-    policy = PoolPolicy(**{f: getattr(k, f) for f in _POLICY_FIELDS if f != "mode"},
-                        mode=k.mode.value)
+    policy = PoolPolicy(**{f: getattr(k, f) for f in _POLICY_FIELDS
+                           if f not in ("mode", "step_sizing")},
+                        mode=k.mode.value, step_sizing=k.step_sizing.value)
     return Pool(name=k.name, partition=k.name, node_prefix=prefix, max_nodes=k.max_nodes,
                 min_nodes=k.min_nodes, gpus_per_node=k.gpus_per_node,
                 instance_types=["p5.48xlarge"], capacity_type=capacity,
@@ -215,6 +217,13 @@ class DaemonDriver:
         for node in nodes:
             (inst,) = self.store.active_instances([node])
             self.queue.put(self.ec2.reclaim(inst.instance_id, reservation=reclaim))
+
+    def limit_use(self, pool: str) -> LimitUse | None:
+        """The hold rule's share of a time limit for `pool` as the daemon's last pass used it
+        (None: holds off, or no pass has planned holds yet)."""
+        if not self.cfg.reservations.enabled:
+            return None
+        return self.reconciler.capacity.limit_use.uses.get(pool)
 
     def reservation_end(self, name: str) -> float | None:
         return self.slurm.end_of(name)

@@ -107,11 +107,23 @@ class Simulation(OtherPolicies):
             paid = (frozenset(n.name for n in self.nodes if n.paid is not None)
                     if self.paid.reserved_nodes or self.paid.blocks else frozenset())
             self.daemon.step(now, paid)
+            self._limit_use(now)
         else:
             self._apply(self.policy.decide(self._snapshot(now)), now)  # type: ignore[misc]
         live_gpus = sum(n.gpus for n in self.nodes if n.state != "down")
         demand = self.running_gpus + sum(j.gpus for j in self.pending.values())
         self.result.timeline.append((now, demand, live_gpus))
+
+    def _limit_use(self, now: float) -> None:
+        """The hold rule's share of a time limit, as the daemon uses it now for the pool."""
+        assert self.daemon is not None
+        use = self.daemon.limit_use(self.main.name)
+        if use is None:
+            return
+        r = self.result
+        r.limit_use, r.limit_use_jobs = use.value, use.jobs
+        if r.limit_use_learned_s is None and use.source == "learned":
+            r.limit_use_learned_s = now
 
     def run(self) -> SimResult:
         for i, j in enumerate(self.jobs):

@@ -63,6 +63,9 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "gang_start_order": [j for _, j in sorted(r.gang_starts)],
         "node_failures": r.node_failures,
         "capacity_lost_gpu_hours": round(r.capacity_lost_gpu_s / 3600, 1),
+        "limit_use": None if r.limit_use is None else round(r.limit_use, 3),
+        "limit_use_jobs": r.limit_use_jobs,
+        "limit_use_learned_at_s": r.limit_use_learned_s,
     }
 
 

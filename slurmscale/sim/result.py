@@ -39,4 +39,9 @@ class SimResult:
     capacity_lost_gpu_s: float = 0.0  # GPU time of failed nodes until replaced or repaired
     # the oracle's: the node-seconds a clairvoyant release rule keeps nodes up (sim/oracle.py)
     offline_node_s: float | None = None
+    # the daemon's hold rule: the pool's limit_use at the end, the jobs it rests on, and when
+    # it was first learned from the jobs that ended (None: never; fixed by the config)
+    limit_use: float | None = None
+    limit_use_jobs: int = 0
+    limit_use_learned_s: float | None = None
 

@@ -33,14 +33,20 @@ def _node(name: str, state: str, last_busy: str = "") -> SlurmNode:
     return SlurmNode(name, state, name, name, partitions=("gpu-spot",), last_busy=last_busy)
 
 
+MIN_IDLE_S = 120.0
+
+
 def run(tmp_path, step_at_s: float | None, step_s: float, minutes: int = 60
         ) -> list[tuple[float, str, tuple[str, ...]]]:
     """The scripted hour; returns what the daemon did and when (true seconds from the start):
     Slurm calls and EC2 launches and terminations."""
-    cfg = parse_config(base_config(
+    d = base_config(
         spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
         hook_log_file=str(tmp_path / "hooks.log"),
-        store_url=f"sqlite:///{tmp_path / 'state.db'}"))
+        store_url=f"sqlite:///{tmp_path / 'state.db'}")
+    for pool in d["pools"]:  # a release waits out an idle time that a step could cut short
+        pool["policy"] = {"min_idle_s": MIN_IDLE_S}
+    cfg = parse_config(d)
     store = Store(cfg.store_url)
     store.upgrade()
     true = [T0]
@@ -146,10 +152,10 @@ def test_a_step_back_of_an_hour_does_nothing_earlier_or_more(tmp_path) -> None: 
         return out
     was, now = released(steady), released(back)
     assert set(now) == set(was), "every node released, none more"
-    # none before it has been idle min_idle_s (120 s, the pools' default) by true time
+    # none before it has been idle min_idle_s by true time
     idle_from = {**dict.fromkeys(("spot-1", "spot-2", "spot-3", "spot-4"), 250.0),
                  "spot-5": 500.0, "spot-6": 500.0, "spot-7": 1600.0, "spot-8": 1600.0}
-    assert all(now[n] >= idle_from[n] + 120.0 for n in was), now
+    assert all(now[n] >= idle_from[n] + MIN_IDLE_S for n in was), now
     # those idle across the step: later by up to the step; the others as without it
     assert all(now[n] - was[n] <= HOUR + 600 for n in was), (was, now)
 

@@ -112,3 +112,29 @@ def test_auto_is_the_default() -> None:
     cfg = parse_config(base_config(store_url="sqlite://"))
     assert cfg.reservations.limit_use == "auto"
     assert cfg.reservations.limit_use_auto.learning() == Learning()
+
+
+def test_the_simulator_reports_the_share_its_daemon_learned_and_when(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """60 one-node jobs of 10 minutes, one every 15: limits are 3x run times (the Slurm
+    model's default), so the share learned once 50 have ended is a third."""
+    import json
+
+    from click.testing import CliRunner
+
+    from slurmscale.cli import cli
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,nodes\n" + "".join(
+        f"j{i},{i * 900},600,8,1\n" for i in range(60)))
+    r = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--max-nodes", "2",
+                                 "--policy", "slurmscale", "--policy", "immediate", "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)["policies"]
+    s = got["slurmscale"]
+    assert s["limit_use"] == pytest.approx(1 / 3, abs=1e-3) and s["limit_use_jobs"] >= 50
+    # the 50th job ends at 49 x 900 + 600 s plus its wait; learned at the next pass after it
+    assert 49 * 900 + 600 <= s["limit_use_learned_at_s"] <= 49 * 900 + 600 + 900
+    assert got["immediate"]["limit_use"] is None  # no holds, no share
+    fixed = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--max-nodes", "2",
+                                     "--policy", "slurmscale", "--json", "--no-accumulate"])
+    assert json.loads(fixed.output)["policies"]["slurmscale"]["limit_use"] is None

@@ -50,7 +50,9 @@ def test_a_governed_pool_plans_a_whole_gang_from_live_state() -> None:
 
 
 def test_idle_nodes_use_last_busy_time_for_scale_down() -> None:
-    cfg = parse_config(base_config())
+    d = base_config()
+    d["pools"][0]["policy"] = {"min_idle_s": 60}
+    cfg = parse_config(d)
     now = datetime(2026, 11, 29, 12, 0).timestamp()
     nodes = [sn("spot-1", "IDLE+CLOUD", "2026-11-29T11:40:00"),  # idle 20 min
              sn("spot-2", "IDLE+CLOUD", "2026-11-29T11:59:30"),  # idle 30 s

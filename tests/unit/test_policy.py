@@ -19,9 +19,12 @@ from slurmscale.policy.model import (
     PoolKnobs,
     PoolMemory,
     Snapshot,
+    StepSizing,
 )
 
-GOV = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=16, mode=Mode.GOVERNED)
+# the reuse forecast on (the defaults release at the first idle pass: tested on their own)
+GOV = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=16, mode=Mode.GOVERNED,
+                min_idle_s=120.0, reuse_horizon_s=600.0)
 
 
 def nodes(states: list[NodeState], idle_since: float = 0.0) -> tuple[NodeView, ...]:
@@ -41,17 +44,59 @@ def test_a_pending_gang_raises_an_empty_governed_pool_by_its_full_size_in_one_st
 
 
 def test_queue_pressure_steps_once_per_cooldown_after_the_sustained_window() -> None:
+    k = replace(GOV, step_sizing=StepSizing.FIXED)
     jobs = tuple(PendingJob(str(i), "gpu", 1, 8, 4 * 3600, 0) for i in range(3))  # 96 GPU-h
     mem = PoolMemory(2)
     live = nodes([NodeState.ALLOCATED] * 2 + [NodeState.POWERED_DOWN] * 14)
-    first = decide(Snapshot(0, (GOV,), live, jobs, {"gpu": mem}))
+    first = decide(Snapshot(0, (k,), live, jobs, {"gpu": mem}))
     assert first.targets["gpu"] == 2  # above the threshold, not yet for 5 minutes
-    later = decide(Snapshot(300, (GOV,), live, jobs, first.memory))
+    later = decide(Snapshot(300, (k,), live, jobs, first.memory))
     assert later.targets["gpu"] == 3
-    cooling = decide(Snapshot(600, (GOV,), live, jobs, later.memory))
+    cooling = decide(Snapshot(600, (k,), live, jobs, later.memory))
     assert cooling.targets["gpu"] == 3
-    cooled = decide(Snapshot(900, (GOV,), live, jobs, cooling.memory))
+    cooled = decide(Snapshot(900, (k,), live, jobs, cooling.memory))
     assert cooled.targets["gpu"] == 4
+
+
+def _pressure_step(k: PoolKnobs, jobs: tuple[PendingJob, ...],
+                   states: list[NodeState]) -> tuple[int, str]:
+    """The target after the sustained window, and the raise's reason."""
+    live, mem = nodes(states), {"gpu": PoolMemory(2)}
+    first = decide(Snapshot(0, (k,), live, jobs, mem))
+    plan = decide(Snapshot(k.sustained_s, (k,), live, jobs, first.memory))
+    (raised,) = [a for a in plan.actions if a.kind is ActionKind.RAISE_TARGET]
+    return plan.targets["gpu"], raised.reason
+
+
+def test_a_queue_pressure_step_is_what_the_pending_jobs_need_in_one_decision() -> None:
+    busy = [NodeState.ALLOCATED] * 2 + [NodeState.POWERED_DOWN] * 14
+    # three one-node jobs and twelve one-GPU jobs (packed: two more nodes), four hours each
+    jobs = tuple(PendingJob(str(i), "gpu", 1, 8, 4 * 3600, 0) for i in range(3)) + tuple(
+        PendingJob(f"s{i}", "gpu", 1, 1, 4 * 3600, 0) for i in range(12))
+    target, why = _pressure_step(GOV, jobs, busy)
+    assert target == 2 + 5
+    assert "pending jobs need 5 node(s), 0 free" in why
+    # an idle node is free for one of them: one fewer
+    target, _ = _pressure_step(GOV, jobs, [NodeState.IDLE] + busy[1:])
+    assert target == 2 + 4
+    # never above max_nodes, however much is pending
+    many = tuple(PendingJob(str(i), "gpu", 1, 8, 4 * 3600, 0) for i in range(40))
+    assert _pressure_step(GOV, many, busy)[0] == GOV.max_nodes
+
+
+def test_short_work_is_stepped_by_its_gpu_hours_over_the_cooldown_and_never_below_step_nodes(
+) -> None:
+    busy = [NodeState.ALLOCATED] * 2 + [NodeState.POWERED_DOWN] * 14
+    # ten one-node jobs of 5 minutes' limit: 6.7 GPU-h, two such jobs per node per cooldown
+    k = replace(GOV, queue_gpu_hours=1.0)
+    short = tuple(PendingJob(str(i), "gpu", 1, 8, 300, 0) for i in range(10))
+    target, why = _pressure_step(k, short, busy)
+    assert target == 2 + 5  # 10 jobs x 8 GPUs x 300 s / (8 GPUs x 600 s)
+    assert "their GPU-hours fill 5 within the cooldown" in why
+    # a larger step_nodes is the least step
+    assert _pressure_step(replace(k, step_nodes=8), short, busy)[0] == 2 + 8
+    # fixed: step_nodes whatever is pending
+    assert _pressure_step(replace(k, step_sizing=StepSizing.FIXED), short, busy)[0] == 3
 
 
 def test_idle_nodes_a_pending_job_will_use_are_not_released() -> None:
@@ -61,6 +106,16 @@ def test_idle_nodes_a_pending_job_will_use_are_not_released() -> None:
     released = [n for a in decide(snap).actions if a.kind is ActionKind.RELEASE
                 for n in a.nodes]
     assert len(released) == 1
+
+
+def test_by_default_an_idle_node_nothing_pending_will_use_goes_at_the_first_pass() -> None:
+    k = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=16, max_scale_down_per_cycle=8)
+    idle = nodes([NodeState.IDLE] * 3, idle_since=9_999)  # idle for a second
+    arrivals = tuple((9_000.0 + i * 100, "gpu", 1) for i in range(10))
+    plan = decide(Snapshot(10_000, (k,), idle, (PendingJob("7", "gpu", 1, 8, 3600, 9_990),),
+                           arrivals=arrivals))
+    released = [n for a in plan.actions if a.kind is ActionKind.RELEASE for n in a.nodes]
+    assert len(released) == 2, "the pending job's node stays; no forecast keeps the others"
 
 
 def test_recent_arrivals_keep_idle_nodes_that_will_be_reused() -> None:
