@@ -1,7 +1,7 @@
 """Holds on vs off over a sweep of pool caps, on both shipped traces (issue 33's rule).
 
     .venv/bin/python -m tests.benchmarks.hold_sweep [--trace itp|kalos] [--caps 60,70,...]
-        [--replicas K] [--jitter S] [--jobs N] [--json OUT] [-- SIMULATE ARGS]
+        [--replicas K] [--jitter S] [--jobs N] [--json OUT] [--cache DIR] [-- SIMULATE ARGS]
 
 Each cell is a whole `slurmscale simulate --json --replicas K` process (the `slurmscale`
 policy, the Slurm model; K copies with submit times jittered, seeded alike for on and off),
@@ -65,8 +65,24 @@ def fitting(path: Path, cap: int, into: Path) -> tuple[Path, int]:
 
 
 def run(trace: str, cap: int, holds: bool, extra: tuple[str, ...], replicas: int,
-        jitter: float, tmp: Path) -> dict[str, Any]:
-    """One cell: its figures replica by replica (`each`, seed order) and their medians."""
+        jitter: float, tmp: Path, cache: Path | None = None) -> dict[str, Any]:
+    """One cell: its figures replica by replica (`each`, seed order) and their medians.
+    `cache`: a directory keeping each cell's figures as it ends, read instead of running the
+    cell again with the same settings (a sweep is tens of minutes: one cut short is not
+    lost)."""
+    key = f"{trace}-{cap}-{'on' if holds else 'off'}-k{replicas}-j{jitter:g}-{' '.join(extra)}"
+    kept = cache / (key.replace("/", "_") + ".json") if cache is not None else None
+    if kept is not None and kept.exists():
+        cell: dict[str, Any] = json.loads(kept.read_text())
+        return cell
+    cell = _run(trace, cap, holds, extra, replicas, jitter, tmp)
+    if kept is not None:
+        kept.write_text(json.dumps(cell))
+    return cell
+
+
+def _run(trace: str, cap: int, holds: bool, extra: tuple[str, ...], replicas: int,
+         jitter: float, tmp: Path) -> dict[str, Any]:
     args = list(TRACES[trace][0])
     args[1], left_out = fitting(Path(args[1]), cap, tmp)
     copies = ("--replicas", str(replicas), "--jitter", f"{jitter:g}") if replicas > 1 else ()
@@ -155,16 +171,21 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=5, help="copies per cell (jittered)")
     ap.add_argument("--jitter", type=float, default=60.0, help="seconds, as simulate's")
     ap.add_argument("--json", type=Path, help="write every cell's figures here")
+    ap.add_argument("--cache", type=Path,
+                    help="keep each cell's figures here as it ends; reuse them on a rerun")
     a = ap.parse_args(argv)
     traces = a.trace or sorted(TRACES)
     if a.caps and len(traces) != 1:
         ap.error("--caps needs exactly one --trace")
+    if a.cache is not None:
+        a.cache.mkdir(parents=True, exist_ok=True)
     cells = [(t, cap, holds) for t in traces
              for cap in ([int(c) for c in a.caps.split(",")] if a.caps else TRACES[t][1])
              for holds in (False, True)]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(a.jobs) as pool:
         got = dict(zip(cells, pool.map(
-            lambda c: run(*c, extra, a.replicas, a.jitter, Path(tmp)), cells), strict=True))
+            lambda c: run(*c, extra, a.replicas, a.jitter, Path(tmp), a.cache), cells),
+            strict=True))
     ok = True
     for t in traces:
         text, good = table(t, {(c, h): r for (tt, c, h), r in got.items() if tt == t})
