@@ -99,7 +99,7 @@ def test_simulate_cli_prints_the_documented_json(tmp_path) -> None:  # type: ign
         "requeues", "jobs_failed", "lost_gpu_hours", "restart_wait_p50_s", "restart_wait_p95_s",
         "reserved_node_hours_paid", "reserved_node_hours_used", "reservation_utilization",
         "jobs_killed_at_block_end", "gang_start_order", "node_failures",
-        "capacity_lost_gpu_hours"}
+        "capacity_lost_gpu_hours", "limit_use", "limit_use_jobs", "limit_use_learned_at_s"}
     assert out["slurm_model"] == "slurm"
     assert out["policies"]["slurmscale"]["gang_start_order"] == ["a"]
     bad = subprocess.run([sys.executable, "-m", "slurmscale", "simulate", "--trace",
