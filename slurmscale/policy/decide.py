@@ -6,8 +6,8 @@ Scale-up (governed pools): the target rises when pending GPU-hours stay above
 `cooldown_s`, by what the pending jobs need beyond the free nodes - no more than would run
 their GPU-hours within a cooldown, at least `step_nodes` (`step_sizing: fixed`: by
 `step_nodes`); and when a pending gang cannot fit, by the gang's whole shortfall in one
-decision, cooldown or not. Immediate pools
-keep the target at max_nodes: Slurm powers up each job's whole node set through the hooks.
+decision, cooldown or not. Immediate pools keep the target at max_nodes: Slurm powers up each
+job's whole node set through the hooks.
 
 Scale-down (both modes) is slower than scale-up and never touches an allocated, reserved or
 booting node, nor the idle capacity pending jobs are about to use: an idle node goes when it
@@ -63,11 +63,11 @@ def pool_demand(knobs: PoolKnobs, jobs: list[PendingJob], now: float) -> PoolDem
 
 def _pending_nodes(k: PoolKnobs, act: list[PendingJob]) -> int:
     """Nodes the pending jobs would fill if every one that may start now started: a multi-node
-    job (or any job in a pool without GPUs) takes whole nodes, single-node jobs' GPUs are
-    packed onto nodes; never more than the pool holds."""
+    job (or a job without GPUs, or any job in a pool without them) takes whole nodes,
+    single-node jobs' GPUs are packed onto nodes; never more than the pool holds."""
     whole, gpus = 0, 0
     for j in act:
-        if j.nodes >= 2 or not k.gpus_per_node:
+        if j.nodes >= 2 or not k.gpus_per_node or not j.gpus_per_node:
             whole += j.nodes * j.startable
         else:
             gpus += j.gpus_per_node * j.startable

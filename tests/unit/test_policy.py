@@ -79,6 +79,9 @@ def test_a_queue_pressure_step_is_what_the_pending_jobs_need_in_one_decision() -
     # an idle node is free for one of them: one fewer
     target, _ = _pressure_step(GOV, jobs, [NodeState.IDLE] + busy[1:])
     assert target == 2 + 4
+    # a job without GPUs takes a node of its own
+    cpu_only = jobs + (PendingJob("c", "gpu", 1, 0, 4 * 3600, 0),)
+    assert _pressure_step(GOV, cpu_only, busy)[0] == 2 + 6
     # never above max_nodes, however much is pending
     many = tuple(PendingJob(str(i), "gpu", 1, 8, 4 * 3600, 0) for i in range(40))
     assert _pressure_step(GOV, many, busy)[0] == GOV.max_nodes
