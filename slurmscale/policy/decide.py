@@ -57,29 +57,33 @@ def pool_demand(knobs: PoolKnobs, jobs: list[PendingJob], now: float) -> PoolDem
     gangs = tuple((j.job_id, j.nodes) for j in order if j.nodes >= 2
                   for _ in range(min(j.startable, max(1, knobs.max_nodes // j.nodes))))
     oldest = max((now - j.submit_s for j in act), default=0.0)
-    return PoolDemand(sum(j.tasks for j in act), round(gpu_h, 6), gangs, max(0.0, oldest),
-                      _pending_nodes(knobs, act))
+    return PoolDemand(sum(j.tasks for j in act), round(gpu_h, 6), gangs, max(0.0, oldest))
 
 
-def _pending_nodes(k: PoolKnobs, act: list[PendingJob]) -> int:
+def _pending_nodes(k: PoolKnobs, jobs: list[PendingJob]) -> int:
     """Nodes the pending jobs would fill if every one that may start now started: a multi-node
     job (or a job without GPUs, or any job in a pool without them) takes whole nodes,
-    single-node jobs' GPUs are packed onto nodes; never more than the pool holds."""
+    single-node jobs' GPUs are packed onto nodes; never more than the pool holds. Worked out
+    only when a governed pool steps (a walk of the whole queue: not every pass)."""
     whole, gpus = 0, 0
-    for j in act:
+    for j in jobs:
+        if not j.actionable:
+            continue
         if j.nodes >= 2 or not k.gpus_per_node or not j.gpus_per_node:
             whole += j.nodes * j.startable
         else:
             gpus += j.gpus_per_node * j.startable
-    return min(k.max_nodes, whole + math.ceil(gpus / k.gpus_per_node) if gpus else whole)
+    packed = math.ceil(gpus / k.gpus_per_node) if gpus else 0
+    return min(k.max_nodes, whole + packed)
 
 
 def _clamp(v: int, k: PoolKnobs) -> int:
     return max(k.min_nodes, min(k.max_nodes, v))
 
 
-def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand, live: int,
-                     idle: int, now: float, actions: list[Action]) -> PoolMemory:
+def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand,
+                     jobs: list[PendingJob], live: int, idle: int, now: float,
+                     actions: list[Action]) -> PoolMemory:
     target = _clamp(mem.target, k)
     above_since = mem.above_since
     last_step = mem.last_step_at
@@ -115,7 +119,7 @@ def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand, live: in
         sustained = now - above_since >= k.sustained_s or waited_out
         cooled = last_step is None or now - last_step >= k.cooldown_s
         if sustained and cooled and target < k.max_nodes:
-            step, sized = _step(k, demand, idle + (base - live))
+            step, sized = _step(k, demand, jobs, idle + (base - live))
             new = _clamp(target + step, k)
             why = (f"pending {demand.pending_gpu_hours:.1f} GPU-h > {k.queue_gpu_hours:g} for "
                    f"{now - above_since:.0f}s" if not waited_out else
@@ -129,24 +133,25 @@ def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand, live: in
     return PoolMemory(target, above_since, last_step)
 
 
-def _step(k: PoolKnobs, demand: PoolDemand, free: int) -> tuple[int, str]:
+def _step(k: PoolKnobs, demand: PoolDemand, jobs: list[PendingJob],
+          free: int) -> tuple[int, str]:
     """How far queue pressure raises the target, and what the reason adds. `pending`: the
     nodes the pending jobs need beyond the `free` ones (idle, or under the target), but no
     more than would run their GPU-hours (by time limit) within one cooldown - work shorter
     than the cooldown can share nodes one job after another - and at least `step_nodes`."""
     if k.step_sizing is StepSizing.FIXED:
         return k.step_nodes, ""
-    short = max(0, demand.pending_nodes - free)
+    need = _pending_nodes(k, jobs)
+    short = max(0, need - free)
     if k.gpus_per_node and k.cooldown_s > 0:
         per_cooldown = math.ceil(demand.pending_gpu_hours * 3600.0
                                  / (k.gpus_per_node * k.cooldown_s) - 1e-6)
         want = min(short, per_cooldown)
     else:
         per_cooldown, want = short, short
-    step = max(k.step_nodes, want)
-    if step == k.step_nodes and want < k.step_nodes:
-        return step, ""
-    return step, (f"; pending jobs need {demand.pending_nodes} node(s), {free} free"
+    if want < k.step_nodes:
+        return k.step_nodes, ""
+    return want, (f"; pending jobs need {need} node(s), {free} free"
                   + (f", their GPU-hours fill {per_cooldown} within the cooldown"
                      if per_cooldown < short else ""))
 
@@ -336,7 +341,8 @@ def decide(s: Snapshot) -> Plan:
         if k.mode is Mode.IMMEDIATE:
             mem = PoolMemory(k.max_nodes, None, mem.last_step_at)
         else:
-            mem = _governed_target(k, mem, demand, live, idle, s.now, actions)
+            mem = _governed_target(k, mem, demand, jobs_by_pool[k.name], live, idle, s.now,
+                                   actions)
             if mem.target < floor:
                 actions.append(Action(ActionKind.RAISE_TARGET, k.name, f"{why_buffer}: target "
                                       f"{mem.target} -> {floor}", count=floor - mem.target))

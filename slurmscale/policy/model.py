@@ -162,6 +162,3 @@ class PoolDemand:
     pending_gpu_hours: float
     pending_gangs: tuple[tuple[str, int], ...]  # (job id, nodes) in priority order
     oldest_wait_s: float
-    # nodes the pending jobs would fill if all that may start now started: a multi-node job's
-    # whole nodes, single-node jobs' GPUs packed onto nodes
-    pending_nodes: int = 0
