@@ -364,6 +364,8 @@ class SlurmScheduler(PaidRouting):
                         if not (self.paid.blocks and self._outlasts(n, lo, idx)):
                             best, at = n, lo
                         break
+                if at <= now:  # no node starts it sooner: the first such node is the one
+                    break
             return None if best is None else (at, [best])
         windows = [busy[n.name].windows(n.gpus, lim, horizon) for n in pool]
         for i, n in enumerate(pool):  # a block node: only while the job ends before it does

@@ -226,11 +226,19 @@ class NodePlan:
         return got
 
     def _free_runs(self, gpus: int) -> list[tuple[float, float]]:
-        times = sorted({self.now} | {t for s, e, _ in self.busy for t in (s, e)
-                                     if t > self.now})
+        # (a sweep over the starts and ends: GPUs in use change only there; a plan of a deep
+        # queue puts tens of jobs on a node, and a sum over them at every time was the hot
+        # spot of a backfill cycle)
+        change: dict[float, int] = {self.now: 0}
+        for s, e, g in self.busy:
+            if e > s:  # (s is never before now)
+                change[s] = change.get(s, 0) + g
+                change[e] = change.get(e, 0) - g
+        times = sorted(change)
         out: list[tuple[float, float]] = []
+        used = 0
         for i, t in enumerate(times):
-            used = sum(g for s, e, g in self.busy if s <= t < e)
+            used += change[t]
             if self.capacity - used < gpus:
                 continue
             end = times[i + 1] if i + 1 < len(times) else math.inf
