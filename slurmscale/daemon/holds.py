@@ -19,7 +19,7 @@ from slurmscale.config import Config
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import HoldState
 from slurmscale.model import SlurmReservation
-from slurmscale.policy.limit_use import LimitUse, per_pool
+from slurmscale.policy.limit_use import LimitUse, Shares, per_pool
 from slurmscale.policy.model import NodeView
 from slurmscale.policy.observe import slurm_time
 from slurmscale.policy.reservations import (
@@ -57,15 +57,25 @@ def limit_use_runs_since(cfg: Config, now: float) -> float | None:
     return None if r.limit_use != "auto" else now - r.limit_use_auto.learning().window_s
 
 
+# How long after its end a job may first be recorded: the ledger records a job that ran
+# between two passes from Slurm's memory of ended jobs (MinJobAge, 300 s by default), with
+# Slurm's own end time. A read takes the jobs that ended since the last read less this.
+LATE_RECORD_S = 86400.0
+
+
 class LimitUseLearner:
     """Each pool's `reservations.limit_use` as the hold rule uses it now: the config's, or
     (auto) learned from the jobs the store recorded as ended within the window
-    (policy/limit_use.py), read again every `limit_use_auto.every_s`."""
+    (policy/limit_use.py), read again every `limit_use_auto.every_s`. The first read takes
+    the whole window; each one after it, the jobs that ended since the last read (less
+    `LATE_RECORD_S`), kept in `Shares` with those read before: a window of days is not read
+    again every ten minutes."""
 
     def __init__(self, cfg: Config, store: PassStore) -> None:
         self.cfg = cfg
         self.store = store
         self.read_at: float | None = None
+        self.shares = Shares()
         self.uses: dict[str, LimitUse] = {}
 
     def current(self, now: float) -> dict[str, LimitUse]:
@@ -77,8 +87,14 @@ class LimitUseLearner:
             self.uses = per_pool(r.limit_use, pools, (), how)
             return self.uses
         if self.read_at is None or not 0 <= now - self.read_at < how.every_s:
-            self.uses = per_pool("auto", pools,
-                                 self.store.job_runs(datetime.fromtimestamp(since, UTC)), how)
+            start = since if self.read_at is None or self.read_at > now \
+                else max(since, self.read_at - LATE_RECORD_S)
+            if self.read_at is not None and self.read_at > now:
+                self.shares = Shares()  # (a clock that went back: read the window afresh)
+            for run in self.store.job_runs(datetime.fromtimestamp(start, UTC)):
+                self.shares.add(*run)
+            self.shares.drop_before(since)
+            self.uses = self.shares.learned(pools, how)
             self.read_at = now
         return self.uses
 

@@ -14,6 +14,8 @@ the typical job would free them, not the longest.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -92,3 +94,35 @@ def per_pool(setting: float | Literal["auto"], pools: Iterable[str],
         if pool in shares and limit_s > 0:
             shares[pool].append(run_s / limit_s)
     return {p: learn(s, how) for p, s in shares.items()}
+
+
+class Shares:
+    """The shares of the jobs that ended within the window, kept between reads: the daemon
+    learns again every ten minutes over a window of days, so each read adds only the jobs
+    that ended since the last (`add` ignores one it has) and `drop_before` lets go of those
+    the window has passed. What it learns is `per_pool`'s over the same jobs."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._by_end: list[tuple[float, str, str, float]] = []  # heap: end, job, pool, share
+        self._pools: dict[str, list[float]] = {}  # pool -> its shares, sorted
+
+    def add(self, job_id: str, ended_s: float, pool: str, run_s: float,
+            limit_s: float) -> None:
+        if job_id in self._seen or limit_s <= 0:
+            return
+        share = run_s / limit_s
+        self._seen.add(job_id)
+        heapq.heappush(self._by_end, (ended_s, job_id, pool, share))
+        bisect.insort(self._pools.setdefault(pool, []), share)
+
+    def drop_before(self, since: float) -> None:
+        """Forget the jobs that ended before `since` (the window's start)."""
+        while self._by_end and self._by_end[0][0] < since:
+            _, job_id, pool, share = heapq.heappop(self._by_end)
+            self._seen.discard(job_id)
+            shares = self._pools[pool]
+            del shares[bisect.bisect_left(shares, share)]
+
+    def learned(self, pools: Iterable[str], how: Learning) -> dict[str, LimitUse]:
+        return {p: learn(self._pools.get(p, []), how) for p in pools}

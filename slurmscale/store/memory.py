@@ -293,9 +293,9 @@ class MemoryStore:
 
     def _ran(self, row: JobRow) -> None:
         if row.ended_at is not None and row.time_limit_s:
-            self._ended.append((row.ended_at, (
-                row.pool, (row.ended_at - row.started_at).total_seconds(),
-                float(row.time_limit_s))))
+            self._ended.append((row.ended_at, JobRun(
+                row.job_id, row.ended_at.timestamp(), row.pool,
+                (row.ended_at - row.started_at).total_seconds(), float(row.time_limit_s))))
 
     def job_runs(self, since: datetime) -> list[JobRun]:
         # (ended in time order but for the few the ledger found ended with Slurm's own end

@@ -56,6 +56,7 @@ from slurmscale.store.rows import (
     ReplacementRow,
     RequestRow,
     SampleRow,
+    utc,
 )
 
 # what decoding a stored value raises when it is not what its column says (SQLite keeps any
@@ -496,10 +497,11 @@ class Store:
     def job_runs(self, since: datetime) -> list[JobRun]:
         with self.session() as s:
             j = t.jobs.c
-            found = s.execute(select(j.pool, j.started_at, j.ended_at, j.time_limit_s).where(
+            found = s.execute(select(j.job_id, j.pool, j.started_at, j.ended_at,
+                                     j.time_limit_s).where(
                 j.ended_at >= since, j.time_limit_s.is_not(None), j.time_limit_s > 0))
-            return [(pool, (end - start).total_seconds(), float(limit))
-                    for pool, start, end, limit in found]
+            return [JobRun(job_id, utc(end).timestamp(), pool, (end - start).total_seconds(),
+                           float(limit)) for job_id, pool, start, end, limit in found]
 
     def jobs(self, since: datetime, until: datetime) -> list[JobRow]:
         """Jobs that started before `until` and had not ended by `since`."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import overload
+from typing import NamedTuple, overload
 
 
 class PreemptionCause(StrEnum):
@@ -229,8 +229,15 @@ class JobRow:
     time_limit_s: int | None = None  # None: no limit (or recorded before 0011)
 
 
-# (pool, run seconds, time limit seconds) of an ended job: what limit_use is learned from
-JobRun = tuple[str, float, float]
+class JobRun(NamedTuple):
+    """An ended job with a time limit, as `limit_use: auto` learns from it; its id and end
+    let a learner keep what it read and take only what ended since."""
+
+    job_id: str
+    ended_s: float  # Unix s
+    pool: str
+    run_s: float
+    limit_s: float
 
 
 @dataclass(eq=False, kw_only=True)

@@ -89,7 +89,7 @@ class StoreSnapshot:
                    tuple(OfferingRow(**r) for r in d["offerings"]),
                    tuple(CapacityReservationRow(**r) for r in d["reservations"]),
                    tuple(PreemptionRow(**r) for r in d["preemptions"]),
-                   frozenset(d["reserved"]), d["since"], tuple(map(tuple, d["runs"])),
+                   frozenset(d["reserved"]), d["since"], tuple(JobRun(*r) for r in d["runs"]),
                    d["runs_since"])
 
     # --- PassStore's reads (copies: a caller that edits one changes nothing) --------------

@@ -185,8 +185,9 @@ def a_job_is_recorded_once_and_ended_once(store: ReconcileStore) -> None:
 
 
 def ended_jobs_with_a_limit_are_read_as_runs_since(store: ReconcileStore) -> None:
-    """What limit_use: auto learns from: (pool, run s, limit s) of the jobs with a time
-    limit that ended at or after `since`; one the ledger found already ended counts too."""
+    """What limit_use: auto learns from: (id, end, pool, run s, limit s) of the jobs with a
+    time limit that ended at or after `since`; one the ledger found already ended counts
+    too."""
     def job(jid: str, limit: int | None, ended: float | None = None) -> JobRow:
         return JobRow(job_id=jid, pool="gpu", user_name="u", num_nodes=1, gpus_per_node=8,
                       submitted_at=at(0), started_at=at(10),
@@ -195,9 +196,11 @@ def ended_jobs_with_a_limit_are_read_as_runs_since(store: ReconcileStore) -> Non
     store.end_jobs(["1", "2"], at(110))
     store.end_jobs(["3"], at(210))
     store.add_job_starts([job("5", 120, ended=70)])  # ran between two passes
-    assert sorted(store.job_runs(at(0))) == [("gpu", 60.0, 120.0), ("gpu", 100.0, 300.0),
-                                             ("gpu", 200.0, 600.0)]
-    assert store.job_runs(at(200)) == [("gpu", 200.0, 600.0)]
+    assert sorted(store.job_runs(at(0))) == [
+        ("1", at(110).timestamp(), "gpu", 100.0, 300.0),
+        ("3", at(210).timestamp(), "gpu", 200.0, 600.0),
+        ("5", at(70).timestamp(), "gpu", 60.0, 120.0)]
+    assert store.job_runs(at(200)) == [("3", at(210).timestamp(), "gpu", 200.0, 600.0)]
     assert store.job_runs(at(211)) == []
     assert store.running_job_ids() == {"4"}
 

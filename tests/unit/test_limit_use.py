@@ -70,8 +70,8 @@ def test_a_hold_that_the_limits_say_cannot_gather_passes_at_the_learned_share() 
                                                      limit_use=1.0)).actions
 
 
-def _job(i: int, end: datetime, run_s: float, limit_s: int) -> JobRow:
-    return JobRow(job_id=str(i), pool="gpu-spot", user_name="u", num_nodes=1,
+def _job(i: int, end: datetime, run_s: float, limit_s: int, pool: str = "gpu-spot") -> JobRow:
+    return JobRow(job_id=str(i), pool=pool, user_name="u", num_nodes=1,
                   gpus_per_node=8, submitted_at=end - timedelta(seconds=run_s),
                   started_at=end - timedelta(seconds=run_s), ended_at=end, time_limit_s=limit_s)
 
@@ -91,6 +91,36 @@ def test_the_daemon_learns_from_the_window_and_reads_again_every_ten_minutes() -
     store.add_job_starts([_job(5, now, 1000, 1000), _job(6, now, 1000, 1000)])
     assert learner.current(t + every - 1)["gpu-spot"].jobs == 3  # not yet
     assert learner.current(t + every)["gpu-spot"] == LimitUse(0.3, 5, "learned")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5 * 86400), st.integers(0, 3000),
+                          st.integers(0, 2000), st.sampled_from(["gpu-spot", "gpu-od"])),
+                max_size=60),
+       st.lists(st.integers(1, 4 * 3600), min_size=1, max_size=40))
+def test_reading_only_what_ended_since_learns_what_reading_the_whole_window_does(
+        jobs: list[tuple[int, int, int, str]], steps: list[int]) -> None:
+    """Jobs end (some recorded a pass late, as the ledger's missed ones are) while the daemon
+    learns again at random times: the learner that keeps what it read and takes only what
+    ended since its last read learns, every time, what a learner reading the whole window
+    afresh learns."""
+    d = base_config(store_url="sqlite://")
+    d["reservations"] = {"limit_use_auto": {"min_jobs": 2, "window_days": 1, "every_s": 60}}
+    cfg = parse_config(d)
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    store = MemoryStore()
+    kept = LimitUseLearner(cfg, store)
+    pending = sorted(jobs)  # (end offset, run, limit, pool): recorded once their end is past
+    now = t0
+    for i, step in enumerate(steps):
+        now += timedelta(seconds=step)
+        late = timedelta(seconds=120)  # a run between two passes, recorded with its own end
+        due = [j for j in pending if t0 + timedelta(seconds=j[0]) + late <= now]
+        pending = pending[len(due):]
+        store.add_job_starts([_job(i * 100 + k, t0 + timedelta(seconds=end), run, limit, pool)
+                              for k, (end, run, limit, pool) in enumerate(due)])
+        assert kept.current(now.timestamp()) == LimitUseLearner(cfg, store).current(
+            now.timestamp())
 
 
 @pytest.mark.parametrize(("edit", "needle"), [
