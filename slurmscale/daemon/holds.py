@@ -87,10 +87,10 @@ class LimitUseLearner:
             self.uses = per_pool(r.limit_use, pools, (), how)
             return self.uses
         if self.read_at is None or not 0 <= now - self.read_at < how.every_s:
-            start = since if self.read_at is None or self.read_at > now \
-                else max(since, self.read_at - LATE_RECORD_S)
-            if self.read_at is not None and self.read_at > now:
-                self.shares = Shares()  # (a clock that went back: read the window afresh)
+            if self.read_at is None or self.read_at > now:  # (first, or a clock gone back)
+                self.shares, start = Shares(), since
+            else:
+                start = max(since, self.read_at - LATE_RECORD_S)
             for run in self.store.job_runs(datetime.fromtimestamp(start, UTC)):
                 self.shares.add(*run)
             self.shares.drop_before(since)
