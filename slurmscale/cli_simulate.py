@@ -269,7 +269,7 @@ def _pool_knobs(ctx: click.Context, pool_name: str | None, knob_args: tuple[str,
     from pydantic import ValidationError
 
     from slurmscale.config import PoolPolicy
-    from slurmscale.policy.model import PoolKnobs, StepSizing
+    from slurmscale.policy.model import PoolKnobs
     from slurmscale.validation import problems
 
     policy: dict[str, Any] = {}
@@ -297,9 +297,9 @@ def _pool_knobs(ctx: click.Context, pool_name: str | None, knob_args: tuple[str,
         valid = PoolPolicy.model_validate(policy)
     except ValidationError as e:
         raise click.BadParameter("; ".join(problems(e)), param_hint="--knob") from None
+    # (its mode is the default: each simulated policy sets its own)
     return PoolKnobs(name="gpu", gpus_per_node=gpus_per_node, max_nodes=max_nodes,
-                     step_sizing=StepSizing(valid.step_sizing),
-                     **valid.model_dump(exclude={"mode", "step_sizing"}))
+                     **valid.knob_values())
 
 
 def _hold_knobs(accumulate: bool, budget: float | None, after: float | None,

@@ -26,6 +26,7 @@ from slurmscale.hostlists import owns
 from slurmscale.model import ReservationPreference
 from slurmscale.policy.health import HealthKnobs as _H
 from slurmscale.policy.limit_use import Learning
+from slurmscale.policy.model import Mode, StepSizing
 from slurmscale.policy.model import PoolKnobs as _K
 from slurmscale.policy.reservations import ReservationKnobs as _R
 
@@ -170,6 +171,10 @@ class CapacityReservations(_Strict):
         return v
 
 
+# the knobs PoolKnobs holds as enums, the config as their values
+_KNOB_ENUMS: dict[str, type[StrEnum]] = {"mode": Mode, "step_sizing": StepSizing}
+
+
 class PoolPolicy(_Strict):
     """The capacity policy's knobs for one pool (docs/policy.md explains each), with the
     policy's own defaults (PoolKnobs: the one copy, for the daemon and the simulator alike)."""
@@ -194,6 +199,18 @@ class PoolPolicy(_Strict):
             raise ValueError(f"min_idle_s ({self.min_idle_s:g}) must not exceed max_idle_s "
                              f"({self.max_idle_s:g})")
         return self
+
+    def knob_values(self) -> dict[str, Any]:
+        """The knobs as PoolKnobs takes them (its enums for the choices): the daemon's knobs
+        and `simulate --pool/--knob`'s come from this one conversion."""
+        return self.model_dump() | {f: e(getattr(self, f)) for f, e in _KNOB_ENUMS.items()}
+
+    @classmethod
+    def of_knobs(cls, k: _K) -> PoolPolicy:
+        """The policy whose knobs are `k`'s (the simulator configures its daemon from the
+        knobs it simulates): `knob_values` the other way."""
+        return cls(**{f: getattr(k, f) for f in cls.model_fields}
+                   | {f: getattr(k, f).value for f in _KNOB_ENUMS})
 
 
 class SpotSettings(_Strict):

@@ -14,14 +14,12 @@ from slurmscale.policy import observe as reading
 from slurmscale.policy.fallback import FallbackRule
 from slurmscale.policy.model import (
     BufferRule,
-    Mode,
     NodeState,
     NodeView,
     PendingJob,
     PoolKnobs,
     PoolMemory,
     Snapshot,
-    StepSizing,
 )
 from slurmscale.policy.observe import (
     CAPACITY_REASONS,
@@ -38,12 +36,10 @@ def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
     """The config's pool policy as the policy's knobs (PoolPolicy mirrors PoolKnobs' fields)."""
     return tuple(
         PoolKnobs(name=p.name, gpus_per_node=p.gpus_per_node, max_nodes=p.max_nodes,
-                  min_nodes=p.min_nodes, mode=Mode(p.policy.mode),
-                  step_sizing=StepSizing(p.policy.step_sizing),
-                  buffer=buffer_rules(cfg, p.name),
+                  min_nodes=p.min_nodes, buffer=buffer_rules(cfg, p.name),
                   release_paid_idle=(p.capacity_reservations is None
                                      or p.capacity_reservations.release_idle),
-                  **p.policy.model_dump(exclude={"mode", "step_sizing"}))
+                  **p.policy.knob_values())
         for p in cfg.pools)
 
 

@@ -57,13 +57,10 @@ from slurmscale.store.memory import MemoryStore
 
 MAIN_PREFIX = "n-"  # the simulated pools' node names: n-1.., od-1..
 OD_PREFIX = "od-"
-_POLICY_FIELDS = tuple(PoolPolicy.model_fields)
 
 
 def _pool(k: PoolKnobs, prefix: str, capacity: CapacityType, **extra: object) -> Pool:
-    policy = PoolPolicy(**{f: getattr(k, f) for f in _POLICY_FIELDS
-                           if f not in ("mode", "step_sizing")},
-                        mode=k.mode.value, step_sizing=k.step_sizing.value)
+    policy = PoolPolicy.of_knobs(k)
     return Pool(name=k.name, partition=k.name, node_prefix=prefix, max_nodes=k.max_nodes,
                 min_nodes=k.min_nodes, gpus_per_node=k.gpus_per_node,
                 instance_types=["p5.48xlarge"], capacity_type=capacity,

@@ -76,6 +76,24 @@ def test_every_config_policy_knob_reaches_the_policy() -> None:
     assert config_keys == knob_keys
 
 
+def test_a_pool_policy_and_its_knobs_convert_both_ways() -> None:
+    """The simulator configures its daemon from the knobs it simulates (`of_knobs`); the
+    daemon makes its knobs from that config (`knob_values`): every knob, the enums too,
+    comes back as it went in."""
+    from slurmscale.config import PoolPolicy
+    from slurmscale.policy.model import Mode, PoolKnobs, StepSizing
+
+    k = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=16, mode=Mode.GOVERNED,
+                  step_sizing=StepSizing.FIXED, step_nodes=3, min_idle_s=45.0,
+                  reuse_horizon_s=120.0, cooldown_s=900.0)
+    policy = PoolPolicy.of_knobs(k)
+    assert (policy.mode, policy.step_sizing, policy.step_nodes) == ("governed", "fixed", 3)
+    back = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=16, **policy.knob_values())
+    assert back == k
+    # (as the enums themselves: the policy asks `is StepSizing.FIXED`, which a string fails)
+    assert back.mode is Mode.GOVERNED and back.step_sizing is StepSizing.FIXED
+
+
 def test_a_spot_pools_buffer_becomes_its_fallback_pools_knob() -> None:
     from slurmscale.config import ConfigError
     from slurmscale.config_file import parse_config
