@@ -19,7 +19,7 @@ from slurmscale.config import Config
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import HoldState
 from slurmscale.model import SlurmReservation
-from slurmscale.policy.limit_use import LimitUse, Shares, per_pool
+from slurmscale.policy.limit_use import LimitUse, Shares, fixed
 from slurmscale.policy.model import NodeView
 from slurmscale.policy.observe import slurm_time
 from slurmscale.policy.reservations import (
@@ -84,7 +84,7 @@ class LimitUseLearner:
         how = r.limit_use_auto.learning()
         since = limit_use_runs_since(self.cfg, now)
         if since is None:
-            self.uses = per_pool(r.limit_use, pools, (), how)
+            self.uses = fixed(float(r.limit_use), pools)
             return self.uses
         if self.read_at is None or not 0 <= now - self.read_at < how.every_s:
             if self.read_at is None or self.read_at > now:  # (first, or a clock gone back)

@@ -82,25 +82,16 @@ def learn(shares: list[float], how: Learning) -> LimitUse:
     return LimitUse(min(how.ceiling, max(how.floor, v)), len(shares), "learned")
 
 
-def per_pool(setting: float | Literal["auto"], pools: Iterable[str],
-             runs: Iterable[tuple[str, float, float]], how: Learning) -> dict[str, LimitUse]:
-    """Each pool's share: `setting` where the admin fixed one, else learned from `runs`
-    ((pool, run seconds, time limit seconds) of the jobs that ended within the window)."""
-    names = list(pools)
-    if setting != "auto":
-        return {p: LimitUse(float(setting), 0, "fixed") for p in names}
-    shares: dict[str, list[float]] = {p: [] for p in names}
-    for pool, run_s, limit_s in runs:
-        if pool in shares and limit_s > 0:
-            shares[pool].append(run_s / limit_s)
-    return {p: learn(s, how) for p, s in shares.items()}
+def fixed(setting: float, pools: Iterable[str]) -> dict[str, LimitUse]:
+    """Each pool's share where the admin fixed one (`reservations.limit_use` a number)."""
+    return {p: LimitUse(float(setting), 0, "fixed") for p in pools}
 
 
 class Shares:
     """The shares of the jobs that ended within the window, kept between reads: the daemon
     learns again every ten minutes over a window of days, so each read adds only the jobs
     that ended since the last (`add` ignores one it has) and `drop_before` lets go of those
-    the window has passed. What it learns is `per_pool`'s over the same jobs."""
+    the window has passed. A job without a time limit is not counted."""
 
     def __init__(self) -> None:
         self._seen: set[str] = set()

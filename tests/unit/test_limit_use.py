@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 from slurmscale.config_file import ConfigError, parse_config
 from slurmscale.daemon.holds import LimitUseLearner
-from slurmscale.policy.limit_use import UNLEARNED, Learning, LimitUse, learn, per_pool, quantile
+from slurmscale.policy.limit_use import (
+    UNLEARNED,
+    Learning,
+    LimitUse,
+    Shares,
+    fixed,
+    learn,
+    quantile,
+)
 from slurmscale.policy.model import NodeState, NodeView
 from slurmscale.policy.reservations import GangJob, ReservationKnobs, plan_holds
 from slurmscale.store.memory import MemoryStore
@@ -42,10 +50,13 @@ def test_a_learned_value_is_always_within_its_bounds(shares: list[float], q: flo
 
 def test_each_pool_learns_from_its_own_jobs_and_a_fixed_setting_is_used_as_is() -> None:
     runs = [("a", 100.0, 1000.0)] * 4 + [("b", 900.0, 1000.0)] * 4 + [("b", 5.0, 0.0)]
-    got = per_pool("auto", ["a", "b", "c"], runs, HOW)
+    shares = Shares()
+    for i, (pool, run_s, limit_s) in enumerate(runs):
+        shares.add(str(i), 0.0, pool, run_s, limit_s)
+    got = shares.learned(["a", "b", "c"], HOW)
     assert (got["a"].value, got["b"].value, got["b"].jobs) == (0.1, 0.9, 4)
     assert got["c"] == LimitUse(UNLEARNED, 0, "unlearned")
-    assert per_pool(0.4, ["a"], runs, HOW) == {"a": LimitUse(0.4, 0, "fixed")}
+    assert fixed(0.4, ["a"]) == {"a": LimitUse(0.4, 0, "fixed")}
     assert got["a"].describe() == "0.10 learned from 4 job(s)"
     assert got["c"].describe() == "1 until enough jobs are seen (0 so far)"
 
