@@ -2,9 +2,9 @@
 # Installs what slurmscale's local cluster, demo and tests need on a Debian/Ubuntu machine,
 # idempotently (as root): Slurm and munge from the distribution, a virtualenv in .venv with
 # slurmscale and its dev and postgres extras, and (with --tests) what only the tests use:
-# PostgreSQL's server (the HA tests), Chromium (renders the HTML report), docker.io and
-# docker-compose (the dev cluster in containers) and Debian trees with Slurm 24.11 (trixie) and
-# 26.05 (sid).
+# PostgreSQL's server (the HA tests), libfaketime (a step of the host's clock), Chromium
+# (renders the HTML report), docker.io and docker-compose (the dev cluster in containers) and
+# Debian trees with Slurm 24.11 (trixie) and 26.05 (sid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for_tests=0
@@ -16,7 +16,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 pkgs=(slurmctld slurmd slurm-client munge python3 python3-venv)
-[ $for_tests -eq 1 ] && pkgs+=(debootstrap postgresql)
+# (libfaketime: the daemon's host clock stepped under a test, its steady clock untouched)
+[ $for_tests -eq 1 ] && pkgs+=(debootstrap postgresql libfaketime)
 if [ $for_tests -eq 1 ]; then
   # Debian packages these; where a distribution does not (Ubuntu's chromium is a snap), the
   # tests that need them say so and skip outside CI

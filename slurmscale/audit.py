@@ -17,6 +17,7 @@ class Kind(StrEnum):
     REQUEST_RECEIVED = "request_received"
     REQUEST_REJECTED = "request_rejected"
     SPOOL_REJECTED = "spool_rejected"
+    SPOOL_UNWRITABLE = "spool_unwritable"
     RESUME_SKIPPED = "resume_skipped"
     RESUME_FAILED = "resume_failed"
     SUSPEND_EXCLUSIONS_SET = "suspend_exclusions_set"

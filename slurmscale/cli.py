@@ -51,7 +51,7 @@ def _setup_daemon_logging(cfg: Config, verbose: bool) -> None:
     for h in handlers:
         h.setFormatter(fmt)
         root.addHandler(h)
-    for noisy in ("apscheduler", "botocore", "boto3", "urllib3", "alembic"):
+    for noisy in ("botocore", "boto3", "urllib3", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -8,6 +8,7 @@ Every validation error names the key path and the value that was refused.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -529,6 +530,19 @@ class Config(_Strict):
     socket_path: str = DEFAULT_SOCKET_PATH
     spool_dir: str = DEFAULT_SPOOL_DIR
     log_file: str | None = "/var/log/slurmscale/slurmscale.log"
+
+    @field_validator("socket_path")
+    @classmethod
+    def _a_socket_file(cls, v: str) -> str:
+        """A file path the daemon can bind and a hook (run in any directory) can reach:
+        absolute, naming a file, within AF_UNIX's 107 bytes (unix(7))."""
+        name = v.rsplit("/", 1)[-1]
+        if not v.startswith("/") or name in ("", ".", ".."):
+            raise ValueError(f"{v!r} is not an absolute path to a socket file "
+                             "(e.g. /run/slurmscale/slurmscale.sock)")
+        if len(os.fsencode(v)) > 107:
+            raise ValueError(f"{v!r} is longer than a Unix socket's 107 bytes")
+        return v
     log_format: Literal["text", "json"] = "text"  # json: one object per line
     hook_log_file: str = "/var/log/slurmscale/hooks.log"
     hooks_dir: str = "/usr/local/lib/slurmscale/resume_suspend"

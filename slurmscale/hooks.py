@@ -14,6 +14,7 @@ Exit codes: 0 recorded; 2 bad input (nothing recorded); 1 could not record (conf
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -103,8 +104,18 @@ def _read_resume_file() -> str | None:
     path = os.environ.get("SLURM_RESUME_FILE")
     if not path:
         return None
+    # Slurm writes a small regular file. Read at most one byte past the limit, and nothing at
+    # all from what is not a regular file: a FIFO would block the hook (opened without
+    # O_NONBLOCK) and /dev/zero never ends (4 GB in 4 s, read whole).
     try:
-        raw = Path(path).read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise BadInput(f"SLURM_RESUME_FILE {path} is not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                raw = f.read(MAX_TEXT + 1)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise BadInput(f"cannot read SLURM_RESUME_FILE {path}: {e.strerror}") from None
     if len(raw) > MAX_TEXT:

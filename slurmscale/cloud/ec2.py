@@ -8,6 +8,7 @@ permission/config problems come back as API errors (raised as CloudError).
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +29,8 @@ from slurmscale.model import (
 )
 
 log = logging.getLogger(__name__)
+
+NOT_FOUND = "InvalidInstanceID.NotFound"  # an instance id EC2 does not have
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 
@@ -218,7 +221,33 @@ class EC2Cloud:
 
     def terminate(self, instance_ids: list[str]) -> None:
         for i in range(0, len(instance_ids), 500):
-            self._call("terminate_instances", InstanceIds=instance_ids[i:i + 500])
+            self._terminate(instance_ids[i:i + 500])
+
+    def _terminate(self, ids: list[str]) -> None:
+        """One TerminateInstances. An id EC2 does not have fails the whole call with
+        `InvalidInstanceID.NotFound`, naming the ids ("The instance ID 'i-...' does not
+        exist", or "IDs '...' do not exist": EC2 API reference, Common client error codes):
+        those need no terminating, the rest are asked again. Named none (a message of
+        another shape): one call each, so a stale id never keeps the others running."""
+        try:
+            self._call("terminate_instances", InstanceIds=ids)
+            return
+        except CloudError as e:
+            if e.code != NOT_FOUND or not ids:
+                raise
+            named = set(re.findall(r"i-[0-9a-f]+", e.message)) & set(ids)
+        rest = [i for i in ids if i not in named]
+        if not named:  # which one EC2 does not know is not said: ask for each alone
+            if len(ids) == 1:
+                log.warning("EC2 does not know instance %s: taken as terminated", ids[0])
+                return
+            for one in ids:
+                self._terminate([one])
+            return
+        log.warning("EC2 does not know instance(s) %s: taken as terminated",
+                    ",".join(sorted(named)))
+        if rest:
+            self._terminate(rest)
 
     def find(self, tags: dict[str, str], include_terminated: bool = False
              ) -> list[CloudInstance]:

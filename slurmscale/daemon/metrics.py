@@ -106,6 +106,10 @@ class Metrics:
         self._server = server[0] if isinstance(server, tuple) else server
         log.info("metrics on http://%s:%d/metrics", address, port)
 
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()

@@ -36,6 +36,7 @@ class RequestPass:
         self.launcher = launcher
         self.addresses = addresses
         self.ec2_retry = ec2_retry
+        self.spool_stuck = False  # a spool file could not be removed (said once)
 
     def _pool_name(self, node: str) -> str | None:
         p = self.ctx.cfg.pool_of(node)
@@ -65,8 +66,24 @@ class RequestPass:
                 self.ctx.event(Kind.REQUEST_RECEIVED,
                            f"{req.kind.value} {req.hostlist} ({len(req.nodes)} nodes)",
                            request_id=req.id, node=req.hostlist)
-            self.spool.done(path)
+            self._done(path)
         return n
+
+    def _done(self, path: Path) -> None:
+        """The file's request is in the store: the file goes. A spool the daemon cannot
+        write (read-only, its owner changed) costs the spool its clean-up, never the pass:
+        the request is taken once however often its file is drained again (`add_request`),
+        and the event says so once until a file can be removed again."""
+        try:
+            self.spool.done(path)
+        except OSError as e:
+            if not self.spool_stuck:
+                self.ctx.event(Kind.SPOOL_UNWRITABLE, f"cannot remove spool file {path.name} "
+                               f"({e.strerror or e}): its request is taken, the file is read "
+                               "again every pass until the spool is writable")
+            self.spool_stuck = True
+            return
+        self.spool_stuck = False
 
     def _reject(self, path: Path, why: str) -> None:
         try:

@@ -1,11 +1,17 @@
-"""`slurmscale daemon`: the reconcile pass runs on one worker thread, woken every tick (an
-APScheduler interval job whose only act is to wake it), at once when a hook pokes the local
-API, and when a pass asks to run again at a time of its own (a batching window closing).
+"""`slurmscale daemon`: the reconcile pass runs on one worker thread, woken every tick, at once
+when a hook pokes the local API, and when a pass asks to run again at a time of its own (a
+batching window closing).
+
+Every time here is the steady (monotonic) clock's: the tick is due `daemon.tick_seconds` after
+the last one was, whatever the wall clock does. (An interval timer on the wall clock, as
+APScheduler 3's is, waits out a step back of an hour before its next tick: no interruption
+handled, no release, no sweep for that hour. The pass itself reads a step of the host's clock
+and records it as `clock_step`: slurmscale/timeframe.py.)
 
 Wake-ups coalesce: a pass takes every wish for one made before it started, so however many
 pokes land while a pass runs, one more pass follows, and a pass starts at least `POKE_GAP_S`
 after the last one ended (200 resume hooks in a burst are a handful of passes, not 200). Nothing
-the pass does calls back into the scheduler, so stopping never waits on a lock a pass holds:
+the pass does calls back into the timer, so stopping never waits on a lock a pass holds:
 on SIGTERM the API closes, the worker is given `daemon.stop_timeout_s` to finish its pass,
 and the daemon exits 0 either way (a pass cut off is no worse than a crash, which every
 side effect is recorded to survive)."""
@@ -14,13 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
-
-from apscheduler.schedulers.background import BackgroundScheduler
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.ec2 import EC2Cloud
@@ -41,7 +46,6 @@ from slurmscale.store.repo import Store
 
 log = logging.getLogger(__name__)
 
-JOB_ID = "reconcile"
 POKE_GAP_S = 0.25  # a pass starts at least this long after the last one ended
 
 
@@ -56,13 +60,13 @@ class Daemon:
         # leader that saw it happen.
         self.reconciler: Reconciler | None = None
         self.metrics = Metrics() if cfg.metrics.port else None
-        self.scheduler = BackgroundScheduler(timezone=UTC)
         self.stopping = threading.Event()
-        # the earliest time a pass is wanted (monotonic; None: none), by the tick timer, a
-        # poke, or a pass's own next_due; taken whole as a pass starts, so at most one pass
-        # runs and one waits, whatever the number of pokes
+        # the earliest time a pass is wanted (monotonic; None: none), by a poke or a pass's
+        # own next_due; taken whole as a pass starts, so at most one pass runs and one waits,
+        # whatever the number of pokes
         self.cond = threading.Condition()
         self.wanted_at: float | None = None
+        self.next_tick = math.inf  # monotonic: when the periodic pass is due next (`run`)
         self.last_end = -POKE_GAP_S  # monotonic: when the last pass ended
         self.worker = threading.Thread(target=self._work, name="reconcile", daemon=True)
         self.collector = BetweenPasses()
@@ -71,6 +75,7 @@ class Daemon:
         self.last_ok_at: str | None = None  # ISO time of the last pass that completed
         self.api: ApiServer | None = None
         self._socket_busy = False
+        self._metrics_refused = False  # the metrics port could not be had (said once)
         # the last pass's plan as `plan --json` prints it, made on the first ask after a pass
         self._plan_lock = threading.Lock()
         self._plan_json: tuple[object, bytes] | None = None  # (the pass's PassPlan, JSON)
@@ -107,16 +112,21 @@ class Daemon:
 
     def _work(self) -> None:
         """The one thread passes run on: each pass takes every wish made before it started."""
+        tick_s = self.cfg.daemon.tick_seconds
         while True:
             with self.cond:
                 while not self.stopping.is_set():
                     now = time.monotonic()
-                    if self.wanted_at is not None and self.wanted_at <= now:
+                    due = (self.next_tick if self.wanted_at is None
+                           else min(self.wanted_at, self.next_tick))
+                    if due <= now:
                         break
-                    self.cond.wait(None if self.wanted_at is None else self.wanted_at - now)
+                    self.cond.wait(None if due == math.inf else due - now)
                 if self.stopping.is_set():
                     return
                 self.wanted_at = None
+                if self.next_tick <= now:  # ticks a long pass overran are not made up
+                    self.next_tick = max(self.next_tick + tick_s, now)
             gap = self.last_end + POKE_GAP_S - time.monotonic()
             if gap > 0 and self.stopping.wait(gap):
                 return
@@ -159,6 +169,26 @@ class Daemon:
                                  f"{self.cfg.cluster_name}", utcnow())
         return self.reconciler
 
+    def _serve_metrics(self) -> None:
+        """Serve the metrics unless their port cannot be had (another process has it, an
+        address this host does not have): then the daemon runs without them, says so once,
+        and tries again each pass. Metrics are worth less than the loop they describe."""
+        m = self.metrics
+        if m is None or m.serving:
+            return
+        address, port = self.cfg.metrics.address, self.cfg.metrics.port
+        try:
+            m.serve(address, port)
+        except OSError as e:
+            if not self._metrics_refused:
+                log.error("cannot serve metrics on %s:%d (%s): running without them, trying "
+                          "again every pass", address, port, e.strerror or e)
+            self._metrics_refused = True
+            return
+        if self._metrics_refused:
+            log.warning("metrics served on %s:%d now", address, port)
+        self._metrics_refused = False
+
     def _tick(self) -> None:
         t0 = time.monotonic()
         if self.api is None and self._socket_busy:
@@ -166,6 +196,8 @@ class Daemon:
                 self._serve_api()
             except SocketUnusable as e:
                 log.error("%s", e)
+        if self._metrics_refused:
+            self._serve_metrics()
         try:
             reconciler = self._lead()
             if self.metrics is not None:
@@ -241,15 +273,9 @@ class Daemon:
             self._close()
             raise  # the command says it in one line
         tune_gc()  # start-up's objects out of the collector's walks; fewer collections a pass
-        # the interval clock: its job only wakes the worker, never runs a pass itself
-        self.scheduler.add_job(self.want, "interval", id=JOB_ID,
-                               seconds=self.cfg.daemon.tick_seconds, max_instances=1,
-                               coalesce=True, misfire_grace_time=None)
+        self._serve_metrics()
+        self.next_tick = time.monotonic()  # the first pass at once, then every tick
         self.worker.start()
-        self.want()
-        self.scheduler.start()
-        if self.metrics is not None:
-            self.metrics.serve(self.cfg.metrics.address, self.cfg.metrics.port)
         log.info("slurmscale daemon up (%s): cluster %s, %d pool(s), socket %s, store %s",
                  self.role, self.cfg.cluster_name, len(self.cfg.pools), self.cfg.socket_path,
                  redact(self.store.engine.url.render_as_string(hide_password=True),
@@ -267,7 +293,6 @@ class Daemon:
             self.cond.notify_all()
         if self.api is not None:
             self.api.stop()
-        self.scheduler.shutdown(wait=False)  # (its job only wakes the worker)
         if self.worker.is_alive():
             self.worker.join(self.cfg.daemon.stop_timeout_s)
         if self.metrics is not None:

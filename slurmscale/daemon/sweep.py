@@ -9,12 +9,13 @@ import logging
 from datetime import datetime
 
 from slurmscale.audit import Kind
-from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError, CloudInstance
+from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_NODE, CloudError, CloudInstance
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.fleets import GangFleets
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.lost_nodes import LostNodes, nodes_without_instances
 from slurmscale.hostlists import compress
+from slurmscale.lifecycles import GangStatus
 from slurmscale.model import SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
@@ -69,6 +70,8 @@ class InstanceSweep:
         leaks = leaked_instances(seen, c.cfg.cluster_name, {i.instance_id for i in active},
                                  now, c.cfg.daemon.leak_grace_s)
         if leaks:
+            leaks = self._not_launching(leaks)
+        if leaks:
             leaks = self._not_in_use(leaks, {i.node for i in active}, nodes)
         if leaks and c.terminate(
                 [i.instance_id for i in leaks],
@@ -119,6 +122,18 @@ class InstanceSweep:
                 f"{compress(due)}: up in Slurm, but neither EC2 nor the store has an "
                 f"instance for {c.cfg.daemon.lost_node_grace_s:g}s; powered down (jobs "
                 "requeue)", node=compress(due))
+
+    def _not_launching(self, leaks: list[CloudInstance]) -> list[CloudInstance]:
+        """Of untracked instances, those not tagged for a gang whose launch is still being
+        settled: a CreateFleet whose answer was lost is retried with the same ClientToken,
+        and EC2 then answers with these very instances (an idempotent retry returns what the
+        first call launched), which must still be running then. The launch pass records them
+        or terminates them once it has an answer; until then they are not a leak."""
+        gangs = {g for g in {i.tags.get(TAG_GANG, "") for i in leaks} if g}
+        launching = {g for g in gangs
+                     if (row := self.ctx.store.get_gang(g)) is not None
+                     and row.status == GangStatus.LAUNCHING}
+        return [i for i in leaks if i.tags.get(TAG_GANG, "") not in launching]
 
     def _not_in_use(self, leaks: list[CloudInstance], tracked_nodes: set[str],
                     nodes: list[SlurmNode] | None) -> list[CloudInstance]:

@@ -180,7 +180,8 @@ class SimEc2:
 
     def terminate(self, instance_ids: list[str]) -> None:
         for iid in instance_ids:
-            self._end(self._get(iid), USER_SHUTDOWN)
+            if iid in self.instances:  # (one EC2 does not know needs no terminating)
+                self._end(self._get(iid), USER_SHUTDOWN)
 
     def reclaim(self, instance_id: str, reservation: bool = False) -> str:
         """AWS takes a spot instance back (`reservation`: an interruptible reservation's owner

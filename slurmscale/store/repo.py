@@ -339,7 +339,7 @@ class Store:
     def pool_memory(self) -> dict[str, PoolMemory]:
         with self.session() as s:
             return {r.pool: PoolMemory(r.target, r.above_since, r.last_step_at)
-                    for r in s.scalars(select(PoolStateRow))}
+                    for r in self._rows(s, select(PoolStateRow))}
 
     def save_pool_memory(self, memory: dict[str, PoolMemory], now: datetime) -> None:
         with self.session() as s:
@@ -497,9 +497,15 @@ class Store:
     def job_runs(self, since: datetime) -> list[JobRun]:
         with self.session() as s:
             j = t.jobs.c
-            found = s.execute(select(j.job_id, j.pool, j.started_at, j.ended_at,
-                                     j.time_limit_s).where(
-                j.ended_at >= since, j.time_limit_s.is_not(None), j.time_limit_s > 0))
+            where = (j.ended_at >= since, j.time_limit_s.is_not(None), j.time_limit_s > 0)
+            found: list[tuple[Any, ...]]
+            try:
+                found = [tuple(r) for r in s.execute(select(
+                    j.job_id, j.pool, j.started_at, j.ended_at, j.time_limit_s).where(*where))]
+            except DECODE_ERRORS:  # a row that cannot be read: read them as rows, skip it
+                s.rollback()
+                found = [(r.job_id, r.pool, r.started_at, r.ended_at, r.time_limit_s)
+                         for r in self._rows(s, select(JobRow).where(*where))]
             return [JobRun(job_id, utc(end).timestamp(), pool, (end - start).total_seconds(),
                            float(limit)) for job_id, pool, start, end, limit in found]
 

@@ -4,10 +4,59 @@ records themselves need no SQLAlchemy."""
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, DateTime, Float, Integer, MetaData, String, Table, Text
+import math
+from typing import Any
+
+from sqlalchemy import Boolean, Column, DateTime, MetaData, String, Table, Text
+from sqlalchemy import Float as SqlFloat
+from sqlalchemy import Integer as SqlInteger
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import registry
+from sqlalchemy.types import TypeDecorator
 
 from slurmscale.store import rows
+
+# No number slurmscale stores (seconds since 1970, GPU-seconds, counts) comes near this; a
+# value beyond it is a record written by hand or by a broken disk, and one a reader would fail
+# on later (`datetime.fromtimestamp(1e308)`): refused as the row is read.
+MAX_ABS = 6e10  # about 1,900 years of seconds: every such time is a date Python can show
+
+
+def _checked(value: object, column_type: str) -> float | int:
+    """A stored number as read, or ValueError naming what it is instead: SQLite keeps any
+    value in any column (`'abc'` in a FLOAT, `1e308`), and the store quarantines a row whose
+    value this refuses (store/repo.py, `_rows`) instead of handing it to a pass."""
+    where = f"in {'an' if column_type == 'INTEGER' else 'a'} {column_type} column"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{value!r} {where} is not a number")
+    if not math.isfinite(value) or abs(value) > MAX_ABS:
+        raise ValueError(f"{value!r} {where} is out of range")
+    if column_type == "INTEGER" and isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{value!r} {where} is not a whole number")
+        return int(value)
+    return value
+
+
+class Float(TypeDecorator[float]):
+    """FLOAT, read back only when it is a number in range (`_checked`)."""
+
+    impl = SqlFloat
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> float | None:
+        return None if value is None else float(_checked(value, "FLOAT"))
+
+
+class Integer(TypeDecorator[int]):
+    """INTEGER, read back only when it is a whole number in range (`_checked`)."""
+
+    impl = SqlInteger
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> int | None:
+        return None if value is None else int(_checked(value, "INTEGER"))
+
 
 metadata = MetaData()
 _mapper = registry(metadata=metadata)
@@ -40,7 +89,9 @@ gangs = Table(
     Column("status", String(16), index=True, nullable=False),
     Column("client_token", String(64), nullable=False),
     Column("launch_template_version", String(16), nullable=False),
-    Column("fleet_id", String(64), nullable=True),
+    # every fleet of a gang, comma-separated: a gang launched in several fleets
+    # (max_instances_per_fleet) writes more than one 30-character id
+    Column("fleet_id", Text, nullable=True),
     Column("error_code", String(128), nullable=True),
     Column("error_message", Text, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
@@ -70,7 +121,7 @@ _mapper.map_imperatively(rows.InstanceRow, instances)
 
 events = Table(
     "events", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", SqlInteger, primary_key=True, autoincrement=True),
     Column("at", DateTime(timezone=True), index=True, nullable=False),
     Column("kind", String(32), index=True, nullable=False),
     Column("node", Text, nullable=True),
@@ -114,7 +165,7 @@ _mapper.map_imperatively(rows.HoldRow, holds)
 
 preemptions = Table(
     "preemptions", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", SqlInteger, primary_key=True, autoincrement=True),
     Column("at", DateTime(timezone=True), index=True, nullable=False),
     Column("job_id", String(64), index=True, nullable=False),
     Column("node", String(128), nullable=False),
@@ -132,7 +183,7 @@ _mapper.map_imperatively(rows.PreemptionRow, preemptions)
 
 replacements = Table(
     "replacements", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", SqlInteger, primary_key=True, autoincrement=True),
     Column("at", DateTime(timezone=True), index=True, nullable=False),
     Column("detected_at", DateTime(timezone=True), nullable=False),
     Column("node", String(128), index=True, nullable=False),

@@ -87,6 +87,17 @@ def terminated_instances_are_listed_only_when_asked(side: Ec2Side) -> None:
     assert every[kept].state in ("pending", "running")
 
 
+def an_instance_ec2_does_not_know_needs_no_terminating(side: Ec2Side) -> None:
+    """TerminateInstances with an id EC2 does not have (gone long ago, a row written by hand)
+    fails the whole call with InvalidInstanceID.NotFound on EC2; the adapter reads that id as
+    terminated and terminates the others, so a stale row cannot fail every pass forever."""
+    got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 1, 1, "tok-n", _tags("g-n"))
+    iid = got.instances[0].instance_id
+    side.cloud.terminate(["i-0000000000000dead", iid])
+    every = {i.instance_id: i for i in side.cloud.find(_tags("g-n"), include_terminated=True)}
+    assert every[iid].state in ("shutting-down", "terminated")
+
+
 def tags_added_later_are_found(side: Ec2Side) -> None:
     got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 1, 1, "tok-f", _tags("g-f"))
     iid = got.instances[0].instance_id
@@ -179,6 +190,7 @@ CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
     short_of_the_minimum_gets_nothing,
     below_the_target_above_the_minimum_gets_what_there_is,
     terminated_instances_are_listed_only_when_asked,
+    an_instance_ec2_does_not_know_needs_no_terminating,
     tags_added_later_are_found,
     a_reclaimed_spot_instance_shows_why,
     placement_groups_hold_a_gang_until_it_is_gone,

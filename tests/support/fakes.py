@@ -168,7 +168,8 @@ class FakeCloud:
     def terminate(self, instance_ids: list[str]) -> None:
         self._up()
         for i in instance_ids:
-            self._end(i, USER_SHUTDOWN)
+            if i in self.instances:  # (one EC2 does not know needs no terminating)
+                self._end(i, USER_SHUTDOWN)
 
     def reclaim(self, instance_id: str) -> None:
         """AWS takes the spot instance back."""

@@ -167,6 +167,16 @@ def a_gang_follows_its_lifecycle(store: ReconcileStore) -> None:
     assert store.get_gang("g-none") is None
 
 
+def a_gang_keeps_the_ids_of_all_its_fleets(store: ReconcileStore) -> None:
+    """A gang launched in several fleets (max_instances_per_fleet) keeps every fleet id:
+    PostgreSQL refused three of them in the VARCHAR(64) the column once was."""
+    ids = ",".join(f"fleet-{n:08x}-0000-4000-8000-{n:012x}" for n in range(4))
+    store.add_gang(gang("g-1"))
+    store.update_gang("g-1", status=GangStatus.LAUNCHED, fleet_id=ids)
+    got = store.get_gang("g-1")
+    assert got is not None and got.fleet_id == ids and len(ids) > 64
+
+
 def its_own_outage_is_not_a_records_fault(store: ReconcileStore) -> None:
     assert not store.is_outage(ValueError("a record the store cannot take"))
 
@@ -237,6 +247,7 @@ CHECKS: list[Callable[[ReconcileStore], None]] = [
     instances_run_until_terminated,
     a_request_is_taken_once_and_finished_once,
     a_gang_follows_its_lifecycle,
+    a_gang_keeps_the_ids_of_all_its_fleets,
     its_own_outage_is_not_a_records_fault,
     a_job_is_recorded_once_and_ended_once,
     ended_jobs_with_a_limit_are_read_as_runs_since,

@@ -45,6 +45,14 @@ def _pool_edit(**kw):  # type: ignore[no-untyped-def]
     ({**base_config(), "pools": []}, ["pools", "at least 1"]),
     ({"pools": base_config()["pools"]}, ["cluster_name", "required"]),
     ({**base_config(), "node_address": "public-ip"}, ["node_address", "public-ip"]),
+    # (these three ended in a traceback as the daemon bound its socket)
+    ({**base_config(), "socket_path": ""}, ["socket_path", "''", "absolute path"]),
+    ({**base_config(), "socket_path": "/"}, ["socket_path", "'/'", "absolute path"]),
+    ({**base_config(), "socket_path": "."}, ["socket_path", "'.'", "absolute path"]),
+    ({**base_config(), "socket_path": "/run/" + "s" * 120}, ["socket_path", "107 bytes"]),
+    ({**base_config(), "daemon": {"tick_seconds": -1}}, ["daemon.tick_seconds", "-1"]),
+    ({**base_config(), "daemon": {"leak_grace_s": float("nan")}},
+     ["daemon.leak_grace_s", "nan"]),
 ])
 def test_errors_name_the_bad_key_and_value(data, needles) -> None:  # type: ignore[no-untyped-def]
     msg = _err(data)

@@ -4,6 +4,7 @@ that fails says so first in `status`, and a socket that cannot be served is one 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -13,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from slurmscale.config_file import parse_config
@@ -218,3 +220,112 @@ def test_the_daemon_collects_cycles_between_passes_when_due() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*old)
+
+
+def _slurm_down(tmp_path: Path) -> Path:
+    """Slurm commands that fail at once (a controller that refuses): passes end quickly."""
+    down = tmp_path / "down"
+    down.mkdir()
+    for tool in ("scontrol", "squeue", "sprio", "sinfo"):
+        (down / tool).write_text("#!/bin/sh\necho 'slurm_load: down' >&2\nexit 1\n")
+        (down / tool).chmod(0o755)
+    return down
+
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+
+
+def _passes(sock: Path, seconds: float) -> int:
+    """The passes the daemon ran in the next `seconds`: each leaves a new `last_tick`."""
+    from slurmscale.api_client import ApiError, call
+
+    seen: set[str] = set()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            _, health = call(str(sock), "GET", "/v1/health", timeout=2)
+        except (ApiError, OSError):
+            health = {}
+        if isinstance(health, dict) and health.get("last_tick"):
+            seen.add(json.dumps(health["last_tick"], sort_keys=True))
+        time.sleep(0.1)
+    return len(seen)
+
+
+@pytest.mark.skipif(not LIBFAKETIME.exists() and not os.environ.get("CI"),
+                    reason="libfaketime not installed (scripts/setup.sh --tests installs it)")
+def test_a_wall_clock_stepped_back_an_hour_neither_stops_nor_doubles_the_tick(
+        tmp_path: Path) -> None:
+    """The daemon's host clock stepped back an hour under libfaketime (its steady clock
+    untouched, as on a host where NTP or an admin steps the time): the passes go on every
+    tick. On a wall-clock interval timer (APScheduler 3's) none ran for the hour."""
+    cfg = _config(tmp_path, daemon={"tick_seconds": 1, "stop_timeout_s": 3},
+                  slurm={"bin_dir": str(_slurm_down(tmp_path)), "timeout_s": 5})
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    env = {**_env(), "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset),
+           "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    daemon = subprocess.Popen([sys.executable, "-m", "slurmscale", "--config", str(cfg),
+                               "daemon"], env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        sock = tmp_path / "run" / "sock"
+        deadline = time.monotonic() + 30
+        while not sock.is_socket():
+            assert daemon.poll() is None and time.monotonic() < deadline, "daemon not up"
+            time.sleep(0.1)
+        before = _passes(sock, 6)
+        offset.write_text("-3600\n")  # the host's clock an hour back
+        after = _passes(sock, 12)
+        offset.write_text("+0\n")  # and forward again
+        again = _passes(sock, 6)
+    finally:
+        daemon.terminate()
+        daemon.wait(15)
+    print(f"passes at tick 1 s: {before} in 6 s, {after} in 12 s after a -1 h step, "
+          f"{again} in 6 s after stepping back to true time")
+    # (each count has the last pass before it; a busy machine slows a pass, never speeds one)
+    assert 3 <= before <= 8
+    assert 6 <= after <= 14, "a tick stopped or doubled by the step back"
+    assert 3 <= again <= 8, "a tick stopped or doubled by the step forward"
+
+
+def test_a_metrics_port_in_use_costs_the_metrics_not_the_loop(tmp_path: Path) -> None:
+    """Another process has the metrics port: the daemon says so in one line, serves its
+    socket and runs its passes without metrics, and serves them once the port is free."""
+    import socket
+    import urllib.request
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    cfg = _config(tmp_path, metrics={"address": "127.0.0.1", "port": port},
+                  daemon={"tick_seconds": 1, "stop_timeout_s": 3},
+                  slurm={"bin_dir": str(_slurm_down(tmp_path)), "timeout_s": 5})
+    daemon = subprocess.Popen([sys.executable, "-m", "slurmscale", "--config", str(cfg),
+                               "daemon"], env=_env(), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        sock = tmp_path / "run" / "sock"
+        deadline = time.monotonic() + 30
+        while not sock.is_socket():
+            assert daemon.poll() is None and time.monotonic() < deadline, "daemon not up"
+            time.sleep(0.1)
+        holder.close()  # the port is free now: the next pass serves the metrics
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    assert b"slurmscale_" in r.read()
+                break
+            except OSError:
+                assert daemon.poll() is None and time.monotonic() < deadline, "no metrics"
+                time.sleep(0.2)
+    finally:
+        holder.close()
+        daemon.terminate()
+        out, _ = daemon.communicate(timeout=15)
+    log = (tmp_path / "daemon.log").read_text()
+    assert daemon.returncode == 0 and "Traceback" not in out.decode() + log
+    assert log.count("cannot serve metrics on 127.0.0.1:") == 1

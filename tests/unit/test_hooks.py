@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -136,6 +137,20 @@ def test_a_hostile_resume_file_is_bad_input_not_a_traceback(hooks, content: byte
     assert p.returncode == 2, p.stderr
     assert spooled(hooks) == [] and needle in (hooks / "hooks.log").read_text()
     assert "Traceback" not in p.stderr + (hooks / "hooks.log").read_text()
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_resume_file_that_is_not_a_regular_file_is_refused_unread(hooks, special: str) -> None:  # type: ignore[no-untyped-def]
+    """Before: /dev/zero was read whole (4 GB in 4 s, then a MemoryError traceback) and a
+    FIFO blocked the hook until slurmctld's script timeout."""
+    path = hooks / "rf.fifo" if special == "fifo" else Path(special)
+    if special == "fifo":
+        os.mkfifo(path)
+    p = subprocess.run([str(hooks / "hooks" / "slurmscale-resume"), "spot-1"],
+                       env={"SLURM_CONF": "/nonexistent", "SLURM_RESUME_FILE": str(path)},
+                       capture_output=True, text=True, timeout=20)
+    assert p.returncode == 2, p.stderr
+    assert spooled(hooks) == [] and "is not a regular file" in (hooks / "hooks.log").read_text()
 
 
 @pytest.mark.parametrize(("url", "needle"), [

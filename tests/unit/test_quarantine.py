@@ -9,7 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
@@ -18,7 +18,7 @@ from slurmscale.config import Config
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
-from slurmscale.store.rows import InstanceRow
+from slurmscale.store.rows import HoldRow, InstanceRow, JobRow, OfferingRow
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.unit.conftest import base_config
 from tests.unit.test_reconcile import Clock, hook
@@ -93,3 +93,78 @@ def test_status_and_nodes_list_the_row_without_a_traceback(cfg: Config,
     assert "store rows that cannot be read" in text.stdout and BAD in text.stdout
     nodes = run("nodes", "--all")
     assert "Traceback" not in nodes.stderr and nodes.returncode in (0, 2), nodes.stderr
+
+
+NOW = datetime.now(UTC)
+
+
+def _store_with_bad_numbers(cfg: Config) -> None:
+    """An offering until 1e308, a hold created 'abc', a job of 'many' nodes: SQLite keeps any
+    value in any column, and each of these once got past the reads (a pass failing on
+    `datetime.fromtimestamp(1e308)`, `report` on a TypeError). Each beside a good row."""
+    store = Store(cfg.store_url)
+    store.upgrade()
+    for pool in ("gpu-spot", "gpu-od"):
+        store.put_offering(OfferingRow(pool=pool, until_s=NOW.timestamp() + 60, repeats=1,
+                                       last_code="InsufficientInstanceCapacity",
+                                       updated_at=NOW))
+    for name in ("hold-1", "hold-2"):
+        store.put_hold(HoldRow(
+            name=name, pool="gpu-spot", job_id=name[-1], user_name="u", needed=2,
+            nodes='["spot-1", "spot-2"]', created_s=NOW.timestamp() - 60,
+            accounted_s=NOW.timestamp() - 60, state="active"))
+    store.add_job_starts([JobRow(job_id=j, pool="gpu-spot", user_name="u", num_nodes=2,
+                                 gpus_per_node=8, submitted_at=NOW - timedelta(minutes=9),
+                                 started_at=NOW - timedelta(minutes=5)) for j in ("1", "2")])
+    store.close()
+    db = sqlite3.connect(cfg.store_url.removeprefix("sqlite:///"))
+    db.execute("UPDATE offerings SET until_s = 1e308 WHERE pool = 'gpu-spot'")
+    db.execute("UPDATE holds SET created_s = 'abc' WHERE name = 'hold-1'")
+    db.execute("UPDATE jobs SET num_nodes = 'many' WHERE job_id = '1'")
+    db.commit()
+    db.close()
+
+
+BAD_NUMBERS = {
+    ("offerings", "gpu-spot"): "ValueError: 1e+308 in a FLOAT column is out of range",
+    ("holds", "hold-1"): "ValueError: 'abc' in a FLOAT column is not a number",
+    ("jobs", "1"): "ValueError: 'many' in an INTEGER column is not a number"}
+
+
+def test_a_number_that_is_not_one_or_out_of_range_is_quarantined(cfg: Config) -> None:
+    _store_with_bad_numbers(cfg)
+    store = Store(cfg.store_url)
+    try:
+        assert [o.pool for o in store.offerings()] == ["gpu-od"]
+        assert [h.name for h in store.holds()] == ["hold-2"]
+        assert [j.job_id for j in store.jobs(NOW - timedelta(hours=1), NOW)] == ["2"]
+        assert store.quarantined == BAD_NUMBERS
+        r = Reconciler(cfg, store, FakeSlurm(), FakeCloud(), clock=Clock())
+        r.tick()  # the pass goes on
+        said = [e.message for e in store.events() if e.kind == "row_quarantined"]
+        assert any(m.startswith("offerings row gpu-spot cannot be read") for m in said), said
+    finally:
+        store.close()
+
+
+def test_status_and_report_list_bad_numbers_without_a_traceback(cfg: Config,
+                                                                tmp_path: Path) -> None:
+    _store_with_bad_numbers(cfg)
+    data = base_config(spool_dir=cfg.spool_dir, socket_path=cfg.socket_path,
+                       hook_log_file=cfg.hook_log_file, store_url=cfg.store_url,
+                       slurm={"bin_dir": str(tmp_path / "no-slurm")})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    path.chmod(0o644)
+    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(path), *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+    st = run("status", "--json")
+    assert "Traceback" not in st.stderr, st.stderr
+    listed = {(q["table"], q["key"]): q["error"] for q in json.loads(st.stdout)["quarantined_rows"]}
+    assert listed == {k: v for k, v in BAD_NUMBERS.items() if k[0] in ("offerings", "holds")}
+    rep = run("report", "--since", "1h", "--format", "json")
+    assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr
+    assert json.loads(rep.stdout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -154,6 +155,26 @@ def test_an_unreadable_spool_file_is_set_aside_with_an_event(world) -> None:  # 
     assert "spool_rejected" in [e.kind for e in r.store.events()]
 
 
+def test_a_spool_that_cannot_be_written_costs_its_clean_up_not_the_pass(world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A read-only spool (EROFS, as root too): each request is taken once, launched once,
+    the pass goes on, and one event says the files stay."""
+    r, cloud, slurm, clock, spool = world
+
+    def read_only(self: Spool, path: object) -> None:
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(Spool, "done", read_only)
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    assert r.tick().launched_gangs == 1
+    clock.now += timedelta(seconds=60)
+    hook(spool, clock, RequestKind.RESUME, {2: ["spot-3"]})
+    r.tick()
+    clock.now += timedelta(seconds=60)
+    r.tick()
+    assert len(cloud.launches) == 2 and len(cloud.running()) == 3
+    kinds = [e.kind for e in r.store.events()]
+    assert kinds.count("spool_unwritable") == 1 and kinds.count("request_received") == 2
+
+
 def test_only_this_clusters_untracked_instances_past_the_grace_are_leaks() -> None:
     from datetime import UTC, datetime, timedelta
 
@@ -271,6 +292,36 @@ def test_a_launch_whose_answer_was_lost_is_recovered_not_repeated(world) -> None
     assert len(cloud.launches) == 1, "the retry found the gang's instances by tag"
     assert len(cloud.running()) == 2 and len(r.store.active_instances()) == 2
     assert "launch_recovered" in [e.kind for e in r.store.events()]
+
+
+def test_a_launch_being_retried_is_not_swept_as_a_leak(world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The CreateFleet answer lost, then the retry refused by an endpoint that fails for
+    longer than the leak grace: the gang's instances are untracked and old enough, but their
+    gang is still launching, and the retry with the same ClientToken is answered with them."""
+    r, cloud, slurm, clock, spool = world
+    cloud.answers_lost = 1
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    launched = {i.instance_id for i in cloud.running()}
+    assert len(launched) == 2 and r.store.active_instances() == []
+    for iid in launched:  # (EC2 gives each its launch time)
+        cloud.instances[iid] = replace(cloud.instances[iid], launched_at=clock.now)
+
+    def down(*_a: object, **_k: object) -> None:
+        raise UNREACHABLE
+    monkeypatch.setattr(cloud, "launched_with", down)
+    monkeypatch.setattr(cloud, "launch", down)
+    # past the leak grace, short of the gang's own deadline (half the resume timeout)
+    assert r.cfg.daemon.leak_grace_s + 2 < r.cfg.power_saving.resume_timeout / 2
+    for _ in range(2):
+        clock.now += timedelta(seconds=r.cfg.daemon.leak_grace_s / 2 + 1)
+        r.tick()
+    assert {i.instance_id for i in cloud.running()} == launched, "swept as leaks"
+    assert "leak_terminated" not in [e.kind for e in r.store.events()]
+    monkeypatch.undo()
+    clock.now += timedelta(seconds=60)
+    r.tick()
+    assert {i.instance_id for i in r.store.active_instances()} == launched
 
 
 def test_ec2_down_past_half_the_resume_timeout_fails_the_gang_with_the_error(world) -> None:  # type: ignore[no-untyped-def]
