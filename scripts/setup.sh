@@ -17,7 +17,8 @@ fi
 
 pkgs=(slurmctld slurmd slurm-client munge python3 python3-venv)
 # (libfaketime: the daemon's host clock stepped under a test, its steady clock untouched)
-[ $for_tests -eq 1 ] && pkgs+=(debootstrap postgresql libfaketime)
+# (systemd: systemd-analyze verifies the shipped units)
+[ $for_tests -eq 1 ] && pkgs+=(debootstrap postgresql libfaketime systemd)
 if [ $for_tests -eq 1 ]; then
   # Debian packages these; where a distribution does not (Ubuntu's chromium is a snap), the
   # tests that need them say so and skip outside CI
@@ -42,12 +43,32 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ $had_policy -eq 1 ] || rm -f /usr/sbin/policy-rc.d
 fi
 
-py=${PYTHON:-python3}
+# Slurm runs the hooks as SlurmUser (the local cluster's is Debian's unprivileged `slurm`, as in
+# production), so the virtualenv's interpreter must be one that user can run: the
+# distribution's /usr/bin/python3 when it is 3.11 or newer (Debian 12, 13), not one under
+# root's 0700 home (pyenv's). A .venv on such an interpreter is made again.
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  py=python3
+  if /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    py=/usr/bin/python3
+  fi
+fi
+if [ -x .venv/bin/python ] && id slurm >/dev/null 2>&1 \
+    && ! runuser -u slurm -- .venv/bin/python -c '' 2>/dev/null; then
+  echo "making .venv again: user slurm cannot run $(readlink -f .venv/bin/python)"
+  rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[dev,postgres]'
+if id slurm >/dev/null 2>&1 && ! runuser -u slurm -- .venv/bin/python -c 'import slurmscale' \
+    2>/dev/null; then
+  echo "warning: user slurm cannot import slurmscale from $(pwd): the hooks the local cluster" \
+       "runs as SlurmUser need this checkout readable by it (not under a 0700 home)" >&2
+fi
 
 if [ $for_tests -eq 1 ]; then
   # the newer Slurm releases the integration tests also run: 24.11 (trixie), 26.05 (sid)

@@ -116,8 +116,13 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
             click.echo(f"slurmscale: cannot create {key}'s directory {where}: {e.strerror}",
                        err=True)
             sys.exit(2)
-    from slurmscale.daemon.api import SocketUnusable, probe_socket_path
+    from slurmscale.daemon.api import SocketUnusable, probe_socket_path, socket_gid
 
+    try:
+        socket_gid(cfg.daemon.socket_group, cfg.daemon.api_users)
+    except ValueError as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        sys.exit(2)
     try:
         probe_socket_path(cfg.socket_path)  # before the daemon takes the lead
         _setup_daemon_logging(cfg, verbose)

@@ -452,6 +452,10 @@ class DaemonSettings(_Strict):
     # 0660): user names or uids. The daemon's own user is always allowed; names that do not
     # exist on this machine are skipped with a warning.
     api_users: list[str | int] = ["root", "slurm"]
+    # The group the socket file (mode 0660) belongs to, so that those users' hooks may open
+    # it at all: by default the primary group of the first of `api_users` that exists here and
+    # is not root (Debian's `slurm`). The daemon must be root or a member of it to set it.
+    socket_group: str | None = None
     # An instance tagged with this cluster that no node expects (not in the store as running)
     # is terminated once it is this old: long enough for a launch in flight to be recorded, or
     # replayed with its ClientToken by a restarted daemon.

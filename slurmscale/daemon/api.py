@@ -1,8 +1,9 @@
 """The daemon's local API: HTTP/1.0 on a Unix socket for the hooks and the CLI.
 
-Two locks: the socket file is mode 0660, and every connection's peer uid (SO_PEERCRED, which
-the kernel fills in and the peer cannot forge) must be in the allow list; anyone else gets 403
-and a log line naming the uid."""
+Two locks: the socket file is mode 0660, in the group of the users allowed (the SlurmUser's,
+whose hooks connect: `daemon.socket_group`), and every connection's peer uid (SO_PEERCRED,
+which the kernel fills in and the peer cannot forge) must be in the allow list; anyone else
+gets 403 and a log line naming the uid."""
 
 from __future__ import annotations
 
@@ -166,11 +167,38 @@ def resolve_uids(users: list[str | int]) -> frozenset[int]:
     return frozenset(out)
 
 
+def socket_gid(group: str | None, users: list[str | int]) -> int | None:
+    """The gid the socket file is given: `group` by name (or number), else the primary group
+    of the first of `users` that exists here and is not root (the SlurmUser whose hooks
+    connect). None: keep the daemon's own group (no such user; a socket only root may use)."""
+    import grp
+    import pwd
+
+    if group is not None:
+        if group.isdigit():
+            return int(group)
+        try:
+            return grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise ValueError(f"daemon.socket_group: no group {group!r} on this machine"
+                             ) from None
+    for u in users:
+        try:
+            pw = pwd.getpwuid(u) if isinstance(u, int) else pwd.getpwnam(u)
+        except KeyError:
+            continue
+        if pw.pw_uid != 0:
+            return pw.pw_gid
+    return None
+
+
 class ApiServer:
     def __init__(self, socket_path: str,
                  routes: dict[tuple[str, str], Callable[[Any], tuple[int, Any]]],
-                 allowed_uids: frozenset[int] = frozenset({0})) -> None:
+                 allowed_uids: frozenset[int] = frozenset({0}), gid: int | None = None) -> None:
+        """`gid`: the socket file's group (None: the daemon's own)."""
         self.path = Path(socket_path)
+        self.gid = gid
         try:
             self._bind(routes)
         except OSError as e:
@@ -197,6 +225,13 @@ class ApiServer:
         except OSError:
             self.server.server_close()
             raise
+        if self.gid is not None and self.gid != os.stat(self.path).st_gid:
+            try:
+                os.chown(self.path, -1, self.gid)
+            except OSError as e:  # not root and not in the group: the hooks will say so
+                log.error("cannot give socket %s to group %d (%s): only its owner's group "
+                          "and root can connect (daemon.socket_group)", self.path, self.gid,
+                          e.strerror or e)
 
     def start(self) -> None:
         self.thread.start()

@@ -32,7 +32,13 @@ from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config
 from slurmscale.config_file import redact
-from slurmscale.daemon.api import ApiServer, SocketInUse, SocketUnusable, resolve_uids
+from slurmscale.daemon.api import (
+    ApiServer,
+    SocketInUse,
+    SocketUnusable,
+    resolve_uids,
+    socket_gid,
+)
 from slurmscale.daemon.fence import Fence, LeaseLost
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
@@ -313,7 +319,8 @@ class Daemon:
                 ("GET", "/v1/plan"): self._plan,
                 ("GET", "/v1/health"): lambda _b: (200, {"ok": True, "role": self.role,
                                                          "last_tick": self.last_tick}),
-            }, resolve_uids(self.cfg.daemon.api_users))
+            }, resolve_uids(self.cfg.daemon.api_users),
+                socket_gid(self.cfg.daemon.socket_group, self.cfg.daemon.api_users))
         except SocketInUse as e:
             if not self._socket_busy:
                 log.error("%s: this daemon runs without its API until it is free (give each "

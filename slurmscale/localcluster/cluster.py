@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -136,7 +137,18 @@ class LocalCluster:
         for d in ("etc", "log", "state", "spool", "run", "munge", "gpu", "hooks", "slurmscale"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
-        os.chmod(self.root / "munge", 0o700)
+        # slurmctld (SlurmUser) reaches munged's socket here; the key inside stays root's 0600
+        os.chmod(self.root / "munge", 0o755)
+        # What SlurmUser writes, as a production install gives it (slurm_conf/systemd/
+        # slurmscale.service's directories; Slurm's StateSaveLocation and log): slurmctld's
+        # state, pid and log, and the daemon's store, spool, socket and log, which the hooks
+        # (run as SlurmUser) write and reach too. Root's processes (slurmd, the instances)
+        # write here as root.
+        user = pwd.getpwnam(self.o.slurm_user)
+        self.slurm_uid, self.slurm_gid = user.pw_uid, user.pw_gid
+        for d in ("log", "state", "run", "slurmscale"):
+            os.chown(self.root / d, self.slurm_uid, self.slurm_gid)
+            os.chmod(self.root / d, 0o755)
         try:
             if self.chroot:
                 self._mount_chroot()
@@ -332,7 +344,7 @@ SlurmctldPort={self.ctld_port}
 AuthType=auth/munge
 AuthInfo=socket={self.munge_socket}{cred}
 CredType=cred/munge
-SlurmUser=root
+SlurmUser={self.o.slurm_user}
 SlurmdUser=root
 StateSaveLocation={r / 'state'}
 SlurmdSpoolDir={r / 'spool'}/%n
@@ -513,8 +525,8 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
         env = {**os.environ, **AWS_ENV, "SLURMSCALE_CONFIG": str(cfg_path),
                **(extra_env or {})}
         sock.unlink(missing_ok=True)  # a socket left by a killed daemon proves nothing
-        self.procs.start(name, [sys.executable, "-m", "slurmscale", "--config",
-                                str(cfg_path), "daemon"], env=env)
+        self.procs.start(name, [*self.as_slurm_user(), sys.executable, "-m", "slurmscale",
+                                "--config", str(cfg_path), "daemon"], env=env)
 
         def up() -> bool:
             if not self.procs.running(name):
@@ -523,6 +535,16 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
         if wait:
             wait_for(f"slurmscale {name} socket", up, 60)
         return sock
+
+    def as_slurm_user(self) -> list[str]:
+        """The prefix that runs a command as the shipped unit runs the daemon: SlurmUser, its
+        group and supplementary groups (User=, Group=). A chroot's Slurm is reached through
+        `chroot`, so there the command keeps CAP_SYS_CHROOT (ambient, as nothing on a real
+        cluster needs: there the Slurm commands are the host's) and nothing else."""
+        caps = (["--inh-caps=+sys_chroot", "--ambient-caps=+sys_chroot"] if self.chroot
+                else [])
+        return ["/usr/bin/setpriv", f"--reuid={self.slurm_uid}", f"--regid={self.slurm_gid}",
+                "--init-groups", *caps, "--"]
 
     def stop_daemon(self, name: str = "daemon") -> None:
         self.procs.stop(name)

@@ -41,6 +41,10 @@ class ClusterOptions:
     aws_max_attempts: int = 2  # botocore's standard retries (jittered exponential backoff)
     batch_window: float = 2.0
     slurm_root: str = "/"
+    # slurmctld's SlurmUser, and the user the daemon runs as (the shipped unit's): the hooks
+    # run as it, as on a production cluster. Debian's packages make `slurm` (uid 64030, the
+    # same in the chroots). "root" only for what a root SlurmUser itself is to show.
+    slurm_user: str = "slurm"
     # Maps the moto URL to the EC2 endpoint the daemon uses (e.g. a fault-injecting proxy).
     daemon_ec2_endpoint: Callable[[str], str] | None = None
     start_daemon: bool = True

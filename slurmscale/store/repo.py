@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -98,17 +98,40 @@ def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
 
 def _private_sqlite_file(path: Path) -> None:
     """The store holds every request, node and event: a new SQLite file (and the directory
-    made for it) is created readable by its owner only, not with the umask's 0644."""
+    made for it) is created readable by its owner only, not with the umask's 0644. Made by
+    root in a directory another user owns (`sudo slurmscale db upgrade` in SlurmUser's
+    /var/lib/slurmscale), it is that user's: the daemon runs as SlurmUser."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
-        pass  # an existing store keeps the mode its admin gave it
+        return  # an existing store keeps the mode and owner its admin gave it
+    parent = path.parent.stat()
+    if os.geteuid() == 0 and parent.st_uid != 0:
+        os.chown(path, parent.st_uid, parent.st_gid)
+
+
+def _owners_files(path: Path) -> Callable[..., None]:
+    """After each connection (as root): the store's WAL files belong to the store's owner.
+    SQLite makes `-wal` and `-shm` as whoever opens the store first after the last close, so
+    an admin's `sudo slurmscale status` while the daemon (SlurmUser) is stopped would leave
+    them root's, and the daemon would then find its own store read-only."""
+    def fix(_dbapi_conn: object, _record: object) -> None:
+        try:
+            st = path.stat()
+            for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+                if side.exists() and side.stat().st_uid != st.st_uid:
+                    os.chown(side, st.st_uid, st.st_gid)
+        except OSError:
+            pass  # (the next connection tries again; the store's own error says the rest)
+    return fix
 
 
 def make_engine(url: str) -> Engine:
+    path: Path | None = None
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        _private_sqlite_file(Path(url.removeprefix("sqlite:///").split("?", 1)[0]))
+        path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+        _private_sqlite_file(path)
     engine = create_engine(url, pool_pre_ping=True)
     if engine.dialect.name == "sqlite":
         # pysqlite runs DDL outside any transaction, so a daemon killed during a schema
@@ -116,6 +139,8 @@ def make_engine(url: str) -> Engine:
         # would fail. Taking over BEGIN makes each upgrade one transaction: all or nothing.
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
+        if path is not None and os.geteuid() == 0:
+            event.listen(engine, "connect", _owners_files(path))
     return engine
 
 
