@@ -31,7 +31,7 @@ from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import CapacityReservation
 from slurmscale.slurm.kv import parse_oneliner, parse_show_config, release_of
-from slurmscale.slurmconf import REQUEUE_ON_RESUME_FAILURE
+from slurmscale.slurmconf import REQUEUE_ON_RESUME_FAILURE, ctld_parameters
 
 HOOKS = {"ResumeProgram": "slurmscale-resume", "SuspendProgram": "slurmscale-suspend",
          "ResumeFailProgram": "slurmscale-resume-fail"}
@@ -238,9 +238,16 @@ def _check_timers(cfg: Config, c: dict[str, str]) -> list[Problem]:
     if c.get("JobRequeue", "1") != "1":
         warn("job_requeue", f"JobRequeue is {c.get('JobRequeue')}: jobs on a failed launch or "
              "an interrupted spot node fail instead of requeueing")
-    if "idle_on_node_suspend" not in c.get("SlurmctldParameters", ""):
+    have = {v.strip() for v in c.get("SlurmctldParameters", "").split(",") if v.strip()}
+    if "idle_on_node_suspend" not in have:
         warn("idle_on_node_suspend", "SlurmctldParameters lacks idle_on_node_suspend: nodes "
              "powered down after a failure stay DOWN")
+    lost = [v for v in ctld_parameters(cfg) if v != "idle_on_node_suspend" and v not in have]
+    if lost:  # (a later SlurmctldParameters line in slurm.conf replaced slurmscale's)
+        f.err("ctld_parameters", f"SlurmctldParameters lacks {', '.join(lost)} "
+              "(slurm.configless / slurm.ctld_parameters ask for it): Slurm keeps only the "
+              "last SlurmctldParameters line, so merge them into one (`slurmscale slurm-conf` "
+              "renders it)")
     age = seconds(c.get("MinJobAge", ""))
     if age is not None and age < MIN_JOB_AGE_S:
         warn("min_job_age", f"MinJobAge is {age} s: Slurm forgets an ended job before the "
@@ -310,9 +317,11 @@ def check_templates(cfg: Config, templates: Templates) -> list[Problem]:
         for v in versions:
             data = templates.get((p.name, v))
             if isinstance(data, str):
-                warn("template_unreadable", f"pool {p.name}: launch template version {v} not "
-                     f"read from EC2 ({data}); its metadata options, user data, EFA and "
-                     "reservation settings are unchecked")
+                # every launch of the pool names this version: one EC2 will not show (gone,
+                # a name that is not one, no credentials, no permission) fails them all
+                out.append(Problem("error", "template_unreadable", f"pool {p.name}: launch "
+                                   f"template version {v} cannot be read from EC2 ({data}): "
+                                   "every launch of the pool would fail"))
                 continue
             if data is None:
                 continue
@@ -400,6 +409,47 @@ def gather_reservations(cfg: Config) -> Reservations:
             out.update((r.id, r) for r in ec2.capacity_reservations([i]))
         except CloudError as e:
             out[i] = str(e)
+    return out
+
+
+# subnet id -> its availability zone as EC2 describes it, or why it could not be read
+Subnets = dict[str, str]
+
+
+def check_subnets(cfg: Config, found: Subnets | str) -> list[Problem]:
+    """Each pool's subnets against DescribeSubnets: a subnet EC2 does not show fails every
+    fleet that offers it (`found` a string: the call itself failed, for every subnet)."""
+    out: list[Problem] = []
+    for p in cfg.pools:
+        for sid in p.subnets:
+            why = found if isinstance(found, str) else (
+                None if found.get(sid, "").startswith("az:") else found.get(sid, "not returned"))
+            if why is not None:
+                out.append(Problem("error", "subnet_unreadable", f"pool {p.name}: subnet "
+                                   f"{sid} cannot be read from EC2 ({why}): its launches "
+                                   "would fail"))
+    return out
+
+
+def gather_subnets(cfg: Config) -> Subnets | str:
+    """Every pool's subnets' zones ("az:<zone>"), or why each could not be read: one call,
+    or one per subnet when one id is bad; a string when EC2 cannot be asked at all."""
+    from slurmscale.cloud.ec2 import EC2Cloud
+    from slurmscale.cloud.protocol import CloudError
+
+    ids = sorted({s for p in cfg.pools for s in p.subnets})
+    ec2 = EC2Cloud(cfg.aws)
+    try:
+        return {s: f"az:{z}" for s, z in ec2.subnet_zones(ids).items()}
+    except CloudError as e:
+        if not e.code.startswith("InvalidSubnetID"):
+            return str(e)  # (credentials, permission, the endpoint: the same for each)
+    out: Subnets = {}
+    for sid in ids:
+        try:
+            out.update((s, f"az:{z}") for s, z in ec2.subnet_zones([sid]).items())
+        except CloudError as e:
+            out[sid] = str(e)
     return out
 
 

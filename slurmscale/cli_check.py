@@ -19,17 +19,21 @@ def check(ctx: click.Context, as_json: bool) -> None:
     the spool, ResumeTimeout outlasts boot, SuspendTime backs the policy up; every pool's
     launch template versions (read from EC2) put instance tags in metadata, require IMDSv2
     and carry the node bootstrap in their user data, have EFA where a pool says efa: true,
-    and target its reservations or block as EC2 Fleet needs; every reservation id is one EC2
-    knows, of the pool's kind and instance type. One line per
-    problem; exit 0 with none (warnings allowed), 1 with errors, 2 if Slurm cannot be read.
+    and target its reservations or block as EC2 Fleet needs; every subnet and reservation id
+    is one EC2 knows, each reservation of the pool's kind and instance type. A template
+    version, subnet or reservation EC2 will not show (no credentials included) is an error.
+    One line per problem; exit 0 with none (warnings allowed), 1 with errors, 2 if Slurm
+    cannot be read.
 
-    JSON: {"ok": bool, "problems": [{severity, code, message}]}"""
+    JSON: {"ok": bool, "problems": [{severity, code, message}]} (and "error" with exit 2)"""
     from slurmscale.check import check as run_check
     from slurmscale.check import (
         check_reservations,
+        check_subnets,
         check_templates,
         gather,
         gather_reservations,
+        gather_subnets,
         gather_templates,
     )
     from slurmscale.config_file import resolve_path
@@ -39,10 +43,14 @@ def check(ctx: click.Context, as_json: bool) -> None:
     try:
         view = gather(cfg)
     except SlurmError as e:
+        if as_json:  # (a script reading the JSON gets an answer too)
+            click.echo(json.dumps({"ok": False, "error": f"cannot read Slurm: {e}",
+                                   "problems": []}, indent=2))
         click.echo(f"slurmscale check: cannot read Slurm: {e}", err=True)
         sys.exit(2)
     problems = run_check(cfg, view, resolve_path(ctx.find_root().obj.get("config")))
     problems += check_templates(cfg, gather_templates(cfg))
+    problems += check_subnets(cfg, gather_subnets(cfg))
     problems += check_reservations(cfg, gather_reservations(cfg))
     errors = [p for p in problems if p.severity == "error"]
     if as_json:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,6 +184,12 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     if plot_path and replicas > 1:
         raise click.BadParameter("plots one run: not with --replicas above 1",
                                  param_hint="--plot")
+    if plot_path:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:  # before the run, not after it
+            raise click.BadParameter("needs matplotlib: pip install 'slurmscale[plot]'",
+                                     param_hint="--plot")
     for n in names:
         if n not in POLICY_NAMES:
             raise click.BadParameter(f"{n!r} is not one of {', '.join(POLICY_NAMES)}",
@@ -201,14 +209,18 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
                 if node_failure_rate is not None else None)
     settings = Settings(tuple(names), base, holds, cloud, spot, paid, model, failures)
     out: dict[str, Any] = {"trace": trace_path, "slurm_model": slurm_model}
+    shown = Progress(jobs, enabled=not as_json and sys.stderr.isatty())
     if replicas > 1:
-        each = run_replicas(jobs, settings, replicas, jitter, seed)
+        each = run_replicas(jobs, settings, replicas, jitter, seed,
+                            shown.replicas(replicas) if shown.enabled else None)
+        shown.end()
         out.update(replicas=replicas, jitter_s=jitter, policies=summarise(each),
                    each=[numeric(r) for r in each])
         _print_replicas(out, as_json)
         return
     results: list[SimResult] = []
-    out["policies"] = run_all(jobs, settings, results)
+    out["policies"] = run_all(jobs, settings, results, shown.policy if shown.enabled else None)
+    shown.end()
     if plot_path:
         plot(results, plot_path, f"{Path(trace_path).name}, max {max_nodes} nodes")
     if as_json:
@@ -226,6 +238,42 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
         cols += ["on_demand_node_hours", "reserved_node_hours_paid", "reservation_utilization",
                  "jobs_killed_at_block_end"]
     click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
+
+
+class Progress:
+    """On a terminal, one line on stderr while a simulation runs: each policy's simulated day
+    against the trace's, redrawn at most twice a second; with --replicas, the replicas done.
+    Nothing under --json or when stderr is not a terminal (a pipe, a cron job's log)."""
+
+    def __init__(self, jobs: list[Any], enabled: bool) -> None:
+        self.enabled = enabled
+        self.days = max((j.submit_s + j.duration_s for j in jobs), default=0.0) / 86400
+        self.started = time.monotonic()
+        self.drawn = 0.0
+
+    def _draw(self, text: str, force: bool = False) -> None:
+        t = time.monotonic()
+        if force or t - self.drawn >= 0.5:
+            self.drawn = t
+            sys.stderr.write(f"\r{text} ({t - self.started:.0f} s)\x1b[K")
+            sys.stderr.flush()
+
+    def policy(self, name: str) -> Callable[[float], None]:
+        def tell(now_s: float) -> None:
+            self._draw(f"simulating {name}: day {now_s / 86400:.1f} of {self.days:.1f}")
+        return tell
+
+    def replicas(self, k: int) -> Callable[[int], None]:
+        self._draw(f"simulating {k} replicas: 0 of {k} done", force=True)
+
+        def tell(n: int) -> None:
+            self._draw(f"simulating {k} replicas: {n} of {k} done", force=True)
+        return tell
+
+    def end(self) -> None:
+        if self.enabled and self.drawn:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
 
 
 def _print_replicas(out: dict[str, Any], as_json: bool) -> None:

@@ -109,10 +109,15 @@ def render(d: dict[str, Any]) -> str:
     last = str(tick.get("at", "-"))[11:19] or "-"
     if tick.get("ok") is False:  # the truth first: every pass failing is the news
         ok_at = str(tick.get("last_ok_at") or "")[11:19] or "never"
-        out = [f"cluster {d['cluster']}  daemon {up}  last pass {last} FAILED",
-               f"  {tick.get('failed_in_a_row', 1)} pass(es) failed in a row; last good pass "
-               f"{ok_at}",
-               f"  {tick.get('error', 'see the daemon log')}"[:80], ""]
+        n = tick.get("failed_in_a_row", 1)
+        if tick.get("ec2_failed_calls"):  # the passes run on, EC2 does not answer them
+            out = [f"cluster {d['cluster']}  daemon {up}  last pass {last} EC2 FAILING",
+                   f"  {n} pass(es) in a row with EC2 calls failing "
+                   f"({tick['ec2_failed_calls']} in the last); last good pass {ok_at}"]
+        else:
+            out = [f"cluster {d['cluster']}  daemon {up}  last pass {last} FAILED",
+                   f"  {n} pass(es) failed in a row; last good pass {ok_at}"]
+        out += [f"  {tick.get('error', 'see the daemon log')}"[:100], ""]
     else:
         out = [f"cluster {d['cluster']}  daemon {up}  last pass {last}", ""]
     short = {"on-demand": "od", "capacity-block": "blk"}
@@ -196,7 +201,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     pending hook requests, the last hour's errors, and the daemon's health and role.
 
     JSON: {"cluster", "at", "daemon": {reachable, role, last_tick: {ok, at, seconds, error,
-    failed_in_a_row, last_ok_at}}, "pools": [{name,
+    failed_in_a_row, last_ok_at, ec2_failed_calls (a pass whose EC2 calls failed: ok false)}},
+    "pools": [{name,
     capacity_type, mode, target, max_nodes, instances, nodes_up, nodes_busy, nodes_booting,
     nodes_held, nodes_idle, pending_gpus, pending_gpu_hours, pending_gangs}],
     "reservations": [...], "backoff": [{pool, until, code, repeats}], "pending_requests":

@@ -354,6 +354,10 @@ class SlurmSettings(_Strict):
     # nodes fetch their config from slurmctld (`node-userdata --conf-server`): rendered as
     # SlurmctldParameters=...,enable_configless (slurm.conf allows that key once)
     configless: bool = False
+    # the site's own SlurmctldParameters (e.g. [cloud_reg_addrs, reboot_from_controller]):
+    # `slurm-conf` renders one line with them and slurmscale's, since Slurm keeps only the
+    # last SlurmctldParameters line of slurm.conf
+    ctld_parameters: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+(=[^,\s]+)?$")]] = []
 
 
 class PowerSaving(_Strict):

@@ -21,6 +21,13 @@ HOOKS = ("resume", "suspend", "resume-fail")
 REQUEUE_ON_RESUME_FAILURE = (25, 5)
 
 
+def ctld_parameters(cfg: Config) -> list[str]:
+    """The one SlurmctldParameters line's values: slurmscale's, then the site's, once each."""
+    want = ["idle_on_node_suspend", *(["enable_configless"] if cfg.slurm.configless else []),
+            *cfg.slurm.ctld_parameters]
+    return list(dict.fromkeys(want))
+
+
 def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = None,
                       release: tuple[int, int] | None = None) -> str:
     """`release`: the Slurm it is for ((major, minor); None: any, 22.05 on): what a newer
@@ -43,9 +50,10 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         "# Cloud nodes come and go: do not build a slurmd forwarding tree over them.",
         "TreeWidth=65533",
         "# A node powered down while idle returns to idle~, not down"
-        + ("; nodes fetch their config from slurmctld." if cfg.slurm.configless else "."),
-        "SlurmctldParameters=idle_on_node_suspend"
-        + (",enable_configless" if cfg.slurm.configless else ""),
+        + ("; nodes fetch their config from slurmctld." if cfg.slurm.configless else ".")
+        + " Slurm keeps only the last SlurmctldParameters line: this is the one (the",
+        "# site's own values come from slurm.ctld_parameters in slurmscale.yaml).",
+        f"SlurmctldParameters={','.join(ctld_parameters(cfg))}",
         "# Jobs on a node whose launch failed or whose spot instance is interrupted are",
         "# requeued (slurmscale runs scontrol requeue), never failed.",
         "JobRequeue=1",

@@ -4,7 +4,7 @@ the clock and the audit log; and the one way an instance is terminated (recorded
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
@@ -44,6 +44,8 @@ class TickResult:
     policy_actions: int = 0
     ec2_messages: int = 0  # EventBridge's messages read off the queue
     next_due: float | None = None
+    # the pass's EC2 calls that failed, (call, error): it went on, but EC2 is not well
+    cloud_failures: list[tuple[str, str]] = field(default_factory=list)
 
 
 S = TypeVar("S", bound=LaunchStore, covariant=True)

@@ -62,10 +62,14 @@ class Metrics:
         self.tick = Histogram("slurmscale_tick_duration_seconds", "one reconcile pass",
                               buckets=TICK_BUCKETS, registry=r)
         self.last_ok = Gauge("slurmscale_last_successful_reconcile_timestamp_seconds",
-                             "Unix time the last pass completed", registry=r)
+                             "Unix time the last pass completed with every EC2 call answered",
+                             registry=r)
         self.quarantined = Counter("slurmscale_store_rows_quarantined",
                                    "store rows skipped because they cannot be decoded",
                                    ["table"], registry=r)
+        self.ec2_failures = Counter("slurmscale_ec2_call_failures",
+                                    "EC2 calls a pass made that failed (the pass went on)",
+                                    ["call"], registry=r)
         self.failed_in_a_row = Gauge("slurmscale_reconcile_failures_in_a_row",
                                      "passes that failed since the last one that completed",
                                      registry=r)

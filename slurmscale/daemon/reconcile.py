@@ -33,6 +33,7 @@ from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.blocks import BlockPass
 from slurmscale.daemon.boots import BootPass
+from slurmscale.daemon.call_failures import CallFailures, watched
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.context import Clock, PassContext, TickResult, utcnow
 from slurmscale.daemon.fence import Fence, fenced
@@ -72,6 +73,8 @@ class Reconciler:
         if fence is not None:  # the outside is called only while this daemon leads
             slurm, cloud = fenced(slurm, fence, "Slurm"), fenced(cloud, fence, "EC2")
             queue = None if queue is None else fenced(queue, fence, "the event queue")
+        self.cloud_failures = CallFailures()  # EC2 calls that failed, taken once a pass
+        cloud = watched(cloud, self.cloud_failures, "EC2")
         self.cfg = cfg
         self.metrics = metrics
         self.store = store
@@ -113,6 +116,7 @@ class Reconciler:
     def tick(self) -> TickResult:
         """Slurm's requests first (a resume is a job waiting), then the capacity policy."""
         res = TickResult()
+        self.cloud_failures.take()  # (a pass cut off before its end left its own)
         self._report_steps()
         res.drained = self.requests.drain_spool()
         self.requests.handle_requests(res)
@@ -136,6 +140,7 @@ class Reconciler:
             res.policy_actions = len(p.holds.actions) + sum(
                 1 for a in p.capacity.actions if a.kind is not ActionKind.KEEP)
         self._report_quarantine()
+        res.cloud_failures = self.cloud_failures.take()
         return res
 
     def _report_steps(self) -> None:

@@ -78,6 +78,7 @@ class Daemon:
         self.collector = BetweenPasses()
         self.last_tick: dict[str, Any] = {}
         self.failures = 0  # passes failed in a row
+        self.ec2_failing = 0  # passes in a row in which an EC2 call failed
         self.last_ok_at: str | None = None  # ISO time of the last pass that completed
         self.api: ApiServer | None = None
         self._socket_busy = False
@@ -229,12 +230,28 @@ class Daemon:
                 self.metrics.failed_in_a_row.set(self.failures)
             return
         self.failures = 0
-        self.last_ok_at = datetime.now(UTC).isoformat()
-        self.last_tick = {"ok": True, "at": self.last_ok_at,
-                          "seconds": round(time.monotonic() - t0, 3), "failed_in_a_row": 0,
-                          "last_ok_at": self.last_ok_at}
+        now = datetime.now(UTC).isoformat()
+        if res.cloud_failures:  # the pass went on; EC2 did not answer it as it should
+            self.ec2_failing += 1
+            call, error = res.cloud_failures[0]
+            self.last_tick = {"ok": False, "at": now, "seconds": round(time.monotonic() - t0, 3),
+                              "error": f"EC2 failing: {call}: {error}"[:500],
+                              "ec2_failed_calls": len(res.cloud_failures),
+                              "failed_in_a_row": self.ec2_failing, "last_ok_at": self.last_ok_at}
+            log.error("%d EC2 call(s) failed this pass, first %s: %s",
+                      len(res.cloud_failures), call, error)
+        else:
+            self.ec2_failing = 0
+            self.last_ok_at = now
+            self.last_tick = {"ok": True, "at": now,
+                              "seconds": round(time.monotonic() - t0, 3), "failed_in_a_row": 0,
+                              "last_ok_at": now}
         if self.metrics is not None:
-            self.metrics.failed_in_a_row.set(0)
+            for call, _ in res.cloud_failures:
+                self.metrics.ec2_failures.labels(call).inc()
+            self.metrics.failed_in_a_row.set(self.ec2_failing)
+            if not res.cloud_failures:
+                self.metrics.last_ok.set(time.time())
             self._export(reconciler, time.monotonic() - t0)
         if (res.drained or res.launched_gangs or res.failed_gangs or res.released_nodes
                 or res.policy_actions or res.ec2_messages):
@@ -249,7 +266,6 @@ class Daemon:
         m = self.metrics
         assert m is not None
         m.tick.observe(seconds)
-        m.last_ok.set(time.time())
         m.pools(reconciler.capacity.pools_now)
         spent: dict[str, float] = {}
         for h in self.store.holds(("active", "releasing")):

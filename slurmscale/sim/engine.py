@@ -37,6 +37,7 @@ placed on a block node it would outlast, and a block's nodes are powered down at
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from slurmscale.policy.model import Mode, PendingJob
 from slurmscale.sim.daemon import DaemonDriver
@@ -74,9 +75,11 @@ class Simulation(OtherPolicies):
 
     def __init__(self, jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
                  spot: SpotModel | None = None, paid: PaidCapacity | None = None,
-                 slurm: SlurmModel | None = None, failures: FailureModel | None = None
-                 ) -> None:
+                 slurm: SlurmModel | None = None, failures: FailureModel | None = None,
+                 progress: Callable[[float], None] | None = None) -> None:
+        """`progress`: told the simulated time (s) at each policy tick (a terminal's line)."""
         super().__init__(jobs, policy, cloud, spot, paid, slurm, failures)
+        self.progress = progress
         if self.daemon_config is not None:  # slurmscale's policies: the daemon's own loop
             self.daemon = DaemonDriver(self, self.daemon_config, self.paid.reserved_nodes)
 
@@ -173,6 +176,8 @@ class Simulation(OtherPolicies):
                 self._backfill(now)
             else:
                 self._tick(now)
+                if self.progress is not None:
+                    self.progress(now)
                 quiet_for = now - self.last_event_at
                 if outstanding and (self.future_events or (
                         self._tick_can_help() and quiet_for < self.cloud.give_up_after_s)):
@@ -256,6 +261,6 @@ class Simulation(OtherPolicies):
 
 def simulate(jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
              spot: SpotModel | None = None, paid: PaidCapacity | None = None,
-             slurm: SlurmModel | None = None, failures: FailureModel | None = None
-             ) -> SimResult:
-    return Simulation(jobs, policy, cloud, spot, paid, slurm, failures).run()
+             slurm: SlurmModel | None = None, failures: FailureModel | None = None,
+             progress: Callable[[float], None] | None = None) -> SimResult:
+    return Simulation(jobs, policy, cloud, spot, paid, slurm, failures, progress).run()

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import random
 import statistics
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,14 +61,15 @@ def jittered(jobs: list[TraceJob], jitter_s: float, seed: int) -> list[TraceJob]
     return sorted(moved, key=lambda j: (j.submit_s, j.job_id))
 
 
-def run_all(jobs: list[TraceJob], s: Settings, keep: list[SimResult] | None = None
-            ) -> Figures:
+def run_all(jobs: list[TraceJob], s: Settings, keep: list[SimResult] | None = None,
+            progress: Callable[[str], Callable[[float], None]] | None = None) -> Figures:
     """Every policy on one copy of the trace; with the oracle among them (and no spot or paid
-    capacity), each one's ratios to it. `keep`: where to put the runs themselves (a plot)."""
+    capacity), each one's ratios to it. `keep`: where to put the runs themselves (a plot);
+    `progress`: a policy's name -> what its run tells the simulated time."""
     out = {}
     for name in s.policies:
         r = simulate(jobs, builtin_policy(name, s.knobs, s.holds), s.cloud, s.spot, s.paid,
-                     s.model, s.failures)
+                     s.model, s.failures, progress(name) if progress else None)
         out[r.policy] = metrics(r, s.cloud)
         if keep is not None:
             keep.append(r)
@@ -82,14 +84,24 @@ def _one(args: tuple[list[TraceJob], Settings, float, int]) -> Figures:
 
 
 def run_replicas(jobs: list[TraceJob], s: Settings, k: int, jitter_s: float,
-                 seed: int) -> list[Figures]:
-    """K copies (replica r jittered with seed + r), in parallel processes."""
+                 seed: int, done: Callable[[int], None] | None = None) -> list[Figures]:
+    """K copies (replica r jittered with seed + r), in parallel processes, in seed order;
+    `done`: told how many have ended, as each does."""
     work = [(jobs, s, jitter_s, seed + r) for r in range(k)]
     workers = min(k, os.cpu_count() or 1)
+    out: list[Figures] = []
     if workers <= 1:
-        return [_one(w) for w in work]
+        for w in work:
+            out.append(_one(w))
+            if done is not None:
+                done(len(out))
+        return out
     with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(_one, work))
+        futures = [pool.submit(_one, w) for w in work]
+        for n, _ in enumerate(as_completed(futures), 1):
+            if done is not None:
+                done(n)
+        return [f.result() for f in futures]
 
 
 def _is_number(v: object) -> bool:

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
+import yaml
 
 from slurmscale.slurm.cli_backend import SlurmCLI
 from tests.integration.slurm_releases import slurm_root
@@ -44,3 +50,27 @@ def test_pending_jobs_and_nodes_parse_on_real_slurm(make_cluster, flavor: str) -
     hook.chmod(0o644)  # a hook slurmctld cannot run
     chk = c.cli("check")
     assert chk.returncode == 1 and "hook_not_executable" in chk.stdout, chk.stdout
+    hook.chmod(0o755)
+
+    # AWS problems are errors, not warnings: a template version EC2 does not have, and no
+    # credentials at all (before: a WARNING and exit 0 for the first, exit 0 for the second)
+    data = yaml.safe_load(c.cfg_path.read_text())
+    data["pools"][0]["launch_template"]["version"] = "9"
+    c.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    chk = c.cli("check")
+    assert chk.returncode == 1, chk.stdout + chk.stderr
+    assert "ERROR" in chk.stdout and "template_unreadable" in chk.stdout
+    assert "launch template version 9 cannot be read" in chk.stdout
+    data["pools"][0]["launch_template"]["version"] = "1"
+    c.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    no_keys = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    chk = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(c.cfg_path),
+                          "check", "--json"], capture_output=True, text=True, timeout=120,
+                         env={**no_keys, "AWS_EC2_METADATA_DISABLED": "true",
+                              "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                              "AWS_CONFIG_FILE": "/nonexistent"})
+    assert chk.returncode == 1, chk.stdout + chk.stderr
+    found = {p["code"]: p["message"] for p in json.loads(chk.stdout)["problems"]
+             if p["severity"] == "error"}
+    assert {"template_unreadable", "subnet_unreadable"} <= set(found), found
+    assert "NoCredentialsError" in found["subnet_unreadable"]

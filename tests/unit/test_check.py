@@ -138,6 +138,29 @@ def test_requeue_and_idle_on_node_suspend_are_warnings(world) -> None:  # type: 
         ("warning", "min_job_age")]
 
 
+def test_one_slurmctld_parameters_line_with_slurmscales_and_the_sites_values(world) -> None:  # type: ignore[no-untyped-def]
+    """Slurm keeps the last SlurmctldParameters line only: slurm-conf renders one, merging
+    configless and the site's values; a slurm.conf whose line drops one of them is an error
+    (before: slurm-conf's line and node-image.md's hand-added enable_configless line)."""
+    from slurmscale.slurmconf import render_slurm_conf
+
+    cfg, view, conf = world
+    site = cfg.model_copy(update={"slurm": cfg.slurm.model_copy(update={
+        "configless": True, "ctld_parameters": ["cloud_reg_addrs", "enable_configless"]})})
+    lines = [ln for ln in render_slurm_conf(site).splitlines()
+             if ln.startswith("SlurmctldParameters=")]
+    assert lines == ["SlurmctldParameters=idle_on_node_suspend,enable_configless,"
+                     "cloud_reg_addrs"]
+    merged = replace(view, config={**view.config, "SlurmctldParameters":
+                                   "idle_on_node_suspend,enable_configless,cloud_reg_addrs"})
+    assert codes(site, merged, conf) == []
+    dropped = replace(view, config={**view.config,
+                                    "SlurmctldParameters": "idle_on_node_suspend"})
+    (p,) = check(site, dropped, conf)
+    assert (p.severity, p.code) == ("error", "ctld_parameters")
+    assert "enable_configless, cloud_reg_addrs" in p.message
+
+
 def test_a_slurm_that_requeues_on_resume_failure_itself_is_told_to(world) -> None:  # type: ignore[no-untyped-def]
     """25.05 added SchedulerParameters=requeue_on_resume_failure: check says so where the
     running Slurm has it and it is off; slurm-conf renders it for that release only."""

@@ -329,3 +329,46 @@ def test_a_metrics_port_in_use_costs_the_metrics_not_the_loop(tmp_path: Path) ->
     log = (tmp_path / "daemon.log").read_text()
     assert daemon.returncode == 0 and "Traceback" not in out.decode() + log
     assert log.count("cannot serve metrics on 127.0.0.1:") == 1
+
+
+def test_a_pass_ec2_does_not_answer_is_not_ok_and_status_leads_with_it(tmp_path: Path) -> None:
+    """No AWS credentials: every pass runs to its end (the loop stays up), and before this
+    change said ok, `status` 'daemon up, leader' with no error. Now the pass says which EC2
+    call failed, status leads with it, the metric counts it; a pass EC2 answers is ok again."""
+    from slurmscale.cli_status import render
+    from slurmscale.cloud.protocol import CloudError
+    from slurmscale.daemon.reconcile import Reconciler
+    from slurmscale.store.repo import Store
+    from tests.support.fakes import FakeCloud, FakeSlurm
+
+    d = _daemon(tmp_path, api_users=["root"])
+    d.cfg = parse_config(base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}",
+                                     spool_dir=str(tmp_path / "spool")))
+    from slurmscale.daemon.metrics import Metrics
+
+    d.metrics = Metrics()
+    store = Store(d.cfg.store_url)
+    store.upgrade()
+    cloud = FakeCloud()
+    cloud.down = CloudError("NoCredentialsError", "Unable to locate credentials")
+    r = Reconciler(d.cfg, store, FakeSlurm(), cloud)
+    d._lead = lambda: r  # type: ignore[method-assign]
+    try:
+        d._tick()
+        d._tick()
+        t = dict(d.last_tick)
+        cloud.down = None
+        d._tick()
+    finally:
+        store.close()
+        d._close()
+    assert t["ok"] is False and t["failed_in_a_row"] == 2 and t["ec2_failed_calls"] >= 1
+    assert "EC2 failing: EC2." in t["error"] and "NoCredentialsError" in t["error"]
+    assert d.last_tick["ok"] is True
+    text = render({"cluster": "unit", "daemon": {"reachable": True, "role": "leader",
+                                                 "last_tick": t},
+                   "pools": [], "reservations": [], "backoff": [], "pending_requests": [],
+                   "recent_errors": [], "slurm_error": None})
+    first = text.splitlines()[:3]
+    assert first[0].endswith("EC2 FAILING") and "NoCredentialsError" in first[2], first
+    assert 'slurmscale_ec2_call_failures_total{call="EC2.find"}' in d.metrics.text()

@@ -4,6 +4,7 @@ range over them, ratios taken within each copy."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -66,3 +67,18 @@ def test_the_cli_prints_medians_and_refuses_a_plot_of_replicas(tmp_path: Path) -
     assert text.exit_code == 0 and "median [min-max]" in text.output
     bad = CliRunner().invoke(cli, [*args, "--plot", str(tmp_path / "p.png")])
     assert bad.exit_code == 2 and "not with --replicas above 1" in bad.output
+
+
+def test_progress_shows_the_simulated_day_on_a_terminal_only(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from slurmscale.cli_simulate import Progress
+
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    jobs = [TraceJob("a", 0.0, 86400.0 * 2, 8, 1)]
+    shown = Progress(jobs, enabled=True)
+    shown.policy("slurmscale")(86400.0 * 1.5)
+    shown.end()
+    assert "simulating slurmscale: day 1.5 of 2.0" in err.getvalue()
+    assert err.getvalue().endswith("\r\x1b[K")

@@ -181,3 +181,18 @@ def test_a_reclaim_rate_without_a_reservation_is_named(tmp_path) -> None:  # typ
                          timeout=60)
     assert out.returncode == 2 and "--reclaim-rate" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_plot_without_matplotlib_is_refused_before_the_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Before: the whole simulation ran, then a traceback (ModuleNotFoundError)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,nodes\nj,0,60,8,1\n")
+    code = ("import sys; sys.modules['matplotlib'] = None; "
+            "import slurmscale.sim.engine as e; e.simulate = None; "  # (the run never starts)
+            "from slurmscale.entry import main; sys.argv[0] = 'slurmscale'; main()")
+    p = subprocess.run([sys.executable, "-c", code, "simulate", "--trace", str(trace),
+                        "--plot", str(tmp_path / "x.png")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert "--plot" in p.stderr and "matplotlib" in p.stderr
+    assert len([line for line in p.stderr.splitlines() if line.startswith("Error")]) == 1
