@@ -29,7 +29,7 @@ from pathlib import Path
 
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand
-from slurmscale.model import CapacityReservation
+from slurmscale.model import CapacityReservation, InstanceShape
 from slurmscale.slurm.kv import parse_oneliner, parse_show_config, release_of
 from slurmscale.slurmconf import REQUEUE_ON_RESUME_FAILURE, ctld_parameters
 
@@ -410,6 +410,65 @@ def gather_reservations(cfg: Config) -> Reservations:
         except CloudError as e:
             out[i] = str(e)
     return out
+
+
+def check_shapes(cfg: Config, found: dict[str, InstanceShape] | str) -> list[Problem]:
+    """Each pool's node sizes against DescribeInstanceTypes: every type EC2 knows, the
+    pool's types of one shape (one node line describes them all), and no size larger than
+    the type has (a node line asking for more GPUs, CPUs or memory than the instance has is
+    a node that never joins: the bootstrap's GPU check fails it, or slurmctld sets it
+    INVALID). `found` a string: the call failed (said once)."""
+    if isinstance(found, str):
+        return [Problem("error", "instance_types_unreadable", "the pools' instance types "
+                        f"cannot be read from EC2 ({found}): node sizes are unchecked")]
+    out: list[Problem] = []
+
+    def err(code: str, msg: str) -> None:
+        out.append(Problem("error", code, msg))
+
+    for p in cfg.pools:
+        shapes = [found.get(t) for t in p.instance_types]
+        for t, sh in zip(p.instance_types, shapes, strict=True):
+            if sh is None:
+                err("instance_type_unknown", f"pool {p.name}: EC2 has no instance type {t}")
+        known = [sh for sh in shapes if sh is not None]
+        if not known:
+            continue
+        first = known[0]
+        for sh in known[1:]:
+            if (sh.vcpus, sh.memory_mib, sh.gpus) != (first.vcpus, first.memory_mib, first.gpus):
+                err("instance_types_differ", f"pool {p.name}: {first.instance_type} "
+                    f"({_shape(first)}) and {sh.instance_type} ({_shape(sh)}) differ: one "
+                    "Slurm node line must fit every type of a pool (give each a pool)")
+        least = min(known, key=lambda sh: (sh.gpus, sh.vcpus, sh.memory_mib))
+        if p.gpus_per_node != least.gpus:
+            err("gpus_per_node", f"pool {p.name}: gpus_per_node is {p.gpus_per_node}, "
+                f"{least.instance_type} has {least.gpus} GPUs: its node line would "
+                + ("promise GPUs the instance lacks" if p.gpus_per_node > least.gpus
+                   else "leave GPUs unscheduled"))
+        if p.cpus_per_node is not None and p.cpus_per_node > least.vcpus:
+            err("cpus_per_node", f"pool {p.name}: cpus_per_node is {p.cpus_per_node}, "
+                f"{least.instance_type} has {least.vcpus} vCPUs")
+        if p.real_memory_mb is not None and p.real_memory_mb > least.memory_mib:
+            err("real_memory_mb", f"pool {p.name}: real_memory_mb is {p.real_memory_mb}, "
+                f"{least.instance_type} has {least.memory_mib} MiB")
+    return out
+
+
+def _shape(sh: InstanceShape) -> str:
+    return f"{sh.gpus} GPUs, {sh.vcpus} vCPUs, {sh.memory_mib} MiB"
+
+
+def gather_shapes(cfg: Config) -> dict[str, InstanceShape] | str:
+    """Every pool's instance types' shapes from EC2, or why they could not be read."""
+    from slurmscale.cloud.ec2 import EC2Cloud
+    from slurmscale.cloud.protocol import CloudError
+
+    try:
+        return EC2Cloud(cfg.aws).instance_shapes([t for p in cfg.pools for t in
+                                                  p.instance_types])
+    except CloudError as e:
+        return str(e)
 
 
 # subnet id -> its availability zone as EC2 describes it, or why it could not be read

@@ -7,7 +7,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +22,9 @@ from slurmscale.cli_common import (
 )
 from slurmscale.config import Config
 from slurmscale.spool import RequestKind
+
+if TYPE_CHECKING:
+    from slurmscale.model import InstanceShape
 
 log = logging.getLogger("slurmscale")
 
@@ -189,13 +192,42 @@ def slurm_conf(ctx: click.Context, gres: bool, slurm_release: str | None) -> Non
         from slurmscale.slurm.cli_backend import SlurmCLI
         from slurmscale.slurm.protocol import SlurmError
 
-        try:
-            found = SlurmCLI(cfg.slurm).release()
+        try:  # (a Slurm that does not answer: any release, after 5 s, not the usual 30)
+            quick = cfg.slurm.model_copy(update={"timeout_s": min(5.0, cfg.slurm.timeout_s)})
+            found = SlurmCLI(quick).release()
             release = found if found > (0, 0) else None
         except (SlurmError, OSError):
             release = None
-    click.echo(render_gres_conf(cfg) if gres else render_slurm_conf(cfg, release=release),
-               nl=False)
+    if gres:
+        click.echo(render_gres_conf(cfg), nl=False)
+        return
+    click.echo(render_slurm_conf(cfg, release=release, shapes=_shapes(cfg)), nl=False)
+
+
+def _shapes(cfg: Config) -> dict[str, InstanceShape]:
+    """EC2's shapes of the instance types whose node sizes the config leaves out; exit 1
+    naming the pool when EC2 cannot say (never a node line of CPUs=1 for a 192-vCPU type)."""
+    from slurmscale.cloud.ec2 import EC2Cloud
+    from slurmscale.cloud.protocol import CloudError
+    from slurmscale.slurmconf import needs_shapes
+
+    want = needs_shapes(cfg)
+    if not want:
+        return {}
+    try:
+        found = EC2Cloud(cfg.aws).instance_shapes(want)
+    except CloudError as e:
+        found, why = {}, str(e)
+    else:
+        why = "not returned"
+    for p in cfg.pools:
+        if (p.cpus_per_node is None or p.real_memory_mb is None) \
+                and p.instance_types[0] not in found:
+            click.echo(f"slurmscale slurm-conf: pool {p.name}: cannot read instance type "
+                       f"{p.instance_types[0]} from EC2 ({why}): set its cpus_per_node and "
+                       "real_memory_mb, or give slurm-conf EC2 access", err=True)
+            sys.exit(1)
+    return found
 
 
 @cli.group()

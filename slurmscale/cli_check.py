@@ -20,7 +20,9 @@ def check(ctx: click.Context, as_json: bool) -> None:
     launch template versions (read from EC2) put instance tags in metadata, require IMDSv2
     and carry the node bootstrap in their user data, have EFA where a pool says efa: true,
     and target its reservations or block as EC2 Fleet needs; every subnet and reservation id
-    is one EC2 knows, each reservation of the pool's kind and instance type. A template
+    is one EC2 knows, each reservation of the pool's kind and instance type; every instance
+    type is one EC2 knows, a pool's types share one shape, and its GPUs, CPUs and memory are
+    what the type has (DescribeInstanceTypes). A template
     version, subnet or reservation EC2 will not show (no credentials included) is an error.
     One line per problem; exit 0 with none (warnings allowed), 1 with errors, 2 if Slurm
     cannot be read.
@@ -29,10 +31,12 @@ def check(ctx: click.Context, as_json: bool) -> None:
     from slurmscale.check import check as run_check
     from slurmscale.check import (
         check_reservations,
+        check_shapes,
         check_subnets,
         check_templates,
         gather,
         gather_reservations,
+        gather_shapes,
         gather_subnets,
         gather_templates,
     )
@@ -51,6 +55,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
     problems = run_check(cfg, view, resolve_path(ctx.find_root().obj.get("config")))
     problems += check_templates(cfg, gather_templates(cfg))
     problems += check_subnets(cfg, gather_subnets(cfg))
+    problems += check_shapes(cfg, gather_shapes(cfg))
     problems += check_reservations(cfg, gather_reservations(cfg))
     errors = [p for p in problems if p.severity == "error"]
     if as_json:

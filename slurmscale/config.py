@@ -35,40 +35,6 @@ _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 # Time to requeue what still runs on a block pool and power its nodes down, past SuspendTimeout
 BLOCK_SAFETY_S = 300.0
 
-# The shape Slurm's node line must fit, per EC2 GPU instance type: (GPUs, vCPUs, GiB of
-# memory), from AWS's instance type pages. A pool may list several types only when they share
-# one shape (e.g. p5.48xlarge and p5e.48xlarge): one NodeName line describes them all.
-GPU_SHAPES: dict[str, tuple[int, int, int]] = {
-    "p5.48xlarge": (8, 192, 2048), "p5e.48xlarge": (8, 192, 2048),
-    "p5en.48xlarge": (8, 192, 2048), "p5.4xlarge": (1, 16, 256),
-    "p6-b200.48xlarge": (8, 192, 2048), "p4d.24xlarge": (8, 96, 1152),
-    "p4de.24xlarge": (8, 96, 1152), "p3dn.24xlarge": (8, 96, 768),
-    "g6e.48xlarge": (8, 192, 1536), "g6.48xlarge": (8, 192, 768),
-    "g5.48xlarge": (8, 192, 768), "g6e.12xlarge": (4, 48, 384),
-    "g6.12xlarge": (4, 48, 192), "g5.12xlarge": (4, 48, 192),
-    "g6e.xlarge": (1, 4, 32), "g6.xlarge": (1, 4, 16), "g5.xlarge": (1, 4, 16),
-    "trn1.32xlarge": (16, 128, 512), "trn2.48xlarge": (16, 192, 2048),
-}
-
-
-def shape_mismatch(types: list[str]) -> str | None:
-    """Why these instance types cannot share one Slurm node definition, or None."""
-    if len(types) < 2:
-        return None
-    unknown = [t for t in types if t not in GPU_SHAPES]
-    if unknown:
-        return (f"instance type {unknown[0]!r} has no shape known to slurmscale, so it cannot "
-                "be mixed with others in one pool (give it a pool of its own)")
-    first = GPU_SHAPES[types[0]]
-    for t in types[1:]:
-        if GPU_SHAPES[t] != first:
-            g, c, m = GPU_SHAPES[t]
-            return (f"instance types {types[0]!r} ({first[0]} GPUs, {first[1]} vCPUs, "
-                    f"{first[2]} GiB) and {t!r} ({g} GPUs, {c} vCPUs, {m} GiB) differ in shape;"
-                    " one Slurm node definition must fit every type of a pool")
-    return None
-
-
 class ConfigError(Exception):
     """The configuration file is missing, unreadable or invalid; the message says where."""
 
@@ -239,7 +205,9 @@ class Pool(_Strict):
     max_nodes: Annotated[int, Field(ge=1, le=10000)]
     min_nodes: Annotated[int, Field(ge=0)] = 0
     gpus_per_node: Annotated[int, Field(ge=0, le=64)] = 8
-    cpus_per_node: Annotated[int, Field(ge=1)] = 1
+    # the node line's CPUs= and RealMemory=; left out, `slurm-conf` reads them from EC2
+    # (DescribeInstanceTypes: vCPUs, 95 % of the memory) and `check` holds given ones to it
+    cpus_per_node: Annotated[int, Field(ge=1)] | None = None
     real_memory_mb: Annotated[int, Field(ge=1)] | None = None
     gpu_type: Annotated[str, Field(pattern=_NAME)] | None = None
     instance_types: Annotated[list[str], Field(min_length=1)]
@@ -278,9 +246,6 @@ class Pool(_Strict):
         dup = sorted({t for t in v if v.count(t) > 1})
         if dup:
             raise ValueError(f"instance type {dup[0]!r} is listed twice")
-        mismatch = shape_mismatch(v)
-        if mismatch:
-            raise ValueError(mismatch)
         return v
 
     @model_validator(mode="after")

@@ -154,6 +154,27 @@ INTERRUPTIBLE = "interruptible"
 
 
 @dataclass(frozen=True)
+class InstanceShape:
+    """What EC2 says an instance type has (DescribeInstanceTypes: VCpuInfo.DefaultVCpus,
+    MemoryInfo.SizeInMiB, GpuInfo.Gpus[].Count and Name, NetworkInfo.EfaSupported): what a
+    Slurm node line for it must not exceed."""
+
+    instance_type: str
+    vcpus: int
+    memory_mib: int
+    gpus: int
+    gpu_name: str = ""
+    efa: bool = False
+
+    @property
+    def schedulable_memory_mb(self) -> int:
+        """RealMemory for the node line: 95 % of EC2's memory, as ParallelCluster's default
+        (SlurmQueues/ComputeResources/SchedulableMemory): the kernel keeps part of it, and a
+        node reporting less than RealMemory is set INVALID by slurmctld."""
+        return self.memory_mib * 95 // 100
+
+
+@dataclass(frozen=True)
 class CapacityReservation:
     """One EC2 capacity reservation as DescribeCapacityReservations reports it. `state`:
     active, expired, cancelled, pending, failed, scheduled, payment-pending, payment-failed,

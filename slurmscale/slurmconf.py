@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurmscale.config import CapacityType, Config, Pool
+from slurmscale.model import InstanceShape
 
 HOOKS = ("resume", "suspend", "resume-fail")
 
@@ -28,10 +29,37 @@ def ctld_parameters(cfg: Config) -> list[str]:
     return list(dict.fromkeys(want))
 
 
+def needs_shapes(cfg: Config) -> list[str]:
+    """The instance types whose EC2 shape the node lines need: the first type of each pool
+    that leaves CPUs or RealMemory to EC2."""
+    return sorted({p.instance_types[0] for p in cfg.pools
+                   if p.cpus_per_node is None or p.real_memory_mb is None})
+
+
+def node_size(p: Pool, shapes: dict[str, InstanceShape] | None
+              ) -> tuple[int | None, int | None, str]:
+    """A pool's CPUs and RealMemory for its node line (None: left to Slurm's default), and
+    a comment saying where each came from."""
+    shape = (shapes or {}).get(p.instance_types[0])
+    cpus = p.cpus_per_node if p.cpus_per_node is not None else (shape.vcpus if shape else None)
+    mem = (p.real_memory_mb if p.real_memory_mb is not None
+           else (shape.schedulable_memory_mb if shape else None))
+    said = []
+    if p.cpus_per_node is None and shape:
+        said.append(f"CPUs {cpus} (its vCPUs)")
+    if p.real_memory_mb is None and shape:
+        said.append(f"RealMemory {mem} (95 % of {shape.memory_mib} MiB)")
+    why = (f"# pool {p.name}: {' and '.join(said)} from EC2's DescribeInstanceTypes for "
+           f"{shape.instance_type}" if said and shape else "")
+    return cpus, mem, why
+
+
 def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = None,
-                      release: tuple[int, int] | None = None) -> str:
+                      release: tuple[int, int] | None = None,
+                      shapes: dict[str, InstanceShape] | None = None) -> str:
     """`release`: the Slurm it is for ((major, minor); None: any, 22.05 on): what a newer
-    Slurm does itself is rendered for it."""
+    Slurm does itself is rendered for it. `shapes`: EC2's instance types, for the node sizes
+    a pool leaves out (`needs_shapes`); without one, CPUs and RealMemory are left out too."""
     ps = cfg.power_saving
     hooks = Path(cfg.hooks_dir)
     lines = [
@@ -79,9 +107,14 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
     if any(p.gpus_per_node for p in cfg.pools):
         lines.append("GresTypes=gpu")
     for p in cfg.pools:
-        attrs = [f"NodeName={p.node_range()}", f"CPUs={p.cpus_per_node}"]
-        if p.real_memory_mb:
-            attrs.append(f"RealMemory={p.real_memory_mb}")
+        cpus, mem, why = node_size(p, shapes)
+        if why:
+            lines.append(why)
+        attrs = [f"NodeName={p.node_range()}"]
+        if cpus is not None:
+            attrs.append(f"CPUs={cpus}")
+        if mem is not None:
+            attrs.append(f"RealMemory={mem}")
         if p.gpus_per_node:
             gt = f"{p.gpu_type}:" if p.gpu_type else ""
             attrs.append(f"Gres=gpu:{gt}{p.gpus_per_node}")

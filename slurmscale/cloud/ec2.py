@@ -23,6 +23,7 @@ from slurmscale.model import (
     INTERRUPTIBLE,
     CapacityReservation,
     InstanceHealth,
+    InstanceShape,
     LaunchedInstance,
     LaunchResult,
     ScheduledEvent,
@@ -276,6 +277,27 @@ class EC2Cloud:
                         reservation_type=INTERRUPTIBLE if r.get("Interruptible")
                         else r.get("ReservationType", "default"),
                         start=_seconds(r.get("StartDate")), end=_seconds(r.get("EndDate"))))
+        except ClientError as e:
+            raise CloudError(*_code(e)) from None
+        except BotoCoreError as e:
+            raise CloudError(type(e).__name__, str(e)) from None
+        return out
+
+    def instance_shapes(self, types: list[str]) -> dict[str, InstanceShape]:
+        """DescribeInstanceTypes for these types, every page: vCPUs, memory, GPUs, EFA."""
+        out: dict[str, InstanceShape] = {}
+        try:
+            for page in self._paginator("describe_instance_types").paginate(
+                    InstanceTypes=sorted(set(types))):
+                for t in page.get("InstanceTypes", []):
+                    gpus = t.get("GpuInfo", {}).get("Gpus", [])
+                    out[t["InstanceType"]] = InstanceShape(
+                        instance_type=t["InstanceType"],
+                        vcpus=int(t.get("VCpuInfo", {}).get("DefaultVCpus", 0)),
+                        memory_mib=int(t.get("MemoryInfo", {}).get("SizeInMiB", 0)),
+                        gpus=sum(int(g.get("Count", 0)) for g in gpus),
+                        gpu_name=",".join(sorted({str(g.get("Name", "")) for g in gpus})),
+                        efa=bool(t.get("NetworkInfo", {}).get("EfaSupported", False)))
         except ClientError as e:
             raise CloudError(*_code(e)) from None
         except BotoCoreError as e:

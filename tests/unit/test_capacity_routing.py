@@ -101,8 +101,6 @@ def _pool(**over: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("over", "words"), [
-    ({"instance_types": ["p5.48xlarge", "p4d.24xlarge"]}, "differ in shape"),
-    ({"instance_types": ["p5.48xlarge", "x9.huge"]}, "no shape known"),
     ({"instance_types": ["p5.48xlarge", "p5.48xlarge"]}, "listed twice"),
     ({"placement_group": "pg", "placement": "per-gang"}, "not both"),
     ({"capacity_reservations": {"ids": ["cr-00000001"], "launch_template_version": 2}},
