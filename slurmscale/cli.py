@@ -13,12 +13,14 @@ import click
 
 from slurmscale import __version__
 from slurmscale.cli_common import (
+    EXIT_SLURM_UNREADABLE,
     _db_url,
     _load,
     _open_store,
     _parse_since,
     _store,
     _table,
+    in_time,
 )
 from slurmscale.config import Config
 from slurmscale.spool import RequestKind
@@ -288,12 +290,15 @@ def nodes(ctx: click.Context, as_json: bool, show_all: bool) -> None:
     rows, err = _node_rows(cfg)
     if as_json:
         click.echo(json.dumps({"nodes": rows, "slurm_error": err}, indent=2))
-        return
-    shown = rows if show_all else [r for r in rows if r["instance_id"] or (
-        r["slurm_state"] and "POWERED_DOWN" not in r["slurm_state"])]
-    click.echo(_table(shown, ["node", "pool", "slurm_state", "instance_id", "addr", "reason"]))
+    else:
+        shown = rows if show_all else [r for r in rows if r["instance_id"] or (
+            r["slurm_state"] and "POWERED_DOWN" not in r["slurm_state"])]
+        click.echo(_table(shown, ["node", "pool", "slurm_state", "instance_id", "addr",
+                                  "reason"]))
+        if err:
+            click.echo(f"warning: Slurm not readable: {err}", err=True)
     if err:
-        click.echo(f"warning: Slurm not readable: {err}", err=True)
+        sys.exit(EXIT_SLURM_UNREADABLE)
 
 
 def _event_dict(e: Any, timespec: str = "seconds") -> dict[str, Any]:
@@ -454,14 +459,12 @@ FACTORS = "age/fs/size/part/qos"  # sprio's weighted factors, as the plan's tabl
 
 def _gang_row(g: dict[str, Any], now: float) -> dict[str, object]:
     """One gang as a table row: times relative to now."""
-    def rel(t: float | None, none: str) -> str:
-        return none if t is None else f"in {max(0.0, t - now):.0f}s"
     f = g["factors"]
     return {**g, "priority": f"{g['priority']:.0f}",
             FACTORS: "-" if f is None else "/".join(
                 f"{f[k]:.0f}" for k in ("age", "fairshare", "job_size", "partition", "qos")),
-            "expected_start": rel(g["expected_start"], "no plan"),
-            "age_lift": rel(g["age_lift"], "never")}
+            "expected_start": in_time(g["expected_start"], now, "no plan"),
+            "age_lift": in_time(g["age_lift"], now, "never")}
 
 
 

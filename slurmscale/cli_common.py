@@ -12,6 +12,24 @@ import click
 from slurmscale.config import Config, ConfigError
 from slurmscale.config_file import load_config
 
+# The read commands (status, nodes, reservations list) print what they could, and exit 3
+# when Slurm could not be read: the answer is the store's and the daemon's alone (a script
+# or a cron job tells a full answer, 0, from a partial one without parsing it).
+EXIT_SLURM_UNREADABLE = 3
+
+
+# Slurm's answer for a start it cannot plan is a time about a year ahead (backfill gives a
+# job it cannot place within its window no plan); shown as what it means
+NO_PLAN_AFTER_S = 300 * 86400.0
+
+
+def in_time(t: float | None, now: float, none: str) -> str:
+    """A planned time as the tables show it: "in 120s", or `none` for none or Slurm's
+    year-ahead "not planned"."""
+    if t is None or t - now > NO_PLAN_AFTER_S:
+        return none
+    return f"in {max(0.0, t - now):.0f}s"
+
 
 def _load(ctx: click.Context) -> Config:
     try:

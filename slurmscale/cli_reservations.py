@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from slurmscale.audit import Kind
-from slurmscale.cli_common import _load, _store, _table
+from slurmscale.cli_common import EXIT_SLURM_UNREADABLE, _load, _store, _table, in_time
 from slurmscale.config import Config
 from slurmscale.daemon.plan_view import gang_json
 from slurmscale.lifecycles import LIVE_HOLD_STATES, HoldState
@@ -102,12 +102,14 @@ def list_(ctx: click.Context, include_released: bool, as_json: bool) -> None:
     rows, err = _rows(cfg, include_released)
     if as_json:
         click.echo(json.dumps({"reservations": rows, "slurm_error": err}, indent=2))
-        return
-    view = [{**r, "held": f"{r['nodes_held']}/{r['nodes_needed']}"} for r in rows]
-    click.echo(_table(view, ["name", "job_id", "user", "partition", "held", "idle_gpu_hours",
-                             "age_s", "state", "reason"]))
+    else:
+        view = [{**r, "held": f"{r['nodes_held']}/{r['nodes_needed']}"} for r in rows]
+        click.echo(_table(view, ["name", "job_id", "user", "partition", "held",
+                                 "idle_gpu_hours", "age_s", "state", "reason"]))
+        if err:
+            click.echo(f"\nwarning: Slurm not readable: {err}", err=True)
     if err:
-        click.echo(f"\nwarning: Slurm not readable: {err}", err=True)
+        sys.exit(EXIT_SLURM_UNREADABLE)
 
 
 @reservations.command(help=f"One of slurmscale's reservations.\n\n{FIELDS_HELP}")
@@ -136,8 +138,7 @@ def show(ctx: click.Context, name: str, as_json: bool) -> None:
         click.echo(f"{'priority':>15}: {s['priority']:.0f}" + ("" if f is None else (
             " = " + " + ".join(f"{k} {f[k]:.0f}" for k in f))))
         start = s["expected_start"]
-        click.echo(f"{'backfill plan':>15}: " + ("none" if start is None else
-                                                 f"in {max(0.0, start - time.time()):.0f}s"))
+        click.echo(f"{'backfill plan':>15}: " + in_time(start, time.time(), "none"))
         click.echo(f"{'age lift':>15}: {s['age_lift_note']}")
     if err:
         click.echo(f"warning: Slurm not readable: {err}", err=True)

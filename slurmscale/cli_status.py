@@ -4,6 +4,7 @@ queue, the store, and the daemon's health; fits 80 columns."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,7 @@ from typing import Any
 import click
 
 from slurmscale.audit import Kind
-from slurmscale.cli_common import _load, _store, _table
+from slurmscale.cli_common import EXIT_SLURM_UNREADABLE, _load, _store, _table
 from slurmscale.config import Config
 from slurmscale.lifecycles import LIVE_HOLD_STATES
 from slurmscale.policy.boots import BOOT_CAUSE_PREFIX
@@ -218,8 +219,10 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
         text = json.dumps(d, indent=2) if as_json else render(d)
         if watch is None:
             click.echo(text)
-            if d["slurm_error"] and not as_json:
-                click.echo("warning: Slurm not readable", err=True)
+            if d["slurm_error"]:
+                if not as_json:
+                    click.echo("warning: Slurm not readable", err=True)
+                sys.exit(EXIT_SLURM_UNREADABLE)
             return
         click.clear()
         click.echo(text)

@@ -67,6 +67,18 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     request_queue_size = BACKLOG
     allowed_uids: frozenset[int] = frozenset({0})
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone before its answer (a hook killed by slurmctld's timeout, a CLI
+        interrupted) is not the daemon's error: one debug line, not socketserver's traceback
+        on stderr. Anything else is logged with its traceback, in the daemon's log."""
+        import sys
+
+        e = sys.exc_info()[1]
+        if isinstance(e, BrokenPipeError | ConnectionResetError | TimeoutError):
+            log.debug("API client went away: %s", e)
+            return
+        log.exception("API request failed")
+
 
 def _live(path: Path) -> bool:
     """Does a process accept connections on this Unix socket?"""

@@ -372,3 +372,40 @@ def test_a_pass_ec2_does_not_answer_is_not_ok_and_status_leads_with_it(tmp_path:
     first = text.splitlines()[:3]
     assert first[0].endswith("EC2 FAILING") and "NoCredentialsError" in first[2], first
     assert 'slurmscale_ec2_call_failures_total{call="EC2.find"}' in d.metrics.text()
+
+
+def test_a_client_gone_before_its_answer_is_no_traceback(tmp_path: Path, capfd) -> None:  # type: ignore[no-untyped-def]
+    """A hook killed while its poke waits (slurmctld's script timeout): the answer meets a
+    closed socket. Before: socketserver printed a BrokenPipeError traceback on stderr."""
+    import socket
+
+    from slurmscale.daemon.api import ApiServer
+
+    gate = threading.Event()
+    waiting: list[int] = []
+
+    def slow(_body: object) -> tuple[int, object]:
+        waiting.append(1)
+        gate.wait(5)
+        return 200, {"big": "x" * 1_000_000}
+    api = ApiServer(str(tmp_path / "s.sock"), {("GET", "/v1/slow"): slow},
+                    frozenset({os.geteuid()}))
+    api.start()
+    try:
+        for _ in range(3):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(str(tmp_path / "s.sock"))
+            c.sendall(b"GET /v1/slow HTTP/1.0\r\n\r\n")
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            c.close()  # (gone, with a reset, before the answer)
+        deadline = time.monotonic() + 10
+        while len(waiting) < 3:  # each request is being answered
+            assert time.monotonic() < deadline, "the requests never reached the handler"
+            time.sleep(0.05)
+        gate.set()  # the handlers write into the closed sockets
+        while any("process_request_thread" in t.name for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the handlers never finished"
+            time.sleep(0.05)
+    finally:
+        api.stop()
+    assert "Traceback" not in capfd.readouterr().err

@@ -143,3 +143,14 @@ def test_without_sprio_plan_still_runs_and_ranks_by_squeue(tmp_path: Path) -> No
     assert r.exit_code == 0, r.output
     (g,) = json.loads(r.output)["gangs"]
     assert (g["ahead"], g["factors"], g["age_lift"]) == (2, None, None), g
+
+
+def test_slurms_year_ahead_start_reads_as_no_plan() -> None:
+    """Backfill's "cannot plan it" start about a year ahead: before, `plan` showed
+    `EXPECTED_START in 31535955s`."""
+    from slurmscale.cli import _gang_row
+
+    row = {"factors": None, "priority": 1, "age_lift": None}
+    assert _gang_row({**row, "expected_start": 1000.0 + 31535955}, 1000.0)[
+        "expected_start"] == "no plan"
+    assert _gang_row({**row, "expected_start": 1120.0}, 1000.0)["expected_start"] == "in 120s"
