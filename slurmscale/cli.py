@@ -72,6 +72,7 @@ class _Commands(click.Group):
     used."""
 
     LAZY = {"check": ("slurmscale.cli_check", "check"),
+            "install": ("slurmscale.cli_install", "install"),
             "node-init": ("slurmscale.cli_node", "node_init_cmd"),
             "node-userdata": ("slurmscale.cli_node", "node_userdata"),
             "report": ("slurmscale.cli_report", "report"),
