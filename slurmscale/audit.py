@@ -82,6 +82,8 @@ class Kind(StrEnum):
     NODE_REPLACE_LOOP = "node_replace_loop"
     NODE_ADDRESS_FIXED = "node_address_fixed"
     NODE_ADDRESS_RESET = "node_address_reset"
+    DNS_RECORDS_CHANGED = "dns_records_changed"
+    DNS_FAILED = "dns_failed"
 
     # Capacity Blocks
     BLOCK_DELIVERED = "block_delivered"

@@ -471,6 +471,22 @@ def gather_shapes(cfg: Config) -> dict[str, InstanceShape] | str:
         return str(e)
 
 
+def check_dns(cfg: Config) -> list[Problem]:
+    """`dns:`'s zone can be listed (the daemon lists it before every change)."""
+    if cfg.dns is None:
+        return []
+    from slurmscale.cloud.protocol import CloudError
+    from slurmscale.cloud.route53 import Route53Zone
+
+    try:
+        Route53Zone(cfg.aws, cfg.dns).records()
+    except CloudError as e:
+        return [Problem("error", "dns_unreadable", f"dns: Route 53 zone "
+                        f"{cfg.dns.hosted_zone_id} cannot be read ({e}): node names would "
+                        "not be written")]
+    return []
+
+
 # subnet id -> its availability zone as EC2 describes it, or why it could not be read
 Subnets = dict[str, str]
 

@@ -30,6 +30,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
     JSON: {"ok": bool, "problems": [{severity, code, message}]} (and "error" with exit 2)"""
     from slurmscale.check import check as run_check
     from slurmscale.check import (
+        check_dns,
         check_reservations,
         check_shapes,
         check_subnets,
@@ -56,6 +57,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
     problems += check_templates(cfg, gather_templates(cfg))
     problems += check_subnets(cfg, gather_subnets(cfg))
     problems += check_shapes(cfg, gather_shapes(cfg))
+    problems += check_dns(cfg)
     problems += check_reservations(cfg, gather_reservations(cfg))
     errors = [p for p in problems if p.severity == "error"]
     if as_json:

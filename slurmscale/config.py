@@ -305,6 +305,24 @@ class AwsSettings(_Strict):
     # rebalance recommendations, state changes); unset: no event handling.
     interruption_queue_url: str | None = None
     sqs_endpoint_url: str | None = None  # default: endpoint_url
+    route53_endpoint_url: str | None = None  # default: endpoint_url
+
+
+class DnsSettings(_Strict):
+    """Node names that resolve: a Route 53 private hosted zone of the cluster's VPC in which
+    the daemon keeps one A record per node with an instance (`<node>.<domain>` -> its private
+    IP), written in the pass that writes the node's NodeAddr and deleted in the pass after
+    its release; records of names no pool has are never touched. With the VPC's DHCP options
+    searching `domain`, `spot-p5-1` resolves on every instance (MPI's and torchrun's
+    MASTER_ADDR from `scontrol show hostnames`)."""
+
+    hosted_zone_id: Annotated[str, Field(pattern=r"^(/hostedzone/)?[A-Z0-9]{1,32}$")]
+    domain: Annotated[str, Field(pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*"
+                                         r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$")]
+    ttl_s: Annotated[int, Field(ge=0, le=86400)] = 60
+    # the zone is listed again at least this often (a record changed by someone else, or
+    # left by a daemon killed before it deleted it, is put right)
+    resync_s: Annotated[float, Field(gt=0, le=86400)] = 300.0
 
 
 class SlurmSettings(_Strict):
@@ -528,6 +546,7 @@ class Config(_Strict):
     capacity_blocks: CapacityBlockSettings = CapacityBlockSettings()
     metrics: MetricsSettings = MetricsSettings()
     health: HealthSettings = HealthSettings()
+    dns: DnsSettings | None = None  # node names in Route 53 (docs/node-image.md, "Names")
     # USD per instance-hour by instance type and capacity type, for the reports' cost
     # estimate, e.g. {p5.48xlarge: {on-demand: 98.32, spot: 39.0}}; unpriced types show no cost
     prices: dict[str, dict[CapacityType, Annotated[float, Field(ge=0)]]] = {}

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from slurmscale import timeframe
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudProvider, EventQueue
+from slurmscale.cloud.route53 import Route53Zone
 from slurmscale.config import Config
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.backoff import CapacityBackoff
@@ -44,6 +45,7 @@ from slurmscale.daemon.keep_up import KeepUpPass
 from slurmscale.daemon.launch import GangLauncher, client_token
 from slurmscale.daemon.ledger import Ledger
 from slurmscale.daemon.metrics import Metrics
+from slurmscale.daemon.node_names import NodeNamePass
 from slurmscale.daemon.requests import RequestPass
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.daemon.sweep import InstanceSweep
@@ -69,7 +71,7 @@ class Reconciler:
     def __init__(self, cfg: Config, store: ReconcileStore, slurm: SlurmClient,
                  cloud: CloudProvider, clock: Clock = utcnow, queue: EventQueue | None = None,
                  metrics: Metrics | None = None, spool: RequestSource | None = None,
-                 fence: Fence | None = None) -> None:
+                 fence: Fence | None = None, dns_zone: Route53Zone | None = None) -> None:
         if fence is not None:  # the outside is called only while this daemon leads
             slurm, cloud = fenced(slurm, fence, "Slurm"), fenced(cloud, fence, "EC2")
             queue = None if queue is None else fenced(queue, fence, "the event queue")
@@ -98,6 +100,12 @@ class Reconciler:
             ctx, self.addresses, self.backoff, self.reserved, fleets, ec2_retry, metrics),
             self.addresses, ec2_retry, spool)
         self.sweep = InstanceSweep(ctx, self.interruptions, fleets)
+        self.names: NodeNamePass | None = None
+        if cfg.dns is not None:  # (its own fence and failure count: a Route 53 call is AWS's)
+            zone = dns_zone if dns_zone is not None else Route53Zone(cfg.aws, cfg.dns)
+            if fence is not None:
+                zone = fenced(zone, fence, "Route 53")
+            self.names = NodeNamePass(ctx, watched(zone, self.cloud_failures, "Route 53"))
         self.boots = BootPass(ctx, fleets, self.addresses, metrics)
         self.health = HealthPass(ctx, self.interruptions, metrics)
         self.blocks = BlockPass(cfg, slurm, self.reserved, self.event)
@@ -127,6 +135,8 @@ class Reconciler:
         except SlurmError:
             nodes = None  # the capacity pass reports an unreachable Slurm
         active = self.sweep.run(nodes)
+        if self.names is not None and active is not None:
+            self.names.run(active, self.clock())
         # the reservations' state and free count (one cached call): status, plan, metrics
         self.reserved.reservations(self.clock().timestamp())
         if nodes is not None:

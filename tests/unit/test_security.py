@@ -83,7 +83,8 @@ def test_the_iam_policy_grants_every_aws_call_the_code_makes_and_scopes_the_dang
     assert ops >= {"create_fleet", "create_tags", "terminate_instances", "describe_instances",
                    "receive_message", "delete_message"}
     for op in ops:
-        service = "sqs" if op in {"receive_message", "delete_message"} else "ec2"
+        service = ("sqs" if op in {"receive_message", "delete_message"} else "route53"
+                   if op.endswith("resource_record_sets") else "ec2")
         action = f"{service}:" + "".join(w.capitalize() for w in op.split("_"))
         assert action in allowed, f"{action} (called as {op}) is not in docs/iam-policy.json"
     # terminating is only ever allowed on instances carrying this cluster's tag
@@ -92,6 +93,9 @@ def test_the_iam_policy_grants_every_aws_call_the_code_makes_and_scopes_the_dang
     for st in allowed["ec2:CreatePlacementGroup"]:
         assert st["Condition"]["StringEquals"]["aws:RequestTag/slurmscale:cluster"]
     assert all("Condition" in st for st in allowed["ec2:CreateTags"])
+    # node names are written in the cluster's own zone, never in every zone of the account
+    for st in allowed["route53:ChangeResourceRecordSets"]:
+        assert st["Resource"].startswith("arn:aws:route53:::hostedzone/")
 
 
 def test_garbage_on_the_socket_gets_an_error_and_the_server_keeps_answering(short_dir) -> None:  # type: ignore[no-untyped-def]

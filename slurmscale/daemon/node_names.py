@@ -1,0 +1,73 @@
+"""Node names in DNS (`dns:`): one A record per node with an instance, in the cluster's Route
+53 private hosted zone, so every instance resolves every node name (`SLURM_NODELIST`'s
+`spot-p5-1` as MPI's or torchrun's MASTER_ADDR), as ParallelCluster does with its zone.
+
+A reconcile, not a log of changes: each pass compares the instances the store has running
+(their nodes' private IPs, the addresses NodeAddr is given) with the zone's records of this
+cluster's node names, and one batch UPSERTs what is missing or wrong and DELETEs what has no
+instance. So a record is written in the pass that wrote the node's NodeAddr, deleted in the
+pass after its release, and whatever a killed daemon left undone (a fleet without its
+records, a record of a terminated instance) is done by the next pass, like the leak sweep.
+The zone is listed when the wanted records change and every `dns.resync_s` otherwise; a name
+no pool has (the head node's, the site's) is never touched."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from slurmscale.audit import Kind
+from slurmscale.cloud.protocol import CloudError
+from slurmscale.cloud.route53 import Record, Route53Zone
+from slurmscale.daemon.context import PassContext
+from slurmscale.hostlists import compress
+from slurmscale.store.protocol import ReconcileStore
+from slurmscale.store.rows import InstanceRow
+
+log = logging.getLogger(__name__)
+
+
+class NodeNamePass:
+    def __init__(self, ctx: PassContext[ReconcileStore], zone: Route53Zone) -> None:
+        self.ctx = ctx
+        self.zone = zone
+        self.written: dict[str, str] | None = None  # what the zone had after the last change
+        self.listed_at: datetime | None = None
+        self.failing = False  # a failure said once until it works again
+
+    def wanted(self, active: list[InstanceRow]) -> dict[str, str]:
+        cfg = self.ctx.cfg
+        return {i.node: i.private_ip for i in active
+                if i.private_ip and cfg.pool_of(i.node) is not None}
+
+    def run(self, active: list[InstanceRow], now: datetime) -> None:
+        assert self.ctx.cfg.dns is not None
+        want = self.wanted(active)
+        fresh = (self.listed_at is not None and
+                 (now - self.listed_at).total_seconds() < self.ctx.cfg.dns.resync_s)
+        if want == self.written and fresh:
+            return
+        try:
+            have = {n: r for n, r in self.zone.records().items()
+                    if self.ctx.cfg.pool_of(n) is not None}
+            upsert = {n: ip for n, ip in want.items() if have.get(n, Record("", 0)).ip != ip}
+            delete = {n: r for n, r in have.items() if n not in want}
+            if upsert or delete:
+                self.zone.change(upsert, delete)
+        except CloudError as e:
+            if not self.failing:
+                self.ctx.event(Kind.DNS_FAILED, f"Route 53 zone {self.zone.zone_id}: {e}; "
+                               "node names are tried again next pass")
+            self.failing = True
+            self.written = None
+            return
+        self.failing = False
+        self.written, self.listed_at = want, now
+        if upsert or delete:
+            said = []
+            if upsert:
+                said.append(f"{compress(sorted(upsert))} written")
+            if delete:
+                said.append(f"{compress(sorted(delete))} deleted")
+            self.ctx.event(Kind.DNS_RECORDS_CHANGED, f"{self.zone.domain}: "
+                           f"{'; '.join(said)} (A records of nodes with an instance)")
