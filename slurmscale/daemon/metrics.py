@@ -18,7 +18,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.exposition import generate_latest
 
+from slurmscale.audit import Kind
 from slurmscale.daemon.ledger import PoolNow
+from slurmscale.policy.health import Cause
 from slurmscale.policy.limit_use import LimitUse
 from slurmscale.report.compute import PaidUsage
 
@@ -103,7 +105,27 @@ class Metrics:
         self.replacement_seconds = Histogram("slurmscale_node_replacement_seconds",
                                              "detected unhealthy to back in service",
                                              ["pool"], buckets=WAIT_BUCKETS, registry=r)
+        self.backoff_s = Gauge("slurmscale_capacity_backoff_seconds",
+                               "seconds until a pool out of capacity is tried again (0: not "
+                               "backed off)", ["pool"], registry=r)
         self._server: Any = None
+        # every audit kind from the start, at 0: `increase(...{kind=...}[1h]) > 0` sees the
+        # first event of a kind after a restart (a series born at 1 has no increase)
+        for kind in Kind:
+            self.events.labels(kind.value)
+
+    def preset(self, pools: Iterable[tuple[str, str]]) -> None:
+        """The pools' (name, capacity type) labelled counters at 0, for the same reason."""
+        for pool, capacity_type in pools:
+            for outcome in ("launched", "failed", "deferred"):
+                self.launches.labels(pool, capacity_type, outcome, "")
+            for cause in Cause:
+                self.replacements.labels(pool, cause.value)
+            self.backoff_s.labels(pool).set(0)
+
+    def backoff(self, until_s: dict[str, float], pools: Iterable[str], now_s: float) -> None:
+        for pool in pools:
+            self.backoff_s.labels(pool).set(max(0.0, until_s.get(pool, 0.0) - now_s))
 
     def serve(self, address: str, port: int) -> None:
         server = start_http_server(port, addr=address, registry=self.registry)

@@ -66,6 +66,8 @@ class Daemon:
         # leader that saw it happen.
         self.reconciler: Reconciler | None = None
         self.metrics = Metrics() if cfg.metrics.port else None
+        if self.metrics is not None:
+            self.metrics.preset((p.name, p.capacity_type.value) for p in cfg.pools)
         self.stopping = threading.Event()
         # the earliest time a pass is wanted (monotonic; None: none), by a poke or a pass's
         # own next_due; taken whole as a pass starts, so at most one pass runs and one waits,
@@ -271,6 +273,8 @@ class Daemon:
         for h in self.store.holds(("active", "releasing")):
             spent[h.pool] = spent.get(h.pool, 0.0) + h.spent_gpu_s
         m.holds(spent, [p.name for p in self.cfg.pools])
+        m.backoff({o.pool: o.until_s for o in self.store.offerings()},
+                  [p.name for p in self.cfg.pools], time.time())
         last = reconciler.capacity.last
         if last is not None:
             m.limit_uses(last.limit_use)

@@ -134,7 +134,9 @@ text-align:right}th{background:#f5f5f5}td:first-child,th:first-child{text-align:
 .bad{color:#b00}svg{max-width:100%;height:auto}"""
 
 
-MAX_POINTS = 720  # per line: a month of minute samples drawn as hourly means (in SQL)
+# per line: a day of minute samples drawn as they are (a burst of a few minutes shows), a
+# month as means of half an hour (in SQL)
+MAX_POINTS = 1440
 
 
 def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]],
@@ -154,13 +156,14 @@ def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]
     for pool in sorted(series):
         rows = series[pool]
         gpn = gpus_per_node.get(pool, 1) or 1
-        charts.append(line_chart(f"{pool}: capacity vs demand (nodes)", [p[0] for p in rows], {
+        charts.append(line_chart(f"{pool}: capacity vs demand", [p[0] for p in rows], {
             "nodes up": [p[1] for p in rows], "busy": [p[2] for p in rows],
-            "demand (pending GPUs / GPUs per node)": [p[3] / gpn for p in rows]}))
+            "demand (pending GPUs / GPUs per node)": [p[3] / gpn for p in rows]}, "nodes"))
     waits = [*r.waits, r.gang_time_to_start]
-    charts.append(bar_chart("queue wait by job size (minutes)", [w.size for w in waits],
+    charts.append(bar_chart("queue wait by job size", [w.size for w in waits],
                             {"p50": [(w.p50_s or 0) / 60 for w in waits],
-                             "p95": [(w.p95_s or 0) / 60 for w in waits]}))
+                             "p95": [(w.p95_s or 0) / 60 for w in waits]},
+                            "wait (minutes)", "job size"))
     parts = [
         f"<h1>slurmscale report: {html.escape(r.cluster)}</h1>",
         f"<p>{html.escape(r.since)} to {html.escape(r.until)}</p>",

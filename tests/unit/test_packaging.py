@@ -28,6 +28,9 @@ def test_every_unit_command_is_a_valid_slurmscale_invocation() -> None:
         text = unit.read_text()
         assert "[Service]" in text and "SLURMSCALE_CONFIG=" in text
         for argv in _exec_lines(unit):
+            if argv[0] == "+/usr/bin/install":  # (the spool, made as root before the start)
+                assert argv[1:2] == ["-d"], argv
+                continue
             assert argv[0].endswith("/bin/slurmscale"), argv
             ctx = click.Context(cli, info_name="slurmscale", obj={})
             _, cmd, rest = cli.resolve_command(ctx, argv[1:])
@@ -66,5 +69,31 @@ def test_the_grafana_dashboard_graphs_only_metrics_the_daemon_exports() -> None:
                 "gauge": ("",)}
     exported = {f.name + s for f in Metrics().registry.collect() for s in suffixes[f.type]}
     used = {m for p in dash["panels"] for t in p["targets"]
-            for m in re.findall(r"slurmscale_[a-z_]+", t["expr"])}
+            for m in re.findall(r"slurmscale_[a-z0-9_]+", t["expr"])}
     assert used and used <= exported, used - exported
+
+
+def test_the_dashboard_has_the_panels_an_admin_watches_and_counters_start_at_zero() -> None:
+    """Panels for boot failures, replacements, capacity backoff, paid capacity and AWS calls
+    failing; every audit kind and each pool's launch and replacement counters exported at 0
+    from the start, so the admin guide's `increase(...) > 0` alerts see the first event
+    after a restart (before: a labelled series was born at 1, with no increase)."""
+    from slurmscale.audit import Kind
+    from slurmscale.daemon.metrics import Metrics
+
+    dash = json.loads((UNITS.parents[1] / "docs" / "grafana-dashboard.json").read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for name in ("slurmscale_boot_failures_total", "slurmscale_node_replacements_total",
+                 "slurmscale_capacity_backoff_seconds", "slurmscale_paid_node_hours",
+                 "slurmscale_ec2_call_failures_total"):
+        assert name in exprs, name
+    assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
+    m = Metrics()
+    m.preset([("gpu-spot", "spot")])
+    text = m.text()
+    for kind in Kind:
+        assert f'slurmscale_events_total{{kind="{kind.value}"}} 0.0' in text, kind
+    assert ('slurmscale_launches_total{capacity_type="spot",code="",pool="gpu-spot",'
+            'result="failed"} 0.0') in text
+    assert 'slurmscale_node_replacements_total{cause="not-responding",pool="gpu-spot"} 0.0' \
+        in text

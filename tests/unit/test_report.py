@@ -204,7 +204,7 @@ def test_status_runs_without_slurm_or_daemon_and_says_so(filled, tmp_path) -> No
     conf = _conf(tmp_path, store_url=cfg.store_url, socket_path=str(tmp_path / "none.sock"),
                  slurm={"bin_dir": str(tmp_path / "no-slurm-here")})
     r = CliRunner().invoke(cli, ["--config", conf, "status", "--json"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 3, r.output  # (answered, without Slurm)
     d = json.loads(r.output.split("\nwarning")[0])
     assert d["daemon"]["reachable"] is False and d["slurm_error"]
     assert [p["name"] for p in d["pools"]] == ["gpu-spot", "gpu-od"]
@@ -228,8 +228,10 @@ def test_a_month_of_samples_is_averaged_in_sql_to_at_most_max_points_per_pool() 
     series = store.sample_series(start, start + timedelta(days=30), MAX_POINTS)
     assert sorted(series) == ["a", "b", "c"]
     assert {len(v) for v in series.values()} == {MAX_POINTS}
-    t0, up0, busy0, gpus0 = series["a"][0]  # the first hour: minutes 0..59
-    assert t0 == start.timestamp() + 59 * 30 and up0 == sum(range(60)) / 60 and busy0 == 1
+    per = 43_200 // MAX_POINTS  # minutes a point (30 at 1,440 points)
+    t0, up0, busy0, gpus0 = series["a"][0]  # the first point: minutes 0 .. per - 1
+    assert t0 == start.timestamp() + (per - 1) * 30 and up0 == sum(range(per)) / per
+    assert busy0 == 1
     assert [p[3] for p in series["c"]] == [16.0] * MAX_POINTS
     few = store.sample_series(start, start + timedelta(minutes=10), MAX_POINTS)
     assert [p[1] for p in few["a"]] == [float(m) for m in range(10)]  # fewer: as they are
