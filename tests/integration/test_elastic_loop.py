@@ -4,6 +4,7 @@ per gang (moto) -> slurmd boots -> job runs -> SuspendProgram -> instances termi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -154,12 +155,14 @@ def test_partial_capacity_rolls_back_the_whole_gang(make_cluster) -> None:
 
 def _run_hook_like_slurm(c: LocalCluster, kind: str, hostlist: str,
                          resume_file: Path | None = None) -> tuple[int, float]:
-    """Run the installed hook as slurmctld does: no PATH, closed stdio."""
+    """Run the installed hook as slurmctld does: as SlurmUser, no PATH, closed stdio."""
     env = {"SLURM_CONF": str(c.conf)}
     if resume_file is not None:
         env["SLURM_RESUME_FILE"] = str(resume_file)
+        os.chmod(resume_file, 0o644)  # (slurmctld's own file is readable by SlurmUser)
     t0 = time.monotonic()
-    p = subprocess.run([str(c.root / "hooks" / f"slurmscale-{kind}"), hostlist], env=env,
+    p = subprocess.run([*c.as_slurm_user(), str(c.root / "hooks" / f"slurmscale-{kind}"),
+                        hostlist], env=env,
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=30)
     return p.returncode, time.monotonic() - t0

@@ -6,6 +6,9 @@ pause, never a termination, and the daemon catches up."""
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
+import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -77,13 +80,19 @@ SECRET = "s3cr3t-Pw0rd"
 
 
 def test_the_database_restarting_pauses_the_daemon_and_terminates_nothing(
-        make_cluster, postgres: LocalPostgres) -> None:
+        make_cluster, postgres: LocalPostgres, request: pytest.FixtureRequest) -> None:
     # the test server trusts loopback, so any password works: it is here to be looked for in
     # every log and output afterwards, connection failures included. It reaches the daemon
     # the recommended way, from a 0600 file, and goes into every connection URL from there.
-    secret_file = postgres.root / "db-password"
+    # (the daemon runs as SlurmUser, as the shipped unit runs it: the file is that user's)
+    secret_dir = Path(tempfile.mkdtemp(prefix="ss-secret-"))
+    request.addfinalizer(lambda: shutil.rmtree(secret_dir, ignore_errors=True))
+    os.chmod(secret_dir, 0o755)
+    secret_file = secret_dir / "db-password"
     secret_file.write_text(SECRET + "\n")
     os.chmod(secret_file, 0o600)
+    slurm = pwd.getpwnam("slurm")
+    os.chown(secret_file, slurm.pw_uid, slurm.pw_gid)
     c, proxy = make_cluster(store_url=postgres.url, tick_seconds=TICK,
                             extra_config={"store_password_file": str(secret_file)})
     sock = c.root / "run" / "slurmscale.sock"

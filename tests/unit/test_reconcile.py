@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -661,3 +662,15 @@ def test_a_write_whose_nodes_are_unknown_makes_the_capacity_pass_read_again() ->
     assert w.current(read) is None, "a requeue moves a job off nodes it does not name"
     w.nodes()
     assert w.current(read) is read, "a full read starts over"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root writing another user's spool")
+def test_a_request_root_spools_in_slurmusers_spool_is_slurmusers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An admin's `sudo slurmscale resume` into the spool of a daemon running as SlurmUser:
+    before, the file was root's 0640 and the daemon could not read it (set aside)."""
+    spool = Spool(tmp_path / "spool")
+    spool.ensure()
+    for d in (spool.root, spool.incoming, spool.tmp, spool.rejected):
+        os.chown(d, 12345, 12345)
+    path = spool.put(spool.new_request(RequestKind.RESUME, ["spot-1"], "spot-1", None))
+    assert (path.stat().st_uid, path.stat().st_gid) == (12345, 12345)
