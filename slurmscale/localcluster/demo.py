@@ -13,10 +13,12 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
+from slurmscale.hostlists import expand
 from slurmscale.localcluster.cluster import LocalCluster
-from slurmscale.localcluster.joins import describe, joins
+from slurmscale.localcluster.joins import Join, describe, joins
 from slurmscale.localcluster.options import ClusterOptions
 
 
@@ -29,6 +31,46 @@ def _snapshot(c: LocalCluster, jobs: dict[int, str]) -> str:
     inst = len(c.cluster_instances())
     sinfo = c.slurm("sinfo", "-h", "-o", "%P %t %D %N").strip().replace("\n", " | ")
     return f"jobs: {states}\n           instances running: {inst}   sinfo: {sinfo}"
+
+
+def where_the_time_went(c: LocalCluster, job: int, submitted: float, seen_running: float,
+                        boots: list[Join]) -> list[str]:
+    """The gang's wait, cut where each part hands over: Slurm calling ResumeProgram (its
+    request in the daemon's audit log), the daemon's launch (CreateFleet answered), the
+    instances booting (this cluster's boot delay stands in for EC2's), the nodes joining
+    (slurmd registered), and Slurm starting the job once they had (its next periodic check of
+    powered-up nodes: slurmctld's background loop, up to about 30 s; a job whose nodes are
+    all up leaves CONFIGURING only then). Slurm's StartTime, where it is later than the
+    registrations, is when it did; else the poll that saw it RUNNING."""
+    nodes = set(expand(c.job(job).get("NodeList", "")))
+    events = c.events()
+
+    def first(kind: str) -> float | None:
+        ats = [datetime.fromisoformat(e["at"]).timestamp() for e in events
+               if e["kind"] == kind and e.get("node") and nodes & set(expand(e["node"]))]
+        return min(ats) if ats else None
+    requested, launched = first("request_received"), first("launched")
+    mine = [j for j in boots if j.node in nodes]
+    booting = min((j.booting for j in mine if j.booting), default=None)
+    joined = max((j.registered for j in mine if j.registered), default=None)
+    start = c.job(job).get("StartTime", "")
+    started = seen_running
+    if start and joined and (t := datetime.fromisoformat(start).timestamp()) >= joined:
+        started = t
+    steps = [("Slurm calls ResumeProgram (its request recorded)", requested),
+             ("slurmscale launches the gang (CreateFleet answered)", launched),
+             ("the instances boot (the cluster's boot delay)", booting),
+             ("the nodes join (slurmd registered)", joined),
+             ("Slurm starts the job (its periodic check of powered-up nodes)", started)]
+    out, last = [], submitted
+    for what, at in steps:
+        if at is None:
+            out.append(f"{what}: not seen")
+            continue
+        out.append(f"{what}: +{at - last:.1f}s")
+        last = at
+    out.append(f"total: {last - submitted:.1f}s (event times are whole seconds)")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,19 +88,20 @@ def run(args: argparse.Namespace) -> int:
              f"EC2 = moto at {c.moto_url}")
         print(c.slurm("sinfo"))
         gpu = "--gres=gpu:8"
+        submitted_at = time.time()  # (Unix s: the events' and the joins' clock)
         jobs = {c.sbatch("-N", "4", gpu, "-p", "gpu-spot", "-J", "gang4",
                          "--wrap", "srun hostname; sleep 10"): "gang-4-nodes"}
         for i in range(3):
             jobs[c.sbatch("-N", "1", gpu, "-p", "gpu-spot", "-J", f"single{i}",
                           "--wrap", "sleep 5")] = f"single-{i}"
         _say(f"submitted {len(jobs)} jobs: one 4-node gang (32 GPUs) and three 1-node jobs")
-        t0 = time.monotonic()
+        t0 = time.monotonic() - (time.time() - submitted_at)  # (the gang's sbatch)
         started: dict[int, float] = {}
         deadline = t0 + 300
         while time.monotonic() < deadline:
             for j in jobs:
                 if j not in started and c.job_state(j) in ("RUNNING", "COMPLETED"):
-                    started[j] = time.monotonic() - t0
+                    started[j] = time.monotonic() - t0  # (seen by this poll: up to 5 s late)
                     _say(f"{jobs[j]} (job {j}) started {started[j]:.0f}s after sbatch")
             if all(c.job_state(j) == "COMPLETED" for j in jobs):
                 break
@@ -69,8 +112,16 @@ def run(args: argparse.Namespace) -> int:
             return 1
         _say("how each instance joined Slurm (its bootstrap: node tag from instance "
              "metadata, GPU check, slurmd; times from power-on):")
-        for join in joins(c.root / "log"):
+        seen = joins(c.root / "log")
+        for join in seen:
             print(f"           {describe(join)}")
+        if not seen:
+            print(f"           (no bootstrap output in {c.root / 'log'}/boot-i-*.out)")
+        gang = next(iter(jobs))
+        _say("where the gang's seconds went, sbatch to RUNNING:")
+        for line in where_the_time_went(c, gang, submitted_at, submitted_at + started[gang],
+                                        seen):
+            print(f"           {line}")
         _say("all jobs COMPLETED; slurmscale's policy powers the idle nodes down within "
              f"{args.max_idle:g}s (Slurm then runs the suspend hook)")
         print(c.cli("plan").stdout)
