@@ -250,6 +250,9 @@ class Pool(_Strict):
 
     @model_validator(mode="after")
     def _bounds(self) -> Pool:
+        if self.gpu_type is not None and not self.gpus_per_node:
+            raise ValueError(f"gpu_type {self.gpu_type!r} on a pool without GPUs "
+                             "(gpus_per_node 0)")
         if self.min_nodes > self.max_nodes:
             raise ValueError(
                 f"min_nodes ({self.min_nodes}) is larger than max_nodes ({self.max_nodes})"
@@ -295,7 +298,7 @@ class Pool(_Strict):
 
 
 class AwsSettings(_Strict):
-    region: str = "us-east-1"
+    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")] = "us-east-1"
     endpoint_url: str | None = None
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 5
     # EC2 caps an instant fleet's MinTargetCapacity at 1,000: a larger gang is launched as
@@ -431,6 +434,13 @@ class CapacitySettings(_Strict):
     unavailable_ttl_s: Annotated[float, Field(gt=0)] = 180.0
     max_unavailable_ttl_s: Annotated[float, Field(gt=0)] = 1800.0
 
+    @model_validator(mode="after")
+    def _ttl_under_its_cap(self) -> CapacitySettings:
+        if self.unavailable_ttl_s > self.max_unavailable_ttl_s:
+            raise ValueError(f"unavailable_ttl_s ({self.unavailable_ttl_s:g}) is above "
+                             f"max_unavailable_ttl_s ({self.max_unavailable_ttl_s:g})")
+        return self
+
 
 class DaemonSettings(_Strict):
     tick_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
@@ -510,6 +520,18 @@ class MetricsSettings(_Strict):
     address: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 0
 
+    @field_validator("address")
+    @classmethod
+    def _an_ip_address(cls, v: str) -> str:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IP address to serve on (127.0.0.1, ::1, "
+                             "0.0.0.0)") from None
+        return v
+
 
 class Config(_Strict):
     cluster_name: Annotated[str, Field(pattern=_NAME, max_length=64)]
@@ -521,6 +543,15 @@ class Config(_Strict):
     socket_path: str = DEFAULT_SOCKET_PATH
     spool_dir: str = DEFAULT_SPOOL_DIR
     log_file: str | None = "/var/log/slurmscale/slurmscale.log"
+
+    @field_validator("spool_dir", "hooks_dir", "hook_log_file", "log_file",
+                     "store_password_file")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        """Hooks run in whatever directory slurmctld is in: a relative path means nothing."""
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"{v!r} is not an absolute path")
+        return v
 
     @field_validator("socket_path")
     @classmethod
@@ -556,7 +587,9 @@ class Config(_Strict):
     def _unique(self) -> Config:
         names = [p.name for p in self.pools]
         prefixes = [p.node_prefix for p in self.pools]
-        for field, values in (("name", names), ("node_prefix", prefixes)):
+        partitions = [p.partition for p in self.pools]  # (a pool is found by its partition)
+        for field, values in (("name", names), ("node_prefix", prefixes),
+                              ("partition", partitions)):
             dup = {v for v in values if values.count(v) > 1}
             if dup:
                 raise ValueError(f"two pools share {field} {sorted(dup)[0]!r}")

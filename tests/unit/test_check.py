@@ -185,7 +185,10 @@ def test_slurm_conf_names_a_bad_release_in_one_line(tmp_path) -> None:  # type: 
     import sys
 
     conf = tmp_path / "c.yaml"
-    conf.write_text(yaml.safe_dump(base_config()))
+    d = base_config()
+    for pool in d["pools"]:  # (sizes given: EC2 is not asked; tests/unit/test_node_shapes.py)
+        pool.update(cpus_per_node=192, real_memory_mb=1_990_000)
+    conf.write_text(yaml.safe_dump(d))
     p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(conf), "slurm-conf",
                         "--slurm-release", "latest"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--slurm-release" in p.stderr and "Traceback" not in p.stderr

@@ -53,6 +53,18 @@ def _pool_edit(**kw):  # type: ignore[no-untyped-def]
     ({**base_config(), "daemon": {"tick_seconds": -1}}, ["daemon.tick_seconds", "-1"]),
     ({**base_config(), "daemon": {"leak_grace_s": float("nan")}},
      ["daemon.leak_grace_s", "nan"]),
+    # (each of these was accepted before)
+    ({**base_config(), "capacity": {"unavailable_ttl_s": 5000, "max_unavailable_ttl_s": 100}},
+     ["capacity", "unavailable_ttl_s (5000) is above max_unavailable_ttl_s (100)"]),
+    (_pool_edit(gpus_per_node=0, gpu_type="h100"), ["pools.0", "gpu_type 'h100'"]),
+    ({**base_config(), "metrics": {"port": 9000, "address": "localhost:9"}},
+     ["metrics.address", "'localhost:9' is not an IP address"]),
+    ({**base_config(), "aws": {"region": "us east"}}, ["aws.region", "us east"]),
+    ({**base_config(), "spool_dir": "spool"}, ["spool_dir", "'spool' is not an absolute path"]),
+    ({**base_config(), "hooks_dir": "hooks"}, ["hooks_dir", "'hooks' is not an absolute"]),
+    ({**base_config(), "pools": [base_config()["pools"][0],
+                                 {**base_config()["pools"][1], "partition": "gpu-spot"}]},
+     ["two pools share partition 'gpu-spot'"]),
 ])
 def test_errors_name_the_bad_key_and_value(data, needles) -> None:  # type: ignore[no-untyped-def]
     msg = _err(data)

@@ -45,6 +45,9 @@ def test_every_service_command_exists_in_this_package() -> None:
         argv = list(svc["command"])
         if argv[:2] == ["sh", "-c"]:
             argv = shlex.split(argv[2].split("exec ", 1)[1])
+        if argv[0] == "setpriv":  # the daemon as SlurmUser, as the systemd unit runs it
+            assert "--reuid=slurm" in argv and "--regid=slurm" in argv, name
+            argv = argv[next(i for i, a in enumerate(argv) if not a.startswith("-") and i):]
         if argv[0] == "python":
             assert argv[1] == "-m" and importlib.util.find_spec(argv[2]) is not None, name
             if argv[2] == "slurmscale.localcluster.devcluster":
