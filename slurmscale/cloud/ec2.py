@@ -12,11 +12,10 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
-from botocore.config import Config as BotoConfig
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from slurmscale import timeframe
+from slurmscale.cloud.aws import call, error_of, make_client, pages
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec
 from slurmscale.config import AwsSettings, Pool
 from slurmscale.model import (
@@ -63,18 +62,9 @@ def _when(t: object) -> datetime | None:
     return None if s is None else datetime.fromtimestamp(s, UTC)
 
 
-def _code(e: ClientError) -> tuple[str, str]:
-    err = e.response.get("Error", {})
-    return str(err.get("Code", "Unknown")), str(err.get("Message", str(e)))
-
-
 class EC2Cloud:
     def __init__(self, aws: AwsSettings) -> None:
-        self.client = boto3.client(
-            "ec2", region_name=aws.region, endpoint_url=aws.endpoint_url,
-            config=BotoConfig(retries={"max_attempts": aws.max_attempts, "mode": "standard"},
-                              connect_timeout=5, read_timeout=60),
-        )
+        self.client = make_client("ec2", aws, aws.endpoint_url, read_timeout=60)
         self._paginators: dict[str, Any] = {}
 
     def _paginator(self, operation: str) -> Any:
@@ -86,12 +76,7 @@ class EC2Cloud:
         return self._paginators[operation]
 
     def _call(self, name: str, **kwargs: object) -> dict:
-        try:
-            return getattr(self.client, name)(**kwargs)
-        except ClientError as e:
-            raise CloudError(*_code(e)) from None
-        except BotoCoreError as e:
-            raise CloudError(type(e).__name__, str(e)) from None
+        return call(self.client, name, **kwargs)
 
     def fleet_request(self, pool: Pool, count: int, min_count: int, client_token: str,
                       tags: dict[str, str], spec: FleetSpec | None = None) -> dict:
@@ -183,15 +168,9 @@ class EC2Cloud:
         if states:
             filters.append({"Name": "instance-state-name", "Values": states})
         out: list[dict] = []
-        try:
-            for page in self._paginator("describe_instances").paginate(
-                    Filters=filters):
-                for res in page.get("Reservations", []):
-                    out.extend(res.get("Instances", []))
-        except ClientError as e:
-            raise CloudError(*_code(e)) from None
-        except BotoCoreError as e:
-            raise CloudError(type(e).__name__, str(e)) from None
+        for page in pages(self._paginator("describe_instances"), Filters=filters):
+            for res in page.get("Reservations", []):
+                out.extend(res.get("Instances", []))
         return out
 
     def launched_with(self, tags: dict[str, str]) -> tuple[LaunchedInstance, ...]:
@@ -210,7 +189,7 @@ class EC2Cloud:
                     for inst in res.get("Instances", []):
                         out[inst["InstanceId"]] = inst
         except ClientError as e:
-            code, msg = _code(e)
+            code, msg = error_of(e).code, error_of(e).message
             # Freshly launched instances can lag in DescribeInstances (eventual consistency);
             # the details are a nicety here, the ids from CreateFleet are what count.
             log.warning("describe of new instances failed (%s: %s); continuing", code, msg)
@@ -264,44 +243,34 @@ class EC2Cloud:
     def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]:
         """The reservations' state and free count, every page of one call for all ids."""
         out: list[CapacityReservation] = []
-        try:
-            for page in self._paginator("describe_capacity_reservations").paginate(
-                    CapacityReservationIds=ids):
-                for r in page.get("CapacityReservations", []):
-                    out.append(CapacityReservation(
-                        id=r["CapacityReservationId"], instance_type=r.get("InstanceType", ""),
-                        availability_zone=r.get("AvailabilityZone", ""),
-                        total=int(r.get("TotalInstanceCount", 0)),
-                        available=int(r.get("AvailableInstanceCount", 0)),
-                        state=r.get("State", ""),
-                        reservation_type=INTERRUPTIBLE if r.get("Interruptible")
-                        else r.get("ReservationType", "default"),
-                        start=_seconds(r.get("StartDate")), end=_seconds(r.get("EndDate"))))
-        except ClientError as e:
-            raise CloudError(*_code(e)) from None
-        except BotoCoreError as e:
-            raise CloudError(type(e).__name__, str(e)) from None
+        for page in pages(self._paginator("describe_capacity_reservations"),
+                          CapacityReservationIds=ids):
+            for r in page.get("CapacityReservations", []):
+                out.append(CapacityReservation(
+                    id=r["CapacityReservationId"], instance_type=r.get("InstanceType", ""),
+                    availability_zone=r.get("AvailabilityZone", ""),
+                    total=int(r.get("TotalInstanceCount", 0)),
+                    available=int(r.get("AvailableInstanceCount", 0)),
+                    state=r.get("State", ""),
+                    reservation_type=INTERRUPTIBLE if r.get("Interruptible")
+                    else r.get("ReservationType", "default"),
+                    start=_seconds(r.get("StartDate")), end=_seconds(r.get("EndDate"))))
         return out
 
     def instance_shapes(self, types: list[str]) -> dict[str, InstanceShape]:
         """DescribeInstanceTypes for these types, every page: vCPUs, memory, GPUs, EFA."""
         out: dict[str, InstanceShape] = {}
-        try:
-            for page in self._paginator("describe_instance_types").paginate(
-                    InstanceTypes=sorted(set(types))):
-                for t in page.get("InstanceTypes", []):
-                    gpus = t.get("GpuInfo", {}).get("Gpus", [])
-                    out[t["InstanceType"]] = InstanceShape(
-                        instance_type=t["InstanceType"],
-                        vcpus=int(t.get("VCpuInfo", {}).get("DefaultVCpus", 0)),
-                        memory_mib=int(t.get("MemoryInfo", {}).get("SizeInMiB", 0)),
-                        gpus=sum(int(g.get("Count", 0)) for g in gpus),
-                        gpu_name=",".join(sorted({str(g.get("Name", "")) for g in gpus})),
-                        efa=bool(t.get("NetworkInfo", {}).get("EfaSupported", False)))
-        except ClientError as e:
-            raise CloudError(*_code(e)) from None
-        except BotoCoreError as e:
-            raise CloudError(type(e).__name__, str(e)) from None
+        for page in pages(self._paginator("describe_instance_types"),
+                          InstanceTypes=sorted(set(types))):
+            for t in page.get("InstanceTypes", []):
+                gpus = t.get("GpuInfo", {}).get("Gpus", [])
+                out[t["InstanceType"]] = InstanceShape(
+                    instance_type=t["InstanceType"],
+                    vcpus=int(t.get("VCpuInfo", {}).get("DefaultVCpus", 0)),
+                    memory_mib=int(t.get("MemoryInfo", {}).get("SizeInMiB", 0)),
+                    gpus=sum(int(g.get("Count", 0)) for g in gpus),
+                    gpu_name=",".join(sorted({str(g.get("Name", "")) for g in gpus})),
+                    efa=bool(t.get("NetworkInfo", {}).get("EfaSupported", False)))
         return out
 
     def subnet_zones(self, subnets: list[str]) -> dict[str, str]:

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import boto3
-from botocore.config import Config as BotoConfig
-from botocore.exceptions import BotoCoreError, ClientError
-
-from slurmscale.cloud.protocol import CloudError
+from slurmscale.cloud.aws import call, make_client
 from slurmscale.config import AwsSettings, DnsSettings
 
 MAX_CHANGES = 1000  # ResourceRecord elements in one ChangeResourceRecordSets
@@ -32,21 +28,10 @@ class Route53Zone:
         self.zone_id = dns.hosted_zone_id.removeprefix("/hostedzone/")
         self.domain = dns.domain.rstrip(".")
         self.ttl = dns.ttl_s
-        self.client = boto3.client(
-            "route53", region_name=aws.region,
-            endpoint_url=aws.route53_endpoint_url or aws.endpoint_url,
-            config=BotoConfig(retries={"max_attempts": aws.max_attempts, "mode": "standard"},
-                              connect_timeout=5, read_timeout=30))
+        self.client = make_client("route53", aws, aws.route53_endpoint_url or aws.endpoint_url)
 
     def _call(self, name: str, **kwargs: object) -> dict:
-        try:
-            return getattr(self.client, name)(**kwargs)
-        except ClientError as e:
-            err = e.response.get("Error", {})
-            raise CloudError(str(err.get("Code", "Unknown")), str(err.get("Message", e))) \
-                from None
-        except BotoCoreError as e:
-            raise CloudError(type(e).__name__, str(e)) from None
+        return call(self.client, name, **kwargs)
 
     def records(self) -> dict[str, Record]:
         """Node name -> its A record, for every single-valued A record `<name>.<domain>`."""

@@ -157,18 +157,27 @@ def _env() -> dict[str, str]:
             "AWS_EC2_METADATA_DISABLED": "true"}
 
 
+def _daemon_up(tmp_path: Path, cfg: Path, env: dict[str, str] | None = None,
+               out: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
+    """`slurmscale daemon` on `cfg`, once its socket is there (30 s at most)."""
+    daemon = subprocess.Popen([sys.executable, "-m", "slurmscale", "--config", str(cfg),
+                               "daemon"], env=env or _env(), stdin=subprocess.DEVNULL,
+                              stdout=out, stderr=subprocess.STDOUT)
+    sock = tmp_path / "run" / "sock"
+    deadline = time.monotonic() + 30
+    while not sock.is_socket():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            daemon.kill()
+            raise AssertionError("daemon not up")
+        time.sleep(0.1)
+    return daemon
+
+
 def test_sigterm_during_a_slow_pass_after_a_poke_exits_within_the_stop_timeout(
         tmp_path: Path) -> None:
     cfg = _config(tmp_path)
-    daemon = subprocess.Popen([sys.executable, "-m", "slurmscale", "--config", str(cfg),
-                               "daemon"], env=_env(), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    daemon = _daemon_up(tmp_path, cfg)
     try:
-        sock = tmp_path / "run" / "sock"
-        deadline = time.monotonic() + 30
-        while not sock.is_socket():
-            assert daemon.poll() is None and time.monotonic() < deadline, "daemon not up"
-            time.sleep(0.1)
         hook = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(cfg),
                                "resume", "spot-1"], env=_env(), capture_output=True,
                               timeout=60)
@@ -265,15 +274,9 @@ def test_a_wall_clock_stepped_back_an_hour_neither_stops_nor_doubles_the_tick(
     offset.write_text("+0\n")
     env = {**_env(), "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset),
            "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-    daemon = subprocess.Popen([sys.executable, "-m", "slurmscale", "--config", str(cfg),
-                               "daemon"], env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemon = _daemon_up(tmp_path, cfg, env, out=subprocess.DEVNULL)
+    sock = tmp_path / "run" / "sock"
     try:
-        sock = tmp_path / "run" / "sock"
-        deadline = time.monotonic() + 30
-        while not sock.is_socket():
-            assert daemon.poll() is None and time.monotonic() < deadline, "daemon not up"
-            time.sleep(0.1)
         before = _passes(sock, 6)
         offset.write_text("-3600\n")  # the host's clock an hour back
         after = _passes(sock, 12)
@@ -303,15 +306,8 @@ def test_a_metrics_port_in_use_costs_the_metrics_not_the_loop(tmp_path: Path) ->
     cfg = _config(tmp_path, metrics={"address": "127.0.0.1", "port": port},
                   daemon={"tick_seconds": 1, "stop_timeout_s": 3},
                   slurm={"bin_dir": str(_slurm_down(tmp_path)), "timeout_s": 5})
-    daemon = subprocess.Popen([sys.executable, "-m", "slurmscale", "--config", str(cfg),
-                               "daemon"], env=_env(), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    daemon = _daemon_up(tmp_path, cfg)
     try:
-        sock = tmp_path / "run" / "sock"
-        deadline = time.monotonic() + 30
-        while not sock.is_socket():
-            assert daemon.poll() is None and time.monotonic() < deadline, "daemon not up"
-            time.sleep(0.1)
         holder.close()  # the port is free now: the next pass serves the metrics
         deadline = time.monotonic() + 30
         while True:

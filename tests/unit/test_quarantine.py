@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,6 +25,16 @@ from tests.unit.conftest import base_config
 from tests.unit.test_reconcile import Clock, hook
 
 BAD = "i-00000000000000bd"
+
+
+def _cli(path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`slurmscale --config PATH ARGS...` as an admin runs it (no instance metadata)."""
+    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(path), *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+    return run
 
 
 def _store_with_a_bad_row(cfg: Config) -> Store:
@@ -79,11 +90,7 @@ def test_status_and_nodes_list_the_row_without_a_traceback(cfg: Config,
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(data))
     path.chmod(0o644)
-    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(path), *args],
-                              capture_output=True, text=True, timeout=60, env=env)
+    run = _cli(path)
     st = run("status", "--json")
     assert st.returncode == 3 and "Traceback" not in st.stderr, st.stderr  # (Slurm unread)
     assert json.loads(st.stdout)["quarantined_rows"] == [{
@@ -156,11 +163,7 @@ def test_status_and_report_list_bad_numbers_without_a_traceback(cfg: Config,
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(data))
     path.chmod(0o644)
-    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(path), *args],
-                              capture_output=True, text=True, timeout=60, env=env)
+    run = _cli(path)
     st = run("status", "--json")
     assert "Traceback" not in st.stderr, st.stderr
     listed = {(q["table"], q["key"]): q["error"] for q in json.loads(st.stdout)["quarantined_rows"]}
