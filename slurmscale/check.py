@@ -487,18 +487,17 @@ def check_dns(cfg: Config) -> list[Problem]:
     return []
 
 
-# subnet id -> its availability zone as EC2 describes it, or why it could not be read
-Subnets = dict[str, str]
+# subnet id -> why EC2 would not show it (only the subnets it would not)
+Unreadable = dict[str, str]
 
 
-def check_subnets(cfg: Config, found: Subnets | str) -> list[Problem]:
+def check_subnets(cfg: Config, unreadable: Unreadable | str) -> list[Problem]:
     """Each pool's subnets against DescribeSubnets: a subnet EC2 does not show fails every
-    fleet that offers it (`found` a string: the call itself failed, for every subnet)."""
+    fleet that offers it (`unreadable` a string: the call itself failed, for every subnet)."""
     out: list[Problem] = []
     for p in cfg.pools:
         for sid in p.subnets:
-            why = found if isinstance(found, str) else (
-                None if found.get(sid, "").startswith("az:") else found.get(sid, "not returned"))
+            why = unreadable if isinstance(unreadable, str) else unreadable.get(sid)
             if why is not None:
                 out.append(Problem("error", "subnet_unreadable", f"pool {p.name}: subnet "
                                    f"{sid} cannot be read from EC2 ({why}): its launches "
@@ -506,23 +505,25 @@ def check_subnets(cfg: Config, found: Subnets | str) -> list[Problem]:
     return out
 
 
-def gather_subnets(cfg: Config) -> Subnets | str:
-    """Every pool's subnets' zones ("az:<zone>"), or why each could not be read: one call,
-    or one per subnet when one id is bad; a string when EC2 cannot be asked at all."""
+def gather_subnets(cfg: Config) -> Unreadable | str:
+    """The pools' subnets EC2 will not show, each with why: one call, or one per subnet when
+    one id is bad; a string when EC2 cannot be asked at all."""
     from slurmscale.cloud.ec2 import EC2Cloud
     from slurmscale.cloud.protocol import CloudError
 
     ids = sorted({s for p in cfg.pools for s in p.subnets})
     ec2 = EC2Cloud(cfg.aws)
     try:
-        return {s: f"az:{z}" for s, z in ec2.subnet_zones(ids).items()}
+        shown = ec2.subnet_zones(ids)
+        return {s: "not returned" for s in ids if s not in shown}
     except CloudError as e:
         if not e.code.startswith("InvalidSubnetID"):
             return str(e)  # (credentials, permission, the endpoint: the same for each)
-    out: Subnets = {}
+    out: Unreadable = {}
     for sid in ids:
         try:
-            out.update((s, f"az:{z}") for s, z in ec2.subnet_zones([sid]).items())
+            if sid not in ec2.subnet_zones([sid]):
+                out[sid] = "not returned"
         except CloudError as e:
             out[sid] = str(e)
     return out

@@ -212,7 +212,7 @@ def _shapes(cfg: Config) -> dict[str, InstanceShape]:
     naming the pool when EC2 cannot say (never a node line of CPUs=1 for a 192-vCPU type)."""
     from slurmscale.cloud.ec2 import EC2Cloud
     from slurmscale.cloud.protocol import CloudError
-    from slurmscale.slurmconf import needs_shapes
+    from slurmscale.slurmconf import needs_shapes, sized_by_ec2
 
     want = needs_shapes(cfg)
     if not want:
@@ -224,8 +224,7 @@ def _shapes(cfg: Config) -> dict[str, InstanceShape]:
     else:
         why = "not returned"
     for p in cfg.pools:
-        if (p.cpus_per_node is None or p.real_memory_mb is None) \
-                and p.instance_types[0] not in found:
+        if sized_by_ec2(p) and p.instance_types[0] not in found:
             click.echo(f"slurmscale slurm-conf: pool {p.name}: cannot read instance type "
                        f"{p.instance_types[0]} from EC2 ({why}): set its cpus_per_node and "
                        "real_memory_mb, or give slurm-conf EC2 access", err=True)

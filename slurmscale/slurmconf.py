@@ -29,11 +29,14 @@ def ctld_parameters(cfg: Config) -> list[str]:
     return list(dict.fromkeys(want))
 
 
+def sized_by_ec2(p: Pool) -> bool:
+    """The pool leaves CPUs or RealMemory to EC2's shape of its first instance type."""
+    return p.cpus_per_node is None or p.real_memory_mb is None
+
+
 def needs_shapes(cfg: Config) -> list[str]:
-    """The instance types whose EC2 shape the node lines need: the first type of each pool
-    that leaves CPUs or RealMemory to EC2."""
-    return sorted({p.instance_types[0] for p in cfg.pools
-                   if p.cpus_per_node is None or p.real_memory_mb is None})
+    """The instance types whose EC2 shape the node lines need (`sized_by_ec2`)."""
+    return sorted({p.instance_types[0] for p in cfg.pools if sized_by_ec2(p)})
 
 
 def node_size(p: Pool, shapes: dict[str, InstanceShape] | None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from slurmscale.hostlists import NODE_NAME
+from slurmscale.ownership import own_like
 
 
 class RequestKind(StrEnum):
@@ -119,12 +120,9 @@ class Spool:
         final = self.incoming / name
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
         try:
-            if os.geteuid() == 0:
-                # root (an admin's `slurmscale resume`) writing SlurmUser's spool: the file is
-                # the spool's owner's, or the daemon (SlurmUser) could not read it (0640)
-                st = os.stat(self.tmp)
-                if st.st_uid != 0:
-                    os.fchown(fd, st.st_uid, st.st_gid)
+            # root (an admin's `slurmscale resume`) writing SlurmUser's spool: the file is the
+            # spool's owner's, or the daemon (SlurmUser) could not read it (0640)
+            own_like(fd, self.tmp)
             os.write(fd, req.to_json().encode())
             os.fsync(fd)
         finally:

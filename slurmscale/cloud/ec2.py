@@ -189,10 +189,9 @@ class EC2Cloud:
                     for inst in res.get("Instances", []):
                         out[inst["InstanceId"]] = inst
         except ClientError as e:
-            code, msg = error_of(e).code, error_of(e).message
             # Freshly launched instances can lag in DescribeInstances (eventual consistency);
             # the details are a nicety here, the ids from CreateFleet are what count.
-            log.warning("describe of new instances failed (%s: %s); continuing", code, msg)
+            log.warning("describe of new instances failed (%s); continuing", error_of(e))
         return out
 
     def tag(self, instance_id: str, tags: dict[str, str]) -> None:

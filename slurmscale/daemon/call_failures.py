@@ -9,9 +9,11 @@ failure of the account."""
 from __future__ import annotations
 
 import threading
-from typing import Any, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from slurmscale.cloud.protocol import CloudError
+from slurmscale.daemon.wrapping import calls_through
 
 T = TypeVar("T")
 
@@ -39,28 +41,14 @@ class CallFailures:
         return seen
 
 
-class _Watched:
-    def __init__(self, target: object, failures: CallFailures, name: str) -> None:
-        self._target = target
-        self._failures = failures
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        value = getattr(self._target, attr)
-        if not callable(value):
-            return value
-        failures, what = self._failures, f"{self._name}.{attr}"
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return value(*args, **kwargs)
-            except CloudError as e:
-                failures.add(what, e)
-                raise
-        return call
-
-
 def watched(target: T, failures: CallFailures, name: str) -> T:
     """`target` (the EC2 adapter) with every CloudError its methods raise recorded in
     `failures` and raised on, unchanged."""
-    return cast(T, _Watched(target, failures, name))
+    def around(what: str, method: Callable[..., Any], args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except CloudError as e:
+            failures.add(what, e)
+            raise
+    return calls_through(target, name, around)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
+
+from slurmscale.daemon.wrapping import calls_through
 
 log = logging.getLogger(__name__)
 
@@ -52,25 +54,11 @@ class Fence:
         raise LeaseLost(f"the leader lease is gone: {what} not called")
 
 
-class _Fenced:
-    def __init__(self, target: object, fence: Fence, name: str) -> None:
-        self._target = target
-        self._fence = fence
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        value = getattr(self._target, attr)
-        if not callable(value):
-            return value
-        fence, what = self._fence, f"{self._name}.{attr}"
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            fence.check(what)
-            return value(*args, **kwargs)
-        return call
-
-
 def fenced(target: T, fence: Fence, name: str) -> T:
     """`target` (an adapter: EC2, Slurm, the event queue) with every method call checked
     against `fence` first. Attributes that are not methods are read through."""
-    return cast(T, _Fenced(target, fence, name))
+    def around(what: str, method: Callable[..., Any], args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Any:
+        fence.check(what)
+        return method(*args, **kwargs)
+    return calls_through(target, name, around)

@@ -39,6 +39,7 @@ from slurmscale.lifecycles import (
     RequestStatus,
     check,
 )
+from slurmscale.ownership import own_like
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
 from slurmscale.store import tables as t
@@ -106,9 +107,7 @@ def _private_sqlite_file(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
         return  # an existing store keeps the mode and owner its admin gave it
-    parent = path.parent.stat()
-    if os.geteuid() == 0 and parent.st_uid != 0:
-        os.chown(path, parent.st_uid, parent.st_gid)
+    own_like(path, path.parent)
 
 
 def _owners_files(path: Path) -> Callable[..., None]:
@@ -118,10 +117,9 @@ def _owners_files(path: Path) -> Callable[..., None]:
     them root's, and the daemon would then find its own store read-only."""
     def fix(_dbapi_conn: object, _record: object) -> None:
         try:
-            st = path.stat()
             for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-                if side.exists() and side.stat().st_uid != st.st_uid:
-                    os.chown(side, st.st_uid, st.st_gid)
+                if side.exists():
+                    own_like(side, path)
         except OSError:
             pass  # (the next connection tries again; the store's own error says the rest)
     return fix
