@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.fakes import slurm_down
 from tests.unit.conftest import base_config
 
 pytestmark = pytest.mark.slurm  # (root: setpriv, runuser and the slurm user)
@@ -101,14 +102,55 @@ def _as_systemd_makes_them(svc: dict[str, list[str]], root: Path) -> dict[str, P
     return made
 
 
-def _slurm_down(root: Path) -> Path:
-    """Slurm commands that fail at once: the passes end quickly, the API is what is tested."""
-    d = root / "slurm-bin"
-    d.mkdir()
-    for tool in ("scontrol", "squeue", "sprio", "sinfo"):
-        (d / tool).write_text("#!/bin/sh\necho 'slurm_load: down' >&2\nexit 1\n")
-        (d / tool).chmod(0o755)
-    return d
+def _first_pass_done(sock: Path) -> bool:
+    from slurmscale.api_client import ApiError, call
+
+    if not sock.is_socket():
+        return False
+    try:
+        _, health = call(str(sock), "GET", "/v1/health", timeout=2)
+    except (ApiError, OSError):
+        return False
+    return isinstance(health, dict) and bool(health.get("last_tick"))
+
+
+def daemon_poked_by_a_hook(svc: dict[str, list[str]], argv: list[str], env: dict[str, str],
+                           sock: Path, hook: Path, node: str
+                           ) -> tuple[subprocess.CompletedProcess[str], int, str]:
+    """The daemon (`argv`) as the unit's User= and Group= run it, until its first pass ended;
+    the hook for `node`, run as SlurmUser (as slurmctld runs it), against it; then SIGTERM:
+    (the hook's run, the daemon's exit code, its output)."""
+    daemon = subprocess.Popen(
+        ["/usr/bin/setpriv", f"--reuid={svc.get('User', ['root'])[-1]}",
+         f"--regid={svc.get('Group', ['root'])[-1]}", "--init-groups", "--", *argv], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, cwd="/")
+    try:
+        deadline = time.monotonic() + 60
+        while not _first_pass_done(sock):  # (the hook's poke waits 0.3 s at most: a daemon
+            # busy with its start-up under a loaded suite would miss it for a reason that is
+            # not the socket's permissions, which is what is tested)
+            assert daemon.poll() is None, daemon.communicate()[0].decode()
+            assert time.monotonic() < deadline, "the daemon's first pass never ended"
+            time.sleep(0.2)
+        run = subprocess.run(["/usr/sbin/runuser", "-u", SLURM_USER, "--", str(hook), node],
+                             env={"SLURM_CONF": "/etc/slurm/slurm.conf"},
+                             capture_output=True, text=True, timeout=60, cwd="/")
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        out = daemon.communicate(timeout=60)[0].decode()
+    return run, daemon.returncode, out
+
+
+def unit_env(svc: dict[str, list[str]]) -> dict[str, str]:
+    """The unit's Environment= over systemd's PATH, with AWS keys that reach no AWS."""
+    return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "x", "AWS_EC2_METADATA_DISABLED": "true",
+            **dict(e.split("=", 1) for e in svc.get("Environment", []))}
+
+
+def text_of(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def test_the_daemon_run_as_its_unit_says_answers_a_hook_run_as_slurm_user(
@@ -126,7 +168,7 @@ def test_the_daemon_run_as_its_unit_says_answers_a_hook_run_as_slurm_user(
         spool_dir=str(spool), log_file=str(logs / "slurmscale.log"),
         hook_log_file=str(logs / "hooks.log"),
         aws={"endpoint_url": "http://127.0.0.1:9", "max_attempts": 1},
-        slurm={"bin_dir": str(_slurm_down(fake_root)), "timeout_s": 5},
+        slurm={"bin_dir": str(slurm_down(fake_root)), "timeout_s": 5},
         daemon={"tick_seconds": 30})))
     cfg.chmod(0o644)
     hooks = fake_root / "hooks"
@@ -134,35 +176,17 @@ def test_the_daemon_run_as_its_unit_says_answers_a_hook_run_as_slurm_user(
     (hooks / "hooks.env").write_text(f"SLURMSCALE_PYTHON={sys.executable}\n"
                                      f"SLURMSCALE_CONFIG={cfg}\n"
                                      f"SLURMSCALE_HOOK_VIEW={spool / 'hookview.json'}\n")
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AWS_ACCESS_KEY_ID": "x",
-           "AWS_SECRET_ACCESS_KEY": "x", "AWS_EC2_METADATA_DISABLED": "true",
-           **dict(e.split("=", 1) for e in svc.get("Environment", [])),
-           "SLURMSCALE_CONFIG": str(cfg)}
-    daemon = subprocess.Popen(
-        ["/usr/bin/setpriv", f"--reuid={user}", f"--regid={group}", "--init-groups", "--",
-         str(SLURMSCALE), "daemon"], env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**unit_env(svc), "SLURMSCALE_CONFIG": str(cfg)}
     sock = made["RuntimeDirectory"] / "slurmscale.sock"
-    try:
-        deadline = time.monotonic() + 60
-        while not sock.is_socket():
-            assert daemon.poll() is None, daemon.communicate()[0].decode()
-            assert time.monotonic() < deadline, "the daemon's socket never appeared"
-            time.sleep(0.2)
-        hook = subprocess.run(["/usr/sbin/runuser", "-u", SLURM_USER, "--",
-                               str(hooks / "slurmscale-resume"), "spot-1"],
-                              env={"SLURM_CONF": "/etc/slurm/slurm.conf"},
-                              capture_output=True, text=True, timeout=60)
-        hook_log = (logs / "hooks.log").read_text() if (logs / "hooks.log").exists() else ""
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        out = daemon.communicate(timeout=60)[0].decode()
+    hook, rc, out = daemon_poked_by_a_hook(svc, [str(SLURMSCALE), "daemon"], env, sock,
+                                           hooks / "slurmscale-resume", "spot-1")
+    hook_log = text_of(logs / "hooks.log")
     st = os.stat(sock) if sock.exists() else None
     print(f"unit User={user} Group={group}; hook exit {hook.returncode}; hook log: "
           f"{hook_log.strip()[-200:]!r}")
     assert hook.returncode == 0, hook.stderr
     assert "daemon poked" in hook_log, f"the hook's log: {hook_log!r}"
-    assert daemon.returncode == 0, out
+    assert rc == 0, out
     assert st is None, "the daemon left its socket behind"
     owner = pwd.getpwnam(user)
     assert os.stat(logs / "hooks.log").st_uid == pwd.getpwnam(SLURM_USER).pw_uid

@@ -10,18 +10,22 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.integration.test_systemd_units import _slurm_down, service_section
+from tests.integration.test_systemd_units import (
+    daemon_poked_by_a_hook,
+    service_section,
+    text_of,
+    unit_env,
+)
+from tests.support.fakes import slurm_down
 
 pytestmark = pytest.mark.slurm  # (root: chown, setpriv, runuser and the slurm user)
 
@@ -94,36 +98,18 @@ def test_the_wheel_installs_everything_a_head_node_needs(fresh_venv: Path) -> No
                    log_file=str(logs / "slurmscale.log"), hook_log_file=str(logs / "hooks.log"),
                    aws={"region": "us-east-1", "endpoint_url": "http://127.0.0.1:9",
                         "max_attempts": 1},
-                   slurm={"bin_dir": str(_slurm_down(prefix)), "timeout_s": 5})
+                   slurm={"bin_dir": str(slurm_down(prefix)), "timeout_s": 5})
         cfg_path.write_text(yaml.safe_dump(cfg))
         svc = service_section(unit.parent / "slurmscale.service.new")
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AWS_ACCESS_KEY_ID": "x",
-               "AWS_SECRET_ACCESS_KEY": "x", "AWS_EC2_METADATA_DISABLED": "true",
-               **dict(e.split("=", 1) for e in svc["Environment"])}
         for line in svc.get("ExecStartPre", []):
             subprocess.run(line.lstrip("+").split(), check=True, timeout=30)
-        daemon = subprocess.Popen(
-            ["/usr/bin/setpriv", f"--reuid={svc['User'][0]}", f"--regid={svc['Group'][0]}",
-             "--init-groups", "--", *svc["ExecStart"][0].split()], env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd="/")
-        try:
-            deadline = time.monotonic() + 60
-            while not (run / "slurmscale.sock").is_socket():
-                assert daemon.poll() is None, daemon.communicate()[0].decode()
-                assert time.monotonic() < deadline, "the daemon's socket never appeared"
-                time.sleep(0.2)
-            hook = subprocess.run(["/usr/sbin/runuser", "-u", SLURM_USER, "--",
-                                   str(hooks / "slurmscale-resume"), "spot-p5-1"],
-                                  env={"SLURM_CONF": "/etc/slurm/slurm.conf"},
-                                  capture_output=True, text=True, timeout=60, cwd="/")
-        finally:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            out = daemon.communicate(timeout=60)[0].decode()
-        log = (logs / "hooks.log").read_text() if (logs / "hooks.log").exists() else ""
+        hook, rc, out = daemon_poked_by_a_hook(
+            svc, svc["ExecStart"][0].split(), unit_env(svc), run / "slurmscale.sock",
+            hooks / "slurmscale-resume", "spot-p5-1")
+        log = text_of(logs / "hooks.log")
         print(f"installed {len(first.stdout.splitlines()) - 1} items; hook: {log.strip()[-160:]}")
         assert hook.returncode == 0, hook.stderr
         assert "daemon poked" in log, log
-        assert daemon.returncode == 0, out
+        assert rc == 0, out
     finally:
         shutil.rmtree(prefix, ignore_errors=True)

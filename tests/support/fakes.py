@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
 from slurmscale.config import Pool
@@ -399,3 +400,14 @@ class FakeQueue:
 
     def delete(self, receipt: str) -> None:
         self.deleted.append(receipt)
+
+
+def slurm_down(directory: Path) -> Path:
+    """A `slurm.bin_dir` whose commands fail at once, as a controller that refuses does: the
+    daemon's passes end quickly, so a test of its loop or API does not wait on Slurm."""
+    down = directory / "slurm-down"
+    down.mkdir()
+    for tool in ("scontrol", "squeue", "sprio", "sinfo"):
+        (down / tool).write_text("#!/bin/sh\necho 'slurm_load: down' >&2\nexit 1\n")
+        (down / tool).chmod(0o755)
+    return down

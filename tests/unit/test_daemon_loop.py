@@ -19,6 +19,7 @@ import yaml
 
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.service import POKE_GAP_S, Daemon
+from tests.support.fakes import slurm_down
 from tests.unit.conftest import base_config
 
 
@@ -231,16 +232,6 @@ def test_the_daemon_collects_cycles_between_passes_when_due() -> None:
         gc.set_threshold(*old)
 
 
-def _slurm_down(tmp_path: Path) -> Path:
-    """Slurm commands that fail at once (a controller that refuses): passes end quickly."""
-    down = tmp_path / "down"
-    down.mkdir()
-    for tool in ("scontrol", "squeue", "sprio", "sinfo"):
-        (down / tool).write_text("#!/bin/sh\necho 'slurm_load: down' >&2\nexit 1\n")
-        (down / tool).chmod(0o755)
-    return down
-
-
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 
 
@@ -269,7 +260,7 @@ def test_a_wall_clock_stepped_back_an_hour_neither_stops_nor_doubles_the_tick(
     untouched, as on a host where NTP or an admin steps the time): the passes go on every
     tick. On a wall-clock interval timer (APScheduler 3's) none ran for the hour."""
     cfg = _config(tmp_path, daemon={"tick_seconds": 1, "stop_timeout_s": 3},
-                  slurm={"bin_dir": str(_slurm_down(tmp_path)), "timeout_s": 5})
+                  slurm={"bin_dir": str(slurm_down(tmp_path)), "timeout_s": 5})
     offset = tmp_path / "faketime"
     offset.write_text("+0\n")
     env = {**_env(), "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset),
@@ -305,7 +296,7 @@ def test_a_metrics_port_in_use_costs_the_metrics_not_the_loop(tmp_path: Path) ->
     port = holder.getsockname()[1]
     cfg = _config(tmp_path, metrics={"address": "127.0.0.1", "port": port},
                   daemon={"tick_seconds": 1, "stop_timeout_s": 3},
-                  slurm={"bin_dir": str(_slurm_down(tmp_path)), "timeout_s": 5})
+                  slurm={"bin_dir": str(slurm_down(tmp_path)), "timeout_s": 5})
     daemon = _daemon_up(tmp_path, cfg)
     try:
         holder.close()  # the port is free now: the next pass serves the metrics
