@@ -128,8 +128,9 @@ class InstanceSweep:
         settled: a CreateFleet whose answer was lost is retried with the same ClientToken,
         and EC2 then answers with these very instances (a retried request with the same
         client token returns the first call's result: EC2 API reference, "Ensuring
-        idempotency in Amazon EC2 API requests"), which must still be running then. The launch pass records them
-        or terminates them once it has an answer; until then they are not a leak."""
+        idempotency in Amazon EC2 API requests"), which must still be running then. The
+        launch pass records them or terminates them once it has an answer; until then they
+        are not a leak."""
         gangs = {g for g in {i.tags.get(TAG_GANG, "") for i in leaks} if g}
         launching = {g for g in gangs
                      if (row := self.ctx.store.get_gang(g)) is not None
