@@ -202,7 +202,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     pending hook requests, the last hour's errors, and the daemon's health and role.
 
     JSON: {"cluster", "at", "daemon": {reachable, role, last_tick: {ok, at, seconds, error,
-    failed_in_a_row, last_ok_at, ec2_failed_calls (a pass whose EC2 calls failed: ok false)}},
+    failed_in_a_row, last_ok_at, ec2_failed_calls (a pass whose EC2 calls failed: ok false),
+    phase_seconds (each phase of the pass), wait_seconds (on Slurm, EC2, the store, ...)}},
     "pools": [{name,
     capacity_type, mode, target, max_nodes, instances, nodes_up, nodes_busy, nodes_booting,
     nodes_held, nodes_idle, pending_gpus, pending_gpu_hours, pending_gangs}],

@@ -68,9 +68,13 @@ def plan_requests(
     deferred: list[str] = []
     has_release = any(r.kind is not RequestKind.RESUME for r in reqs)
     next_due: float | None = None
-    if not has_release:
-        with_singles = [r for r in reqs if any(
-            j is None or c == 1 for j, c in Counter(jobs_of[r.id].values()).items())]
+    sizes = [Counter(jobs_of[r.id].values()) for r in reqs]
+    # a gang is launched the pass its request comes: it flushes the singles batch with it
+    # (one CreateFleet is made now anyway; a gang waiting on singles would start 2 s late)
+    has_gang = any(j is not None and c >= 2 for size in sizes for j, c in size.items())
+    if not has_release and not has_gang:
+        with_singles = [r for r, size in zip(reqs, sizes, strict=True) if any(
+            j is None or c == 1 for j, c in size.items())]
         if with_singles:
             oldest = min(r.received_at for r in with_singles)
             if now - oldest < batch_window:

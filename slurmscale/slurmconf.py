@@ -12,6 +12,7 @@ from pathlib import Path
 
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.model import InstanceShape
+from slurmscale.slurm.reasons import Why
 
 HOOKS = ("resume", "suspend", "resume-fail")
 
@@ -129,6 +130,13 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
             if extra:
                 attrs.append(extra)
         lines.append(" ".join(attrs))
+        if p.capacity_type is CapacityType.CAPACITY_BLOCK:
+            lines += [
+                "# Closed to Slurm from slurmctld's first start until slurmscale's daemon has",
+                "# placed the block's window reservations (it lifts this drain then): without",
+                "# it a job could start on a block node before the window is known.",
+                f'DownNodes={p.node_range()} State=DRAIN Reason="{Why.BLOCK_UNPLANNED.value}"',
+            ]
         # A job submitted to several partitions (-p block,spot,on-demand) is placed where it
         # can start first by tier: a Capacity Block (paid whether used or not), then spot,
         # then on-demand; while a spot pool is out of capacity its nodes are held, so it goes

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 NOT_FOUND = "InvalidInstanceID.NotFound"  # an instance id EC2 does not have
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+IDS_PER_CALL = 100  # instance ids per DescribeInstances filter
 
 
 def _launched(d: dict, iid: str, itype: str = "", life: str = "") -> LaunchedInstance:
@@ -162,11 +163,17 @@ class EC2Cloud:
         return LaunchResult(instances=instances, error_code=code, error_message=message,
                             fleet_id=resp.get("FleetId", ""))
 
-    def _tagged(self, tags: dict[str, str], states: list[str] | None) -> list[dict]:
-        """DescribeInstances by tags (and states), every page; errors as CloudError."""
+    def _tagged(self, tags: dict[str, str], states: list[str] | None,
+                ids: list[str] | None = None) -> list[dict]:
+        """DescribeInstances by tags (and states, and ids), every page; errors as CloudError.
+        Ids go in a filter, not InstanceIds: "If you specify an instance ID that is not
+        valid, an error is returned" (EC2 API reference, DescribeInstances), and an
+        instance terminated over an hour ago is no longer known."""
         filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
         if states:
             filters.append({"Name": "instance-state-name", "Values": states})
+        if ids is not None:
+            filters.append({"Name": "instance-id", "Values": ids})
         out: list[dict] = []
         for page in pages(self._paginator("describe_instances"), Filters=filters):
             for res in page.get("Reservations", []):
@@ -228,15 +235,19 @@ class EC2Cloud:
         if rest:
             self._terminate(rest)
 
-    def find(self, tags: dict[str, str], include_terminated: bool = False
-             ) -> list[CloudInstance]:
+    def find(self, tags: dict[str, str], include_terminated: bool = False,
+             ids: list[str] | None = None) -> list[CloudInstance]:
+        states = None if include_terminated else _LIVE_STATES
+        found = (self._tagged(tags, states) if ids is None else
+                 [d for at in range(0, len(ids), IDS_PER_CALL)
+                  for d in self._tagged(tags, states, ids[at:at + IDS_PER_CALL])])
         return [CloudInstance(
             instance_id=inst["InstanceId"], state=inst.get("State", {}).get("Name", ""),
             tags={t["Key"]: t["Value"] for t in inst.get("Tags", [])},
             private_ip=inst.get("PrivateIpAddress", ""), image_id=inst.get("ImageId", ""),
             state_reason=inst.get("StateReason", {}).get("Code", ""),
             launched_at=_when(inst.get("LaunchTime")), subnet_id=inst.get("SubnetId", ""))
-            for inst in self._tagged(tags, None if include_terminated else _LIVE_STATES)]
+            for inst in found]
 
     # --- capacity reservations and placement groups --------------------------------
     def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]:

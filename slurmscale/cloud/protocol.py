@@ -80,8 +80,12 @@ class CloudProvider(Protocol):
 
     def terminate(self, instance_ids: list[str]) -> None: ...
 
-    def find(self, tags: dict[str, str], include_terminated: bool = False
-             ) -> list[CloudInstance]: ...
+    def find(self, tags: dict[str, str], include_terminated: bool = False,
+             ids: list[str] | None = None) -> list[CloudInstance]:
+        """Instances carrying all of `tags`, terminated ones too if asked (EC2 lists them for
+        up to about an hour); `ids`: only these (an id EC2 does not know is left out, not an
+        error)."""
+        ...
 
     def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]: ...
 

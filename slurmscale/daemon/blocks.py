@@ -19,6 +19,7 @@ from datetime import datetime
 from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
+from slurmscale.daemon.drains import undrain
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.hostlists import compress
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode, SlurmReservation
@@ -34,6 +35,7 @@ from slurmscale.policy.blocks import (
 )
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.reasons import Why, drained_by_us
 from slurmscale.store.rows import CapacityReservationRow, utc
 
 log = logging.getLogger(__name__)
@@ -138,7 +140,8 @@ class BlockPass:
         for pool, plan in plans:
             held = {r.name: r for r in held_by(self.prefix, pool.name, slurm_has)}
             mine |= set(held)
-            self._edit(pool, plan, held, t)
+            if self._edit(pool, plan, held, t):
+                self._open(pool, nodes)
             if not plan.is_open:
                 self._close(pool, plan, nodes)
         for name in sorted({r.name for r in slurm_has} - mine):
@@ -146,9 +149,11 @@ class BlockPass:
                 self._delete(name, "no capacity-block pool of that name in the config", t)
 
     def _edit(self, pool: Pool, plan: BlockPlan, held: dict[str, SlurmReservation],
-              now: float) -> None:
+              now: float) -> bool:
         """Carry out the plan's edits, in its order (deletes, shrinks, moves, creates): never
-        delete-then-create one span, in between the scheduler would see the pool open."""
+        delete-then-create one span, in between the scheduler would see the pool open.
+        True when Slurm now holds the whole plan (every edit made, or none needed)."""
+        done = True
         names = pool.node_names()
         edits = list(plan.edits)
         touched = {e.name for e in edits}
@@ -158,10 +163,11 @@ class BlockPass:
                 edits.append(Edit(EditKind.UPDATE, c.name, None, c.end))
         for e in edits:
             if e.kind is EditKind.DELETE:
-                self._delete(e.name, plan.reason, now)
+                done = self._delete(e.name, plan.reason, now) and done
                 continue
             key = (e.kind.value, e.name, round(e.start or 0), round(e.end))
             if self.refused.get(key, 0.0) > now:
+                done = False
                 continue
             start = None if e.start is None or e.start <= now else e.start
             until = ("until further notice" if e.end - now > FOREVER_S / 2
@@ -180,9 +186,21 @@ class BlockPass:
                 self.event(Kind.SLURM_UPDATE_FAILED, f"reservation {e.name} ({e.kind.value}): "
                            f"{err}; not sent again the same before "
                            f"{at(now + RETRY_REFUSED_S)}")
+                done = False
                 continue
             self.refused.pop(key, None)
             self.event(Kind.BLOCK_RESERVATION, what, node=compress(names))
+        return done
+
+    def _open(self, pool: Pool, nodes: list[SlurmNode]) -> None:
+        """The pool's nodes still drained as slurm.conf starts them (closed until the
+        window was known), undrained now that Slurm holds the window."""
+        names = set(pool.node_names())
+        undrain(self.slurm, self.event, sorted(
+            n.name for n in nodes
+            if n.name in names and drained_by_us(n) is Why.BLOCK_UNPLANNED),
+            Kind.BLOCK_NODES_OPENED, "open to Slurm: the block's window is in its "
+            "reservations")
 
     def _delete(self, name: str, why: str, now: float) -> bool:
         key = ("delete", name, 0, 0)

@@ -46,6 +46,9 @@ class TickResult:
     next_due: float | None = None
     # the pass's EC2 calls that failed, (call, error): it went on, but EC2 is not well
     cloud_failures: list[tuple[str, str]] = field(default_factory=list)
+    # where its time went (pass_times.py): seconds by phase, and waiting on each outside
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    wait_seconds: dict[str, float] = field(default_factory=dict)
 
 
 S = TypeVar("S", bound=LaunchStore, covariant=True)

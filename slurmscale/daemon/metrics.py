@@ -63,6 +63,12 @@ class Metrics:
                                     ["pool"], registry=r)
         self.tick = Histogram("slurmscale_tick_duration_seconds", "one reconcile pass",
                               buckets=TICK_BUCKETS, registry=r)
+        self.phase_s = Counter("slurmscale_pass_phase_seconds",
+                               "seconds spent in each phase of the reconcile pass", ["phase"],
+                               registry=r)
+        self.wait_s = Counter("slurmscale_pass_wait_seconds",
+                              "seconds the passes waited on each outside (Slurm, EC2, store, "
+                              "...; summed over threads)", ["on"], registry=r)
         self.last_ok = Gauge("slurmscale_last_successful_reconcile_timestamp_seconds",
                              "Unix time the last pass completed with every EC2 call answered",
                              registry=r)
@@ -126,6 +132,12 @@ class Metrics:
     def backoff(self, until_s: dict[str, float], pools: Iterable[str], now_s: float) -> None:
         for pool in pools:
             self.backoff_s.labels(pool).set(max(0.0, until_s.get(pool, 0.0) - now_s))
+
+    def pass_times(self, phases: Mapping[str, float], waits: Mapping[str, float]) -> None:
+        for phase, s in phases.items():
+            self.phase_s.labels(phase).inc(s)
+        for on, s in waits.items():
+            self.wait_s.labels(on).inc(s)
 
     def serve(self, address: str, port: int) -> None:
         server = start_http_server(port, addr=address, registry=self.registry)

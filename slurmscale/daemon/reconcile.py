@@ -46,6 +46,7 @@ from slurmscale.daemon.launch import GangLauncher, client_token
 from slurmscale.daemon.ledger import Ledger
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.node_names import NodeNamePass
+from slurmscale.daemon.pass_times import PassTimes
 from slurmscale.daemon.requests import RequestPass
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.daemon.sweep import InstanceSweep
@@ -71,7 +72,14 @@ class Reconciler:
     def __init__(self, cfg: Config, store: ReconcileStore, slurm: SlurmClient,
                  cloud: CloudProvider, clock: Clock = utcnow, queue: EventQueue | None = None,
                  metrics: Metrics | None = None, spool: RequestSource | None = None,
-                 fence: Fence | None = None, dns_zone: Route53Zone | None = None) -> None:
+                 fence: Fence | None = None, dns_zone: Route53Zone | None = None,
+                 times: PassTimes | None = None) -> None:
+        # where a pass's time goes: its phases always, the waits on the outside if asked
+        self.times = times if times is not None else PassTimes()
+        if times is not None:
+            slurm, cloud = times.timed(slurm, "Slurm"), times.timed(cloud, "EC2")
+            store = times.timed(store, "store")
+            queue = None if queue is None else times.timed(queue, "the event queue")
         if fence is not None:  # the outside is called only while this daemon leads
             slurm, cloud = fenced(slurm, fence, "Slurm"), fenced(cloud, fence, "EC2")
             queue = None if queue is None else fenced(queue, fence, "the event queue")
@@ -103,6 +111,8 @@ class Reconciler:
         self.names: NodeNamePass | None = None
         if cfg.dns is not None:  # (its own fence and failure count: a Route 53 call is AWS's)
             zone = dns_zone if dns_zone is not None else Route53Zone(cfg.aws, cfg.dns)
+            if times is not None:
+                zone = times.timed(zone, "Route 53")
             if fence is not None:
                 zone = fenced(zone, fence, "Route 53")
             self.names = NodeNamePass(ctx, watched(zone, self.cloud_failures, "Route 53"))
@@ -124,33 +134,46 @@ class Reconciler:
     def tick(self) -> TickResult:
         """Slurm's requests first (a resume is a job waiting), then the capacity policy."""
         res = TickResult()
+        phase = self.times.phase
         self.cloud_failures.take()  # (a pass cut off before its end left its own)
         self._report_steps()
-        res.drained = self.requests.drain_spool()
-        self.requests.handle_requests(res)
+        with phase("requests"):
+            res.drained = self.requests.drain_spool()
+            self.requests.handle_requests(res)
         # interruptions before the capacity pass: a node about to vanish is not capacity
-        res.ec2_messages = self.interruptions.run(self.clock())
-        try:
-            nodes: list[SlurmNode] | None = self.slurm.nodes()
-        except SlurmError:
-            nodes = None  # the capacity pass reports an unreachable Slurm
-        active = self.sweep.run(nodes)
+        with phase("interruptions"):
+            res.ec2_messages = self.interruptions.run(self.clock())
+        with phase("sweep"):
+            try:
+                nodes: list[SlurmNode] | None = self.slurm.nodes()
+            except SlurmError:
+                nodes = None  # the capacity pass reports an unreachable Slurm
+            active = self.sweep.run(nodes)
         if self.names is not None and active is not None:
-            self.names.run(active, self.clock())
-        # the reservations' state and free count (one cached call): status, plan, metrics
-        self.reserved.reservations(self.clock().timestamp())
+            with phase("names"):
+                self.names.run(active, self.clock())
+        with phase("reservations"):
+            # the reservations' state and free count (one cached call): status, plan, metrics
+            self.reserved.reservations(self.clock().timestamp())
         if nodes is not None:
-            self.boots.run(nodes, active, self.sweep.seen)
-            self.health.run(nodes, active)
-            self.blocks.run(nodes, self.clock())
-            self._node_upkeep(nodes, active)
-        p = self.capacity.run(self.clock(), self._nodes_now(nodes))
+            with phase("boots"):
+                self.boots.run(nodes, active, self.sweep.seen)
+            with phase("health"):
+                self.health.run(nodes, active)
+            with phase("blocks"):
+                self.blocks.run(nodes, self.clock())
+            with phase("upkeep"):
+                self._node_upkeep(nodes, active)
+        with phase("capacity"):
+            p = self.capacity.run(self.clock(), self._nodes_now(nodes))
         if p is not None:
-            self.keep_up.run(p)
+            with phase("keep_up"):
+                self.keep_up.run(p)
             res.policy_actions = len(p.holds.actions) + sum(
                 1 for a in p.capacity.actions if a.kind is not ActionKind.KEEP)
         self._report_quarantine()
         res.cloud_failures = self.cloud_failures.take()
+        res.phase_seconds, res.wait_seconds = self.times.take()
         return res
 
     def _report_steps(self) -> None:

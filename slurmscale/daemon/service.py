@@ -42,8 +42,9 @@ from slurmscale.daemon.api import (
 from slurmscale.daemon.fence import Fence, LeaseLost
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
+from slurmscale.daemon.pass_times import PassTimes
 from slurmscale.daemon.plan_view import SOURCE_DAEMON, plan_data, with_standings
-from slurmscale.daemon.reconcile import Reconciler, utcnow
+from slurmscale.daemon.reconcile import Reconciler, TickResult, utcnow
 from slurmscale.gc_tuning import BetweenPasses, tune_gc
 from slurmscale.report.compute import paid_now
 from slurmscale.slurm.cli_backend import SlurmCLI
@@ -53,6 +54,10 @@ from slurmscale.store.repo import Store
 log = logging.getLogger(__name__)
 
 POKE_GAP_S = 0.25  # a pass starts at least this long after the last one ended
+
+
+def rounded(seconds: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 4) for k, v in sorted(seconds.items())}
 
 
 class Daemon:
@@ -159,7 +164,7 @@ class Daemon:
         spool.ensure()
         return Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
                           queue=queue, metrics=self.metrics, spool=spool,
-                          fence=Fence(self.lease.held))
+                          fence=Fence(self.lease.held), times=PassTimes())
 
     def _lead(self) -> Reconciler | None:
         """The reconciler if this daemon leads now; None while it stands by."""
@@ -248,13 +253,15 @@ class Daemon:
             self.last_tick = {"ok": True, "at": now,
                               "seconds": round(time.monotonic() - t0, 3), "failed_in_a_row": 0,
                               "last_ok_at": now}
+        self.last_tick["phase_seconds"] = rounded(res.phase_seconds)
+        self.last_tick["wait_seconds"] = rounded(res.wait_seconds)
         if self.metrics is not None:
             for call, _ in res.cloud_failures:
                 self.metrics.ec2_failures.labels(call).inc()
             self.metrics.failed_in_a_row.set(self.ec2_failing)
             if not res.cloud_failures:
                 self.metrics.last_ok.set(time.time())
-            self._export(reconciler, time.monotonic() - t0)
+            self._export(reconciler, res, time.monotonic() - t0)
         if (res.drained or res.launched_gangs or res.failed_gangs or res.released_nodes
                 or res.policy_actions or res.ec2_messages):
             log.info("tick: %d new requests, %d gangs launched, %d failed, %d nodes released, "
@@ -264,10 +271,11 @@ class Daemon:
         if res.next_due is not None:
             self.want(time.monotonic() + max(0.0, res.next_due - utcnow().timestamp()) + 0.05)
 
-    def _export(self, reconciler: Reconciler, seconds: float) -> None:
+    def _export(self, reconciler: Reconciler, res: TickResult, seconds: float) -> None:
         m = self.metrics
         assert m is not None
         m.tick.observe(seconds)
+        m.pass_times(res.phase_seconds, res.wait_seconds)
         m.pools(reconciler.capacity.pools_now)
         spent: dict[str, float] = {}
         for h in self.store.holds(("active", "releasing")):

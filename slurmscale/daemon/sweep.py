@@ -1,5 +1,6 @@
-"""The instance sweep: one DescribeInstances by the cluster tag each pass, compared with the
-store and with Slurm. Instances that vanished without an event, instances running that no node
+"""The instance sweep: one DescribeInstances by the cluster tag each pass (and one more for
+instances the store has running that it did not list), compared with the store and with
+Slurm. Instances that vanished without an event, instances running that no node
 expects (leaks), tracked instances whose node Slurm does not have, and nodes Slurm has up with
 no instance at all are each dealt with here; placement groups whose gang is gone are deleted."""
 
@@ -58,14 +59,14 @@ class InstanceSweep:
         not answer."""
         c = self.ctx
         self.seen = None
+        active = c.store.active_instances()
         try:
-            seen = c.cloud.find({TAG_CLUSTER: c.cfg.cluster_name}, include_terminated=True)
+            seen = self._listing(active)
         except CloudError as e:
             log.warning("cannot list instances to look for vanished ones: %s", e)
             return None
         self.seen = seen
         now = c.clock()
-        active = c.store.active_instances()
         self.interruptions.sweep(seen, now, active)
         leaks = leaked_instances(seen, c.cfg.cluster_name, {i.instance_id for i in active},
                                  now, c.cfg.daemon.leak_grace_s)
@@ -87,6 +88,21 @@ class InstanceSweep:
         for name in self.fleets.sweep_groups(c.store.live_gangs()):
             c.event(Kind.PLACEMENT_GROUP_DELETED, f"{name}: its gang's instances are gone")
         return active
+
+    def _listing(self, active: list[InstanceRow]) -> list[CloudInstance]:
+        """This cluster's instances that are not terminated, and those the store has running
+        that EC2 no longer lists as such (terminated: vanished). Two reads, so a pass costs
+        what is up, not what ran: EC2 lists terminated instances for up to about an hour
+        ("Recently terminated instances might appear in the returned results. This interval
+        is usually less than one hour": EC2 API reference, DescribeInstances), a busy
+        cluster's hundreds, and the moto server keeps them for ever."""
+        tags = {TAG_CLUSTER: self.ctx.cfg.cluster_name}
+        seen = self.ctx.cloud.find(tags)
+        listed = {i.instance_id for i in seen}
+        gone = [i.instance_id for i in active if i.instance_id not in listed]
+        if gone:
+            seen += self.ctx.cloud.find(tags, include_terminated=True, ids=gone)
+        return seen
 
     def _terminate_nodeless(self, active: list[InstanceRow], nodes: list[SlurmNode],
                             now: datetime) -> None:

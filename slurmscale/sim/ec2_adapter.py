@@ -217,10 +217,12 @@ class SimEc2:
         return [i for i in self.instances.values()
                 if all(i.tags.get(k) == v for k, v in tags.items())]
 
-    def find(self, tags: dict[str, str], include_terminated: bool = False
-             ) -> list[CloudInstance]:
+    def find(self, tags: dict[str, str], include_terminated: bool = False,
+             ids: list[str] | None = None) -> list[CloudInstance]:
+        only = None if ids is None else set(ids)
         return [i.listing() for i in self._tagged(tags)
-                if include_terminated or i.state in LIVE]
+                if (include_terminated or i.state in LIVE)
+                and (only is None or i.id in only)]
 
     # --- reservations, zones, placement groups --------------------------------------------
     def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]:

@@ -87,6 +87,20 @@ def terminated_instances_are_listed_only_when_asked(side: Ec2Side) -> None:
     assert every[kept].state in ("pending", "running")
 
 
+def instances_are_found_by_id_and_an_unknown_id_is_left_out(side: Ec2Side) -> None:
+    """`find(ids=...)`: only those instances, terminated ones if asked; an id EC2 does not
+    know (terminated over an hour ago) is left out, never an error for the others."""
+    got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 3, 3, "tok-i", _tags("g-i"))
+    a, b, c = sorted(i.instance_id for i in got.instances)
+    side.cloud.terminate([b])
+    assert [i.instance_id for i in side.cloud.find(_tags("g-i"), ids=[a, b])] == [a]
+    found = side.cloud.find(_tags("g-i"), include_terminated=True,
+                            ids=[b, c, "i-0000000000000dead"])
+    assert sorted(i.instance_id for i in found) == [b, c]
+    assert {i.instance_id: i.state for i in found}[b] in ("shutting-down", "terminated")
+    assert side.cloud.find(_tags("g-i"), ids=[]) == []
+
+
 def an_instance_ec2_does_not_know_needs_no_terminating(side: Ec2Side) -> None:
     """TerminateInstances with an id EC2 does not have (gone long ago, a row written by hand)
     fails the whole call with InvalidInstanceID.NotFound on EC2; the adapter reads that id as
@@ -185,6 +199,7 @@ def status_checks_list_running_instances_and_show_an_impaired_one(side: Ec2Side)
 
 
 CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
+    instances_are_found_by_id_and_an_unknown_id_is_left_out,
     a_gang_launches_whole_with_its_tags,
     on_demand_pools_launch_on_demand,
     short_of_the_minimum_gets_nothing,

@@ -53,6 +53,7 @@ class FakeCloud:
     health_reads: int = 0
     group_of: dict[str, str] = field(default_factory=dict)  # instance -> its placement group
     in_reservation: dict[str, str] = field(default_factory=dict)  # instance -> reservation
+    finds: list[tuple[dict[str, str], bool, list[str] | None]] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
@@ -181,12 +182,14 @@ class FakeCloud:
         if old.state != "terminated":
             self.instances[instance_id] = replace(old, state="terminated", state_reason=why)
 
-    def find(self, tags: dict[str, str], include_terminated: bool = False
-             ) -> list[CloudInstance]:
+    def find(self, tags: dict[str, str], include_terminated: bool = False,
+             ids: list[str] | None = None) -> list[CloudInstance]:
         self._up()
+        self.finds.append((dict(tags), include_terminated, ids))
         return [i for i in self.instances.values()
                 if all(i.tags.get(k) == v for k, v in tags.items())
-                and (include_terminated or i.state != "terminated")]
+                and (include_terminated or i.state != "terminated")
+                and (ids is None or i.instance_id in ids)]
 
     def running(self) -> list[CloudInstance]:
         return [i for i in self.instances.values() if i.state == "running"]

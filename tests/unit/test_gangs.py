@@ -54,6 +54,17 @@ def test_a_gang_alone_is_not_delayed_by_the_window() -> None:
     assert [g.nodes for g in plan.launch] == [("spot-1", "spot-2")]
 
 
+def test_a_gang_is_not_held_by_singles_and_takes_the_batch_with_it() -> None:
+    """A gang in a request with singles launches at once (it waited the whole window
+    before), and the singles pending so far go with it, in one launch per pool."""
+    reqs = [resume("r1", 9.5, {1: ["spot-1"]}),
+            resume("r2", 10.0, {2: ["spot-2", "spot-3"], 3: ["spot-4"]})]
+    plan = plan_requests(reqs, set(), pool_of, now=10.0, batch_window=2.0)
+    assert plan.deferred == () and plan.next_due is None
+    assert sorted(g.nodes for g in plan.launch) == [("spot-1", "spot-4"), ("spot-2", "spot-3")]
+    assert set(plan.done) == {"r1", "r2"}
+
+
 def test_the_same_request_twice_plans_one_launch() -> None:
     a = resume("r1", 0, {1: ["spot-1", "spot-2"]})
     b = resume("r2", 1, {1: ["spot-1", "spot-2"]})

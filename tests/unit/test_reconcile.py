@@ -11,6 +11,7 @@ import pytest
 
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.daemon.reconcile import Reconciler
+from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
@@ -674,3 +675,62 @@ def test_a_request_root_spools_in_slurmusers_spool_is_slurmusers(tmp_path) -> No
         os.chown(d, 12345, 12345)
     path = spool.put(spool.new_request(RequestKind.RESUME, ["spot-1"], "spot-1", None))
     assert (path.stat().st_uid, path.stat().st_gid) == (12345, 12345)
+
+
+def test_a_pass_says_where_its_time_went(cfg) -> None:  # type: ignore[no-untyped-def]
+    """Seconds by phase and by what was waited on: a Slurm that takes 50 ms a call shows as
+    the Slurm wait, inside the phases that called it."""
+    import time as _time
+
+    from slurmscale.daemon.metrics import Metrics
+    from slurmscale.daemon.pass_times import PassTimes
+
+    class SlowSlurm(FakeSlurm):
+        def nodes(self, *a, **k):  # type: ignore[no-untyped-def]
+            _time.sleep(0.05)
+            return super().nodes(*a, **k)
+
+    store = Store(cfg.store_url)
+    store.upgrade()
+    cloud, slurm, clock = FakeCloud(), SlowSlurm(), Clock()
+    r = Reconciler(cfg, store, slurm, cloud, clock=clock, times=PassTimes())
+    hook(Spool(cfg.spool_dir), clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    res = r.tick()
+    store.close()
+    assert {"requests", "interruptions", "sweep", "boots", "health", "blocks", "upkeep",
+            "capacity", "keep_up"} <= set(res.phase_seconds)
+    assert {"Slurm", "EC2", "store"} <= set(res.wait_seconds)
+    assert res.wait_seconds["Slurm"] >= 0.05  # (the sweep's read at least)
+    assert res.phase_seconds["sweep"] >= 0.05
+    assert sum(res.phase_seconds.values()) >= res.wait_seconds["Slurm"]
+    assert r.times.take() == ({}, {}), "each pass's figures are its own"
+    m = Metrics()
+    m.pass_times(res.phase_seconds, res.wait_seconds)
+    assert 'slurmscale_pass_wait_seconds_total{on="Slurm"}' in m.text()
+    assert 'slurmscale_pass_phase_seconds_total{phase="capacity"}' in m.text()
+
+
+def test_the_sweep_lists_what_is_up_and_asks_for_vanished_ones_by_id(world) -> None:  # type: ignore[no-untyped-def]
+    """A pass's EC2 read costs what is up, not what ran: terminated instances (EC2 lists
+    them for up to an hour, moto for ever) are asked for only by the id of one the store
+    still has running, and that one is still found vanished."""
+    r, cloud, slurm, clock, spool = world
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    for n in ("spot-1", "spot-2"):
+        slurm.table[n] = SlurmNode(n, "ALLOCATED+CLOUD", "10.0.0.1", n)
+    slurm.queue = [QueueJob("1", ("gpu-spot",), 2, 8, 3600, "", "", 1, "u", "RUNNING",
+                            nodelist="spot-[1-2]")]
+    gone = next(i.instance_id for i in cloud.running() if i.tags["slurmscale:node"] == "spot-1")
+    for _ in range(3):  # instances that ended long ago stay listed as terminated
+        cloud.instances[f"i-old{_}"] = replace(cloud.running()[0], instance_id=f"i-old{_}",
+                                               state="terminated")
+    cloud.finds.clear()
+    r.tick()
+    assert cloud.finds == [({"slurmscale:cluster": "unit"}, False, None)]
+    cloud.reclaim(gone)
+    cloud.finds.clear()
+    r.tick()
+    assert cloud.finds == [({"slurmscale:cluster": "unit"}, False, None),
+                           ({"slurmscale:cluster": "unit"}, True, [gone])]
+    assert ("requeue", ["1"]) in slurm.calls, "the vanished instance's job requeued"
