@@ -90,7 +90,7 @@ class Kind(StrEnum):
     BLOCK_EXPIRING = "block_expiring"
     BLOCK_RESERVATION = "block_reservation"
     BLOCK_RESERVATION_DELETED = "block_reservation_deleted"
-    BLOCK_NODES_OPENED = "block_nodes_opened"
+    BLOCK_PARTITION_OPENED = "block_partition_opened"
     BLOCK_CLOSED = "block_closed"
     BLOCK_JOB_REQUEUED = "block_job_requeued"
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.model import InstanceShape
-from slurmscale.slurm.reasons import Why
 
 HOOKS = ("resume", "suspend", "resume-fail")
 
@@ -130,13 +129,6 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
             if extra:
                 attrs.append(extra)
         lines.append(" ".join(attrs))
-        if p.capacity_type is CapacityType.CAPACITY_BLOCK:
-            lines += [
-                "# Closed to Slurm from slurmctld's first start until slurmscale's daemon has",
-                "# placed the block's window reservations (it lifts this drain then): without",
-                "# it a job could start on a block node before the window is known.",
-                f'DownNodes={p.node_range()} State=DRAIN Reason="{Why.BLOCK_UNPLANNED.value}"',
-            ]
         # A job submitted to several partitions (-p block,spot,on-demand) is placed where it
         # can start first by tier: a Capacity Block (paid whether used or not), then spot,
         # then on-demand; while a spot pool is out of capacity its nodes are held, so it goes
@@ -144,9 +136,16 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         tier = {CapacityType.CAPACITY_BLOCK: 3, CapacityType.SPOT: 2}.get(p.capacity_type, 1)
         # A block's nodes are paid for the whole block: Slurm's SuspendTime never powers them
         # down (partition-level, 22.05 on); slurmscale does at the window's close.
-        keep = (" SuspendTime=INFINITE" if p.capacity_type is CapacityType.CAPACITY_BLOCK
-                else "")
-        lines.append(f"PartitionName={p.partition} Nodes={p.node_range()} State=UP "
+        block = p.capacity_type is CapacityType.CAPACITY_BLOCK
+        keep = " SuspendTime=INFINITE" if block else ""
+        if block:
+            # Down (jobs queue, none starts) from each slurmctld start until the daemon has
+            # the block's windows in Slurm's reservations: it sets the partition UP then.
+            # Its State is slurmscale's; to take the pool out of service, drain its nodes.
+            lines.append("# The block partition starts DOWN: slurmscale opens it once its "
+                         "windows are in Slurm.")
+        lines.append(f"PartitionName={p.partition} Nodes={p.node_range()} "
+                     f"State={'DOWN' if block else 'UP'} "
                      f"MaxTime=INFINITE OverSubscribe=NO PriorityTier={tier}{keep}")
     return "\n".join(lines) + "\n"
 

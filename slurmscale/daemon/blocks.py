@@ -19,7 +19,6 @@ from datetime import datetime
 from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
-from slurmscale.daemon.drains import undrain
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.hostlists import compress
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode, SlurmReservation
@@ -35,7 +34,6 @@ from slurmscale.policy.blocks import (
 )
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
-from slurmscale.slurm.reasons import Why, drained_by_us
 from slurmscale.store.rows import CapacityReservationRow, utc
 
 log = logging.getLogger(__name__)
@@ -137,11 +135,18 @@ class BlockPass:
         if plans is None:
             return
         mine: set[str] = set()
+        states: dict[str, str] | None = None
         for pool, plan in plans:
             held = {r.name: r for r in held_by(self.prefix, pool.name, slurm_has)}
             mine |= set(held)
             if self._edit(pool, plan, held, t):
-                self._open(pool, nodes)
+                if states is None:
+                    try:
+                        states = self.slurm.partition_states()
+                    except SlurmError as e:
+                        log.warning("partitions not read: %s", e)
+                        states = {}
+                self._open(pool, states, t)
             if not plan.is_open:
                 self._close(pool, plan, nodes)
         for name in sorted({r.name for r in slurm_has} - mine):
@@ -192,15 +197,26 @@ class BlockPass:
             self.event(Kind.BLOCK_RESERVATION, what, node=compress(names))
         return done
 
-    def _open(self, pool: Pool, nodes: list[SlurmNode]) -> None:
-        """The pool's nodes still drained as slurm.conf starts them (closed until the
-        window was known), undrained now that Slurm holds the window."""
-        names = set(pool.node_names())
-        undrain(self.slurm, self.event, sorted(
-            n.name for n in nodes
-            if n.name in names and drained_by_us(n) is Why.BLOCK_UNPLANNED),
-            Kind.BLOCK_NODES_OPENED, "open to Slurm: the block's window is in its "
-            "reservations")
+    def _open(self, pool: Pool, states: dict[str, str], now: float) -> None:
+        """The pool's partition UP once Slurm holds its windows: the rendered slurm.conf
+        starts it DOWN (jobs queue, none starts), so from slurmctld's start until this pass
+        no job lands on a block node outside a window Slurm knows of. The block partition's
+        State is slurmscale's (docs/capacity.md)."""
+        if states.get(pool.partition, "UP") != "DOWN":
+            return
+        key = ("open", pool.partition, 0, 0)
+        if self.refused.get(key, 0.0) > now:
+            return
+        try:
+            self.slurm.set_partition_state(pool.partition, "UP")
+        except SlurmError as e:
+            self.refused[key] = now + RETRY_REFUSED_S
+            self.event(Kind.SLURM_UPDATE_FAILED, f"partition {pool.partition} UP: {e}")
+            return
+        self.refused.pop(key, None)
+        self.event(Kind.BLOCK_PARTITION_OPENED, f"{pool.partition}: UP, the block's windows "
+                   "being in Slurm's reservations (slurm.conf starts it DOWN)",
+                   node=compress(pool.node_names()))
 
     def _delete(self, name: str, why: str, now: float) -> bool:
         key = ("delete", name, 0, 0)

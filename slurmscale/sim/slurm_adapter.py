@@ -124,6 +124,9 @@ class SimSlurm:
         self._running: dict[int, tuple[float, QueueJob]] = {}
         self.addr: dict[str, tuple[str, str]] = {}  # NodeAddr, NodeHostname where set
         self.suspend_exc = ""  # SuspendExcNodes as last set (23.02+: settable at run time)
+        # partitions set other than UP (the simulated Slurm's partitions all start UP: its
+        # first daemon pass comes before any job)
+        self.partition_state: dict[str, str] = {}
         # every node as last read; only those the engine touched since are read again
         self._nodes: list[SlurmNode] = [self._node(n) for n in sim.nodes]
 
@@ -387,6 +390,13 @@ class SimSlurm:
         for n in r.nodes:
             self.sim.by_name[n].resv = name
         self._changed(r.nodes)
+
+    def partition_states(self) -> dict[str, str]:
+        return {p: self.partition_state.get(p, "UP")
+                for p in sorted({p for n in self._nodes for p in n.partitions})}
+
+    def set_partition_state(self, name: str, state: str) -> None:
+        self.partition_state[name] = state
 
     def delete_reservation(self, name: str) -> None:
         if name not in self.res:

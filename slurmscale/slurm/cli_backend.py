@@ -253,6 +253,17 @@ class SlurmCLI:
     def delete_reservation(self, name: str) -> None:
         self.scontrol("delete", f"ReservationName={name}")
 
+    def partition_states(self) -> dict[str, str]:
+        out = {}
+        for line in self.scontrol("show", "partition", "-o").splitlines():
+            kv = parse_oneliner(line)
+            if "PartitionName" in kv:
+                out[kv["PartitionName"]] = kv.get("State", "")
+        return out
+
+    def set_partition_state(self, name: str, state: str) -> None:
+        self.scontrol("update", f"PartitionName={name}", f"State={state}")
+
     def set_job_reservation(self, job_id: str, name: str) -> None:
         self.scontrol("update", f"JobId={job_id}", f"Reservation={name}")
 

@@ -30,9 +30,6 @@ class Why(StrEnum):
     SCHEDULED = "slurmscale: scheduled EC2 event"  # + code and start: drained, replaced once idle
     REPLACE_LOOP = "slurmscale: replaced too often"  # + count, window, cause: left for an admin
     BOOT_FAILED = "slurmscale: boot failed:"  # + cause, what: powered down, job requeues
-    # a Capacity Block pool's nodes as slurm.conf starts them (DownNodes): closed to Slurm
-    # until the daemon has placed the block's window reservations, then undrained
-    BLOCK_UNPLANNED = "slurmscale: capacity block window not yet in Slurm"
 
 
 # the reasons of an instance going away: the node returns once powered down

@@ -193,11 +193,20 @@ def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: igno
     close = end.timestamp() - margin
     proxy.capacity.add(Reservation(BLOCK, "p5.48xlarge", total=4,
                                    reservation_type="capacity-block", start=start, end=end))
+    part = ("-p", "gpu-cb", "--gres=gpu:8")
+    # before the daemon's first pass: the rendered slurm.conf has the partition DOWN, so a
+    # job submitted now pends (it would otherwise start at once, outside any window)
+    assert "State=DOWN" in c.slurm("scontrol", "show", "partition", "gpu-cb", "-o")
+    early = c.sbatch("-N", "1", "--time=1", *part, "--wrap", "sleep 1")
+    wait_for("the early job pending", lambda: c.job(early).get("Reason") == "PartitionDown", 30)
     c.start_daemon()
     wait_for("the pool closed until the block starts",
              lambda: "slurmscale-block-gpu-cb" in c.slurm("scontrol", "show", "res", "-o"),
              30)
-    part = ("-p", "gpu-cb", "--gres=gpu:8")
+    wait_for("the partition opened", lambda: "State=UP" in c.slurm(
+        "scontrol", "show", "partition", "gpu-cb", "-o"), 30)
+    assert c.job(early)["JobState"] == "PENDING", c.job(early)
+    c.slurm("scancel", str(early))
     gang = c.sbatch("-N", "2", "--time=1", *part, "--wrap", "sleep 20")
     # a time limit that runs past the window's close: never started in this block
     too_long = c.sbatch("-N", "1", "--time=4", *part, "--wrap", "sleep 10")
@@ -514,8 +523,10 @@ def test_a_kill_while_a_block_closes_and_the_restart_finishes_the_close(make_clu
     close = end.timestamp() - margin
     wait_for("the daemon killed in the close", lambda: not c.procs.running("daemon"),
              close - datetime.now(UTC).timestamp() + 60)
-    j = c.job(job)
-    assert j["Restarts"] == "1" and j["JobState"] == "PENDING", j
+    # requeued before the kill: Restarts 1 at once; PENDING once Slurm has finished
+    # completing it on the node (KillWait and the epilog: seconds under load)
+    assert c.job(job)["Restarts"] == "1", c.job(job)
+    c.wait_job(job, {"PENDING"}, 60)
     c.start_daemon()  # restarted without the crash point
     wait_for("the node powered down", lambda: "POWERED_DOWN" in c.node("cb-1")["State"], 90)
     wait_for("the block's instance released", lambda: not c.cluster_instances(), 60)

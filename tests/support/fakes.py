@@ -213,6 +213,7 @@ class FakeSlurm:
     fail: bool = False
     weights: PriorityWeights | None = None  # priority/basic unless a test sets them
     suspend_exc: str | None = None  # SuspendExcNodes; None: a Slurm that cannot change it
+    partitions: dict[str, str] = field(default_factory=dict)  # State where not UP
 
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
         if self.fail:
@@ -317,6 +318,16 @@ class FakeSlurm:
     def set_reservation_nodes(self, name: str, nodes: list[str]) -> None:
         self.calls.append(("set_reservation_nodes", [name, *nodes]))
         self.resv[name] = replace(self.resv[name], nodes=tuple(nodes))
+
+    def partition_states(self) -> dict[str, str]:
+        return {p: self.partitions.get(p, "UP")
+                for p in sorted({p for n in self.table.values() for p in n.partitions})}
+
+    def set_partition_state(self, name: str, state: str) -> None:
+        if self.fail:
+            raise SlurmError(["scontrol"], 1, "slurm_update error: Unable to contact")
+        self.calls.append(("set_partition_state", [name, state]))
+        self.partitions[name] = state
 
     def delete_reservation(self, name: str) -> None:
         self.calls.append(("delete_reservation", [name]))

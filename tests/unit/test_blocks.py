@@ -185,29 +185,23 @@ def test_blocks_unreadable_change_nothing(tmp_path) -> None:  # type: ignore[no-
     assert slurm.resv == {} and slurm.calls == []
 
 
-def test_nodes_slurm_conf_starts_drained_open_once_slurm_holds_the_window(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """slurm.conf starts a block pool's nodes drained with slurmscale's reason (DownNodes):
-    they stay closed while EC2's blocks or Slurm's reservation edits fail, open in the pass
-    in which Slurm holds the whole plan, and an admin's drain is never lifted."""
+def test_the_block_partition_starts_down_and_opens_once_slurm_holds_the_window(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """slurm.conf starts a block pool's partition DOWN (jobs queue, none starts): it stays
+    down while EC2's blocks or Slurm's reservation edits fail, and is set UP in the pass in
+    which Slurm holds the whole plan, once."""
     from slurmscale.cloud.protocol import CloudError
     from slurmscale.slurm.protocol import SlurmError
-    from slurmscale.slurm.reasons import Why
     from slurmscale.slurmconf import render_slurm_conf
 
     r, cloud, slurm, clock, _ = _world(tmp_path)
-    assert f'DownNodes=cb-[1-4] State=DRAIN Reason="{Why.BLOCK_UNPLANNED.value}"' in \
-        render_slurm_conf(r.cfg).splitlines()
-    assert not any(ln.startswith("DownNodes=spot") for ln in render_slurm_conf(r.cfg).splitlines())
-    for n in slurm.table.values():
-        slurm.table[n.name] = SlurmNode(
-            n.name, "IDLE+DRAIN+CLOUD+POWERED_DOWN", n.name, n.name, partitions=("gpu-cb",),
-            reason="admin: bad GPU" if n.name == "cb-4" else Why.BLOCK_UNPLANNED.value)
-
-    def drained() -> set[str]:
-        return {n.name for n in slurm.table.values() if "DRAIN" in n.flags}
+    conf = render_slurm_conf(r.cfg).splitlines()
+    assert any(ln.startswith("PartitionName=gpu-cb Nodes=cb-[1-4] State=DOWN ") for ln in conf)
+    assert any(ln.startswith("PartitionName=gpu-spot Nodes=") and " State=UP " in ln
+               for ln in conf)
+    slurm.partitions["gpu-cb"] = "DOWN"
     cloud.down = CloudError("EndpointConnectionError", "no route")
     r.blocks.run(list(slurm.table.values()), clock.now)
-    assert drained() == {"cb-1", "cb-2", "cb-3", "cb-4"}, "closed while the blocks are unknown"
+    assert slurm.partitions["gpu-cb"] == "DOWN", "closed while the blocks are unknown"
     cloud.down = None
     _set_block(cloud, clock.now.timestamp())
 
@@ -215,16 +209,17 @@ def test_nodes_slurm_conf_starts_drained_open_once_slurm_holds_the_window(tmp_pa
         raise SlurmError(["scontrol"], 1, "Requested nodes are busy")
     real, slurm.create_window_reservation = slurm.create_window_reservation, refuse  # type: ignore[method-assign]
     r.blocks.run(list(slurm.table.values()), clock.now)
-    assert drained() == {"cb-1", "cb-2", "cb-3", "cb-4"}, "closed while Slurm lacks the window"
+    assert slurm.partitions["gpu-cb"] == "DOWN", "closed while Slurm lacks the window"
     slurm.create_window_reservation = real  # type: ignore[method-assign]
     r.blocks.refused.clear()
     r.blocks.run(list(slurm.table.values()), clock.now)
     assert set(slurm.resv) == {"slurmscale-block-gpu-cb-before", "slurmscale-block-gpu-cb-after"}
-    assert drained() == {"cb-4"}, "opened once the window is Slurm's; the admin's drain kept"
-    assert [e.message for e in r.store.events() if e.kind == "block_nodes_opened"] == [
-        "cb-[1-3]: open to Slurm: the block's window is in its reservations"]
+    assert slurm.partitions["gpu-cb"] == "UP", "opened once the window is Slurm's"
+    assert [e.message for e in r.store.events() if e.kind == "block_partition_opened"] == [
+        "gpu-cb: UP, the block's windows being in Slurm's reservations (slurm.conf starts it "
+        "DOWN)"]
     r.blocks.run(list(slurm.table.values()), clock.now)
-    assert sum(1 for c in slurm.calls if c[0] == "undrain") == 1
+    assert sum(1 for c in slurm.calls if c[0] == "set_partition_state") == 1
 
 
 def test_a_block_bought_later_moves_the_close_in_place(tmp_path) -> None:  # type: ignore[no-untyped-def]
