@@ -17,5 +17,7 @@ def own_like(path: Path | int, model: Path) -> None:
     st = model.stat()
     if isinstance(path, int):
         os.fchown(path, st.st_uid, st.st_gid)
-    elif path.stat().st_uid != st.st_uid or path.stat().st_gid != st.st_gid:
-        os.chown(path, st.st_uid, st.st_gid)
+    else:
+        now = path.stat()
+        if (now.st_uid, now.st_gid) != (st.st_uid, st.st_gid):
+            os.chown(path, st.st_uid, st.st_gid)

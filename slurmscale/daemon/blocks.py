@@ -13,8 +13,10 @@ import logging
 import os
 import pwd
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config, Pool
@@ -135,23 +137,34 @@ class BlockPass:
         if plans is None:
             return
         mine: set[str] = set()
-        states: dict[str, str] | None = None
+        planned: list[Pool] = []  # pools whose whole plan Slurm now holds
         for pool, plan in plans:
             held = {r.name: r for r in held_by(self.prefix, pool.name, slurm_has)}
             mine |= set(held)
             if self._edit(pool, plan, held, t):
-                if states is None:
-                    try:
-                        states = self.slurm.partition_states()
-                    except SlurmError as e:
-                        log.warning("partitions not read: %s", e)
-                        states = {}
-                self._open(pool, states, t)
+                planned.append(pool)
             if not plan.is_open:
                 self._close(pool, plan, nodes)
         for name in sorted({r.name for r in slurm_has} - mine):
             if not any(name.startswith(f"{self.prefix}{p.name}-") for p in self.pools):
                 self._delete(name, "no capacity-block pool of that name in the config", t)
+        if planned:
+            self._open(planned, t)
+
+    def _send(self, key: tuple[str, str, int, int], now: float, call: Callable[[], None],
+              what: str, then: str = "") -> bool:
+        """One edit of Slurm's, unless Slurm refused the same one less than RETRY_REFUSED_S
+        ago: True when made. A refusal is one event (`what: error` and `then`)."""
+        if self.refused.get(key, 0.0) > now:
+            return False
+        try:
+            call()
+        except SlurmError as e:
+            self.refused[key] = now + RETRY_REFUSED_S
+            self.event(Kind.SLURM_UPDATE_FAILED, f"{what}: {e}{then}")
+            return False
+        self.refused.pop(key, None)
+        return True
 
     def _edit(self, pool: Pool, plan: BlockPlan, held: dict[str, SlurmReservation],
               now: float) -> bool:
@@ -171,64 +184,46 @@ class BlockPass:
                 done = self._delete(e.name, plan.reason, now) and done
                 continue
             key = (e.kind.value, e.name, round(e.start or 0), round(e.end))
-            if self.refused.get(key, 0.0) > now:
+            start = None if e.start is None or e.start <= now else e.start
+            call = (partial(self.slurm.create_window_reservation, e.name, names, [self.user],
+                            start, e.end) if e.kind is EditKind.CREATE
+                    else partial(self.slurm.update_window_reservation, e.name, names, start,
+                                 e.end))
+            if not self._send(key, now, call, f"reservation {e.name} ({e.kind.value})",
+                              f"; not sent again the same before {at(now + RETRY_REFUSED_S)}"):
                 done = False
                 continue
-            start = None if e.start is None or e.start <= now else e.start
             until = ("until further notice" if e.end - now > FOREVER_S / 2
                      else f"until {at(e.end)}")
-            what = (f"{pool.name}: nodes closed from "
-                    f"{'now' if e.start is None or e.start <= now else at(e.start)} "
-                    f"{until}: {plan.reason}")
-            try:
-                if e.kind is EditKind.CREATE:
-                    self.slurm.create_window_reservation(e.name, names, [self.user], start,
-                                                         e.end)
-                else:
-                    self.slurm.update_window_reservation(e.name, names, start, e.end)
-            except SlurmError as err:
-                self.refused[key] = now + RETRY_REFUSED_S
-                self.event(Kind.SLURM_UPDATE_FAILED, f"reservation {e.name} ({e.kind.value}): "
-                           f"{err}; not sent again the same before "
-                           f"{at(now + RETRY_REFUSED_S)}")
-                done = False
-                continue
-            self.refused.pop(key, None)
-            self.event(Kind.BLOCK_RESERVATION, what, node=compress(names))
+            self.event(Kind.BLOCK_RESERVATION, f"{pool.name}: nodes closed from "
+                       f"{'now' if start is None else at(start)} {until}: {plan.reason}",
+                       node=compress(names))
         return done
 
-    def _open(self, pool: Pool, states: dict[str, str], now: float) -> None:
-        """The pool's partition UP once Slurm holds its windows: the rendered slurm.conf
-        starts it DOWN (jobs queue, none starts), so from slurmctld's start until this pass
-        no job lands on a block node outside a window Slurm knows of. The block partition's
-        State is slurmscale's (docs/capacity.md)."""
-        if states.get(pool.partition, "UP") != "DOWN":
-            return
-        key = ("open", pool.partition, 0, 0)
-        if self.refused.get(key, 0.0) > now:
-            return
+    def _open(self, pools: list[Pool], now: float) -> None:
+        """The pools' partitions UP once Slurm holds their windows: the rendered slurm.conf
+        starts them DOWN (jobs queue, none starts), so from slurmctld's start until this
+        pass no job lands on a block node outside a window Slurm knows of. The block
+        partition's State is slurmscale's (docs/capacity.md)."""
         try:
-            self.slurm.set_partition_state(pool.partition, "UP")
+            states = self.slurm.partition_states()
         except SlurmError as e:
-            self.refused[key] = now + RETRY_REFUSED_S
-            self.event(Kind.SLURM_UPDATE_FAILED, f"partition {pool.partition} UP: {e}")
+            log.warning("partitions not read: %s", e)
             return
-        self.refused.pop(key, None)
-        self.event(Kind.BLOCK_PARTITION_OPENED, f"{pool.partition}: UP, the block's windows "
-                   "being in Slurm's reservations (slurm.conf starts it DOWN)",
-                   node=compress(pool.node_names()))
+        for pool in pools:
+            if states.get(pool.partition, "UP") == "DOWN" and self._send(
+                    ("open", pool.partition, 0, 0), now,
+                    partial(self.slurm.set_partition_state, pool.partition, "UP"),
+                    f"partition {pool.partition} UP"):
+                self.event(Kind.BLOCK_PARTITION_OPENED, f"{pool.partition}: UP, the block's "
+                           "windows being in Slurm's reservations (slurm.conf starts it DOWN)",
+                           node=compress(pool.node_names()))
 
     def _delete(self, name: str, why: str, now: float) -> bool:
-        key = ("delete", name, 0, 0)
-        if self.refused.get(key, 0.0) > now:
+        if not self._send(("delete", name, 0, 0), now,
+                          partial(self.slurm.delete_reservation, name),
+                          f"delete reservation {name}"):
             return False
-        try:
-            self.slurm.delete_reservation(name)
-        except SlurmError as e:
-            self.refused[key] = now + RETRY_REFUSED_S
-            self.event(Kind.SLURM_UPDATE_FAILED, f"delete reservation {name}: {e}")
-            return False
-        self.refused.pop(key, None)
         self.event(Kind.BLOCK_RESERVATION_DELETED, f"{name}: {why}")
         return True
 

@@ -129,6 +129,7 @@ class SimSlurm:
         self.partition_state: dict[str, str] = {}
         # every node as last read; only those the engine touched since are read again
         self._nodes: list[SlurmNode] = [self._node(n) for n in sim.nodes]
+        self._partitions = sorted({p for n in self._nodes for p in n.partitions})
 
     def begin_pass(self, now: float) -> None:
         """A daemon pass starts at `now`."""
@@ -392,8 +393,7 @@ class SimSlurm:
         self._changed(r.nodes)
 
     def partition_states(self) -> dict[str, str]:
-        return {p: self.partition_state.get(p, "UP")
-                for p in sorted({p for n in self._nodes for p in n.partitions})}
+        return {p: self.partition_state.get(p, "UP") for p in self._partitions}
 
     def set_partition_state(self, name: str, state: str) -> None:
         self.partition_state[name] = state

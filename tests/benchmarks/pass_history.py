@@ -32,8 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import boto3
 from sqlalchemy import insert
@@ -44,6 +46,7 @@ from slurmscale.config import AwsSettings
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.pass_times import PassTimes
 from slurmscale.daemon.reconcile import Reconciler
+from slurmscale.daemon.wrapping import calls_through
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.store import tables as t
 from slurmscale.store.repo import Store
@@ -142,26 +145,25 @@ def world(root: Path, url: str, jobs: int, terminated: int
                                    partitions=("gpu-spot",))
         slurm.queue.append(QueueJob(str(jobs + k), ("gpu-spot",), 1, 8, 3600, "", "", 1, "u",
                                     "RUNNING", nodelist=n))
-    listed = Listed(EC2Cloud(AwsSettings(endpoint_url=url, max_attempts=1)))
-    return (Reconciler(cfg, store, slurm, listed, times=PassTimes()),  # type: ignore[arg-type]
-            listed, store)
+    listed = Listed()
+    cloud = calls_through(EC2Cloud(AwsSettings(endpoint_url=url, max_attempts=1)), "EC2",
+                          listed.around)
+    return Reconciler(cfg, store, slurm, cloud, times=PassTimes()), listed, store
 
 
 class Listed:
     """Counts the instances EC2's listings hand the pass (what a pass costs on EC2, whose
     filters run server-side: moto's own filtering grows with every instance it keeps)."""
 
-    def __init__(self, cloud: EC2Cloud) -> None:
-        self.cloud = cloud
+    def __init__(self) -> None:
         self.n = 0
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.cloud, name)
-
-    def find(self, *a: object, **k: object) -> list[object]:
-        got = self.cloud.find(*a, **k)  # type: ignore[arg-type]
-        self.n += len(got)
-        return got  # type: ignore[return-value]
+    def around(self, what: str, method: Callable[..., Any], args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Any:
+        got = method(*args, **kwargs)
+        if what == "EC2.find":
+            self.n += len(got)
+        return got
 
 
 def measure(r: Reconciler, listed: Listed, passes: int
