@@ -25,7 +25,9 @@ every time that comes from outside is read into it:
 A step is a change of (wall - monotonic) by more than `STEP_S`; smaller changes (NTP's slew)
 are followed, so the steady time never drifts from the wall clock but by the steps. The
 daemon records each step (`clock_step`). Its own records (the store's timestamps) stay in its
-steady time until it restarts; a restart reads the wall clock afresh.
+steady time until it restarts, since its timers compare with them; a restart reads the wall
+clock afresh. The audit log's event times are the exception: they are read by people beside
+slurmctld's log, so they are the host's clock of the moment (`daemon/context.host_now`).
 """
 
 from __future__ import annotations

@@ -27,6 +27,14 @@ def utcnow() -> datetime:
     return datetime.fromtimestamp(timeframe.FRAME.now(), UTC)
 
 
+def host_now() -> datetime:
+    """The host's clock now, as the daemon last noticed it: the audit log's times, which an
+    admin reads beside slurmctld's log and `date`. (Steady time would lag them by every step
+    since the daemon started: a VM paused and resumed, NTP setting the clock.)"""
+    frame = timeframe.FRAME
+    return datetime.fromtimestamp(frame.to_host(frame.now()), UTC)
+
+
 def launched(row: InstanceRow) -> LaunchedInstance:
     """A recorded instance as a launch returned it (the store keeps no DNS name)."""
     return LaunchedInstance(row.instance_id, row.instance_type, row.lifecycle,

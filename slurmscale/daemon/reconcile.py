@@ -36,7 +36,7 @@ from slurmscale.daemon.blocks import BlockPass
 from slurmscale.daemon.boots import BootPass
 from slurmscale.daemon.call_failures import CallFailures, watched
 from slurmscale.daemon.capacity import CapacityPass
-from slurmscale.daemon.context import Clock, PassContext, TickResult, utcnow
+from slurmscale.daemon.context import Clock, PassContext, TickResult, host_now, utcnow
 from slurmscale.daemon.fence import Fence, fenced
 from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.health import HealthPass
@@ -92,6 +92,9 @@ class Reconciler:
         self.slurm = slurm = NodeWrites(slurm)
         self.cloud = cloud
         self.clock = clock
+        # the audit log's times: the host's clock (the timers' steady time lags it after a
+        # step); a simulated or test clock is both
+        self.recorded_at: Clock = host_now if clock is utcnow else clock
         ctx = PassContext(cfg, store, slurm, cloud, clock, self.event)
         self.capacity = CapacityPass(cfg, store, slurm, self.event, Ledger(
             cfg, store, metrics.job_started if metrics else None, slurm.ended_jobs))
@@ -126,7 +129,7 @@ class Reconciler:
     def event(self, kind: Kind, message: str, *, node: str | None = None,
               request_id: str | None = None, gang_id: str | None = None) -> None:
         log.info("%s: %s", kind, message)
-        self.store.add_event(kind, message, self.clock(), node=node, request_id=request_id,
+        self.store.add_event(kind, message, self.recorded_at(), node=node, request_id=request_id,
                              gang_id=gang_id)
         if self.metrics is not None:
             self.metrics.event(kind)

@@ -39,6 +39,7 @@ from slurmscale.daemon.api import (
     resolve_uids,
     socket_gid,
 )
+from slurmscale.daemon.context import host_now
 from slurmscale.daemon.fence import Fence, LeaseLost
 from slurmscale.daemon.leadership import identity, lease_for
 from slurmscale.daemon.metrics import Metrics
@@ -180,7 +181,7 @@ class Daemon:
             who = identity()
             log.warning("leading cluster %s as %s", self.cfg.cluster_name, who)
             self.store.add_event(Kind.LEADER_ACQUIRED, f"{who} leads cluster "
-                                 f"{self.cfg.cluster_name}", utcnow())
+                                 f"{self.cfg.cluster_name}", host_now())
         return self.reconciler
 
     def _serve_metrics(self) -> None:

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmscale import timeframe
+from slurmscale.audit import Kind
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import QueueJob, SlurmNode
@@ -212,3 +213,34 @@ def test_aws_event_times_are_read_as_true_times_into_the_steady_time() -> None:
         assert aws_time("Sun, 29 Nov 2026 12:00:00 GMT") == T0 - HOUR
     finally:
         timeframe.install(before)
+
+
+def test_the_audit_log_is_in_the_hosts_time_after_a_step_while_the_timers_are_not(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A VM paused and resumed steps its wall clock forward (seen in CI: +4 s, then +11 s):
+    the daemon's timers run on unmoved, but the audit log is read beside slurmctld's log, so
+    its times are the host's clock of the moment, not the steady time that lags it."""
+    d = base_config(
+        spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
+        hook_log_file=str(tmp_path / "hooks.log"),
+        store_url=f"sqlite:///{tmp_path / 'state.db'}")
+    cfg = parse_config(d)
+    store = Store(cfg.store_url)
+    store.upgrade()
+    wall, mono = [T0], [1000.0]
+    frame = Frame(wall=lambda: wall[0], mono=lambda: mono[0])
+    before = timeframe.install(frame)
+    try:
+        r = Reconciler(cfg, store, FakeSlurm(), FakeCloud())  # the daemon's own clock
+        wall[0] += 15.0 + 10.0  # paused 15 s, then 10 s on
+        mono[0] += 10.0
+        r.tick()
+        r.event(Kind.LAUNCH_REQUESTED, "a launch after the step")
+        assert r.clock().timestamp() == T0 + 10.0, "the timers' steady time: unmoved"
+        events = store.events(datetime.fromtimestamp(T0 - 60, UTC), 10)
+        kinds = {e.kind: e.at.timestamp() for e in events}
+        assert kinds[Kind.CLOCK_STEP] == T0 + 25.0
+        assert kinds[Kind.LAUNCH_REQUESTED] == T0 + 25.0
+    finally:
+        timeframe.install(before)
+        store.close()
