@@ -75,6 +75,10 @@ class Kind(StrEnum):
     NODE_EVACUATED = "node_evacuated"
     JOB_REQUEUED = "job_requeued"
     REQUEUE_FAILED = "requeue_failed"
+    # a pool's grace_signal: the job signalled before its requeue; it left within its grace
+    JOB_SIGNALLED = "job_signalled"
+    SIGNAL_FAILED = "signal_failed"
+    JOB_LEFT_IN_GRACE = "job_left_in_grace"
     BOOT_FAILED = "boot_failed"
     BOOT_REPLACED = "boot_replaced"
     BOOT_REPLACE_DEFERRED = "boot_replace_deferred"

@@ -17,13 +17,14 @@ from slurmscale.cli_common import EXIT_SLURM_UNREADABLE, _load, _store, _table
 from slurmscale.config import Config
 from slurmscale.lifecycles import LIVE_HOLD_STATES
 from slurmscale.policy.boots import BOOT_CAUSE_PREFIX
+from slurmscale.store.rows import utc
 
 ERROR_KINDS = frozenset({
     Kind.LAUNCH_FAILED, Kind.LAUNCH_DEFERRED, Kind.LAUNCH_QUOTA_ERROR, Kind.LAUNCH_CONFIG_ERROR,
     Kind.TERMINATE_FAILED, Kind.SLURM_UPDATE_FAILED, Kind.SLURM_READ_FAILED, Kind.CLOUD_ERROR,
     Kind.LEAK_TERMINATED, Kind.NODE_WITHOUT_INSTANCE, Kind.RESUME_FAILED, Kind.UNTRACKED_INSTANCE,
     Kind.REQUEUE_FAILED, Kind.STEER_FAILED, Kind.RESERVATION_FAILED, Kind.SPOOL_REJECTED,
-    Kind.TAG_FAILED, Kind.BOOT_FAILED,
+    Kind.TAG_FAILED, Kind.BOOT_FAILED, Kind.SIGNAL_FAILED,
 })
 
 
@@ -84,6 +85,11 @@ def gather(cfg: Config) -> dict[str, Any]:
                 "received_at": r.received_at.isoformat(timespec="seconds")}
                for r in store.pending_requests()]
     paid = [{**u.model_dump(), "period": period} for u, period in paid_now(store, now)]
+    # jobs signalled before an interruption's requeue (a pool's grace_signal)
+    in_grace = [{"job_id": g.job_id, "node": g.node, "signal": g.signal,
+                 "signalled_at": utc(g.signalled_at).isoformat(timespec="seconds"),
+                 "requeue_at": utc(g.requeue_at).isoformat(timespec="seconds")}
+                for g in store.graces()]
     day = store.replacements(since=now.timestamp() - 86400)
     quarantined = [{"table": t, "key": k, "error": why}
                    for (t, k), why in sorted(store.quarantined.items())]
@@ -95,7 +101,7 @@ def gather(cfg: Config) -> dict[str, Any]:
     return {"cluster": cfg.cluster_name, "at": now.isoformat(timespec="seconds"),
             "daemon": daemon, "pools": pools, "reservations": holds, "backoff": backoff,
             "pending_requests": pending, "recent_errors": errors, "slurm_error": slurm_error,
-            "paid_capacity": paid, "replacing": replacing,
+            "paid_capacity": paid, "replacing": replacing, "in_grace": in_grace,
             "replaced_24h": len(store_replacements),
             "boot_failures_24h": [{"pool": p, "cause": c, "count": n}
                                   for (p, c), n in sorted(boots.items())],
@@ -147,6 +153,11 @@ def render(d: dict[str, Any]) -> str:
                          else f"{p['utilization']:.0%}"} for p in d["paid_capacity"]],
                        ["id", "pool", "kind", "state", "free", "window", "paid", "used",
                         "use"])]
+    if d.get("in_grace"):
+        out += ["", "jobs signalled before their requeue (EC2 takes their node back):",
+                *(f"  job {g['job_id']} on {g['node']}: SIG{g['signal']} at "
+                  f"{g['signalled_at'][11:19]}, requeued at {g['requeue_at'][11:19]} UTC "
+                  "unless it leaves first"[:80] for g in d["in_grace"])]
     if d.get("replacing") or d.get("replaced_24h"):
         out += ["", f"unhealthy nodes (replaced in 24h: {d.get('replaced_24h', 0)}):",
                 *(f"  {r['node']} {r['state']}: {r['reason']}"[:80]

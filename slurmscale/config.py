@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import signal as signal_module
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -196,6 +197,39 @@ class SpotSettings(_Strict):
     fallback_after_s: Annotated[float, Field(gt=0)] = 900.0
 
 
+class SignalTarget(StrEnum):
+    BATCH = "batch"  # the batch shell only (`scancel --batch`): where a trap catches it
+    FULL = "full"  # the batch shell and every step (`scancel --full`)
+
+
+# EC2 user guide, "Spot Instance interruption notices": the warning comes two minutes before
+# EC2 stops or terminates the instance; the same for an interruptible Capacity Reservation's
+# reclaim ("Interruptible Capacity Reservations": "two minutes")
+INTERRUPTION_NOTICE_S = 120.0
+
+
+class GraceSignal(_Strict):
+    """The signal a job on an interrupted node gets before slurmscale requeues it, so it can
+    save its work in the time the warning gives (docs/spot.md, "The job's signal"). Opt-in
+    per pool: an untrapped SIGUSR1 terminates a bash batch script, so signalling jobs that
+    do not expect it would turn a requeue into a FAILED job (Slurm's own `--signal` is
+    opt-in for the same reason)."""
+
+    signal: Annotated[str, Field(pattern=r"^(SIG)?[A-Z0-9]+$")] = "USR1"
+    target: SignalTarget = SignalTarget.BATCH
+    # requeued this long before EC2's deadline, if still running: Slurm's KillWait (30 s by
+    # default) and the job's completion must fit in it
+    margin_s: Annotated[float, Field(ge=0, lt=INTERRUPTION_NOTICE_S)] = 40.0
+
+    @field_validator("signal")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        name = v if v.startswith("SIG") else f"SIG{v}"
+        if name not in signal_module.Signals.__members__ or name in ("SIGKILL", "SIGSTOP"):
+            raise ValueError(f"not a signal a job can catch: {v!r}")
+        return name.removeprefix("SIG")
+
+
 class Pool(_Strict):
     """One Slurm partition of identical CLOUD nodes of one capacity type."""
 
@@ -228,6 +262,10 @@ class Pool(_Strict):
     # submitted to both partitions (-p spot,on-demand) run there meanwhile.
     fallback_pool: str | None = None
     spot: SpotSettings = SpotSettings()
+    # the jobs on a node EC2 is taking back (spot, an interruptible reservation) get this
+    # signal and the warning's time, less a margin, before their requeue; None: requeued at
+    # once
+    grace_signal: GraceSignal | None = None
     capacity_reservations: CapacityReservations | None = None
     # A cluster placement group every gang of this pool launches into (created, tagged with
     # the cluster, if missing), or `placement: per-gang`: a group of its own per gang.

@@ -1,6 +1,7 @@
-"""Named points in launch, release and a block's close where a test can make the daemon die
-with SIGKILL, to prove that a restart resumes correctly from what was recorded. Inert unless
-the process runs with SLURMSCALE_TEST_MODE=1; SLURMSCALE_CRASH_AT names the point."""
+"""Named points in launch, release, a block's close and a job's grace where a test can make
+the daemon die with SIGKILL, to prove that a restart resumes correctly from what was
+recorded. Inert unless the process runs with SLURMSCALE_TEST_MODE=1; SLURMSCALE_CRASH_AT
+names the point."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ POINTS = (
     "release:before_terminate",  # a suspend is being carried out; nothing terminated
     "release:after_terminate",  # instances terminated; the store still has them running
     "block:after_requeue",  # a block's close requeued its jobs; its nodes still powered up
+    "grace:after_signal",  # a job signalled before its requeue and its grace recorded; the
+    # warning's message not yet deleted (it comes back), the requeue not yet due
 )
 
 

@@ -88,6 +88,23 @@ HOLD_EDGES: Mapping[tuple[HoldState | None, HoldState], str] = {
 LIVE_HOLD_STATES = (HoldState.ACTIVE.value, HoldState.RELEASING.value)
 
 
+class GraceState(StrEnum):
+    SIGNALLED = "signalled"
+    ENDED = "ended"
+    REQUEUED = "requeued"
+
+
+GRACE_EDGES: Mapping[tuple[GraceState | None, GraceState], str] = {
+    (None, GraceState.SIGNALLED):
+        "EC2 warned its node would be taken back: the job got its signal, its requeue waits",
+    (GraceState.SIGNALLED, GraceState.ENDED):
+        "the job left the node within its grace (it ended, or requeued itself)",
+    (GraceState.SIGNALLED, GraceState.REQUEUED):
+        "still running at the warning's deadline less the margin (or its instance went "
+        "first): requeued",
+}
+
+
 def check(edges: Mapping[tuple[S | None, S], str], what: str, old: S | str | None,
           new: S | str) -> None:
     """Raise IllegalTransition unless `old` -> `new` is an edge of the table."""

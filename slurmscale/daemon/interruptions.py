@@ -29,20 +29,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from slurmscale.audit import Event, Kind
-from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, parse_events
+from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, aws_time, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
-from slurmscale.config import CapacityType, Config
+from slurmscale.config import (
+    INTERRUPTION_NOTICE_S,
+    CapacityType,
+    Config,
+    GraceSignal,
+    SignalTarget,
+)
+from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.drains import undrain
+from slurmscale.lifecycles import GraceState
 from slurmscale.model import ScheduledEvent, SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
-from slurmscale.store.rows import InstanceRow, PreemptionCause, PreemptionRow
+from slurmscale.store.rows import GraceRow, InstanceRow, PreemptionCause, PreemptionRow, utc
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +109,7 @@ class InterruptionPass:
         evacuated instance is not evacuated twice, a preemption is recorded once), so a
         two-minute warning is never lost to a passing failure."""
         n = self._messages(now)
+        self.settle_graces(now)
         self.power_down_evacuated(now)
         return n
 
@@ -156,7 +165,11 @@ class InterruptionPass:
                         self.reservations_changed()  # (read again: its free count fell)
                 reason = reasons.reason(why, f"{ev.time} ({ev.action or 'terminate'})")
                 self._reclaimed(inst.pool, now)
-                return self.evacuate(inst, cause, ev.kind.value, ev.time, reason, now)
+                issued = aws_time(ev.time)
+                deadline = datetime.fromtimestamp(
+                    (now.timestamp() if issued is None else issued) + INTERRUPTION_NOTICE_S, UTC)
+                return self.evacuate(inst, cause, ev.kind.value, ev.time, reason, now,
+                                     deadline=deadline)
             case EventKind.REBALANCE:
                 reason = reasons.reason(Why.REBALANCE, ev.time)
                 try:
@@ -210,14 +223,19 @@ class InterruptionPass:
 
     def evacuate(self, inst: InstanceRow, cause: PreemptionCause, kind: str,
                  notice_time: str, reason: str, now: datetime, steer: bool = True,
-                 wait_s: float = COMPLETING_WAIT_S) -> bool:
+                 wait_s: float = COMPLETING_WAIT_S, deadline: datetime | None = None,
+                 requeued: int = 0) -> bool:
         """Drain, requeue the node's jobs, power it down once they are off it (now, or on a
         later pass: `power_down_evacuated`). True when done or in hand (now or before);
         False when Slurm did not let it finish: called again, it redoes only what is left.
         Each job's lost run is recorded with its `cause` (and `kind`: what it came from).
         `steer`: a job that lost `max_preemptions` runs moves to on-demand (spot's doing;
         not for a node that was merely unhealthy). `wait_s`: the longest the power-down waits
-        for Slurm to finish completing the jobs there (GONE_WAIT_S: the instance is gone)."""
+        for Slurm to finish completing the jobs there (GONE_WAIT_S: the instance is gone).
+        `deadline`: when EC2 takes the instance back; where the pool has a `grace_signal`,
+        each job gets the signal instead of the requeue, and `settle_graces` requeues it at
+        the deadline less the margin if it is still there (`requeued`: how many it did, for
+        the node's event)."""
         if inst.instance_id in self.evacuated:
             return True
         node = inst.node
@@ -233,26 +251,130 @@ class InterruptionPass:
             self.slurm.drain([node], reason)
         except SlurmError as e:
             self.event(Kind.SLURM_UPDATE_FAILED, f"drain {node}: {e}", node=node)
+        in_grace = {g.job_id for g in self.store.graces() if g.instance_id == inst.instance_id}
+        grace = self._grace(inst.pool, deadline, now)
         for job in jobs:
-            try:
-                self.slurm.requeue(job)
-            except SlurmError as e:
-                if not self._requeued_already(job):
-                    self.event(Kind.REQUEUE_FAILED, f"job {job} on {node}: {e}", node=node)
-                    continue
-            if self.store.has_preemption(job, inst.instance_id):
-                continue  # an earlier, unfinished handling of this event requeued it
-            self.store.add_preemption(PreemptionRow(
-                at=now, job_id=job, node=node, instance_id=inst.instance_id, pool=inst.pool,
-                instance_type=inst.instance_type, lifecycle=inst.lifecycle, cause=cause,
-                kind=kind, notice_time=notice_time))
-            self.event(Kind.JOB_REQUEUED, f"job {job} on {node} requeued: {reason}", node=node)
-            if steer:
-                self._steer(job, inst.pool, node)
+            if job in in_grace:
+                continue  # signalled when this warning first came (a message delivered again)
+            if grace is not None and self._signal(job, inst, grace, cause, kind, notice_time,
+                                                  now):
+                in_grace.add(job)
+                continue
+            requeued += self._requeue(job, inst, cause, kind, notice_time, reason, now, steer)
+        if in_grace:
+            return True  # settle_graces powers the node down once its graces are over
         was = self.evacuating.get(node)
-        self.evacuating[node] = (Evacuating(inst, reason, len(jobs), now, wait_s) if was is None
-                                 else replace(was, jobs=was.jobs + len(jobs)))
+        self.evacuating[node] = (Evacuating(inst, reason, requeued, now, wait_s) if was is None
+                                 else replace(was, jobs=was.jobs + requeued))
         return node not in self.power_down_evacuated(now)
+
+    def _requeue(self, job: str, inst: InstanceRow, cause: PreemptionCause | str, kind: str,
+                 notice_time: str, reason: str, now: datetime, steer: bool) -> bool:
+        """Requeue one job off `inst`'s node and record its lost run (once per instance);
+        False when Slurm refused and the job is still there (tried again later)."""
+        node = inst.node
+        try:
+            self.slurm.requeue(job)
+        except SlurmError as e:
+            if not self._requeued_already(job):
+                self.event(Kind.REQUEUE_FAILED, f"job {job} on {node}: {e}", node=node)
+                return False
+        if self.store.has_preemption(job, inst.instance_id):
+            return True  # an earlier, unfinished handling of this event requeued it
+        self.store.add_preemption(PreemptionRow(
+            at=now, job_id=job, node=node, instance_id=inst.instance_id, pool=inst.pool,
+            instance_type=inst.instance_type, lifecycle=inst.lifecycle, cause=cause,
+            kind=kind, notice_time=notice_time))
+        self.event(Kind.JOB_REQUEUED, f"job {job} on {node} requeued: {reason}", node=node)
+        if steer:
+            self._steer(job, inst.pool, node)
+        return True
+
+    # --- the job's signal before its requeue (a pool's grace_signal) ----------------------
+    def _grace(self, pool_name: str, deadline: datetime | None,
+               now: datetime) -> tuple[GraceSignal, datetime] | None:
+        """The pool's signal and when its jobs are requeued if still there; None when it
+        has none or the warning left no time (a late message: requeued at once)."""
+        try:
+            gs = self.cfg.pool(pool_name).grace_signal
+        except KeyError:
+            return None
+        if gs is None or deadline is None:
+            return None
+        requeue_at = deadline - timedelta(seconds=gs.margin_s)
+        return (gs, requeue_at) if requeue_at > now else None
+
+    def _signal(self, job: str, inst: InstanceRow, grace: tuple[GraceSignal, datetime],
+                cause: PreemptionCause, kind: str, notice_time: str, now: datetime) -> bool:
+        """Signal the job and record its grace; False when Slurm refused (requeued now).
+        Signalled before it is recorded: a daemon killed between the two signals again after
+        its restart (a second signal), never not at all."""
+        gs, requeue_at = grace
+        try:
+            self.slurm.signal_job(job, gs.signal, gs.target is SignalTarget.FULL)
+        except SlurmError as e:
+            self.event(Kind.SIGNAL_FAILED, f"job {job} on {inst.node}: {e}; requeued now",
+                       node=inst.node)
+            return False
+        self.store.put_grace(GraceRow(
+            job_id=job, node=inst.node, instance_id=inst.instance_id, pool=inst.pool,
+            signal=gs.signal, signalled_at=now, requeue_at=requeue_at,
+            state=GraceState.SIGNALLED.value, cause=str(cause), kind=kind,
+            notice_time=notice_time))
+        self.event(Kind.JOB_SIGNALLED, f"job {job} on {inst.node}: SIG{gs.signal} "
+                   f"({gs.target.value}) for {kind} at {notice_time}; requeued at "
+                   f"{requeue_at:%H:%M:%S}Z ({(requeue_at - now).total_seconds():.0f}s, EC2's "
+                   f"deadline less {gs.margin_s:.0f}s) unless it leaves the node first",
+                   node=inst.node)
+        crash_point("grace:after_signal")
+        return True
+
+    def settle_graces(self, now: datetime) -> None:
+        """Each signalled job still in its grace: left the node (ended, or requeued itself):
+        its grace is over; still there at `requeue_at`: requeued. A node whose last grace is
+        over is evacuated (powered down once its jobs are off it). Read from the store, so a
+        restarted daemon finishes what the one before it signalled."""
+        graces = self.store.graces()
+        by_instance: dict[str, list[GraceRow]] = {}
+        for g in graces:
+            g.signalled_at, g.requeue_at = utc(g.signalled_at), utc(g.requeue_at)
+            by_instance.setdefault(g.instance_id, []).append(g)
+        for iid, gs in by_instance.items():
+            node = gs[0].node
+            try:
+                on_node = set(self.slurm.jobs_on_node(node))
+            except SlurmError as e:
+                log.warning("cannot read the jobs on %s in their grace: %s", node, e)
+                continue
+            inst = self.store.instance(iid)
+            for g in gs:
+                if self.store.has_preemption(g.job_id, iid):
+                    self._close(g, GraceState.REQUEUED, now)  # (its instance went first)
+                elif g.job_id not in on_node:
+                    self._close(g, GraceState.ENDED, now)
+                    self.event(Kind.JOB_LEFT_IN_GRACE, f"job {g.job_id} left {node} "
+                               f"{(now - g.signalled_at).total_seconds():.0f}s after its "
+                               f"SIG{g.signal}, "
+                               f"{max(0.0, (g.requeue_at - now).total_seconds()):.0f}s before "
+                               "its requeue", node=node)
+                elif now >= g.requeue_at and inst is not None and self._requeue(
+                        g.job_id, inst, g.cause, g.kind, g.notice_time,
+                        self._reason(g), now, True):
+                    self._close(g, GraceState.REQUEUED, now)
+            if inst is not None and inst.state == "running" and not any(
+                    g.state == GraceState.SIGNALLED.value for g in gs):
+                self.evacuate(inst, PreemptionCause(gs[0].cause), gs[0].kind,
+                              gs[0].notice_time, self._reason(gs[0]), now, requeued=sum(
+                                  g.state == GraceState.REQUEUED.value for g in gs))
+
+    def _close(self, g: GraceRow, state: GraceState, now: datetime) -> None:
+        g.state, g.ended_at = state.value, now
+        self.store.put_grace(g)
+
+    @staticmethod
+    def _reason(g: GraceRow) -> str:
+        why = Why.RECLAIMED if g.cause == PreemptionCause.RECLAIMED else Why.INTERRUPTED
+        return reasons.reason(why, g.notice_time)
 
     def power_down_evacuated(self, now: datetime) -> set[str]:
         """Power down the evacuated nodes once Slurm has finished completing their requeued

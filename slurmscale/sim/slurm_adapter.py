@@ -362,6 +362,14 @@ class SimSlurm:
         self.sim.requeue_job(idx, self.now)
         self._changed()
 
+    def signal_job(self, job_id: str, signal: str, full: bool) -> None:
+        """A running job signalled: the simulated job does not react (it saves nothing), so
+        its run is lost at its requeue as without a signal; refused as scancel refuses."""
+        idx = self.sim.idx_of.get(str(job_id))
+        if idx is None or idx not in self.sim.placed:
+            raise SlurmError(["scancel", f"--signal={signal}", str(job_id)], 1,
+                             "Job/step already completing or completed")
+
     # --- reservations --------------------------------------------------------------------
     def create_reservation(self, name: str, nodes: list[str], users: list[str],
                            duration_s: float) -> None:

@@ -275,6 +275,11 @@ class SlurmCLI:
         # the whole job (every node of a gang) goes back to the queue; never FAILED
         self.scontrol("requeue", job_id)
 
+    def signal_job(self, job_id: str, signal: str, full: bool) -> None:
+        # (without --batch or --full, scancel signals the steps only, and a batch script
+        # that runs no srun step would never see it)
+        self.run("scancel", f"--signal={signal}", "--full" if full else "--batch", job_id)
+
     def pending_jobs(self) -> list[QueueJob]:
         return [j for j in self._jobs("PD") if j.state == "PENDING"]
 

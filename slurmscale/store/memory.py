@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, TypeVar
 from slurmscale.audit import Kind
 from slurmscale.lifecycles import (
     GANG_EDGES,
+    GRACE_EDGES,
     HOLD_EDGES,
     INSTANCE_EDGES,
     REQUEST_EDGES,
     GangStatus,
+    GraceState,
     InstanceState,
     RequestStatus,
     check,
@@ -31,6 +33,7 @@ from slurmscale.store.rows import (
     CapacityReservationRow,
     EventRow,
     GangRow,
+    GraceRow,
     HoldRow,
     InstanceRow,
     JobRow,
@@ -78,6 +81,7 @@ class MemoryStore:
         self._spent: dict[str, float] = {}
         self._offerings: dict[str, OfferingRow] = {}
         self._preemptions: list[PreemptionRow] = []  # in time order
+        self._graces: list[GraceRow] = []  # by id - 1
         self._preempted_at: list[float] = []
         self._replacements: list[ReplacementRow] = []  # in time order
         self._requests: dict[str, RequestRow] = {}
@@ -164,6 +168,19 @@ class MemoryStore:
     def has_preemption(self, job_id: str, instance_id: str) -> bool:
         return any(r.job_id == job_id and r.instance_id == instance_id
                    for r in self._preemptions)
+
+    def graces(self, open_only: bool = True) -> list[GraceRow]:
+        return [_copy(r) for r in self._graces
+                if not open_only or r.state == GraceState.SIGNALLED.value]
+
+    def put_grace(self, row: GraceRow) -> None:
+        old = None if row.id is None else self._graces[row.id - 1].state
+        check(GRACE_EDGES, f"grace of job {row.job_id} on {row.node}", old, row.state)
+        if row.id is None:
+            row.id = len(self._graces) + 1
+            self._graces.append(_copy(row))
+        else:
+            self._graces[row.id - 1] = _copy(row)
 
     def add_replacement(self, row: ReplacementRow) -> None:
         self._replacements.append(_copy(row))

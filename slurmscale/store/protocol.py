@@ -16,6 +16,7 @@ from slurmscale.spool import SpooledRequest
 from slurmscale.store.rows import (
     CapacityReservationRow,
     GangRow,
+    GraceRow,
     HoldRow,
     InstanceRow,
     JobRow,
@@ -61,6 +62,13 @@ class PassStore(Protocol):
                     since: float | None = None) -> list[PreemptionRow]: ...
 
     def has_preemption(self, job_id: str, instance_id: str) -> bool: ...
+
+    def graces(self, open_only: bool = True) -> list[GraceRow]: ...
+
+    def put_grace(self, row: GraceRow) -> None:
+        """Record a grace (`id` None: a new one, its id set) or its next state; refuses an
+        edge GRACE_EDGES does not have."""
+        ...
 
     def add_replacement(self, row: ReplacementRow) -> None: ...
 

@@ -31,10 +31,12 @@ from sqlalchemy.sql import Select
 from slurmscale.audit import Kind
 from slurmscale.lifecycles import (
     GANG_EDGES,
+    GRACE_EDGES,
     HOLD_EDGES,
     INSTANCE_EDGES,
     REQUEST_EDGES,
     GangStatus,
+    GraceState,
     InstanceState,
     RequestStatus,
     check,
@@ -47,6 +49,7 @@ from slurmscale.store.rows import (
     CapacityReservationRow,
     EventRow,
     GangRow,
+    GraceRow,
     HoldRow,
     InstanceRow,
     JobRow,
@@ -450,6 +453,26 @@ class Store:
             q = q.where(t.preemptions.c.at >= datetime.fromtimestamp(since, UTC))
         with self.session() as s:
             return self._rows(s, q.order_by(t.preemptions.c.id))
+
+    # graces ---------------------------------------------------------------------------
+    def graces(self, open_only: bool = True) -> list[GraceRow]:
+        """The jobs signalled before a requeue (`open_only`: those still in their grace)."""
+        q = select(GraceRow)
+        if open_only:
+            q = q.where(t.graces.c.state == GraceState.SIGNALLED.value)
+        with self.session() as s:
+            return self._rows(s, q.order_by(t.graces.c.id))
+
+    def put_grace(self, row: GraceRow) -> None:
+        with self.session() as s:
+            old = None if row.id is None else s.scalar(
+                select(t.graces.c.state).where(t.graces.c.id == row.id))
+            check(GRACE_EDGES, f"grace of job {row.job_id} on {row.node}", old, row.state)
+            if row.id is None:
+                s.add(row)  # (its id is set by the commit: the session does not expire it)
+            else:
+                s.merge(row)
+            s.commit()
 
     def add_replacement(self, row: ReplacementRow) -> None:
         with self.session() as s:

@@ -161,6 +161,28 @@ class PreemptionRow:
 
 
 @dataclass(eq=False, kw_only=True)
+class GraceRow:
+    """A job on a node EC2 is taking back, signalled (the pool's `grace_signal`) and given
+    until `requeue_at` to save its work and leave the node; then requeued if still there.
+    Kept in the store so a daemon killed during the grace requeues on time after its
+    restart, and signals once."""
+
+    id: int | None = None
+    job_id: str
+    node: str
+    instance_id: str
+    pool: str
+    signal: str
+    signalled_at: datetime
+    requeue_at: datetime
+    state: str  # a GraceState
+    cause: str  # the PreemptionCause its requeue would record
+    kind: str  # the EC2 event's detail-type
+    notice_time: str = ""
+    ended_at: datetime | None = None
+
+
+@dataclass(eq=False, kw_only=True)
 class ReplacementRow:
     """A node whose instance slurmscale replaced because it was unhealthy (or about to be
     retired): jobs requeued, instance terminated, node returned. `detected_at`: when first

@@ -24,6 +24,7 @@ from slurmscale.policy.model import PoolMemory
 from slurmscale.store.protocol import PassStore
 from slurmscale.store.rows import (
     CapacityReservationRow,
+    GraceRow,
     HoldRow,
     InstanceRow,
     JobRun,
@@ -154,6 +155,12 @@ class StoreSnapshot:
 
     def add_replacement(self, row: ReplacementRow) -> None:
         self._refuse("add_replacement")
+
+    def graces(self, open_only: bool = True) -> list[GraceRow]:
+        self._refuse("graces")
+
+    def put_grace(self, row: GraceRow) -> None:
+        self._refuse("put_grace")
 
     def replacements(self, since: float | None = None) -> list[ReplacementRow]:
         self._refuse("replacements")

@@ -181,6 +181,25 @@ preemptions = Table(
 _mapper.map_imperatively(rows.PreemptionRow, preemptions)
 
 
+graces = Table(
+    "graces", metadata,
+    Column("id", SqlInteger, primary_key=True, autoincrement=True),
+    Column("job_id", String(64), index=True, nullable=False),
+    Column("node", String(128), nullable=False),
+    Column("instance_id", String(32), nullable=False),
+    Column("pool", String(64), nullable=False),
+    Column("signal", String(16), nullable=False),
+    Column("signalled_at", DateTime(timezone=True), nullable=False),
+    Column("requeue_at", DateTime(timezone=True), nullable=False),
+    Column("state", String(16), index=True, nullable=False),
+    Column("cause", String(16), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("notice_time", String(64), default="", nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+)
+_mapper.map_imperatively(rows.GraceRow, graces)
+
+
 replacements = Table(
     "replacements", metadata,
     Column("id", SqlInteger, primary_key=True, autoincrement=True),

@@ -6,6 +6,8 @@ foreign messages are dropped with an event."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from slurmscale.cloud.protocol import TAG_NODE
@@ -62,3 +64,73 @@ def spot_warning_scenario(make_cluster, slurm_root: str = "/") -> None:  # type:
     assert "not JSON" in dropped and "i-00000000000000fe" in dropped
     # the interrupted node came back to service once powered down
     wait_for(f"{victim} undrained", lambda: "DRAIN" not in c.node(victim).get("State", ""), 120)
+
+
+CHECKPOINTING_JOB = """#!/bin/bash
+# saves its step on SIGUSR1 (as a training script does: PyTorch Lightning's SLURM plugin);
+# a rerun that finds the save resumes from it
+save={root}/ckpt-$SLURM_JOB_ID
+if [ -f "$save" ]; then
+    echo "resumed from $(cat "$save") after restart $SLURM_RESTART_COUNT" > "$save.resumed"
+    exit 0
+fi
+trap 'echo "step $i" > "$save"' USR1
+for i in $(seq 1 900); do sleep 1 & wait $!; done
+"""
+
+
+def test_a_spot_warning_signals_the_gang_which_saves_and_is_requeued_before_the_deadline(
+        make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """The pool's grace_signal: on a spot warning the gang's batch script gets SIGUSR1 and
+    writes its checkpoint; the daemon is SIGKILLed right after signalling (the warning's
+    message not yet deleted, so it comes back); the restarted daemon signals no second time
+    and requeues the gang at EC2's deadline less the margin; the rerun resumes from the
+    checkpoint and completes. Restarts 1, never FAILED."""
+    from datetime import UTC, datetime
+
+    from slurmscale.cloud.eventbridge import EventKind, event_message
+    from slurmscale.localcluster.options import PoolSpec
+
+    margin = 80  # the requeue 40 s after the warning (EC2's deadline: 120 s after it)
+    c, _proxy = make_cluster(
+        pools=[PoolSpec("gpu-spot", "spot-", 4, extra={"grace_signal": {"margin_s": margin}}),
+               PoolSpec("gpu-od", "od-", 2, capacity_type="on-demand")],
+        capacity={"unavailable_ttl_s": 5, "max_unavailable_ttl_s": 10},
+        cred_expire=15,  # the requeued job eligible again 15 s on (Slurm's default: 120)
+        start_daemon=False)
+    c.start_daemon({"SLURMSCALE_TEST_MODE": "1", "SLURMSCALE_CRASH_AT": "grace:after_signal"})
+    script = c.root / "checkpointing.sh"
+    script.write_text(CHECKPOINTING_JOB.format(root=c.root))
+    job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--time=10", str(script))
+    c.wait_job(job, {"RUNNING"}, 150)
+    victim = expand(c.job(job)["NodeList"])[0]
+    iid = _instance_of(c, victim)
+    warned = datetime.now(UTC)
+    c.send_event(event_message(EventKind.SPOT_WARNING, iid,
+                               warned.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                               **{"instance-action": "terminate"}))
+    save = c.root / f"ckpt-{job}"
+    wait_for("the daemon killed right after the signal", lambda: not c.procs.running("daemon"),
+             60)
+    wait_for("the job's checkpoint written on its signal", save.exists, 20)
+    assert c.job(job)["JobState"] == "RUNNING" and c.job(job)["Restarts"] == "0"
+    c.start_daemon()  # without the crash point
+    status = json.loads(c.cli("status", "--json").stdout)
+    assert [(g["job_id"], g["node"]) for g in status["in_grace"]] == [(str(job), victim)]
+    wait_for("the job requeued once", lambda: c.job(job).get("Restarts") == "1", 90)
+    state = c.wait_job(job, {"COMPLETED"}, 240)  # wait_job fails at once on FAILED
+    assert state == "COMPLETED" and c.job(job)["Restarts"] == "1"
+    resumed = (c.root / f"ckpt-{job}.resumed").read_text()
+    assert resumed.startswith("resumed from step ") and resumed.strip().endswith("restart 1")
+
+    events = c.events()
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("job_signalled") == 1, "signalled once, across the restart"
+    assert kinds.count("job_requeued") == 1 and "job_left_in_grace" not in kinds
+    (requeued,) = [datetime.fromisoformat(e["at"]) for e in events
+                   if e["kind"] == "job_requeued"]
+    after = (requeued - warned).total_seconds()
+    assert 120 - margin - 1 <= after < 120, f"requeued {after:.1f}s after the warning"
+    print(f"grace: SIGUSR1 written as {save.read_text().strip()!r}; requeued "
+          f"{after:.1f}s after the warning (EC2's deadline {120 - after:.1f}s later); "
+          f"{resumed.strip()}")

@@ -360,6 +360,11 @@ class FakeSlurm:
         return [j.job_id for j in self.queue
                 if j.state == "RUNNING" and j.nodelist and node in expand(j.nodelist)]
 
+    def signal_job(self, job_id: str, signal: str, full: bool) -> None:
+        if self.fail:
+            raise SlurmError(["scancel"], 1, "slurm_signal_job error")
+        self.calls.append(("signal", [job_id, signal, "full" if full else "batch"]))
+
     def requeue(self, job_id: str) -> None:
         self.calls.append(("requeue", [job_id]))
         self.queue = [j._replace(state="PENDING", reason="BeginTime", nodelist="")

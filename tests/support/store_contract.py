@@ -18,6 +18,7 @@ import pytest
 
 from slurmscale.lifecycles import (
     GangStatus,
+    GraceState,
     HoldState,
     IllegalTransition,
     InstanceState,
@@ -29,6 +30,7 @@ from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.rows import (
     CapacityReservationRow,
     GangRow,
+    GraceRow,
     HoldRow,
     InstanceRow,
     JobRow,
@@ -238,6 +240,32 @@ def a_gang_is_live_while_launching_or_while_an_instance_runs(store: ReconcileSto
     assert store.live_gangs() == set()
 
 
+def a_grace_is_open_until_it_ends_or_requeues_once(store: ReconcileStore) -> None:
+    def grace(job: str) -> GraceRow:
+        return GraceRow(job_id=job, node="gpu-1", instance_id="i-1", pool="gpu",
+                        signal="USR1", signalled_at=at(0), requeue_at=at(80),
+                        state=GraceState.SIGNALLED.value, cause=PreemptionCause.INTERRUPTED,
+                        kind="EC2 Spot Instance Interruption Warning", notice_time="")
+    a, b = grace("j1"), grace("j2")
+    store.put_grace(a)
+    store.put_grace(b)
+    assert a.id is not None and b.id is not None and a.id != b.id
+    assert [g.job_id for g in store.graces()] == ["j1", "j2"]
+    a.state, a.ended_at = GraceState.ENDED.value, at(30)
+    store.put_grace(a)
+    assert [g.job_id for g in store.graces()] == ["j2"]
+    assert len(store.graces(open_only=False)) == 2
+    (read,) = store.graces()
+    read.state = GraceState.REQUEUED.value
+    store.put_grace(read)
+    read.state = GraceState.ENDED.value
+    with pytest.raises(IllegalTransition):
+        store.put_grace(read)
+    assert store.graces() == []
+    got = {g.job_id: g.state for g in store.graces(open_only=False)}
+    assert got == {"j1": "ended", "j2": "requeued"}
+
+
 CHECKS: list[Callable[[ReconcileStore], None]] = [
     holds_follow_their_lifecycle_and_reads_are_copies,
     the_policys_memory_is_kept_per_pool,
@@ -253,4 +281,5 @@ CHECKS: list[Callable[[ReconcileStore], None]] = [
     ended_jobs_with_a_limit_are_read_as_runs_since,
     ec2s_reservations_are_read_as_last_saved,
     a_gang_is_live_while_launching_or_while_an_instance_runs,
+    a_grace_is_open_until_it_ends_or_requeues_once,
 ]

@@ -1,0 +1,158 @@
+"""The job's signal before an interruption's requeue (issue 43, item 1): a pool with a
+`grace_signal` signals the jobs on a node EC2 warned it takes back, and requeues what is
+still there at the warning's deadline less the margin; a job that leaves first is not
+requeued; the grace is in the store, so a daemon killed during it signals once and requeues
+on time after its restart."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from slurmscale.config import GraceSignal
+from slurmscale.config_file import parse_config
+from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.lifecycles import IllegalTransition
+from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.slurm.reasons import Why
+from slurmscale.store.rows import utc
+from tests.support.eventbridge_messages import spot_warning
+from tests.support.fakes import FakeQueue, FakeSlurm
+from tests.unit.conftest import base_config
+from tests.unit.test_interruptions import T0, store_with_spot_instance
+
+MARGIN_S = 40.0
+REQUEUE_AT = T0 + timedelta(seconds=120 - MARGIN_S)  # the warning's time is T0
+
+
+@pytest.fixture
+def graced(tmp_path):  # type: ignore[no-untyped-def]
+    d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}")
+    d["pools"][0]["grace_signal"] = {"margin_s": MARGIN_S}
+    cfg = parse_config(d)
+    store = store_with_spot_instance(cfg.store_url)
+    slurm = FakeSlurm(table={"spot-1": SlurmNode("spot-1", "ALLOCATED+CLOUD", "127.0.0.1",
+                                                 "spot-1")})
+    slurm.queue = [QueueJob("42", ("gpu-spot",), 2, 8, 3600, "2026-11-29T11:00:00", "None",
+                            100, "alice", "RUNNING", nodelist="spot-[1-2]")]
+    q = FakeQueue()
+    events: list[tuple[str, str]] = []
+
+    def new_pass() -> InterruptionPass:  # (a daemon's, or the one after its restart)
+        return InterruptionPass(cfg, store, slurm, q, lambda k, m, **_: events.append((k, m)))
+    yield new_pass, slurm, q, store, events
+    store.close()
+
+
+def ops(slurm: FakeSlurm) -> list[str]:
+    return [c[0] for c in slurm.calls]
+
+
+def test_a_job_still_there_at_the_deadline_less_the_margin_is_signalled_then_requeued(
+        graced) -> None:  # type: ignore[no-untyped-def]
+    new_pass, slurm, q, store, events = graced
+    p = new_pass()
+    q.bodies.append(spot_warning("i-0000000000000001"))
+    p.run(T0 + timedelta(seconds=2))
+    assert ("signal", ["42", "USR1", "batch"]) in slurm.calls
+    assert ops(slurm).index("drain") < ops(slurm).index("signal")
+    assert "requeue" not in ops(slurm) and not slurm.powered_down
+    assert q.deleted == ["0"], "handled: the store carries the grace on"
+    assert [k for k, _ in events] == ["job_signalled"]
+    assert "requeued at 12:01:20Z (78s" in events[0][1]
+    p.run(REQUEUE_AT - timedelta(seconds=1))
+    assert "requeue" not in ops(slurm)
+    p.run(REQUEUE_AT)
+    assert ("requeue", ["42"]) in slurm.calls and ops(slurm).count("signal") == 1
+    assert [k for k, _ in events] == ["job_signalled", "job_requeued", "node_evacuated"]
+    assert "1 job(s) requeued" in events[-1][1]
+    assert slurm.powered_down[0][1].startswith(Why.INTERRUPTED.value)
+    (pre,) = store.preemptions("42")
+    assert pre.kind == "EC2 Spot Instance Interruption Warning"
+    (g,) = store.graces(open_only=False)
+    assert (g.state, utc(g.ended_at)) == ("requeued", REQUEUE_AT)
+    p.run(REQUEUE_AT + timedelta(seconds=5))
+    assert ops(slurm).count("requeue") == 1 and len(store.preemptions("42")) == 1
+
+
+def test_a_job_that_leaves_in_its_grace_is_not_requeued(graced) -> None:  # type: ignore[no-untyped-def]
+    """It saved its work and ended (or requeued itself, as PyTorch Lightning does on
+    SIGUSR1): no requeue, no lost run; the node is powered down at once."""
+    new_pass, slurm, q, store, events = graced
+    p = new_pass()
+    q.bodies.append(spot_warning("i-0000000000000001"))
+    p.run(T0)
+    slurm.queue = []  # ended
+    p.run(T0 + timedelta(seconds=30))
+    assert "requeue" not in ops(slurm) and not store.preemptions("42")
+    assert [k for k, _ in events] == ["job_signalled", "job_left_in_grace", "node_evacuated"]
+    assert "left spot-1 30s after its SIGUSR1, 50s before its requeue" in events[1][1]
+    assert [n for n, _ in slurm.powered_down] == [["spot-1"]]
+    (g,) = store.graces(open_only=False)
+    assert g.state == "ended"
+
+
+def test_a_daemon_killed_in_the_grace_signals_once_and_requeues_on_time_after_its_restart(
+        graced) -> None:  # type: ignore[no-untyped-def]
+    """Killed after the signal, before the message was deleted: the message comes back to
+    the new daemon, which finds the grace in the store: no second signal, the requeue at
+    the same time."""
+    new_pass, slurm, q, store, events = graced
+    first = new_pass()
+    q.bodies.append(spot_warning("i-0000000000000001"))
+    first.queue = None  # (its pass reads no message: the delete is lost with it)
+    first.evacuate(store.instance("i-0000000000000001"), "interrupted",  # type: ignore[arg-type]
+                   "EC2 Spot Instance Interruption Warning", "2026-11-29T12:00:00Z",
+                   "interrupted", T0, deadline=T0 + timedelta(seconds=120))
+    assert ops(slurm).count("signal") == 1
+    second = new_pass()
+    second.run(T0 + timedelta(seconds=20))  # the message again
+    assert q.deleted == ["0"] and ops(slurm).count("signal") == 1
+    assert "requeue" not in ops(slurm)
+    second.run(REQUEUE_AT)
+    assert ops(slurm).count("requeue") == 1 and ops(slurm).count("signal") == 1
+    assert [n for n, _ in slurm.powered_down] == [["spot-1"]]
+
+
+def test_a_late_warning_or_a_refused_signal_requeues_at_once(graced) -> None:  # type: ignore[no-untyped-def]
+    new_pass, slurm, q, _store, events = graced
+    p = new_pass()
+    q.bodies.append(spot_warning("i-0000000000000001"))
+    p.run(REQUEUE_AT + timedelta(seconds=1))  # read after the time a grace would have ended
+    assert "signal" not in ops(slurm) and ("requeue", ["42"]) in slurm.calls
+    assert [k for k, _ in events][:1] == ["job_requeued"]
+
+
+def test_a_signal_slurm_refuses_requeues_at_once(graced) -> None:  # type: ignore[no-untyped-def]
+    new_pass, slurm, q, store, events = graced
+    p = new_pass()
+
+    def refuse(job_id: str, signal: str, full: bool) -> None:
+        from slurmscale.slurm.protocol import SlurmError
+        raise SlurmError(["scancel"], 1, "Access/permission denied")
+    slurm.signal_job = refuse  # type: ignore[method-assign]
+    q.bodies.append(spot_warning("i-0000000000000001"))
+    p.run(T0)
+    assert [k for k, _ in events][:2] == ["signal_failed", "job_requeued"]
+    assert ("requeue", ["42"]) in slurm.calls and not store.graces()
+
+
+def test_a_grace_moves_only_along_its_table(graced) -> None:  # type: ignore[no-untyped-def]
+    new_pass, _slurm, q, store, _events = graced
+    q.bodies.append(spot_warning("i-0000000000000001"))
+    new_pass().run(T0)
+    (g,) = store.graces()
+    g.state = "requeued"
+    store.put_grace(g)
+    g.state = "ended"
+    with pytest.raises(IllegalTransition):
+        store.put_grace(g)
+
+
+@pytest.mark.parametrize("bad", [{"signal": "KILL"}, {"signal": "NOPE"}, {"margin_s": 120},
+                                 {"margin_s": -1}, {"target": "steps"}])
+def test_a_grace_signal_that_cannot_work_is_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        GraceSignal(**bad)  # type: ignore[arg-type]
