@@ -97,7 +97,7 @@ if TYPE_CHECKING:
 @click.option("--block-end-margin", "block_margin", type=click.FloatRange(min=0),
               default=None, metavar="S",
               help="The daemon's capacity_blocks.end_margin_s: no job may run past a block's "
-                   "end less S (default: its default, 30 min + SuspendTimeout + 300 s); "
+                   "end less S (default: its default, 30 min + SuspendTimeout + 300 s, at least 40 min); "
                    "below 30 minutes, EC2's terminations kill jobs (jobs_killed_at_block_end).")
 @click.option("--slurm-model", default="slurm", show_default=True,
               type=click.Choice(["slurm", "greedy"]),
@@ -448,10 +448,10 @@ def _paid_capacity(reserved_nodes: int, preference: str, blocks: tuple[str, ...]
         specs.append(BlockSpec(start, end, nodes))
     if not reserved_nodes and not specs:
         return None
-    from slurmscale.config import BLOCK_SAFETY_S, CapacityBlockSettings, PowerSaving
+    from slurmscale.config import CapacityBlockSettings, PowerSaving, default_block_margin_s
 
     lead = CapacityBlockSettings().termination_lead_s
-    margin = (lead + PowerSaving().suspend_timeout + BLOCK_SAFETY_S if block_margin is None
+    margin = (default_block_margin_s(lead, PowerSaving().suspend_timeout) if block_margin is None
               else block_margin)
     return PaidCapacity(reserved_nodes, preference == "use_first",
                         tuple(sorted(specs, key=lambda b: b.start_s)), margin, lead,

@@ -35,6 +35,18 @@ from slurmscale.policy.reservations import ReservationKnobs as _R
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 # Time to requeue what still runs on a block pool and power its nodes down, past SuspendTimeout
 BLOCK_SAFETY_S = 300.0
+# EC2 user guide, "Monitor Capacity Blocks using EventBridge": the Expiration Warning comes 40
+# minutes before a block's end, and its instances begin terminating 10 minutes later
+BLOCK_WARNING_BEFORE_TERMINATIONS_S = 600.0
+
+
+def default_block_margin_s(termination_lead_s: float, suspend_timeout: float) -> float:
+    """How long before a block's end its window closes by default: time to requeue and power
+    down before EC2's terminations begin, and no later than EC2's Expiration Warning (on
+    which the daemon closes a block at once), so that the close Slurm planned against is
+    the one that happens and no job starts in between only to be requeued."""
+    return max(termination_lead_s + suspend_timeout + BLOCK_SAFETY_S,
+               termination_lead_s + BLOCK_WARNING_BEFORE_TERMINATIONS_S)
 
 class ConfigError(Exception):
     """The configuration file is missing, unreadable or invalid; the message says where."""
@@ -461,7 +473,8 @@ class CapacityBlockSettings(_Strict):
     # change it only where a test compresses the clock.
     termination_lead_s: Annotated[float, Field(ge=0)] = 1800.0
     # default: termination_lead_s + power_saving.suspend_timeout + 300 s (time to requeue and
-    # power down cleanly before EC2's terminations begin)
+    # power down cleanly before EC2's terminations begin), and at least termination_lead_s +
+    # 600 s (EC2's Expiration Warning): 40 minutes with AWS's lead
     end_margin_s: Annotated[float, Field(ge=0)] | None = None
 
 
@@ -664,7 +677,7 @@ class Config(_Strict):
         cb = self.capacity_blocks
         if cb.end_margin_s is not None:
             return cb.end_margin_s
-        return cb.termination_lead_s + self.power_saving.suspend_timeout + BLOCK_SAFETY_S
+        return default_block_margin_s(cb.termination_lead_s, self.power_saving.suspend_timeout)
 
     def database_url(self) -> str:
         """store_url with the password from store_password_file, for the daemon and the CLI

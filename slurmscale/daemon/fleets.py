@@ -201,6 +201,9 @@ class ReservedCapacity:
             return Route(RouteKind.NORMAL, "no reservations")
         block = pool.capacity_type is CapacityType.CAPACITY_BLOCK
         rs = self.of_pool(pool, now)
+        if block:  # a block past its window's close takes no gang: its instances end with it
+            close_s = self.cfg.block_end_margin_s()
+            rs = [r for r in rs if r.end is None or now < r.end - close_s]
         # (preference `only`: the reservations are the pool's only capacity)
         shun = (reclaims_exhausted(reclaimed, cr.max_reclaims) and not block
                 and cr.preference is not ReservationPreference.ONLY)

@@ -13,8 +13,9 @@ Slurm's rules shape the edits (seen on 22.05 through 26.05): reservations on the
 may not overlap, and a reservation that has started keeps its start. So a gap's reservation is
 never recreated or moved once active: the pass matches the gaps it wants to the reservations
 Slurm has (the active one to the gap the pool is in; the future ones by overlap) and changes
-them in place, deleting first, shrinking before growing, creating last. Blocks that touch or
-overlap are one window.
+them in place, deleting first, shrinking before growing, creating last. Each block is its own
+window, a block that follows another with no gap too (its instances are new ones); only blocks
+whose usable times overlap share one.
 """
 
 from __future__ import annotations
@@ -96,18 +97,25 @@ class BlockPlan:
 
 
 def windows(blocks: Sequence[CapacityReservation], margin_s: float) -> list[Window]:
-    """The usable windows, merged where blocks touch, in time order."""
+    """The usable windows, in time order: one per block. An instance belongs to the one
+    block it was launched into and EC2 terminates it at that block's end (EC2 user guide,
+    "Capacity Blocks for ML"): a block that follows another, even with no gap, is other
+    capacity, so a job may not run across the boundary, and the pool is closed from the
+    first block's close to the next one's start. Only blocks whose usable times overlap
+    (bought for the same hours) share a window."""
     spans = sorted((b.start, b.end, b.id, b.total) for b in blocks
                    if b.state not in GONE_STATES and b.start is not None and b.end is not None)
     out: list[Window] = []
     for start, end, bid, total in spans:
-        if out and start <= out[-1].end:
+        if end - margin_s <= start:
+            continue  # no usable time
+        if out and start < out[-1].close:
             w = out[-1]
             out[-1] = Window(w.blocks + (bid,), w.start, max(w.close, end - margin_s),
                              max(w.end, end), max(w.nodes, total))
         else:
             out.append(Window((bid,), start, end - margin_s, end, total))
-    return [w for w in out if w.close > w.start]
+    return out
 
 
 def _same(a: float, b: float, now: float) -> bool:
@@ -122,7 +130,9 @@ def gaps(ws: Sequence[Window], now: float) -> list[tuple[float | None, float]]:
     if not ws or ws[0].start > now:
         out.append((None, ws[0].start if ws else now + FOREVER_S))
     for i, w in enumerate(ws):
-        out.append((w.close, ws[i + 1].start if i + 1 < len(ws) else w.close + FOREVER_S))
+        end = ws[i + 1].start if i + 1 < len(ws) else w.close + FOREVER_S
+        if end > w.close:  # (a block that starts at the close before it: no gap to hold)
+            out.append((w.close, end))
     return out
 
 

@@ -58,10 +58,21 @@ def test_during_the_block_the_pool_closes_at_end_less_the_margin_until_further_n
     assert not after.is_open and after.next is None
 
 
-def test_touching_blocks_are_one_window_and_gone_ones_do_not_count() -> None:
+def test_touching_blocks_are_two_windows_closed_between_and_gone_ones_do_not_count() -> None:
+    """Block B starting as A ends is other capacity: A's instances end with A (issue 45:
+    a job that fits only A and B together ran across and was killed at A's end)."""
     b1, b2 = _block("cr-00000000000000a1", S, E), _block("cr-00000000000000a2", E, E + 3600)
-    (w,) = windows([b1, b2, _block("cr-00000000000000a3", state="cancelled")], M)
-    assert (w.start, w.close, w.end) == (S, E + 3600 - M, E + 3600)
+    wa, wb = windows([b1, b2, _block("cr-00000000000000a3", state="cancelled")], M)
+    assert (wa.blocks, wa.start, wa.close) == (("cr-00000000000000a1",), S, E - M)
+    assert (wb.blocks, wb.start, wb.close) == (("cr-00000000000000a2",), E, E + 3600 - M)
+    p = plan_block("cb", "x-", [b1, b2], S + 1, M)
+    assert (p.closed_from, p.closed_until) == (E - M, E), "closed from A's close to B's start"
+    fits_both = dict(starts_at_open(plan_block("cb", "x-", [b1, b2], T0.timestamp(), M),
+                                    [("ab", 1, (E - S) + 1800), ("a", 1, 3600)]))
+    assert "runs past the window's close" in fits_both["ab"] and "starts when" in fits_both["a"]
+    same_hours = _block("cr-00000000000000a5", S, E)  # bought for A's hours: one window
+    (w,) = windows([b1, same_hours], M)
+    assert w.blocks == ("cr-00000000000000a1", "cr-00000000000000a5")
     later = _block("cr-00000000000000a4", E + 7200, E + 9000)
     p = plan_block("cb", "x-", [b1, later], S + 1, M)
     assert (p.closed_from, p.closed_until) == (E - M, E + 7200), "closed between the blocks"
@@ -77,7 +88,7 @@ def test_the_pool_is_open_exactly_inside_a_window(spans: list[tuple[int, int]], 
     now, m = t * hour, margin * hour
     p = plan_block("cb", "x-", blocks, now, m)
     inside = any(s * hour <= now < (s + d) * hour - m for s, d in spans)
-    # (a window that touches the next is merged: inside either counts as inside)
+    # (blocks whose usable times overlap share a window: inside either counts as inside)
     merged_inside = any(w.start <= now < w.close for w in windows(blocks, m))
     assert p.is_open == merged_inside
     if inside:
@@ -398,3 +409,16 @@ def test_a_resume_as_the_block_opens_waits_for_ec2_to_report_it_active(tmp_path)
     _set_block(cloud, S + 3)
     assert r.tick().launched_gangs == 1
     assert cloud.launches[-1]["spec"].reservation_ids == ("cr-0000000000000b01",)
+
+
+def test_the_default_close_is_no_later_than_ec2s_expiration_warning() -> None:
+    """EC2 warns 40 minutes before a block's end and the daemon closes the block on the
+    warning: the default close is there too (it was 37 minutes: lead + SuspendTimeout + 300
+    s), so Slurm plans against the close that happens. A longer SuspendTimeout still counts."""
+    from slurmscale.cloud.eventbridge import BLOCK_WARNING_LEAD_S
+
+    cfg = parse_config(base_config())
+    assert cfg.block_end_margin_s() == BLOCK_WARNING_LEAD_S == 2400.0
+    slow = base_config()
+    slow["power_saving"] = {"suspend_timeout": 600}
+    assert parse_config(slow).block_end_margin_s() == 1800 + 600 + 300
