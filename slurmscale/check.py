@@ -24,12 +24,14 @@ import os
 import pwd
 import re
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import CapacityReservation, InstanceShape
+from slurmscale.policy.blocks import GONE_STATES, at
 from slurmscale.slurm.kv import parse_oneliner, parse_show_config, release_of
 from slurmscale.slurmconf import REQUEUE_ON_RESUME_FAILURE, ctld_parameters
 
@@ -360,10 +362,15 @@ def check_templates(cfg: Config, templates: Templates) -> list[Problem]:
 Reservations = dict[str, CapacityReservation | str]
 
 
-def check_reservations(cfg: Config, found: Reservations) -> list[Problem]:
+def check_reservations(cfg: Config, found: Reservations, zones: dict[str, str] | None = None,
+                       now: float | None = None) -> list[Problem]:
     """Each pool's reservation ids against DescribeCapacityReservations: EC2 knows them, a
-    capacity-block pool lists blocks and any other pool none, and each holds one of the
-    pool's instance types (a gang goes in only by type)."""
+    capacity-block pool lists blocks and any other pool none, each holds one of the pool's
+    instance types (a gang goes in only by type), is in an AZ one of the pool's subnets is in
+    (`zones`: subnet -> AZ, as EC2 showed them; a fleet launches into a reservation only in
+    its zone, and every launch would fail ReservedCapacityTooSmall), and will still take
+    instances (not expired, cancelled or failed; a block not past its end)."""
+    now = time.time() if now is None else now
     out: list[Problem] = []
     for p in cfg.pools:
         if p.capacity_reservations is None:
@@ -386,6 +393,17 @@ def check_reservations(cfg: Config, found: Reservations) -> list[Problem]:
                 out.append(Problem("warning", "reservation_type", f"pool {p.name}: {rid} "
                                    f"holds {r.instance_type}, not one of the pool's "
                                    f"{', '.join(p.instance_types)}: never launched into"))
+            pool_zones = sorted({zones[s] for s in p.subnets if s in zones}) if zones else []
+            if pool_zones and r.availability_zone not in pool_zones:
+                out.append(Problem("error", "reservation_zone", f"pool {p.name}: {rid} is in "
+                                   f"{r.availability_zone}, none of the pool's subnets is "
+                                   f"(they are in {', '.join(pool_zones)}): every launch into "
+                                   "it would fail; add a subnet in its zone"))
+            if r.state in GONE_STATES or (is_block and r.end is not None and r.end <= now):
+                out.append(Problem("error", "reservation_gone", f"pool {p.name}: {rid} is "
+                                   f"{r.state}" + (f", ended {at(r.end)}" if r.end is not None
+                                                   and r.end <= now else "")
+                                   + ": it takes no instances; its jobs would pend for it"))
     return out
 
 
@@ -505,9 +523,10 @@ def check_subnets(cfg: Config, unreadable: Unreadable | str) -> list[Problem]:
     return out
 
 
-def gather_subnets(cfg: Config) -> Unreadable | str:
-    """The pools' subnets EC2 will not show, each with why: one call, or one per subnet when
-    one id is bad; a string when EC2 cannot be asked at all."""
+def gather_subnets(cfg: Config) -> tuple[dict[str, str], Unreadable | str]:
+    """The pools' subnets as EC2 shows them (subnet -> AZ), and those it will not show, each
+    with why: one call, or one per subnet when one id is bad; a string when EC2 cannot be
+    asked at all."""
     from slurmscale.cloud.ec2 import EC2Cloud
     from slurmscale.cloud.protocol import CloudError
 
@@ -515,18 +534,22 @@ def gather_subnets(cfg: Config) -> Unreadable | str:
     ec2 = EC2Cloud(cfg.aws)
     try:
         shown = ec2.subnet_zones(ids)
-        return {s: "not returned" for s in ids if s not in shown}
+        return shown, {s: "not returned" for s in ids if s not in shown}
     except CloudError as e:
         if not e.code.startswith("InvalidSubnetID"):
-            return str(e)  # (credentials, permission, the endpoint: the same for each)
+            return {}, str(e)  # (credentials, permission, the endpoint: the same for each)
+    zones: dict[str, str] = {}
     out: Unreadable = {}
     for sid in ids:
         try:
-            if sid not in ec2.subnet_zones([sid]):
-                out[sid] = "not returned"
+            one = ec2.subnet_zones([sid])
         except CloudError as e:
             out[sid] = str(e)
-    return out
+            continue
+        zones.update(one)
+        if sid not in one:
+            out[sid] = "not returned"
+    return zones, out
 
 
 def gather_templates(cfg: Config) -> Templates:

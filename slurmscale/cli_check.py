@@ -55,10 +55,11 @@ def check(ctx: click.Context, as_json: bool) -> None:
         sys.exit(2)
     problems = run_check(cfg, view, resolve_path(ctx.find_root().obj.get("config")))
     problems += check_templates(cfg, gather_templates(cfg))
-    problems += check_subnets(cfg, gather_subnets(cfg))
+    zones, unshown = gather_subnets(cfg)
+    problems += check_subnets(cfg, unshown)
     problems += check_shapes(cfg, gather_shapes(cfg))
     problems += check_dns(cfg)
-    problems += check_reservations(cfg, gather_reservations(cfg))
+    problems += check_reservations(cfg, gather_reservations(cfg), zones)
     errors = [p for p in problems if p.severity == "error"]
     if as_json:
         click.echo(json.dumps({"ok": not errors, "problems": [p.__dict__ for p in problems]},

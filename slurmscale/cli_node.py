@@ -18,6 +18,20 @@ from slurmscale.config import Config, Pool
 
 USER_DATA_LIMIT = 16384  # EC2: user data is limited to 16 KB, before base64 encoding
 INSTALL_PATH = "/usr/local/lib/slurmscale/node-init.py"
+REBOOT_UNIT = "/etc/systemd/system/slurmscale-node-init.service"
+
+
+def reboot_unit(args: str) -> str:
+    """The systemd unit that runs the bootstrap again at each later boot: cloud-init runs a
+    user-data script at the first boot only, so a node rebooted (a driver update, a stop and
+    start, `scontrol reboot`) would come back without slurmd. It keeps its tags, so the
+    bootstrap finds the same node and joins as it."""
+    return ("[Unit]\n"
+            "Description=slurmscale node bootstrap: rejoin Slurm as this instance's node\n"
+            "Wants=network-online.target\nAfter=network-online.target munge.service\n"
+            "[Service]\nType=oneshot\n"
+            f"ExecStart=/usr/bin/python3 {INSTALL_PATH} {args}\n"
+            "[Install]\nWantedBy=multi-user.target\n")
 
 
 @click.command("node-init", context_settings={"ignore_unknown_options": True,
@@ -52,7 +66,8 @@ def bootstrap_args(cfg: Config, pool: Pool, conf_servers: tuple[str, ...],
 def render_user_data(cfg: Config, pool: Pool, conf_servers: tuple[str, ...] = (),
                      slurm_conf: str | None = None) -> str:
     """A shell script cloud-init runs once at first boot: it writes the bootstrap (gzip,
-    base64: about half its size) and runs it with this pool's settings."""
+    base64: about half its size), a systemd unit that runs it at every later boot (where
+    systemd runs), and runs it with this pool's settings."""
     source = Path(node_init.__file__).read_bytes()
     packed = base64.encodebytes(gzip.compress(source, mtime=0)).decode()
     args = shlex.join(bootstrap_args(cfg, pool, conf_servers, slurm_conf))
@@ -62,6 +77,10 @@ def render_user_data(cfg: Config, pool: Pool, conf_servers: tuple[str, ...] = ()
             f"set -e\n"
             f"mkdir -p {Path(INSTALL_PATH).parent}\n"
             f"base64 -d <<'EOF' | gzip -dc > {INSTALL_PATH}\n{packed}EOF\n"
+            f"if [ -d /run/systemd/system ]; then\n"
+            f"cat > {REBOOT_UNIT} <<'UNIT'\n{reboot_unit(args)}UNIT\n"
+            f"systemctl enable {Path(REBOOT_UNIT).name}\n"
+            f"fi\n"
             f"exec python3 {INSTALL_PATH} {args}\n")
 
 

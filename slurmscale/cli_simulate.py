@@ -97,7 +97,8 @@ if TYPE_CHECKING:
 @click.option("--block-end-margin", "block_margin", type=click.FloatRange(min=0),
               default=None, metavar="S",
               help="The daemon's capacity_blocks.end_margin_s: no job may run past a block's "
-                   "end less S (default: its default, 30 min + SuspendTimeout + 300 s, at least 40 min); "
+                   "end less S (default: its default, 30 min + SuspendTimeout + 300 s, at least "
+                   "40 min); "
                    "below 30 minutes, EC2's terminations kill jobs (jobs_killed_at_block_end).")
 @click.option("--slurm-model", default="slurm", show_default=True,
               type=click.Choice(["slurm", "greedy"]),

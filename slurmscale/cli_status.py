@@ -145,7 +145,8 @@ def render(d: dict[str, Any]) -> str:
     if d.get("paid_capacity"):
         out += ["", "paid capacity, node-hours (blocks since their start, reservations 24h):",
                 _table([{"id": p["id"][-10:], "pool": p["pool"][:10],
-                         "kind": "block" if p["kind"] == "capacity-block" else "odcr",
+                         "kind": {"capacity-block": "block", "interruptible": "intr"}.get(
+                             p["kind"], "odcr"),
                          "state": p["state"][:9], "free": f"{p['available']}/{p['total']}",
                          "window": _window(p), "paid": p["paid_node_hours"],
                          "used": p["used_node_hours"],

@@ -1,20 +1,17 @@
 #!/usr/bin/env python3
 """slurmscale node-init: what an instance slurmscale launched runs at boot to join Slurm as
-the node it was launched for. Stdlib only (Python 3.8+), under EC2's 16 KB user-data limit;
-`slurmscale node-init` runs this same code. docs/node-image.md has the whole story.
+the node it was launched for (docs/node-image.md). Stdlib only, Python 3.8+; gzipped into
+the user data (EC2's limit: 16 KB); `slurmscale node-init` runs this same code.
 
-1. Instance metadata by IMDSv2 (PUT a token, GETs carrying it): id, type, AZ, region, tags;
-   at 169.254.169.254 unless AWS_EC2_METADATA_SERVICE_ENDPOINT says otherwise (as botocore).
-2. Waits for its `slurmscale:node` tag (the daemon tags each instance right after CreateFleet
-   answers) until --tag-timeout; checks `slurmscale:cluster` against --cluster.
-3. Pre-flight: `nvidia-smi -L` must list the --gpus the pool promises; --check-program.
-4. Starts `slurmd -N <node> -b`, configless (--conf-server) or with --slurm-conf, plus the
-   arguments after `--`; --foreground execs slurmd in its place.
-5. On any failure it does not join: it tags its own instance `slurmscale:boot-error` =
-   "<cause>: <what>" (CreateTags signed with the instance role's credentials), which the
-   daemon answers on its next pass with a fresh instance; one line on stderr; exit 1 (2: bad
-   arguments). A tag, not a Slurm drain: the failures that matter most (munge, an unreachable
-   controller, a release mismatch) are those in which the node cannot reach slurmctld.
+1. IMDSv2 metadata (AWS_EC2_METADATA_SERVICE_ENDPOINT as botocore reads it): id, type, AZ.
+2. Waits for its `slurmscale:node` tag (written right after CreateFleet answers) until
+   --tag-timeout; checks `slurmscale:cluster` against --cluster.
+3. Pre-flight: `nvidia-smi -L` lists the pool's --gpus; --check-program.
+4. Starts `slurmd -N <node> -b` (--conf-server or --slurm-conf; the arguments after `--`).
+5. Any failure: it tags its own instance `slurmscale:boot-error` = "<cause>: <what>"
+   (CreateTags, signed with the instance role's credentials), which the daemon answers with
+   a fresh instance; one line on stderr; exit 1 (2: bad arguments). A tag, not a drain: the
+   failures that matter most (munge, an unreachable controller) cut it off from slurmctld.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -100,39 +98,58 @@ class Metadata:
 
 
 def until_ready(md: Metadata, deadline: float) -> None:
-    """Early in boot the metadata service may not answer yet: retried until `deadline`."""
+    """Early in boot metadata may not answer yet: retried until `deadline`; a refusal (403,
+    404) will not change, and fails at once."""
     last = ""
     while True:
         try:
             md.need("instance-id")
             return
-        except (urllib.error.URLError, OSError) as e:  # HTTPError is a URLError
+        except urllib.error.HTTPError as e:
+            if e.code in (400, 403, 404, 405):
+                raise BootError("metadata", f"instance metadata at {md.base} refused: HTTP "
+                                f"{e.code} {e.reason}") from None
+            last = f"HTTP {e.code} {e.reason}"
+        except (urllib.error.URLError, OSError) as e:
             last = str(getattr(e, "reason", e))
         if time.monotonic() >= deadline:
             raise BootError("metadata", f"instance metadata at {md.base} did not answer: {last}")
         time.sleep(0.5)
 
 
+# tags/instance is 404 with tags disabled and while there are none: waited this long
+TAGS_GRACE_S = 10.0
+NODE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,62}")
+
+
 def wait_for_node(md: Metadata, cluster: str | None, timeout: float,
                   poll: float = 0.5) -> str:
-    """The node tag's value, once the daemon has written it; checks the cluster tag."""
-    deadline = time.monotonic() + timeout
+    """The node tag's value once the daemon wrote it; with `cluster`, the instance must be
+    tagged for it (at launch)."""
+    start = time.monotonic()
+    deadline = start + timeout
     while True:
         keys = md.get("tags/instance")
-        if keys is None:
-            raise BootError("metadata", "instance tags are not in metadata: the launch "
-                            "template needs MetadataOptions InstanceMetadataTags=enabled")
-        have = set(keys.split())
+        have = set(keys.split()) if keys is not None else set()
+        if keys is None and time.monotonic() - start >= min(TAGS_GRACE_S, timeout):
+            raise BootError("metadata", f"no instance tags in metadata after "
+                            f"{min(TAGS_GRACE_S, timeout):g}s: the launch template needs "
+                            "MetadataOptions InstanceMetadataTags=enabled")
         if cluster is not None and TAG_CLUSTER in have:
             theirs = md.need("tags/instance/" + TAG_CLUSTER)
             if theirs != cluster:
                 raise BootError("wrong-cluster", f"instance is tagged for cluster {theirs!r}, "
                                 f"this node-init for {cluster!r}")
-        if TAG_NODE in have:
-            node = md.get("tags/instance/" + TAG_NODE)
-            if node and node.strip():
-                return node.strip()
+        if TAG_NODE in have and (cluster is None or TAG_CLUSTER in have):
+            node = (md.get("tags/instance/" + TAG_NODE) or "").strip()
+            if node and not NODE_NAME.fullmatch(node):
+                raise BootError("metadata", f"the {TAG_NODE} tag {node[:80]!r} is not a Slurm "
+                                "node name")
+            if node:
+                return node
         if time.monotonic() >= deadline:
+            if cluster is not None and TAG_NODE in have:
+                raise BootError("wrong-cluster", f"no {TAG_CLUSTER} tag")
             raise BootError("tag-timeout", f"no {TAG_NODE} tag after {timeout:g}s")
         time.sleep(poll)
 

@@ -339,6 +339,53 @@ def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None
     print(f"two blocks: jobs {sorted(seen)} each inside one window; fleets named {targets}")
 
 
+def test_touching_blocks_are_two_windows_and_no_job_runs_across_the_boundary(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Block B starts the second block A ends (issue 45): A's instances end with A, B's are
+    new ones. A job whose limit fits only A and B together never starts; one that fits A
+    runs in A; one submitted after A's close runs in B, on a fleet that names B; EC2's
+    terminations (LEAD before each end) take back nothing of a job's."""
+    from datetime import UTC, datetime, timedelta
+
+    from slurmscale.policy.observe import slurm_time
+
+    margin = 40
+    c, proxy = _block_pool(
+        make_cluster, [BLOCK, BLOCK_B], margin,
+        slurm_conf_extra=["SchedulerParameters=bf_interval=5,sched_interval=5"])
+    a0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=40)
+    a1 = a0 + timedelta(seconds=150)  # usable 110 s: a 1-minute limit fits, 2 do not
+    b1 = a1 + timedelta(seconds=150)  # B from A's end on
+    for bid, s0, e0 in ((BLOCK, a0, a1), (BLOCK_B, a1, b1)):
+        proxy.capacity.add(Reservation(bid, "p5.48xlarge", total=4,
+                                       reservation_type="capacity-block", start=s0, end=e0))
+    c.start_daemon()
+    part = ("-p", "gpu-cb", "--gres=gpu:8")
+    # 3 minutes fit A and B together (260 s without the gap), neither alone
+    across = c.sbatch("-N", "1", "--time=3", *part, "--wrap", "sleep 5")
+    in_a = c.sbatch("-N", "2", "--time=1", *part, "--wrap", "sleep 10")
+    c.wait_job(in_a, {"COMPLETED"}, 200)
+    wait_for("A closed", lambda: datetime.now(UTC).timestamp() > a1.timestamp() - margin + 2,
+             150)
+    in_b = c.sbatch("-N", "1", "--time=1", *part, "--wrap", "sleep 5")
+    c.wait_job(in_b, {"COMPLETED"}, 150)
+    runs = {j: (slurm_time(c.job(j)["StartTime"]) or 0.0, slurm_time(c.job(j)["EndTime"]) or 0.0)
+            for j in (in_a, in_b)}
+    assert a0.timestamp() - 2 <= runs[in_a][0] and runs[in_a][1] <= a1.timestamp() - margin + 2
+    assert runs[in_b][0] >= a1.timestamp() - 2, "the job submitted after A's close ran in B"
+    j = c.job(across)
+    assert j["JobState"] == "PENDING" and j["Restarts"] == "0", j
+    wait_for("B over", lambda: datetime.now(UTC) > b1 + timedelta(seconds=3), 200)
+    c.events()  # (a pass after B's end: the proxy takes back whatever is left)
+    targets = [x.params.get("ReservedCapacityOptions.CapacityReservationTarget."
+                            "CapacityReservationId.1") for x in proxy.fleet_calls()
+               if x.status == 200]
+    assert targets and targets[0] == BLOCK and targets[-1] == BLOCK_B, targets
+    assert proxy.capacity.taken_back == [], "nothing left for EC2's terminations"
+    plan_reason = json.loads(c.cli("plan", "--json").stdout)["blocks"]
+    print(f"touching blocks: job {across} (3-minute limit) never started; fleets named "
+          f"{targets}; plan after: {[b['reason'] for b in plan_reason]}")
+
+
 CR_I = "cr-0a1b2c3d4e5f60009"
 
 

@@ -4,6 +4,7 @@ pinned together and roll back together, placement groups per pool or per gang.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -426,3 +427,19 @@ def test_check_reads_each_reservation_id_against_ec2() -> None:
            "cr-0000000b": cr("cr-0000000b", "capacity-block", "p4d.24xlarge")}
     assert sorted(p.code for p in check_reservations(cfg, bad)) == [
         "reservation_kind", "reservation_type", "reservation_unknown"]
+    # issue 45: one in another AZ than the pool's subnets, an expired one, a block past its
+    # end (EC2 may still say active for a moment), a cancelled block
+    subnets = {s: "us-east-1b" for p in cfg.pools for s in p.subnets}
+    now = 1_800_000_000.0
+    elsewhere = {**good, "cr-0000000c": replace(cr("cr-0000000c"), state="expired"),
+                 "cr-0000000b": replace(cr("cr-0000000b", "capacity-block"), end=now - 60)}
+    found = check_reservations(cfg, elsewhere, subnets, now=now)
+    assert sorted(p.code for p in found) == ["reservation_gone", "reservation_gone",
+                                             "reservation_zone", "reservation_zone",
+                                             "reservation_zone"], [p.line() for p in found]
+    zone = next(p for p in found if p.code == "reservation_zone")
+    assert "us-east-1a" in zone.message and "us-east-1b" in zone.message
+    cancelled = {**good, "cr-0000000b": replace(cr("cr-0000000b", "capacity-block"),
+                                                state="cancelled")}
+    assert [p.code for p in check_reservations(cfg, cancelled, now=now)] == ["reservation_gone"]
+    assert check_reservations(cfg, good, {s: "us-east-1a" for s in subnets}, now=now) == []

@@ -65,6 +65,9 @@ def test_an_odcr_is_paid_over_the_whole_period_and_status_shows_it(tmp_path) -> 
                    "pools": [], "reservations": [], "backoff": [], "pending_requests": [],
                    "recent_errors": [], "slurm_error": None,
                    "paid_capacity": [{**odcr.model_dump(), "period": period},
-                                     {**block.model_dump(), "period": bperiod}]})
+                                     {**block.model_dump(), "period": bperiod},
+                                     {**odcr.model_dump(), "kind": "interruptible",
+                                      "period": period}]})
     assert "paid capacity" in text and "odcr" in text and "block" in text
+    assert " intr " in text  # (docs/capacity.md: an interruptible one was shown as odcr)
     assert max(len(line) for line in text.splitlines()) <= 80, text
