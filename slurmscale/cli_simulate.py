@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,17 @@ if TYPE_CHECKING:
               help="Spot model: a job preempted this often runs on demand only.")
 @click.option("--requeue-delay", default=120.0, show_default=True, type=click.FloatRange(0),
               help="Spot model: seconds before a requeued job may start again.")
+@click.option("--grace-signal", "grace_margin", type=click.FloatRange(0, 120, max_open=True),
+              default=None, metavar="MARGIN_S",
+              help="Spot model: the daemon's grace_signal on the spot pool (its jobs are "
+                   "signalled on the warning and requeued at EC2's two-minute deadline less "
+                   "MARGIN_S; EC2 then takes the instance at its deadline).")
+@click.option("--checkpoint-every", "checkpoint_s", type=click.FloatRange(min=0, min_open=True),
+              default=None, metavar="S",
+              help="Every job saves its work every S seconds of its run: a run cut short "
+                   "resumes from its last save (lost_gpu_hours, saved_gpu_hours).")
+@click.option("--save-on-signal", is_flag=True,
+              help="Every job saves its work when Slurm signals it (with --grace-signal).")
 @click.option("--reserved-nodes", default=0, show_default=True, type=click.IntRange(0),
               help="Paid capacity: an On-Demand Capacity Reservation of N nodes, paid for "
                    "the whole run.")
@@ -148,6 +160,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
              on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
              on_demand_nodes: int | None, spot_price: float | None,
              on_demand_price: float | None, max_preemptions: int, requeue_delay: float,
+             grace_margin: float | None, checkpoint_s: float | None, save_on_signal: bool,
              reserved_nodes: int, reclaim_rate: float, reserved_preference: str,
              capacity_blocks: tuple[str, ...], block_margin: float | None,
              slurm_model: str, time_limit_factor: float, no_time_limits: bool,
@@ -162,7 +175,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     wait_p50_s, wait_p95_s, gang_wait_p50_s, gang_wait_p95_s, busy_gpu_hours, idle_gpu_hours,
     cost_usd, spot_node_hours, on_demand_node_hours, scale_up_actions, scale_down_actions,
     node_launches, reservations_created, reservation_idle_gpu_hours, preemptions, requeues,
-    jobs_failed, lost_gpu_hours, restart_wait_p50_s, restart_wait_p95_s,
+    jobs_failed, lost_gpu_hours, saved_gpu_hours, restart_wait_p50_s, restart_wait_p95_s,
     reserved_node_hours_paid, reserved_node_hours_used, reservation_utilization,
     jobs_killed_at_block_end, gang_start_order, node_failures, capacity_lost_gpu_hours,
     limit_use, limit_use_jobs, limit_use_learned_at_s}}};
@@ -196,13 +209,16 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
             raise click.BadParameter(f"{n!r} is not one of {', '.join(POLICY_NAMES)}",
                                      param_hint="--policy")
     jobs = _jobs(trace_path, carry_in)
+    if checkpoint_s is not None or save_on_signal:  # (how the trace's jobs save their work)
+        jobs = [replace(j, checkpoint_s=checkpoint_s, saves_on_signal=save_on_signal)
+                for j in jobs]
     # the settings, each built once from its options and handed to every policy's run
     base = _pool_knobs(ctx, pool_name, knob_args, cooldown, gpus_per_node, max_nodes)
     holds = _hold_knobs(accumulate, hold_budget, accumulate_after, max_hold, hold_end_margin)
     cloud, spot = _cloud_and_spot(
         max_nodes, boot_time, price, on_demand_price, spot_price, interruption_rate,
         storm_at, storm_fraction, storm_outage, on_demand_buffer, warm_on_demand_nodes,
-        on_demand_nodes, requeue_delay, max_preemptions, seed)
+        on_demand_nodes, requeue_delay, max_preemptions, seed, grace_margin)
     paid = _paid_capacity(reserved_nodes, reserved_preference, capacity_blocks, max_nodes,
                           block_margin, reclaim_rate, seed)
     model = _slurm_model(slurm_model, no_time_limits, time_limit_factor, slurm_params)
@@ -232,12 +248,16 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     if "idle_vs_oracle" in out["policies"].get("oracle", {}):
         cols += ["idle_vs_oracle", "cost_vs_oracle"]
     if spot is not None:
-        cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s"]
+        cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s",
+                 "lost_gpu_hours"]
+    if checkpoint_s is not None or save_on_signal:
+        cols += ["saved_gpu_hours"]
     if failures is not None:
         cols += ["node_failures", "requeues", "capacity_lost_gpu_hours", "lost_gpu_hours"]
     if paid is not None:
         cols += ["on_demand_node_hours", "reserved_node_hours_paid", "reservation_utilization",
                  "jobs_killed_at_block_end"]
+    cols = list(dict.fromkeys(cols))  # (a figure two options ask for, once)
     click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
 
 
@@ -356,7 +376,6 @@ def _hold_knobs(accumulate: bool, budget: float | None, after: float | None,
     """The hold rule's knobs (None: no holds). Its limit_use is `auto`, as the daemon's
     default: learned from the simulated jobs that ended, as the daemon learns it from the
     jobs it recorded (it was told 1 / --time-limit-factor before)."""
-    from dataclasses import replace
 
     from slurmscale.policy.reservations import ReservationKnobs
 
@@ -380,7 +399,8 @@ def _cloud_and_spot(max_nodes: int, boot_time: float, price: float,
                     storm_fraction: float | None, storm_outage: float,
                     on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
                     on_demand_nodes: int | None, requeue_delay: float,
-                    max_preemptions: int, seed: int) -> tuple[SimCloud, SpotModel | None]:
+                    max_preemptions: int, seed: int, grace_margin: float | None = None
+                    ) -> tuple[SimCloud, SpotModel | None]:
     """The simulated cloud (boot delay, prices) and its spot model (None: no spot option
     given, the pool is on-demand)."""
     from slurmscale.sim.engine import SimCloud, SpotModel
@@ -390,6 +410,9 @@ def _cloud_and_spot(max_nodes: int, boot_time: float, price: float,
                                  f"{'--storm-at' if storm_at is not None else '--storm-fraction'}"
                                  " alone)", param_hint="--storm-at")
     od_price = price if on_demand_price is None else on_demand_price
+    if grace_margin is not None and interruption_rate is None and storm_at is None:
+        raise click.BadParameter("signals jobs on spot interruptions: give "
+                                 "--interruption-rate or --storm-at", param_hint="--grace-signal")
     spot = None
     if any(v is not None for v in (interruption_rate, storm_at, on_demand_buffer,
                                    warm_on_demand_nodes, spot_price, on_demand_nodes)):
@@ -398,7 +421,8 @@ def _cloud_and_spot(max_nodes: int, boot_time: float, price: float,
             buffer=on_demand_buffer or 0.0, warm_nodes=warm_on_demand_nodes or 0,
             interruption_rate=interruption_rate or 0.0, storm_at_s=storm_at,
             storm_fraction=storm_fraction or 0.0, storm_outage_s=storm_outage,
-            requeue_delay_s=requeue_delay, max_preemptions=max_preemptions, seed=seed)
+            requeue_delay_s=requeue_delay, max_preemptions=max_preemptions, seed=seed,
+            grace_margin_s=grace_margin)
         if spot_price is None:
             spot_price = round(0.4 * od_price, 2)
     cloud = SimCloud(boot_s=boot_time, price_per_node_hour=od_price,

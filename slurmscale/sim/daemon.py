@@ -30,11 +30,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from slurmscale.config import (
+    INTERRUPTION_NOTICE_S,
     CapacityReservations,
     CapacitySettings,
     CapacityType,
     Config,
     DaemonSettings,
+    GraceSignal,
     HealthSettings,
     LaunchTemplate,
     Pool,
@@ -70,9 +72,10 @@ def _pool(k: PoolKnobs, prefix: str, capacity: CapacityType, **extra: object) ->
 
 def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | None = None,
                spot: SpotSettings | None = None, reclaim_backoff_s: float = 180.0,
-               paid: bool = False) -> Config:
+               paid: bool = False, grace: GraceSignal | None = None) -> Config:
     """The config the daemon runs with for the simulated pools: `main` (spot when `od` is
-    its on-demand fallback), its knobs as the pool policy; `holds` None: no reservations."""
+    its on-demand fallback), its knobs as the pool policy; `holds` None: no reservations;
+    `grace`: the spot pool's grace_signal."""
     extra: dict[str, object] = {}
     if paid:  # an idle node in paid capacity is kept (capacity_reservations.release_idle);
         # which nodes are in paid capacity is the engine's model (preference none: the
@@ -83,7 +86,7 @@ def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | 
     pools = []
     if od is not None:
         pools.append(_pool(main, MAIN_PREFIX, CapacityType.SPOT, fallback_pool=od.name,
-                           spot=spot or SpotSettings(), **extra))
+                           spot=spot or SpotSettings(), grace_signal=grace, **extra))
         pools.append(_pool(od, OD_PREFIX, CapacityType.ON_DEMAND))
     else:
         pools.append(_pool(main, MAIN_PREFIX, CapacityType.ON_DEMAND, **extra))
@@ -141,6 +144,8 @@ class DaemonDriver:
         self.slurm = SimSlurm(sim)
         self.now = 0.0
         self.ec2 = SimEc2(clock=lambda: at(self.now))
+        if any(p.grace_signal is not None for p in cfg.pools):  # (the two minutes matter)
+            self.ec2.notice_s = INTERRUPTION_NOTICE_S
         for p in cfg.pools:
             for rid in p.capacity_reservations.ids if p.capacity_reservations else ():
                 self.ec2.reservations[rid] = CapacityReservation(
@@ -159,6 +164,7 @@ class DaemonDriver:
 
     def _tick(self, now: float) -> None:
         self.now = now
+        self.ec2.expire()
         self.slurm.begin_pass(now)
         self.reconciler.tick()
 

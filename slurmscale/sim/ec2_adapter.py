@@ -113,6 +113,10 @@ class SimEc2:
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _live: dict[str, int] = field(default_factory=lambda: {SPOT: 0, ON_DEMAND: 0})
     _ended: deque[tuple[datetime, str]] = field(default_factory=deque)  # in end order
+    # seconds from an interruption warning to EC2 taking the instance (AWS: two minutes);
+    # 0: at once (where nothing acts in the two minutes, the simulator's shortcut)
+    notice_s: float = 0.0
+    _due: dict[str, datetime] = field(default_factory=dict)  # warned instance -> its end
 
     # --- launching ---------------------------------------------------------------------
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
@@ -181,20 +185,32 @@ class SimEc2:
     def terminate(self, instance_ids: list[str]) -> None:
         for iid in instance_ids:
             if iid in self.instances:  # (one EC2 does not know needs no terminating)
+                self._due.pop(iid, None)
                 self._end(self._get(iid), USER_SHUTDOWN)
 
     def reclaim(self, instance_id: str, reservation: bool = False) -> str:
         """AWS takes a spot instance back (`reservation`: an interruptible reservation's owner
-        takes a reserved one): the interruption warning EventBridge sends (the instance is
-        terminated with EC2's reclaim reason once the daemon has evacuated it, or at the
-        latest two minutes later; the simulator ends it at once)."""
+        takes a reserved one): the interruption warning EventBridge sends. The instance is
+        terminated with EC2's reclaim reason `notice_s` later (`expire`), unless the daemon
+        has released it by then; with `notice_s` 0 at once."""
         inst = self._get(instance_id)
         kind = EventKind.RESERVATION_INTERRUPTION if reservation else EventKind.SPOT_WARNING
         body = event_message(kind, inst.id,
                              self.clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
                              **{"instance-action": "terminate"})
-        self._end(inst, SPOT_RECLAIM)
+        if self.notice_s > 0:
+            self._due.setdefault(inst.id, self.clock() + timedelta(seconds=self.notice_s))
+        else:
+            self._end(inst, SPOT_RECLAIM)
         return body
+
+    def expire(self) -> None:
+        """EC2 takes the warned instances whose two minutes are over."""
+        now = self.clock()
+        for iid, end in list(self._due.items()):
+            if end <= now:
+                del self._due[iid]
+                self._end(self.instances[iid], SPOT_RECLAIM)
 
     def _end(self, inst: _Instance, why: str) -> None:
         if inst.state in LIVE:

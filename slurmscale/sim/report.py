@@ -54,6 +54,7 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "requeues": r.requeues,
         "jobs_failed": r.jobs_failed,
         "lost_gpu_hours": round(r.lost_gpu_s / 3600, 1),
+        "saved_gpu_hours": round(r.saved_gpu_s / 3600, 1),
         "restart_wait_p50_s": _pct(r.restart_waits, 0.5),
         "restart_wait_p95_s": _pct(r.restart_waits, 0.95),
         "reserved_node_hours_paid": round(paid_h, 1),

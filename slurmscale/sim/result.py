@@ -25,7 +25,8 @@ class SimResult:
     reclaims: int = 0  # reserved nodes an interruptible reservation's owner took back
     requeues: int = 0  # jobs requeued because their node was interrupted
     jobs_failed: int = 0  # preempted jobs that never ran to the end
-    lost_gpu_s: float = 0.0  # GPU time of runs cut short (redone from the start)
+    lost_gpu_s: float = 0.0  # GPU time of runs cut short (redone from their last save)
+    saved_gpu_s: float = 0.0  # GPU time of runs cut short that their saves kept
     restart_waits: list[float] = field(default_factory=list)  # requeue -> restart
     end_s: float = 0.0
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # t, demand, live GPUs

@@ -9,7 +9,9 @@ partition."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import replace
 
 from slurmscale.policy.model import Mode, PendingJob, PoolKnobs
 from slurmscale.sim.paid import PaidRouting
@@ -464,6 +466,22 @@ class SlurmScheduler(PaidRouting):
             return (self.fallback.name,) if self.fallback is not None else ()
         return (self.main.name, *self.also)
 
+    @staticmethod
+    def _saved(job: TraceJob, signalled: float | None, start: float, ran: float) -> float:
+        """How much of a run cut short its saves keep: its last periodic checkpoint, or what
+        it saved on the signal before the requeue (a job that saves on one)."""
+        periodic = (math.floor(ran / job.checkpoint_s) * job.checkpoint_s
+                    if job.checkpoint_s else 0.0)
+        on_signal = (signalled - start if job.saves_on_signal and signalled is not None
+                     and signalled >= start else 0.0)
+        return min(ran, max(periodic, on_signal))
+
+    def signal(self, idx: int, now: float) -> None:
+        """Slurm signalled the running job (the daemon's grace_signal): it saves now, if it
+        is a job that does (its first signal in this run counts)."""
+        if idx in self.placed:
+            self.signalled_at.setdefault(idx, now)
+
     def requeue_job(self, idx: int, now: float, preempted: bool = True) -> None:
         """Slurm requeues a running job (all its nodes): pending again, eligible after the
         requeue delay. `preempted`: spot took its node (counts toward max_preemptions); a
@@ -474,8 +492,12 @@ class SlurmScheduler(PaidRouting):
         start = self.start.pop(idx)
         g = job.gpus_per_node(self.main.gpus_per_node) * job.nodes
         ran = max(0.0, now - start)
+        saved = self._saved(job, self.signalled_at.pop(idx, None), start, ran)
         self.result.busy_gpu_s += g * ran
-        self.result.lost_gpu_s += g * ran
+        self.result.lost_gpu_s += g * (ran - saved)
+        self.result.saved_gpu_s += g * saved
+        if saved > 0:  # the rerun resumes from the save: only the rest is left to run
+            job = self.jobs[idx] = replace(job, duration_s=job.duration_s - saved)
         self.running_gpus -= g
         if start > now:  # allocated but still waiting for its nodes to boot
             self.waited[idx] -= start - now

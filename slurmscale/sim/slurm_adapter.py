@@ -87,6 +87,8 @@ class SimModel(Protocol):
 
     def requeue_job(self, idx: int, now: float) -> None: ...
 
+    def signal(self, idx: int, now: float) -> None: ...
+
     def warm_nodes(self, names: list[str], now: float) -> None: ...
 
     def steer(self, idx: int) -> None: ...
@@ -363,12 +365,13 @@ class SimSlurm:
         self._changed()
 
     def signal_job(self, job_id: str, signal: str, full: bool) -> None:
-        """A running job signalled: the simulated job does not react (it saves nothing), so
-        its run is lost at its requeue as without a signal; refused as scancel refuses."""
+        """A running job signalled: a trace job that saves on a signal saves now (its
+        requeue then keeps that much of the run); refused as scancel refuses."""
         idx = self.sim.idx_of.get(str(job_id))
         if idx is None or idx not in self.sim.placed:
             raise SlurmError(["scancel", f"--signal={signal}", str(job_id)], 1,
                              "Job/step already completing or completed")
+        self.sim.signal(idx, self.now)
 
     # --- reservations --------------------------------------------------------------------
     def create_reservation(self, name: str, nodes: list[str], users: list[str],

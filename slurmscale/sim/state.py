@@ -11,7 +11,7 @@ import random
 from collections import deque
 from dataclasses import replace
 
-from slurmscale.config import Config, SpotSettings
+from slurmscale.config import Config, GraceSignal, SpotSettings
 from slurmscale.daemon.observe import knobs
 from slurmscale.policy.model import (
     BufferRule,
@@ -98,7 +98,9 @@ class SimState:
             cfg = sim_config(self.main, policy.holds, self.fallback, SpotSettings(
                 on_demand_buffer=spot.buffer, warm_on_demand_nodes=spot.warm_nodes,
                 max_preemptions=spot.max_preemptions) if spot and self.fallback else None,
-                spot.reclaim_backoff_s if spot else 180.0, paid)
+                spot.reclaim_backoff_s if spot else 180.0, paid,
+                GraceSignal(margin_s=spot.grace_margin_s)
+                if spot and self.fallback and spot.grace_margin_s is not None else None)
             self.pools = list(knobs(cfg))
             self.main = self.pools[0]
             self.fallback = self.pools[1] if self.fallback is not None else None
@@ -144,6 +146,7 @@ class SimState:
         self.pending_since: dict[int, float] = {}  # requeued jobs: when they went back
         self.waited: dict[int, float] = {}  # time pending so far, over all runs
         self.preempted: dict[int, int] = {}
+        self.signalled_at: dict[int, float] = {}  # running jobs Slurm signalled, and when
         self.steered: set[int] = set()  # preempted max_preemptions times: on-demand only
         # Slurm's priorities (slurm model): per pending job, recomputed every calc period
         self.prio: dict[int, float] = {}

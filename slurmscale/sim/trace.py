@@ -25,6 +25,11 @@ class TraceJob:
     time_limit_s: float | None = None
     user: str = ""
     priority: float | None = None
+    # how the job saves its work, so a run cut short (interrupted, requeued, its node failed)
+    # resumes from its last save instead of from the start: every `checkpoint_s` of its run
+    # (None: never on its own), and at once when Slurm signals it (a pool's grace_signal)
+    checkpoint_s: float | None = None
+    saves_on_signal: bool = False
 
     def gpus_per_node(self, node_gpus: int) -> int:
         return node_gpus if self.nodes > 1 else min(self.gpus, node_gpus)

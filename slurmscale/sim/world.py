@@ -59,6 +59,10 @@ class SpotModel:
     requeue_delay_s: float = 120.0  # Slurm: a requeued batch job is eligible again after this
     max_preemptions: int = 2
     seed: int = 0
+    # the daemon's grace_signal on the spot pool: its jobs get the signal on the warning and
+    # are requeued at EC2's deadline less this margin; EC2 ends the instance at its deadline
+    # (two minutes on). None: no signal, requeued at once, the instance ended at once.
+    grace_margin_s: float | None = None
 
 
 

@@ -96,7 +96,8 @@ def test_simulate_cli_prints_the_documented_json(tmp_path) -> None:  # type: ign
         "scale_up_actions", "scale_down_actions", "node_launches", "reservations_created",
         "reservation_idle_gpu_hours", "spot_node_hours", "on_demand_node_hours", "preemptions",
         "reclaims",
-        "requeues", "jobs_failed", "lost_gpu_hours", "restart_wait_p50_s", "restart_wait_p95_s",
+        "requeues", "jobs_failed", "lost_gpu_hours", "saved_gpu_hours", "restart_wait_p50_s",
+        "restart_wait_p95_s",
         "reserved_node_hours_paid", "reserved_node_hours_used", "reservation_utilization",
         "jobs_killed_at_block_end", "gang_start_order", "node_failures",
         "capacity_lost_gpu_hours", "limit_use", "limit_use_jobs", "limit_use_learned_at_s"}
