@@ -251,13 +251,15 @@ class InterruptionPass:
             self.slurm.drain([node], reason)
         except SlurmError as e:
             self.event(Kind.SLURM_UPDATE_FAILED, f"drain {node}: {e}", node=node)
-        in_grace = {g.job_id for g in self.store.graces() if g.instance_id == inst.instance_id}
+        graces = self.store.graces()
+        in_grace = {g.job_id for g in graces if g.instance_id == inst.instance_id}
+        signalled = {g.job_id for g in graces}  # (a gang: for another of its nodes' warning)
         grace = self._grace(inst.pool, deadline, now)
         for job in jobs:
             if job in in_grace:
                 continue  # signalled when this warning first came (a message delivered again)
             if grace is not None and self._signal(job, inst, grace, cause, kind, notice_time,
-                                                  now):
+                                                  now, again=job in signalled):
                 in_grace.add(job)
                 continue
             requeued += self._requeue(job, inst, cause, kind, notice_time, reason, now, steer)
@@ -305,22 +307,30 @@ class InterruptionPass:
         return (gs, requeue_at) if requeue_at > now else None
 
     def _signal(self, job: str, inst: InstanceRow, grace: tuple[GraceSignal, datetime],
-                cause: PreemptionCause, kind: str, notice_time: str, now: datetime) -> bool:
+                cause: PreemptionCause, kind: str, notice_time: str, now: datetime,
+                again: bool = False) -> bool:
         """Signal the job and record its grace; False when Slurm refused (requeued now).
         Signalled before it is recorded: a daemon killed between the two signals again after
-        its restart (a second signal), never not at all."""
+        its restart (a second signal), never not at all. `again`: the job is in its grace
+        for another node's warning (a gang's): recorded for this node too, not signalled."""
         gs, requeue_at = grace
-        try:
-            self.slurm.signal_job(job, gs.signal, gs.target is SignalTarget.FULL)
-        except SlurmError as e:
-            self.event(Kind.SIGNAL_FAILED, f"job {job} on {inst.node}: {e}; requeued now",
-                       node=inst.node)
-            return False
+        if again:
+            log.info("job %s on %s: signalled already (another of its nodes' warning)", job,
+                     inst.node)
+        else:
+            try:
+                self.slurm.signal_job(job, gs.signal, gs.target is SignalTarget.FULL)
+            except SlurmError as e:
+                self.event(Kind.SIGNAL_FAILED, f"job {job} on {inst.node}: {e}; requeued now",
+                           node=inst.node)
+                return False
         self.store.put_grace(GraceRow(
             job_id=job, node=inst.node, instance_id=inst.instance_id, pool=inst.pool,
             signal=gs.signal, signalled_at=now, requeue_at=requeue_at,
             state=GraceState.SIGNALLED.value, cause=str(cause), kind=kind,
             notice_time=notice_time))
+        if again:
+            return True
         self.event(Kind.JOB_SIGNALLED, f"job {job} on {inst.node}: SIG{gs.signal} "
                    f"({gs.target.value}) for {kind} at {notice_time}; requeued at "
                    f"{requeue_at:%H:%M:%S}Z ({(requeue_at - now).total_seconds():.0f}s, EC2's "
@@ -348,8 +358,8 @@ class InterruptionPass:
                 continue
             inst = self.store.instance(iid)
             for g in gs:
-                if self.store.has_preemption(g.job_id, iid):
-                    self._close(g, GraceState.REQUEUED, now)  # (its instance went first)
+                if self._requeued_since(g):  # (its instance went first, or a gang's other
+                    self._close(g, GraceState.REQUEUED, now)  # node's grace requeued it)
                 elif g.job_id not in on_node:
                     self._close(g, GraceState.ENDED, now)
                     self.event(Kind.JOB_LEFT_IN_GRACE, f"job {g.job_id} left {node} "
@@ -361,11 +371,25 @@ class InterruptionPass:
                         g.job_id, inst, g.cause, g.kind, g.notice_time,
                         self._reason(g), now, True):
                     self._close(g, GraceState.REQUEUED, now)
+                elif now >= g.requeue_at and inst is None:  # (its row unreadable: no record)
+                    try:
+                        self.slurm.requeue(g.job_id)
+                    except SlurmError as e:
+                        self.event(Kind.REQUEUE_FAILED, f"job {g.job_id} on {node}: {e}",
+                                   node=node)
+                        continue
+                    self._close(g, GraceState.REQUEUED, now)
+                    self.event(Kind.JOB_REQUEUED, f"job {g.job_id} on {node} requeued: "
+                               f"{self._reason(g)}", node=node)
             if inst is not None and inst.state == "running" and not any(
                     g.state == GraceState.SIGNALLED.value for g in gs):
                 self.evacuate(inst, PreemptionCause(gs[0].cause), gs[0].kind,
                               gs[0].notice_time, self._reason(gs[0]), now, requeued=sum(
                                   g.state == GraceState.REQUEUED.value for g in gs))
+
+    def _requeued_since(self, g: GraceRow) -> bool:
+        """Was the job requeued by slurmscale since its signal (off any node)?"""
+        return any(utc(p.at) >= g.signalled_at for p in self.store.preemptions(g.job_id))
 
     def _close(self, g: GraceRow, state: GraceState, now: datetime) -> None:
         g.state, g.ended_at = state.value, now

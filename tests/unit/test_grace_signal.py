@@ -156,3 +156,24 @@ def test_a_grace_moves_only_along_its_table(graced) -> None:  # type: ignore[no-
 def test_a_grace_signal_that_cannot_work_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         GraceSignal(**bad)  # type: ignore[arg-type]
+
+
+def test_a_gang_warned_on_two_nodes_is_signalled_once_and_requeued_once(graced) -> None:  # type: ignore[no-untyped-def]
+    from slurmscale.store.rows import InstanceRow
+
+    new_pass, slurm, q, store, events = graced
+    store.add_instances([InstanceRow(instance_id="i-0000000000000002", node="spot-2",
+                                     pool="gpu-spot", gang_id="g", instance_type="p5.48xlarge",
+                                     lifecycle="spot", launch_template_version="3",
+                                     state="running", launched_at=T0)])
+    slurm.table["spot-2"] = SlurmNode("spot-2", "ALLOCATED+CLOUD", "127.0.0.1", "spot-2")
+    p = new_pass()
+    q.bodies += [spot_warning("i-0000000000000001"), spot_warning("i-0000000000000002")]
+    p.run(T0)
+    assert ops(slurm).count("signal") == 1 and len(store.graces()) == 2
+    p.run(REQUEUE_AT)
+    assert ops(slurm).count("requeue") == 1
+    assert sorted(n for ns, _ in slurm.powered_down for n in ns) == ["spot-1", "spot-2"]
+    kinds = [k for k, _ in events]
+    assert kinds.count("job_signalled") == 1 and kinds.count("job_requeued") == 1
+    assert "job_left_in_grace" not in kinds and store.graces() == []
