@@ -272,6 +272,13 @@ def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: igno
 BLOCK_B = "cr-0b1c2d3e4f5a60002"
 
 
+def _block_targets(proxy) -> list[str | None]:  # type: ignore[no-untyped-def]
+    """The block each answered fleet named, in launch order."""
+    return [x.params.get("ReservedCapacityOptions.CapacityReservationTarget."
+                         "CapacityReservationId.1") for x in proxy.fleet_calls()
+            if x.status == 200]
+
+
 def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None:  # type: ignore[no-untyped-def]
     """Two blocks and a gap between them, on a compressed clock (blocks of minutes, EC2's
     30-minute early terminations as LEAD seconds). Jobs submitted before, in and between the
@@ -330,9 +337,7 @@ def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None
     kinds = [e["kind"] for e in c.events()]
     assert "slurm_update_failed" not in kinds, [e for e in c.events()
                                                  if e["kind"] == "slurm_update_failed"]
-    targets = [x.params.get("ReservedCapacityOptions.CapacityReservationTarget."
-                            "CapacityReservationId.1") for x in proxy.fleet_calls()
-               if x.status == 200]
+    targets = _block_targets(proxy)
     assert BLOCK in targets and BLOCK_B in targets, targets
     assert proxy.capacity.taken_back == [], "slurmscale released everything before EC2 did"
     assert not c.cluster_instances()
@@ -376,9 +381,7 @@ def test_touching_blocks_are_two_windows_and_no_job_runs_across_the_boundary(mak
     assert j["JobState"] == "PENDING" and j["Restarts"] == "0", j
     wait_for("B over", lambda: datetime.now(UTC) > b1 + timedelta(seconds=3), 200)
     c.events()  # (a pass after B's end: the proxy takes back whatever is left)
-    targets = [x.params.get("ReservedCapacityOptions.CapacityReservationTarget."
-                            "CapacityReservationId.1") for x in proxy.fleet_calls()
-               if x.status == 200]
+    targets = _block_targets(proxy)
     assert targets and targets[0] == BLOCK and targets[-1] == BLOCK_B, targets
     assert proxy.capacity.taken_back == [], "nothing left for EC2's terminations"
     plan_reason = json.loads(c.cli("plan", "--json").stdout)["blocks"]

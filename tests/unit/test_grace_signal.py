@@ -12,16 +12,14 @@ import pytest
 from pydantic import ValidationError
 
 from slurmscale.config import GraceSignal
-from slurmscale.config_file import parse_config
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.lifecycles import IllegalTransition
-from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.model import SlurmNode
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.rows import utc
 from tests.support.eventbridge_messages import spot_warning
-from tests.support.fakes import FakeQueue, FakeSlurm
-from tests.unit.conftest import base_config
-from tests.unit.test_interruptions import T0, store_with_spot_instance
+from tests.support.fakes import FakeSlurm
+from tests.unit.test_interruptions import T0, spot_world
 
 MARGIN_S = 40.0
 REQUEUE_AT = T0 + timedelta(seconds=120 - MARGIN_S)  # the warning's time is T0
@@ -29,15 +27,7 @@ REQUEUE_AT = T0 + timedelta(seconds=120 - MARGIN_S)  # the warning's time is T0
 
 @pytest.fixture
 def graced(tmp_path):  # type: ignore[no-untyped-def]
-    d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}")
-    d["pools"][0]["grace_signal"] = {"margin_s": MARGIN_S}
-    cfg = parse_config(d)
-    store = store_with_spot_instance(cfg.store_url)
-    slurm = FakeSlurm(table={"spot-1": SlurmNode("spot-1", "ALLOCATED+CLOUD", "127.0.0.1",
-                                                 "spot-1")})
-    slurm.queue = [QueueJob("42", ("gpu-spot",), 2, 8, 3600, "2026-11-29T11:00:00", "None",
-                            100, "alice", "RUNNING", nodelist="spot-[1-2]")]
-    q = FakeQueue()
+    cfg, store, slurm, q = spot_world(tmp_path, grace_signal={"margin_s": MARGIN_S})
     events: list[tuple[str, str]] = []
 
     def new_pass() -> InterruptionPass:  # (a daemon's, or the one after its restart)

@@ -77,17 +77,23 @@ def store_with_spot_instance(url: str) -> Store:
     return store
 
 
-@pytest.fixture
-def world(tmp_path):  # type: ignore[no-untyped-def]
+def spot_world(tmp_path, **pool: object):  # type: ignore[no-untyped-def]
+    """The config (the first pool's keys overridden by `pool`), a store tracking
+    i-0000000000000001 on spot-1, Slurm running job 42 on spot-[1-2], an empty queue."""
     d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}")
-    d["pools"][0]["fallback_pool"] = "gpu-od"
+    d["pools"][0].update(pool)
     cfg = parse_config(d)
     store = store_with_spot_instance(cfg.store_url)
     slurm = FakeSlurm(table={"spot-1": SlurmNode("spot-1", "ALLOCATED+CLOUD", "127.0.0.1",
                                                  "spot-1")})
     slurm.queue = [QueueJob("42", ("gpu-spot",), 2, 8, 3600, "2026-11-29T11:00:00", "None",
                             100, "alice", "RUNNING", nodelist="spot-[1-2]")]
-    q = FakeQueue()
+    return cfg, store, slurm, FakeQueue()
+
+
+@pytest.fixture
+def world(tmp_path):  # type: ignore[no-untyped-def]
+    cfg, store, slurm, q = spot_world(tmp_path, fallback_pool="gpu-od")
     events: list[tuple[str, str]] = []
     p = InterruptionPass(cfg, store, slurm, q, lambda k, m, **_: events.append((k, m)))
     yield p, slurm, q, store, events
