@@ -29,28 +29,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from slurmscale.audit import Event, Kind
 from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, aws_time, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
-from slurmscale.config import (
-    INTERRUPTION_NOTICE_S,
-    CapacityType,
-    Config,
-    GraceSignal,
-    SignalTarget,
-)
-from slurmscale.crashpoints import crash_point
+from slurmscale.config import INTERRUPTION_NOTICE_S, CapacityType, Config
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.drains import undrain
+from slurmscale.daemon.graces import Graces, Step, step
 from slurmscale.lifecycles import GraceState
 from slurmscale.model import ScheduledEvent, SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
-from slurmscale.store.rows import GraceRow, InstanceRow, PreemptionCause, PreemptionRow, utc
+from slurmscale.store.rows import GraceRow, InstanceRow, PreemptionCause, PreemptionRow
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +83,8 @@ class InterruptionPass:
         self.slurm = slurm
         self.queue = queue
         self.event = event
+        # jobs signalled before their requeue (a pool's grace_signal)
+        self.graces = Graces(cfg, store, slurm, event)
         # Instances already evacuated: the store calls them running until the suspend hook
         # has terminated them, and neither a late event nor the sweep may requeue twice.
         self.evacuated: set[str] = set()
@@ -251,15 +247,16 @@ class InterruptionPass:
             self.slurm.drain([node], reason)
         except SlurmError as e:
             self.event(Kind.SLURM_UPDATE_FAILED, f"drain {node}: {e}", node=node)
-        graces = self.store.graces()
+        graces = self.graces.open()
         in_grace = {g.job_id for g in graces if g.instance_id == inst.instance_id}
         signalled = {g.job_id for g in graces}  # (a gang: for another of its nodes' warning)
-        grace = self._grace(inst.pool, deadline, now)
+        window = self.graces.window(inst.pool, deadline, now)
         for job in jobs:
             if job in in_grace:
                 continue  # signalled when this warning first came (a message delivered again)
-            if grace is not None and self._signal(job, inst, grace, cause, kind, notice_time,
-                                                  now, again=job in signalled):
+            if window is not None and self.graces.start(job, inst, window, cause, kind,
+                                                        notice_time, now,
+                                                        again=job in signalled):
                 in_grace.add(job)
                 continue
             requeued += self._requeue(job, inst, cause, kind, notice_time, reason, now, steer)
@@ -292,62 +289,13 @@ class InterruptionPass:
             self._steer(job, inst.pool, node)
         return True
 
-    # --- the job's signal before its requeue (a pool's grace_signal) ----------------------
-    def _grace(self, pool_name: str, deadline: datetime | None,
-               now: datetime) -> tuple[GraceSignal, datetime] | None:
-        """The pool's signal and when its jobs are requeued if still there; None when it
-        has none or the warning left no time (a late message: requeued at once)."""
-        try:
-            gs = self.cfg.pool(pool_name).grace_signal
-        except KeyError:
-            return None
-        if gs is None or deadline is None:
-            return None
-        requeue_at = deadline - timedelta(seconds=gs.margin_s)
-        return (gs, requeue_at) if requeue_at > now else None
-
-    def _signal(self, job: str, inst: InstanceRow, grace: tuple[GraceSignal, datetime],
-                cause: PreemptionCause, kind: str, notice_time: str, now: datetime,
-                again: bool = False) -> bool:
-        """Signal the job and record its grace; False when Slurm refused (requeued now).
-        Signalled before it is recorded: a daemon killed between the two signals again after
-        its restart (a second signal), never not at all. `again`: the job is in its grace
-        for another node's warning (a gang's): recorded for this node too, not signalled."""
-        gs, requeue_at = grace
-        if again:
-            log.info("job %s on %s: signalled already (another of its nodes' warning)", job,
-                     inst.node)
-        else:
-            try:
-                self.slurm.signal_job(job, gs.signal, gs.target is SignalTarget.FULL)
-            except SlurmError as e:
-                self.event(Kind.SIGNAL_FAILED, f"job {job} on {inst.node}: {e}; requeued now",
-                           node=inst.node)
-                return False
-        self.store.put_grace(GraceRow(
-            job_id=job, node=inst.node, instance_id=inst.instance_id, pool=inst.pool,
-            signal=gs.signal, signalled_at=now, requeue_at=requeue_at,
-            state=GraceState.SIGNALLED.value, cause=str(cause), kind=kind,
-            notice_time=notice_time))
-        if again:
-            return True
-        self.event(Kind.JOB_SIGNALLED, f"job {job} on {inst.node}: SIG{gs.signal} "
-                   f"({gs.target.value}) for {kind} at {notice_time}; requeued at "
-                   f"{requeue_at:%H:%M:%S}Z ({(requeue_at - now).total_seconds():.0f}s, EC2's "
-                   f"deadline less {gs.margin_s:.0f}s) unless it leaves the node first",
-                   node=inst.node)
-        crash_point("grace:after_signal")
-        return True
-
     def settle_graces(self, now: datetime) -> None:
-        """Each signalled job still in its grace: left the node (ended, or requeued itself):
-        its grace is over; still there at `requeue_at`: requeued. A node whose last grace is
-        over is evacuated (powered down once its jobs are off it). Read from the store, so a
-        restarted daemon finishes what the one before it signalled."""
-        graces = self.store.graces()
+        """Each signalled job still in its grace (graces.py): off the node (ended, or
+        requeued itself), its grace is over; still there at `requeue_at`, requeued. A node
+        whose last grace is over is evacuated (powered down once its jobs are off it). Read
+        from the store, so a restarted daemon finishes what the one before it signalled."""
         by_instance: dict[str, list[GraceRow]] = {}
-        for g in graces:
-            g.signalled_at, g.requeue_at = utc(g.signalled_at), utc(g.requeue_at)
+        for g in self.graces.open():
             by_instance.setdefault(g.instance_id, []).append(g)
         for iid, gs in by_instance.items():
             node = gs[0].node
@@ -358,47 +306,33 @@ class InterruptionPass:
                 continue
             inst = self.store.instance(iid)
             for g in gs:
-                if self._requeued_since(g):  # (its instance went first, or a gang's other
-                    self._close(g, GraceState.REQUEUED, now)  # node's grace requeued it)
-                elif g.job_id not in on_node:
-                    self._close(g, GraceState.ENDED, now)
-                    self.event(Kind.JOB_LEFT_IN_GRACE, f"job {g.job_id} left {node} "
-                               f"{(now - g.signalled_at).total_seconds():.0f}s after its "
-                               f"SIG{g.signal}, "
-                               f"{max(0.0, (g.requeue_at - now).total_seconds()):.0f}s before "
-                               "its requeue", node=node)
-                elif now >= g.requeue_at and inst is not None and self._requeue(
-                        g.job_id, inst, g.cause, g.kind, g.notice_time,
-                        self._reason(g), now, True):
-                    self._close(g, GraceState.REQUEUED, now)
-                elif now >= g.requeue_at and inst is None:  # (its row unreadable: no record)
-                    try:
-                        self.slurm.requeue(g.job_id)
-                    except SlurmError as e:
-                        self.event(Kind.REQUEUE_FAILED, f"job {g.job_id} on {node}: {e}",
-                                   node=node)
-                        continue
-                    self._close(g, GraceState.REQUEUED, now)
-                    self.event(Kind.JOB_REQUEUED, f"job {g.job_id} on {node} requeued: "
-                               f"{self._reason(g)}", node=node)
+                match step(g, on_node, self.graces.requeued_since(g), now):
+                    case Step.REQUEUED:
+                        self.graces.close(g, GraceState.REQUEUED, now)
+                    case Step.LEFT:
+                        self.graces.close(g, GraceState.ENDED, now)
+                    case Step.REQUEUE if self._requeue_graced(g, inst, now):
+                        self.graces.close(g, GraceState.REQUEUED, now)
             if inst is not None and inst.state == "running" and not any(
                     g.state == GraceState.SIGNALLED.value for g in gs):
                 self.evacuate(inst, PreemptionCause(gs[0].cause), gs[0].kind,
-                              gs[0].notice_time, self._reason(gs[0]), now, requeued=sum(
+                              gs[0].notice_time, Graces.reason(gs[0]), now, requeued=sum(
                                   g.state == GraceState.REQUEUED.value for g in gs))
 
-    def _requeued_since(self, g: GraceRow) -> bool:
-        """Was the job requeued by slurmscale since its signal (off any node)?"""
-        return any(utc(p.at) >= g.signalled_at for p in self.store.preemptions(g.job_id))
-
-    def _close(self, g: GraceRow, state: GraceState, now: datetime) -> None:
-        g.state, g.ended_at = state.value, now
-        self.store.put_grace(g)
-
-    @staticmethod
-    def _reason(g: GraceRow) -> str:
-        why = Why.RECLAIMED if g.cause == PreemptionCause.RECLAIMED else Why.INTERRUPTED
-        return reasons.reason(why, g.notice_time)
+    def _requeue_graced(self, g: GraceRow, inst: InstanceRow | None, now: datetime) -> bool:
+        """A job still on its node at the end of its grace, requeued (its lost run recorded;
+        without a record where the instance's row cannot be read). False: Slurm refused."""
+        if inst is not None:
+            return self._requeue(g.job_id, inst, g.cause, g.kind, g.notice_time,
+                                 Graces.reason(g), now, True)
+        try:
+            self.slurm.requeue(g.job_id)
+        except SlurmError as e:
+            self.event(Kind.REQUEUE_FAILED, f"job {g.job_id} on {g.node}: {e}", node=g.node)
+            return False
+        self.event(Kind.JOB_REQUEUED, f"job {g.job_id} on {g.node} requeued: "
+                   f"{Graces.reason(g)}", node=g.node)
+        return True
 
     def power_down_evacuated(self, now: datetime) -> set[str]:
         """Power down the evacuated nodes once Slurm has finished completing their requeued

@@ -167,3 +167,17 @@ def test_a_gang_warned_on_two_nodes_is_signalled_once_and_requeued_once(graced) 
     kinds = [k for k, _ in events]
     assert kinds.count("job_signalled") == 1 and kinds.count("job_requeued") == 1
     assert "job_left_in_grace" not in kinds and store.graces() == []
+
+
+def test_a_graces_step_is_decided_from_what_slurm_shows() -> None:
+    from slurmscale.daemon.graces import Step, step
+    from slurmscale.store.rows import GraceRow
+
+    g = GraceRow(job_id="42", node="spot-1", instance_id="i-1", pool="gpu-spot",
+                 signal="USR1", signalled_at=T0, requeue_at=REQUEUE_AT, state="signalled",
+                 cause="interrupted", kind="k")
+    before = REQUEUE_AT - timedelta(seconds=1)
+    assert step(g, {"42"}, False, before) is Step.WAIT
+    assert step(g, {"42"}, False, REQUEUE_AT) is Step.REQUEUE
+    assert step(g, {"7"}, False, before) is Step.LEFT
+    assert step(g, {"42"}, True, REQUEUE_AT) is Step.REQUEUED  # (requeued off another node)
