@@ -251,6 +251,8 @@ class InterruptionPass:
         in_grace = {g.job_id for g in graces if g.instance_id == inst.instance_id}
         signalled = {g.job_id for g in graces}  # (a gang: for another of its nodes' warning)
         window = self.graces.window(inst.pool, deadline, now)
+        if deadline is None:  # (gone, or unhealthy: a grace no longer buys the job time)
+            in_grace = set()
         for job in jobs:
             if job in in_grace:
                 continue  # signalled when this warning first came (a message delivered again)

@@ -181,3 +181,24 @@ def test_a_graces_step_is_decided_from_what_slurm_shows() -> None:
     assert step(g, {"42"}, False, REQUEUE_AT) is Step.REQUEUE
     assert step(g, {"7"}, False, before) is Step.LEFT
     assert step(g, {"42"}, True, REQUEUE_AT) is Step.REQUEUED  # (requeued off another node)
+
+
+def test_an_instance_gone_in_the_grace_has_its_jobs_requeued_at_once(graced) -> None:  # type: ignore[no-untyped-def]
+    """EC2 took the instance before the deadline (no notice is exact): the job is requeued
+    as for any instance gone, not left waiting for a requeue time that no longer matters."""
+    from slurmscale.cloud.protocol import CloudInstance
+
+    new_pass, slurm, q, store, events = graced
+    p = new_pass()
+    q.bodies.append(spot_warning("i-0000000000000001"))
+    p.run(T0)
+    gone = CloudInstance("i-0000000000000001", "terminated", {},
+                         state_reason="Server.SpotInstanceTermination")
+    assert p.sweep([gone], T0 + timedelta(seconds=10), store.active_instances()) == 1
+    assert ops(slurm).count("requeue") == 1 and ops(slurm).count("signal") == 1
+    p.run(T0 + timedelta(seconds=12))
+    assert store.graces() == [] and ops(slurm).count("requeue") == 1
+    (g,) = store.graces(open_only=False)
+    assert g.state == "requeued"
+    assert [n for n, _ in slurm.powered_down] == [["spot-1"]]
+    assert "job_left_in_grace" not in [k for k, _ in events]
