@@ -553,6 +553,55 @@ def test_an_extension_moves_the_close_and_the_expiration_warning_closes_at_once(
     print(f"extension: the close moved to {moved}; warning to node released {took:.0f}s")
 
 
+def test_an_expiration_warning_on_time_closes_the_block_once_at_the_planned_close(
+        make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """AWS's timing, on the scenarios' compressed clock (30 minutes are LEAD = 30 s, so the
+    warning's 10 minutes before the terminations are 10 s): the Expiration Warning comes at
+    the end less LEAD + 10 s, which the margin's default form makes the planned close. The
+    block closes once, at that time: the job still running then is requeued once, never
+    before the close Slurm planned against, and nothing is left to EC2's terminations."""
+    from datetime import UTC, datetime, timedelta
+
+    from slurmscale.cloud.eventbridge import EventKind, block_message
+
+    # the default margin's floor, termination_lead_s + 600 s (config.default_block_margin_s),
+    # on the compressed clock: the warning's lead
+    margin = LEAD + 10
+    c, proxy = _block_pool(make_cluster, [BLOCK], margin)
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=30)
+    end = start + timedelta(seconds=150)
+    close = end.timestamp() - margin
+    proxy.capacity.add(Reservation(BLOCK, "p5.48xlarge", total=4,
+                                   reservation_type="capacity-block", start=start, end=end))
+    c.start_daemon()
+    job = c.sbatch("-N", "1", "--time=1", "-p", "gpu-cb", "--gres=gpu:8", "--wrap", "sleep 300")
+    c.wait_job(job, {"RUNNING"}, 150)
+    c.slurm("scontrol", "update", f"JobId={job}", "TimeLimit=10")  # now runs past the close
+    wait_for("the warning's time", lambda: datetime.now(UTC).timestamp() >= close,
+             close - datetime.now(UTC).timestamp() + 30)
+    c.send_event(block_message(EventKind.BLOCK_EXPIRING, BLOCK,
+                               datetime.fromtimestamp(close, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                               end.strftime("%Y-%m-%dT%H:%M:%SZ")))
+
+    def requeued() -> bool:
+        j = c.job(job)
+        return j.get("Restarts") == "1" and j.get("JobState") == "PENDING"
+    wait_for("the job requeued at the close", requeued, 60)
+    wait_for("the block's instance released", lambda: not c.cluster_instances(),
+             end.timestamp() - LEAD - datetime.now(UTC).timestamp())
+    events = c.events()
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("block_job_requeued") == 1 and "block_expiring" in kinds, kinds
+    assert kinds.count("block_closed") == 1, kinds
+    assert "slurm_update_failed" not in kinds
+    (at,) = [datetime.fromisoformat(e["at"]).timestamp() for e in events
+             if e["kind"] == "block_job_requeued"]
+    assert close - 1 <= at <= close + 10, (at - close, "the requeue at the planned close")
+    assert proxy.capacity.taken_back == [], "nothing left for EC2's terminations"
+    assert c.job(job)["Restarts"] == "1"
+    print(f"on-time warning: requeued {at - close:+.1f}s from the planned close, once")
+
+
 def test_a_kill_while_a_block_closes_and_the_restart_finishes_the_close(make_cluster) -> None:  # type: ignore[no-untyped-def]
     """SIGKILL the daemon in the middle of a block's close: after it requeued the job still
     running and before it powered the node down. The restarted daemon finishes the close from
