@@ -30,3 +30,23 @@ def _private_hook_view() -> Iterator[None]:
     else:
         os.environ[VIEW_ENV] = before
     shutil.rmtree(d, ignore_errors=True)
+
+
+# The longest integration tests first. pytest-xdist hands tests out in collection order, so
+# a long test collected late keeps one worker busy while the others have nothing left: the
+# suite's tail. These files hold the scenarios that wait out compressed Capacity Blocks, spot
+# requeues and replays (4-7 minutes each). The unit tests (seconds each) still go before
+# them, on a machine not yet loaded by Slurm clusters.
+LONG_FIRST = ("tests/integration/test_capacity.py", "tests/integration/test_replay.py",
+              "tests/integration/test_slurm_releases.py",
+              "tests/integration/test_devcluster_docker.py",
+              "tests/integration/test_interruptions.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::")[0]
+        if not path.startswith("tests/integration/"):
+            return (0, 0)
+        return (1, LONG_FIRST.index(path)) if path in LONG_FIRST else (2, 0)
+    items.sort(key=rank)  # (stable: the order inside each rank is kept)
