@@ -4,10 +4,12 @@
 # PostgreSQL for the HA tests. Extra arguments go to pytest (e.g. scripts/test.sh -k gang).
 # The integration tests mostly wait on Slurm and EC2 state, so they run 4 at a time
 # (pytest-xdist; each test has its own cluster, ports and directory): SLURMSCALE_TEST_WORKERS.
+# Work stealing: a worker that runs dry takes tests queued for a busy one, so the last long
+# scenarios do not wait in one worker's queue while the others idle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
 # lint and types first (the rules in pyproject.toml): a change that breaks them fails here
 echo "== ruff check" && .venv/bin/python -m ruff check --no-cache slurmscale tests
 echo "== mypy" && .venv/bin/python -m mypy
-exec .venv/bin/python -m pytest -n "${SLURMSCALE_TEST_WORKERS:-4}" "$@"
+exec .venv/bin/python -m pytest -n "${SLURMSCALE_TEST_WORKERS:-4}" --dist worksteal "$@"
