@@ -35,9 +35,11 @@ from slurmscale.policy.reservations import ReservationKnobs as _R
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 # Time to requeue what still runs on a block pool and power its nodes down, past SuspendTimeout
 BLOCK_SAFETY_S = 300.0
-# EC2 user guide, "Monitor Capacity Blocks using EventBridge": the Expiration Warning comes 40
-# minutes before a block's end, and its instances begin terminating 10 minutes later
-BLOCK_WARNING_BEFORE_TERMINATIONS_S = 600.0
+# EC2 user guide, "Monitor Capacity Blocks using EventBridge": a block's instances begin
+# terminating 30 minutes before its end, and the Expiration Warning comes 10 minutes before
+# that, 40 minutes before the end
+BLOCK_TERMINATION_LEAD_S = 1800.0
+BLOCK_WARNING_LEAD_S = BLOCK_TERMINATION_LEAD_S + 600.0
 
 
 def default_block_margin_s(termination_lead_s: float, suspend_timeout: float) -> float:
@@ -46,7 +48,7 @@ def default_block_margin_s(termination_lead_s: float, suspend_timeout: float) ->
     which the daemon closes a block at once), so that the close Slurm planned against is
     the one that happens and no job starts in between only to be requeued."""
     return max(termination_lead_s + suspend_timeout + BLOCK_SAFETY_S,
-               termination_lead_s + BLOCK_WARNING_BEFORE_TERMINATIONS_S)
+               termination_lead_s + BLOCK_WARNING_LEAD_S - BLOCK_TERMINATION_LEAD_S)
 
 class ConfigError(Exception):
     """The configuration file is missing, unreadable or invalid; the message says where."""
@@ -467,11 +469,9 @@ class CapacityBlockSettings(_Strict):
 
     prefix: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*-$", max_length=40)] = (
         "slurmscale-block-")
-    # EC2 begins terminating a block's instances this long before its end (AWS's EC2 user
-    # guide, "Monitor Capacity Blocks using EventBridge": the Expiration Warning comes 40
-    # minutes before the end and the terminations begin 10 minutes later). AWS's figure:
-    # change it only where a test compresses the clock.
-    termination_lead_s: Annotated[float, Field(ge=0)] = 1800.0
+    # EC2 begins terminating a block's instances this long before its end (AWS's figure,
+    # BLOCK_TERMINATION_LEAD_S): change it only where a test compresses the clock.
+    termination_lead_s: Annotated[float, Field(ge=0)] = BLOCK_TERMINATION_LEAD_S
     # default: termination_lead_s + power_saving.suspend_timeout + 300 s (time to requeue and
     # power down cleanly before EC2's terminations begin), and at least termination_lead_s +
     # 600 s (EC2's Expiration Warning): 40 minutes with AWS's lead

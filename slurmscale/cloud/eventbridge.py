@@ -39,8 +39,6 @@ BLOCK_KINDS = {"Capacity Block Delivered": EventKind.BLOCK_DELIVERED,
                "Capacity Block Reservation Delivered": EventKind.BLOCK_DELIVERED,
                "Capacity Block Expiration Warning": EventKind.BLOCK_EXPIRING,
                "Capacity Block Reservation Expiration Warning": EventKind.BLOCK_EXPIRING}
-# The Expiration Warning comes this long before the block's end.
-BLOCK_WARNING_LEAD_S = 2400.0
 
 
 class _BlockDetail(BaseModel):

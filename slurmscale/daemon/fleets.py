@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from slurmscale.audit import Event, Kind
-from slurmscale.cloud.eventbridge import BLOCK_WARNING_LEAD_S, Ec2Event, EventKind, aws_time
+from slurmscale.cloud.eventbridge import Ec2Event, EventKind, aws_time
 from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
     TAG_GANG,
@@ -25,7 +25,14 @@ from slurmscale.cloud.protocol import (
     CloudProvider,
     FleetSpec,
 )
-from slurmscale.config import CapacityType, Config, Placement, Pool, ReservationPreference
+from slurmscale.config import (
+    BLOCK_WARNING_LEAD_S,
+    CapacityType,
+    Config,
+    Placement,
+    Pool,
+    ReservationPreference,
+)
 from slurmscale.crashpoints import crash_point
 from slurmscale.model import (
     INTERRUPTIBLE,

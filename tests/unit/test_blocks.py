@@ -415,7 +415,7 @@ def test_the_default_close_is_no_later_than_ec2s_expiration_warning() -> None:
     """EC2 warns 40 minutes before a block's end and the daemon closes the block on the
     warning: the default close is there too (it was 37 minutes: lead + SuspendTimeout + 300
     s), so Slurm plans against the close that happens. A longer SuspendTimeout still counts."""
-    from slurmscale.cloud.eventbridge import BLOCK_WARNING_LEAD_S
+    from slurmscale.config import BLOCK_WARNING_LEAD_S
 
     cfg = parse_config(base_config())
     assert cfg.block_end_margin_s() == BLOCK_WARNING_LEAD_S == 2400.0
