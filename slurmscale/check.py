@@ -376,6 +376,7 @@ def check_reservations(cfg: Config, found: Reservations, zones: dict[str, str] |
         if p.capacity_reservations is None:
             continue
         block_pool = p.capacity_type is CapacityType.CAPACITY_BLOCK
+        pool_zones = sorted({zones[s] for s in p.subnets if s in zones}) if zones else []
         for rid in p.capacity_reservations.ids:
             r = found.get(rid)
             if isinstance(r, str) or r is None:
@@ -393,16 +394,16 @@ def check_reservations(cfg: Config, found: Reservations, zones: dict[str, str] |
                 out.append(Problem("warning", "reservation_type", f"pool {p.name}: {rid} "
                                    f"holds {r.instance_type}, not one of the pool's "
                                    f"{', '.join(p.instance_types)}: never launched into"))
-            pool_zones = sorted({zones[s] for s in p.subnets if s in zones}) if zones else []
             if pool_zones and r.availability_zone not in pool_zones:
                 out.append(Problem("error", "reservation_zone", f"pool {p.name}: {rid} is in "
                                    f"{r.availability_zone}, none of the pool's subnets is "
                                    f"(they are in {', '.join(pool_zones)}): every launch into "
                                    "it would fail; add a subnet in its zone"))
-            if r.state in GONE_STATES or (is_block and r.end is not None and r.end <= now):
+            past = r.end is not None and r.end <= now
+            if r.state in GONE_STATES or (is_block and past):
                 out.append(Problem("error", "reservation_gone", f"pool {p.name}: {rid} is "
-                                   f"{r.state}" + (f", ended {at(r.end)}" if r.end is not None
-                                                   and r.end <= now else "")
+                                   f"{r.state}" + (f", ended {at(r.end)}" if past and r.end
+                                                   else "")
                                    + ": it takes no instances; its jobs would pend for it"))
     return out
 
