@@ -488,11 +488,12 @@ class SlurmScheduler(PaidRouting):
         node failure does not."""
         job = self.jobs[idx]
         delay = self.spot.requeue_delay_s if self.spot is not None else 120.0
+        signalled = self.signalled_at.get(idx)  # (the run's signal ends with it: _vacate)
         self._vacate(idx, now)
         start = self.start.pop(idx)
         g = job.gpus_per_node(self.main.gpus_per_node) * job.nodes
         ran = max(0.0, now - start)
-        saved = self._saved(job, self.signalled_at.pop(idx, None), start, ran)
+        saved = self._saved(job, signalled, start, ran)
         self.result.busy_gpu_s += g * ran
         self.result.lost_gpu_s += g * (ran - saved)
         self.result.saved_gpu_s += g * saved

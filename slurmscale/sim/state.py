@@ -215,6 +215,7 @@ class SimState:
         work it did on paid capacity is counted."""
         start = self.start[idx]
         ran = max(0.0, now - start)
+        self.signalled_at.pop(idx, None)  # (a signal is to one run)
         for m, g in self.placed.pop(idx):
             if ran and self.policy.offline_cost:  # the oracle's timeline of each node's runs
                 self.node_runs.setdefault(m.name, []).append((start, now))
