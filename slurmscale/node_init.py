@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """slurmscale node-init: what an instance slurmscale launched runs at boot to join Slurm as
-the node it was launched for (docs/node-image.md). Stdlib only, Python 3.8+; gzipped into
-the user data (EC2's limit: 16 KB); `slurmscale node-init` runs this same code.
+the node it was launched for. Stdlib only (Python 3.8+), gzipped into the user data (EC2's
+16 KB limit is on that); `slurmscale node-init` runs this same code. docs/node-image.md has
+the whole story.
 
-1. IMDSv2 metadata (AWS_EC2_METADATA_SERVICE_ENDPOINT as botocore reads it): id, type, AZ.
-2. Waits for its `slurmscale:node` tag (written right after CreateFleet answers) until
-   --tag-timeout; checks `slurmscale:cluster` against --cluster.
-3. Pre-flight: `nvidia-smi -L` lists the pool's --gpus; --check-program.
-4. Starts `slurmd -N <node> -b` (--conf-server or --slurm-conf; the arguments after `--`).
-5. Any failure: it tags its own instance `slurmscale:boot-error` = "<cause>: <what>"
-   (CreateTags, signed with the instance role's credentials), which the daemon answers with
-   a fresh instance; one line on stderr; exit 1 (2: bad arguments). A tag, not a drain: the
-   failures that matter most (munge, an unreachable controller) cut it off from slurmctld.
+1. Instance metadata by IMDSv2 (PUT a token, GETs carrying it): id, type, AZ, region, tags;
+   at 169.254.169.254 unless AWS_EC2_METADATA_SERVICE_ENDPOINT says otherwise (as botocore).
+2. Waits for its `slurmscale:node` tag (the daemon tags each instance right after CreateFleet
+   answers) until --tag-timeout; checks `slurmscale:cluster` against --cluster.
+3. Pre-flight: `nvidia-smi -L` must list the --gpus the pool promises; --check-program.
+4. Starts `slurmd -N <node> -b`, configless (--conf-server) or with --slurm-conf, plus the
+   arguments after `--`; --foreground execs slurmd in its place.
+5. On any failure it does not join: it tags its own instance `slurmscale:boot-error` =
+   "<cause>: <what>" (CreateTags signed with the instance role's credentials), which the
+   daemon answers on its next pass with a fresh instance; one line on stderr; exit 1 (2: bad
+   arguments). A tag, not a Slurm drain: the failures that matter most (munge, an unreachable
+   controller, a release mismatch) are those in which the node cannot reach slurmctld.
 """
 
 from __future__ import annotations
