@@ -272,6 +272,25 @@ def capacity_block_scenario(make_cluster, **opts: object) -> None:  # type: igno
 BLOCK_B = "cr-0b1c2d3e4f5a60002"
 
 
+def _two_blocks(make_cluster, margin: float, a_s: float, gap_s: float, b_s: float):  # type: ignore[no-untyped-def]
+    """A block pool over BLOCK and BLOCK_B, Slurm's own scheduling clocks compressed with the
+    scenario's (defaults: 30 s and 60 s): A from 40 s on for `a_s`, B `gap_s` after A's end
+    for `b_s`. Returns the cluster, the proxy and (A's start, A's end, B's start, B's end)."""
+    from datetime import UTC, datetime, timedelta
+
+    c, proxy = _block_pool(
+        make_cluster, [BLOCK, BLOCK_B], margin,
+        slurm_conf_extra=["SchedulerParameters=bf_interval=5,sched_interval=5"])
+    a0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=40)
+    a1 = a0 + timedelta(seconds=a_s)
+    b0 = a1 + timedelta(seconds=gap_s)
+    b1 = b0 + timedelta(seconds=b_s)
+    for bid, s0, e0 in ((BLOCK, a0, a1), (BLOCK_B, b0, b1)):
+        proxy.capacity.add(Reservation(bid, "p5.48xlarge", total=4,
+                                       reservation_type="capacity-block", start=s0, end=e0))
+    return c, proxy, (a0, a1, b0, b1)
+
+
 def _block_targets(proxy) -> list[str | None]:  # type: ignore[no-untyped-def]
     """The block each answered fleet named, in launch order."""
     return [x.params.get("ReservedCapacityOptions.CapacityReservationTarget."
@@ -289,17 +308,8 @@ def test_two_blocks_with_a_gap_every_job_inside_one_window(make_cluster) -> None
     from datetime import UTC, datetime, timedelta
 
     margin = 40
-    c, proxy = _block_pool(
-        make_cluster, [BLOCK, BLOCK_B], margin,
-        # Slurm's own clocks compressed with the scenario's (defaults: 30 s and 60 s)
-        slurm_conf_extra=["SchedulerParameters=bf_interval=5,sched_interval=5"])
-    a0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=40)
-    a1 = a0 + timedelta(seconds=200)  # usable 160 s: a 2-minute limit fits, 3 do not
-    b0 = a1 + timedelta(seconds=20)
-    b1 = b0 + timedelta(seconds=130)  # usable 90 s: a 1-minute limit fits, 2 do not
-    for bid, s, e in ((BLOCK, a0, a1), (BLOCK_B, b0, b1)):
-        proxy.capacity.add(Reservation(bid, "p5.48xlarge", total=4,
-                                       reservation_type="capacity-block", start=s, end=e))
+    # A: usable 160 s, a 2-minute limit fits, 3 do not; B: usable 90 s, 1 minute fits, 2 not
+    c, proxy, (a0, a1, b0, b1) = _two_blocks(make_cluster, margin, 200, 20, 130)
     windows = [(a0.timestamp(), a1.timestamp() - margin), (b0.timestamp(), b1.timestamp() - margin)]
     c.start_daemon()
     part = ("-p", "gpu-cb", "--gres=gpu:8")
@@ -354,15 +364,8 @@ def test_touching_blocks_are_two_windows_and_no_job_runs_across_the_boundary(mak
     from slurmscale.policy.observe import slurm_time
 
     margin = 40
-    c, proxy = _block_pool(
-        make_cluster, [BLOCK, BLOCK_B], margin,
-        slurm_conf_extra=["SchedulerParameters=bf_interval=5,sched_interval=5"])
-    a0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=40)
-    a1 = a0 + timedelta(seconds=150)  # usable 110 s: a 1-minute limit fits, 2 do not
-    b1 = a1 + timedelta(seconds=150)  # B from A's end on
-    for bid, s0, e0 in ((BLOCK, a0, a1), (BLOCK_B, a1, b1)):
-        proxy.capacity.add(Reservation(bid, "p5.48xlarge", total=4,
-                                       reservation_type="capacity-block", start=s0, end=e0))
+    # A: usable 110 s, a 1-minute limit fits, 2 do not; B from A's end on
+    c, proxy, (a0, a1, _b0, b1) = _two_blocks(make_cluster, margin, 150, 0, 150)
     c.start_daemon()
     part = ("-p", "gpu-cb", "--gres=gpu:8")
     # 3 minutes fit A and B together (260 s without the gap), neither alone
