@@ -15,13 +15,14 @@ import pwd
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 
 from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.fleets import ReservedCapacity
+from slurmscale.daemon.graces import Graces
 from slurmscale.hostlists import compress
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.blocks import (
@@ -36,7 +37,8 @@ from slurmscale.policy.blocks import (
 )
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
-from slurmscale.store.rows import CapacityReservationRow, utc
+from slurmscale.store.protocol import PassStore
+from slurmscale.store.rows import CapacityReservationRow, PreemptionCause, utc
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +100,15 @@ def block_outlook(cfg: Config, rows: list[CapacityReservationRow], jobs: list[Qu
 
 
 class BlockPass:
-    def __init__(self, cfg: Config, slurm: SlurmClient, reserved: ReservedCapacity,
-                 event: Event) -> None:
+    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient,
+                 reserved: ReservedCapacity, event: Event) -> None:
         self.cfg = cfg
+        self.store = store
         self.slurm = slurm
         self.reserved = reserved
         self.event = event
+        # a pool's grace_signal: the jobs still running at a close are signalled first
+        self.graces = Graces(cfg, store, slurm, event)
         self.pools = [p for p in cfg.pools if p.capacity_type is CapacityType.CAPACITY_BLOCK]
         self.prefix = cfg.capacity_blocks.prefix
         self.user = _owner()
@@ -144,7 +149,7 @@ class BlockPass:
             if self._edit(pool, plan, held, t):
                 planned.append(pool)
             if not plan.is_open:
-                self._close(pool, plan, nodes)
+                self._close(pool, plan, nodes, now)
         for name in sorted({r.name for r in slurm_has} - mine):
             if not any(name.startswith(f"{self.prefix}{p.name}-") for p in self.pools):
                 self._delete(name, "no capacity-block pool of that name in the config", t)
@@ -227,12 +232,17 @@ class BlockPass:
         self.event(Kind.BLOCK_RESERVATION_DELETED, f"{name}: {why}")
         return True
 
-    def _close(self, pool: Pool, plan: BlockPlan, nodes: list[SlurmNode]) -> None:
-        """Outside a window: requeue what still runs on the pool, power its nodes down."""
+    def _close(self, pool: Pool, plan: BlockPlan, nodes: list[SlurmNode],
+               now: datetime) -> None:
+        """Outside a window: requeue what still runs on the pool, power its nodes down. With
+        the pool's `grace_signal`, a job still running is signalled first and requeued by
+        the interruption pass (`settle_graces`) at EC2's terminations less the margin, if
+        it has not left by then."""
         up = [n for n in nodes if pool.owns(n.name)
               and not ({"POWERED_DOWN", "POWERING_DOWN"} & n.flags)]
         idle = []
         requeued: set[str] = set()
+        graced = self._graced(pool, up, now)
         for n in up:
             try:
                 jobs = self.slurm.jobs_on_node(n.name)
@@ -240,7 +250,7 @@ class BlockPass:
                 log.warning("block %s: cannot list jobs on %s: %s", pool.name, n.name, e)
                 continue
             for job in jobs:
-                if job in requeued:
+                if job in requeued or graced(job, n.name):
                     continue
                 try:
                     self.slurm.requeue(job)
@@ -264,3 +274,39 @@ class BlockPass:
                 return
             self.event(Kind.BLOCK_CLOSED, f"{pool.name}: {compress(idle)} powered down, the "
                        f"block window is closed ({plan.reason})", node=compress(idle))
+
+    def _graced(self, pool: Pool, up: list[SlurmNode], now: datetime
+                ) -> Callable[[str, str], bool]:
+        """Whether a job on a closing pool's node is in its grace (signalled now, or
+        earlier and not over): (job, node) -> True to leave it running for now. Without the
+        pool's `grace_signal`, or with no time left before EC2's terminations (its margin
+        included), or the node's instance or block unknown: never (requeued now)."""
+        if pool.grace_signal is None or not up:
+            return lambda job, node: False
+        graces = self.graces.open()
+        held = {(g.job_id, g.node) for g in graces}
+        signalled = {g.job_id for g in graces}
+        names = {n.name for n in up}
+        insts = {i.node: i for i in self.store.active_instances()
+                 if i.node in names and i.state == "running"}
+        ends = {r.id: r.end for r in self.reserved.of_pool(pool, now.timestamp())}
+        lead = self.cfg.capacity_blocks.termination_lead_s
+
+        def graced(job: str, node: str) -> bool:
+            if (job, node) in held:
+                return True
+            inst = insts.get(node)
+            end = None if inst is None else ends.get(inst.capacity_reservation_id)
+            if inst is None or end is None:
+                return False
+            window = self.graces.window(pool.name, datetime.fromtimestamp(end - lead, UTC),
+                                        now)
+            if window is None or not self.graces.start(
+                    job, inst, window, PreemptionCause.BLOCK_END,
+                    f"capacity-block-end:{inst.capacity_reservation_id}",
+                    now.isoformat(timespec="seconds"), now, again=job in signalled):
+                return False
+            held.add((job, node))
+            signalled.add(job)
+            return True
+        return graced

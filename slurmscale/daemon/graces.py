@@ -121,6 +121,9 @@ class Graces:
 
     @staticmethod
     def reason(g: GraceRow) -> str:
-        """The node's drain reason, as the warning's handling set it."""
+        """The node's drain reason, as the warning's handling set it (a closed block's node
+        is not drained: the reason its requeue gives)."""
+        if g.cause == PreemptionCause.BLOCK_END:
+            return f"{g.pool}'s capacity block window closed at {g.notice_time}"
         why = Why.RECLAIMED if g.cause == PreemptionCause.RECLAIMED else Why.INTERRUPTED
         return reasons.reason(why, g.notice_time)

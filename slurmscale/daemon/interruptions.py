@@ -44,7 +44,13 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
-from slurmscale.store.rows import GraceRow, InstanceRow, PreemptionCause, PreemptionRow
+from slurmscale.store.rows import (
+    NOT_PREEMPTED,
+    GraceRow,
+    InstanceRow,
+    PreemptionCause,
+    PreemptionRow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -294,8 +300,9 @@ class InterruptionPass:
     def settle_graces(self, now: datetime) -> None:
         """Each signalled job still in its grace (graces.py): off the node (ended, or
         requeued itself), its grace is over; still there at `requeue_at`, requeued. A node
-        whose last grace is over is evacuated (powered down once its jobs are off it). Read
-        from the store, so a restarted daemon finishes what the one before it signalled."""
+        whose last grace is over is evacuated (powered down once its jobs are off it; a
+        closed Capacity Block's node, by the block pass as at every close). Read from the
+        store, so a restarted daemon finishes what the one before it signalled."""
         by_instance: dict[str, list[GraceRow]] = {}
         for g in self.graces.open():
             by_instance.setdefault(g.instance_id, []).append(g)
@@ -315,6 +322,8 @@ class InterruptionPass:
                         self.graces.close(g, GraceState.ENDED, now)
                     case Step.REQUEUE if self._requeue_graced(g, inst, now):
                         self.graces.close(g, GraceState.REQUEUED, now)
+            if gs[0].cause == PreemptionCause.BLOCK_END:
+                continue  # the block pass powers a closed block's nodes down once idle
             if inst is not None and inst.state == "running" and not any(
                     g.state == GraceState.SIGNALLED.value for g in gs):
                 self.evacuate(inst, PreemptionCause(gs[0].cause), gs[0].kind,
@@ -390,7 +399,7 @@ class InterruptionPass:
         if pool.fallback_pool is None:
             return
         times = sum(1 for p in self.store.preemptions(job)
-                    if p.cause != PreemptionCause.UNHEALTHY)
+                    if p.cause not in NOT_PREEMPTED)
         if times < pool.spot.max_preemptions:
             return
         partition = self.cfg.pool(pool.fallback_pool).partition

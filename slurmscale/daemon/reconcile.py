@@ -121,7 +121,7 @@ class Reconciler:
             self.names = NodeNamePass(ctx, watched(zone, self.cloud_failures, "Route 53"))
         self.boots = BootPass(ctx, fleets, self.addresses, metrics)
         self.health = HealthPass(ctx, self.interruptions, metrics)
-        self.blocks = BlockPass(cfg, slurm, self.reserved, self.event)
+        self.blocks = BlockPass(cfg, store, slurm, self.reserved, self.event)
         self.keep_up = KeepUpPass(cfg, slurm, self.event)
         self.quarantine_reported: set[tuple[str, str]] = set()
         self.steps_reported = len(timeframe.FRAME.eras)

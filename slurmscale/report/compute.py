@@ -27,10 +27,10 @@ from pydantic import BaseModel
 from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
 from slurmscale.store.rows import (
+    NOT_PREEMPTED,
     CapacityReservationRow,
     InstanceRow,
     JobRow,
-    PreemptionCause,
     ReplacementRow,
     utc,
 )
@@ -303,7 +303,7 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         gang_time_to_start=gang,
         preemptions=sum(1 for p in store.preemptions(since=since.timestamp())
                         if utc(p.at) < until
-                        and p.cause != PreemptionCause.UNHEALTHY),
+                        and p.cause not in NOT_PREEMPTED),
         requeues=sum(kinds[k] for k in REQUEUE_KINDS),
         launches=sum(1 for g in gangs if g.status == "launched"),
         launch_failures=sum(1 for g in gangs if g.status == "failed"),

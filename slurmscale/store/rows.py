@@ -23,6 +23,15 @@ class PreemptionCause(StrEnum):
     RECLAIMED = "reclaimed"  # an interruptible capacity reservation's owner took it back
     VANISHED = "vanished"  # the instance was found gone without any notice
     UNHEALTHY = "unhealthy"  # slurmscale replaced it: unhealthy, or scheduled for retirement
+    # its Capacity Block's window closed: requeued at the end of the job's grace (a run
+    # requeued at a close without a grace is an event only, block_job_requeued)
+    BLOCK_END = "block-end"
+
+
+# lost runs that are no preemption: not counted toward a job's max_preemptions, nor as
+# preemptions in the report (replacements are counted on their own; a block's end is
+# planned)
+NOT_PREEMPTED = frozenset({PreemptionCause.UNHEALTHY, PreemptionCause.BLOCK_END})
 
 
 @overload

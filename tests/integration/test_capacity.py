@@ -158,14 +158,18 @@ BLOCK = "cr-0b1c2d3e4f5a60001"
 LEAD = 30
 
 
-def _block_pool(make_cluster, ids: list[str], margin: float, **opts: object):  # type: ignore[no-untyped-def]
-    """A 4-node capacity-block pool over `ids`, the daemon not started: EC2's early
-    terminations on the scenarios' compressed clock (LEAD), the pool's template version with
-    the market type blocks take and no target (each fleet names the open blocks)."""
+def _block_pool(make_cluster, ids: list[str], margin: float,  # type: ignore[no-untyped-def]
+                pool: dict[str, object] | None = None, others: tuple[PoolSpec, ...] = (),
+                **opts: object):
+    """A 4-node capacity-block pool over `ids` (and `pool`'s other settings), the daemon not
+    started: EC2's early terminations on the scenarios' compressed clock (LEAD), the pool's
+    template version with the market type blocks take and no target (each fleet names the
+    open blocks); `others`: pools beside it."""
     c, proxy = make_cluster(
         pools=[PoolSpec("gpu-cb", "cb-", 4, capacity_type="capacity-block",
                         launch_template_version="2",
-                        extra={"capacity_reservations": {"ids": ids}})],
+                        extra={"capacity_reservations": {"ids": ids}, **(pool or {})}),
+               *others],
         extra_config={"capacity_blocks": {"end_margin_s": margin,
                                           "termination_lead_s": LEAD}},
         start_daemon=False, **opts)
@@ -603,6 +607,82 @@ def test_an_expiration_warning_on_time_closes_the_block_once_at_the_planned_clos
     assert proxy.capacity.taken_back == [], "nothing left for EC2's terminations"
     assert c.job(job)["Restarts"] == "1"
     print(f"on-time warning: requeued {at - close:+.1f}s from the planned close, once")
+
+
+def test_a_closing_block_signals_its_gang_which_saves_and_is_requeued_before_ec2(
+        make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """The pool's grace_signal at a block's close, which EC2's Expiration Warning marks: the
+    2-node gang still running gets SIGUSR1 in its batch script and writes its checkpoint;
+    the daemon is SIGKILLed right after the signal; the restarted daemon signals no second
+    time and requeues the gang at EC2's terminations less the signal's margin; nothing is
+    left to EC2's terminations; the rerun (moved to on-demand by hand: the block is over)
+    resumes from the checkpoint. Restarts 1, never FAILED.
+
+    On the compressed clock: the terminations LEAD = 30 s before the end, the close and the
+    warning 40 s before those (AWS: 10 minutes), the signal's margin 20 s."""
+    from datetime import UTC, datetime, timedelta
+
+    from slurmscale.cloud.eventbridge import EventKind, block_message
+    from tests.integration.test_interruptions import CHECKPOINTING_JOB
+
+    margin, signal_margin = LEAD + 40, 20
+    c, proxy = _block_pool(make_cluster, [BLOCK], margin,
+                           pool={"grace_signal": {"margin_s": signal_margin}},
+                           others=(PoolSpec("gpu-od", "od-", 2, capacity_type="on-demand"),),
+                           cred_expire=15)
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=30)
+    end = start + timedelta(seconds=190)
+    close, requeue_at = end.timestamp() - margin, end.timestamp() - LEAD - signal_margin
+    proxy.capacity.add(Reservation(BLOCK, "p5.48xlarge", total=4,
+                                   reservation_type="capacity-block", start=start, end=end))
+    c.start_daemon({"SLURMSCALE_TEST_MODE": "1", "SLURMSCALE_CRASH_AT": "grace:after_signal"})
+    script = c.root / "checkpointing.sh"
+    script.write_text(CHECKPOINTING_JOB.format(root=c.root))
+    job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-cb", "--time=1", str(script))
+    c.wait_job(job, {"RUNNING"}, 150)
+    c.slurm("scontrol", "update", f"JobId={job}", "TimeLimit=10")  # now runs past the close
+    wait_for("the close", lambda: datetime.now(UTC).timestamp() >= close,
+             close - datetime.now(UTC).timestamp() + 30)
+    c.send_event(block_message(EventKind.BLOCK_EXPIRING, BLOCK,
+                               datetime.fromtimestamp(close, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                               end.strftime("%Y-%m-%dT%H:%M:%SZ")))
+    save = c.root / f"ckpt-{job}"
+    wait_for("the daemon killed right after the signal", lambda: not c.procs.running("daemon"),
+             30)
+    wait_for("the job's checkpoint written on its signal", save.exists, 20)
+    assert c.job(job)["JobState"] == "RUNNING" and c.job(job)["Restarts"] == "0"
+    c.start_daemon()  # without the crash point
+    status = json.loads(c.cli("status", "--json").stdout)
+    assert {g["job_id"] for g in status["in_grace"]} == {str(job)}, status["in_grace"]
+    wait_for("the job requeued once", lambda: c.job(job).get("Restarts") == "1",
+             requeue_at - datetime.now(UTC).timestamp() + 20)
+    wait_for("the block's instances released", lambda: not c.cluster_instances(),
+             end.timestamp() - LEAD - datetime.now(UTC).timestamp())
+    c.wait_job(job, {"PENDING"}, 30)
+    c.slurm("scontrol", "update", f"JobId={job}", "Partition=gpu-od")
+    state = c.wait_job(job, {"COMPLETED"}, 240)  # wait_job fails at once on FAILED
+    assert state == "COMPLETED" and c.job(job)["Restarts"] == "1"
+    resumed = (c.root / f"ckpt-{job}.resumed").read_text()
+    assert resumed.startswith("resumed from step ") and resumed.strip().endswith("restart 1")
+    wait_for("the block over", lambda: datetime.now(UTC) > end + timedelta(seconds=5), 120)
+    c.events()  # a pass after the end: the proxy takes back whatever is left
+    assert proxy.capacity.taken_back == [], "nothing left for EC2's terminations"
+
+    events = c.events()
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("job_signalled") == 1, "signalled once, across the restart"
+    assert kinds.count("job_requeued") == 1 and "block_job_requeued" not in kinds, kinds
+    assert "job_left_in_grace" not in kinds and "slurm_update_failed" not in kinds
+    (signalled,) = [datetime.fromisoformat(e["at"]).timestamp() for e in events
+                    if e["kind"] == "job_signalled"]
+    (requeued,) = [datetime.fromisoformat(e["at"]).timestamp() for e in events
+                   if e["kind"] == "job_requeued"]
+    assert close - 1 <= signalled <= close + 10, signalled - close
+    assert requeue_at - 1 <= requeued < end.timestamp() - LEAD, requeued - requeue_at
+    print(f"block grace: SIGUSR1 {signalled - close:+.1f}s from the close, written as "
+          f"{save.read_text().strip()!r}; requeued {requeued - requeue_at:+.1f}s from its "
+          f"planned time, {end.timestamp() - LEAD - requeued:.1f}s before EC2's "
+          f"terminations; {resumed.strip()}")
 
 
 def test_a_kill_while_a_block_closes_and_the_restart_finishes_the_close(make_cluster) -> None:  # type: ignore[no-untyped-def]

@@ -23,6 +23,7 @@ from slurmscale.policy.blocks import (
 from slurmscale.policy.observe import slurm_time
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
+from slurmscale.store.rows import utc
 from tests.support.fakes import FakeCloud, FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
 from tests.unit.test_reconcile import Clock, hook
@@ -109,16 +110,17 @@ def test_plan_says_which_pending_gangs_start_when_the_block_opens() -> None:
 
 
 # --- the pass -------------------------------------------------------------------------------
-def _world(tmp_path, ids: list[str] | None = None, queue: FakeQueue | None = None):  # type: ignore[no-untyped-def]
+def _world(tmp_path, ids: list[str] | None = None, queue: FakeQueue | None = None,  # type: ignore[no-untyped-def]
+           margin: float = M, **pool: object):
     d = base_config(spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
                     hook_log_file=str(tmp_path / "hooks.log"),
                     store_url=f"sqlite:///{tmp_path / 'state.db'}",
-                    capacity_blocks={"end_margin_s": M})
+                    capacity_blocks={"end_margin_s": margin})
     d["pools"].append({
         "name": "gpu-cb", "partition": "gpu-cb", "node_prefix": "cb-", "max_nodes": 4,
         "instance_types": ["p5.48xlarge"], "capacity_type": "capacity-block",
         "launch_template": {"name": "gpu-cb", "version": 9}, "subnets": ["subnet-1"],
-        "capacity_reservations": {"ids": ids or ["cr-0000000000000b01"]}})
+        "capacity_reservations": {"ids": ids or ["cr-0000000000000b01"]}, **pool})
     cfg = parse_config(d)
     store = Store(cfg.store_url)
     store.upgrade()
@@ -185,6 +187,76 @@ def test_a_block_pool_from_before_its_start_to_after_its_end(tmp_path) -> None: 
     r.tick()
     assert ("power_down", ["cb-1", "cb-2"]) in slurm.calls
     assert "block_closed" in [e.kind for e in r.store.events()]
+
+
+def test_with_a_grace_signal_a_closing_block_signals_its_gang_and_requeues_before_ec2(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The pool's grace_signal at a block's close (the default margin: EC2's Expiration
+    Warning, 40 minutes before the end): the gang still running is signalled once, on both
+    its nodes, and requeued at EC2's terminations (30 minutes before the end) less the
+    signal's margin; the nodes are powered down by the block pass once idle, not drained."""
+    margin = 2400.0
+    r, cloud, slurm, clock, spool = _world(tmp_path, margin=margin,
+                                           grace_signal={"margin_s": 40})
+    clock.now = datetime.fromtimestamp(S + 5, UTC)
+    _set_block(cloud, S + 5)
+    slurm.now_text = datetime.fromtimestamp(S + 5).isoformat(timespec="seconds")
+    r.tick()
+    hook(spool, clock, RequestKind.RESUME, {8: ["cb-1", "cb-2"]})
+    assert r.tick().launched_gangs == 1
+    for n in ("cb-1", "cb-2"):
+        slurm.table[n] = SlurmNode(n, "ALLOCATED+CLOUD", "10.0.0.1", n, partitions=("gpu-cb",))
+    slurm.queue = [QueueJob("8", ("gpu-cb",), 2, 8, 3600, "", "", 1, "u", "RUNNING",
+                            nodelist="cb-[1-2]")]
+    close = E - margin
+    requeue_at = E - 1800 - 40
+    clock.now = datetime.fromtimestamp(close + 1, UTC)
+    r.tick()
+    assert [c for c in slurm.calls if c[0] == "signal"] == [("signal", ["8", "USR1", "batch"])]
+    assert ("requeue", ["8"]) not in slurm.calls and "drain" not in [c[0] for c in slurm.calls]
+    graces = r.store.graces()
+    assert sorted(g.node for g in graces) == ["cb-1", "cb-2"]
+    assert {utc(g.requeue_at).timestamp() for g in graces} == {requeue_at}
+    clock.now = datetime.fromtimestamp(requeue_at - 1, UTC)
+    r.tick()
+    assert ("requeue", ["8"]) not in slurm.calls, "still in its grace"
+    clock.now = datetime.fromtimestamp(requeue_at, UTC)
+    r.tick()
+    assert [c for c in slurm.calls if c[0] == "requeue"] == [("requeue", ["8"])]
+    (pre,) = r.store.preemptions("8")
+    assert pre.cause == "block-end" and pre.kind == "capacity-block-end:cr-0000000000000b01"
+    assert r.store.graces() == [] and "drain" not in [c[0] for c in slurm.calls]
+    kinds = [e.kind for e in r.store.events()]
+    assert kinds.count("job_signalled") == 1 and kinds.count("job_requeued") == 1
+    assert "block_job_requeued" not in kinds
+    slurm.queue = []
+    for n in ("cb-1", "cb-2"):
+        slurm.table[n] = SlurmNode(n, "IDLE+CLOUD", "10.0.0.1", n, partitions=("gpu-cb",))
+    clock.now += timedelta(seconds=10)
+    r.tick()
+    assert ("power_down", ["cb-1", "cb-2"]) in slurm.calls
+    assert [c for c in slurm.calls if c[0] in ("requeue", "signal")] == [
+        ("signal", ["8", "USR1", "batch"]), ("requeue", ["8"])]
+
+
+def test_a_close_too_near_ec2s_terminations_for_the_margin_requeues_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A margin below EC2's lead (the close 10 minutes before the end, the terminations 30):
+    no time for a grace, the job is requeued at the close as without a grace_signal."""
+    r, cloud, slurm, clock, spool = _world(tmp_path, grace_signal={"margin_s": 40})
+    clock.now = datetime.fromtimestamp(S + 5, UTC)
+    _set_block(cloud, S + 5)
+    slurm.now_text = datetime.fromtimestamp(S + 5).isoformat(timespec="seconds")
+    r.tick()
+    hook(spool, clock, RequestKind.RESUME, {8: ["cb-1", "cb-2"]})
+    assert r.tick().launched_gangs == 1
+    for n in ("cb-1", "cb-2"):
+        slurm.table[n] = SlurmNode(n, "ALLOCATED+CLOUD", "10.0.0.1", n, partitions=("gpu-cb",))
+    slurm.queue = [QueueJob("8", ("gpu-cb",), 2, 8, 3600, "", "", 1, "u", "RUNNING",
+                            nodelist="cb-[1-2]")]
+    clock.now = datetime.fromtimestamp(E - M + 1, UTC)
+    r.tick()
+    assert ("requeue", ["8"]) in slurm.calls and "signal" not in [c[0] for c in slurm.calls]
+    assert [e.kind for e in r.store.events()].count("block_job_requeued") == 1
 
 
 def test_blocks_unreadable_change_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]

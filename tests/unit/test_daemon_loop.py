@@ -299,6 +299,14 @@ def test_a_metrics_port_in_use_costs_the_metrics_not_the_loop(tmp_path: Path) ->
                   slurm={"bin_dir": str(slurm_down(tmp_path)), "timeout_s": 5})
     daemon = _daemon_up(tmp_path, cfg)
     try:
+        # (the daemon may be up before it first tried the port: the port is let go only
+        # once it has said it cannot serve there)
+        said = time.monotonic() + 30
+        log_file = tmp_path / "daemon.log"
+        while "cannot serve metrics on 127.0.0.1:" not in (
+                log_file.read_text() if log_file.exists() else ""):
+            assert daemon.poll() is None and time.monotonic() < said, "no word of the port"
+            time.sleep(0.1)
         holder.close()  # the port is free now: the next pass serves the metrics
         deadline = time.monotonic() + 30
         while True:
