@@ -15,6 +15,7 @@ from slurmscale.audit import Event, Kind
 from slurmscale.config import Config, GraceSignal, SignalTarget
 from slurmscale.crashpoints import crash_point
 from slurmscale.lifecycles import GraceState
+from slurmscale.policy.health import REPLACED_KIND
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
@@ -125,5 +126,8 @@ class Graces:
         is not drained: the reason its requeue gives)."""
         if g.cause == PreemptionCause.BLOCK_END:
             return f"{g.pool}'s capacity block window closed at {g.notice_time}"
+        if g.cause == PreemptionCause.UNHEALTHY:  # (a scheduled event's: see HealthPass)
+            return reasons.reason(Why.UNHEALTHY, f"{g.kind.removeprefix(REPLACED_KIND)} "
+                                  f"from {g.notice_time}")
         why = Why.RECLAIMED if g.cause == PreemptionCause.RECLAIMED else Why.INTERRUPTED
         return reasons.reason(why, g.notice_time)

@@ -118,21 +118,31 @@ class HealthPass:
                        f"or {self.cfg.event_lead_s:g}s before the event", node=v.node)
 
     def _replace(self, v: Verdict, inst: InstanceRow, now: datetime) -> None:
+        """Requeue the node's jobs and power it down. Before a scheduled event, with the
+        pool's `grace_signal`, its jobs are signalled instead and the interruption pass
+        requeues them at the event's start less the margin, then powers the node down
+        (`settle_graces`), as after a spot warning."""
         c = self.ctx
         reason = reasons.reason(Why.UNHEALTHY, f"{v.cause.value}: {v.detail}")
         # (a node whose slurmd does not answer never reports its jobs completed: no wait)
         wait = GONE_WAIT_S if v.cause is Cause.NOT_RESPONDING else COMPLETING_WAIT_S
+        deadline = None if v.deadline is None else datetime.fromtimestamp(v.deadline, UTC)
         if not self.interruptions.evacuate(inst, PreemptionCause.UNHEALTHY,
                                            f"{REPLACED_KIND}{v.cause.value}", iso(v.since),
-                                           reason, now, steer=False, wait_s=wait):
+                                           reason, now, steer=False, wait_s=wait,
+                                           deadline=deadline):
             return  # Slurm did not let it finish: the next pass redoes what is left
         requeued = sum(1 for p in c.store.preemptions(since=v.since - 1)
                        if p.instance_id == v.instance_id)
+        graced = sum(1 for g in self.interruptions.graces.open()
+                     if g.instance_id == v.instance_id)
         gpus = self._record(v, inst, now, requeued, left=False)
         self.replacing[v.node] = (v.since, v.pool)
         c.event(Kind.NODE_REPLACED, f"{v.node} ({v.instance_id}, pool {v.pool}): "
-                f"{v.cause.value}: {v.detail}; {requeued} job(s) requeued, instance "
-                "terminated by the suspend hook, node returned once powered down",
+                f"{v.cause.value}: {v.detail}; {requeued} job(s) requeued"
+                + (f", {graced} signalled (requeued before the event if still there)"
+                   if graced else "")
+                + ", instance terminated by the suspend hook, node returned once powered down",
                 node=v.node)
         if self.metrics is not None:
             self.metrics.replaced(v.pool, v.cause.value,

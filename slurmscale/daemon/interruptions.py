@@ -335,7 +335,7 @@ class InterruptionPass:
         without a record where the instance's row cannot be read). False: Slurm refused."""
         if inst is not None:
             return self._requeue(g.job_id, inst, g.cause, g.kind, g.notice_time,
-                                 Graces.reason(g), now, True)
+                                 Graces.reason(g), now, g.cause not in NOT_PREEMPTED)
         try:
             self.slurm.requeue(g.job_id)
         except SlurmError as e:

@@ -59,6 +59,9 @@ class Verdict:
     detail: str  # what was seen, for the reason, the audit log and `status`
     step: Step
     since: float  # when first seen unhealthy (Unix seconds)
+    # a scheduled event's start (Unix seconds): the time a pool's grace_signal gives its
+    # jobs before the requeue; None: no time to give (an unhealthy node's jobs requeue now)
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,9 @@ class HealthWatch:
             if step is Step.REPLACE and replaced_recently.get(n.name, 0) >= \
                     self.settings.max_replacements:
                 step = Step.LEAVE
-            out.append(Verdict(n.name, inst.instance_id, inst.pool, cause, detail, step, since))
+            ev = self.scheduled.get(inst.instance_id) if cause is Cause.SCHEDULED else None
+            out.append(Verdict(n.name, inst.instance_id, inst.pool, cause, detail, step, since,
+                               None if ev is None else ev.not_before))
         self.since = unwell
         live = {r.instance_id for r in running.values()}
         self.scheduled = {i: e for i, e in self.scheduled.items() if i in live}

@@ -161,8 +161,16 @@ def test_aws_health_scheduled_changes_parse_one_event_per_instance() -> None:
 
 @pytest.fixture
 def world(tmp_path):  # type: ignore[no-untyped-def]
+    w = _world(tmp_path)
+    yield w
+    w[4].close()
+
+
+def _world(tmp_path, **spot_pool: object):  # type: ignore[no-untyped-def]
     d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}")
     d["health"] = {"replace_on_reasons": ["NHC"], "grace_s": 0, "status_interval_s": 60}
+    (spot,) = [p for p in d["pools"] if p["name"] == "gpu-spot"]
+    spot.update(spot_pool)
     cfg = parse_config(d)
     store = Store(cfg.store_url)
     store.upgrade()
@@ -181,8 +189,7 @@ def world(tmp_path):  # type: ignore[no-untyped-def]
                       lambda k, m, **_: events.append((k, m)))
     q = FakeQueue()
     ip = InterruptionPass(cfg, store, slurm, q, ctx.event)
-    yield HealthPass(ctx, ip), ip, slurm, cloud, store, events, now, q
-    store.close()
+    return HealthPass(ctx, ip), ip, slurm, cloud, store, events, now, q
 
 
 def test_the_pass_replaces_an_impaired_node_requeues_its_gang_and_records_it(world) -> None:  # type: ignore[no-untyped-def]
@@ -253,3 +260,41 @@ def test_an_aws_health_message_drains_the_node_on_the_same_pass(world) -> None: 
     hp.run(slurm.nodes(), None)
     (r,) = store.replacements()
     assert r.cause == "scheduled-event" and slurm.powered_down
+
+
+def test_before_a_scheduled_event_a_grace_signal_gives_the_job_the_time_left(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The pool's grace_signal: the busy node due for replacement event_lead_s before the
+    event has its job signalled, not requeued; the job is requeued at the event's start
+    less the margin if still there, then the node is powered down with the replacement's
+    reason (one replacement recorded, one signal, one requeue)."""
+    hp, ip, slurm, _, store, events, now, q = _world(tmp_path, grace_signal={"margin_s": 40})
+    start = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    q.bodies.append(health_message("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", [IID],
+                                   "2026-11-30T12:00:00Z", "Wed, 02 Dec 2026 12:00:00 GMT"))
+
+    def pass_at(t: datetime) -> None:
+        now[0] = t
+        ip.run(t)
+        hp.run(slurm.nodes(), None)
+    pass_at(T0)
+    assert "DRAIN" in slurm.table["spot-1"].flags and "signal" not in [c[0] for c in slurm.calls]
+    pass_at(start - timedelta(seconds=900))  # health.event_lead_s before the event
+    assert [c for c in slurm.calls if c[0] in ("signal", "requeue")] == [
+        ("signal", ["42", "USR1", "batch"])]
+    assert not slurm.powered_down
+    (r,) = store.replacements()
+    assert "1 signalled (requeued before the event if still there)" in dict(events)[
+        "node_replaced"]
+    pass_at(start - timedelta(seconds=41))
+    assert ("requeue", ["42"]) not in slurm.calls and not slurm.powered_down
+    pass_at(start - timedelta(seconds=40))
+    assert [c for c in slurm.calls if c[0] in ("signal", "requeue")] == [
+        ("signal", ["42", "USR1", "batch"]), ("requeue", ["42"])]
+    (pre,) = store.preemptions("42")
+    assert (pre.cause, pre.kind) == ("unhealthy", "unhealthy:scheduled-event")
+    slurm.queue = []
+    pass_at(start - timedelta(seconds=35))
+    assert slurm.powered_down and slurm.powered_down[0][1].startswith(
+        "slurmscale: unhealthy, replaced: scheduled-event from ")
+    assert len(store.replacements()) == 1 and [c[0] for c in slurm.calls].count("signal") == 1
+    store.close()
