@@ -347,7 +347,9 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
     "next_start", "jobs": [{"job_id", "reason"}]}], "gangs": [GANG],
     "limit_use": {POOL: {"value" (the share of their time limits jobs run, as the hold rule
     used it), "jobs" (the ended jobs it was learned from), "source": learned|unlearned (auto,
-    too few jobs yet: 1.0)|fixed (the config's), "said"}}
+    too few jobs yet: 1.0)|fixed (the config's), "said"}}, "in_grace": [{"job_id", "node",
+    "pool", "signal", "cause" (interrupted|reclaimed|block-end|unhealthy), "signalled_at",
+    "requeue_at" (unix s)}] (jobs signalled before their requeue: a pool's grace_signal)
 
     GANG (each pending multi-node job): {"job_id", "pool", "partition", "nodes", "waited_s",
     "priority", "ahead" (pending jobs Slurm ranks above it), "overtaken_by" (of those,
@@ -400,6 +402,10 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
         click.echo(f"block        {b['pool']:<12} {b['reason']}")
         for j in b["jobs"]:
             click.echo(f"             job {j['job_id']}: {j['reason']}")
+    for g in data.get("in_grace", []):
+        left = g["requeue_at"] - data["now"]
+        click.echo(f"grace        job {g['job_id']} on {g['node']}: SIG{g['signal']} "
+                   f"({g['cause']}); requeued in {max(0.0, left):.0f}s unless it leaves first")
 
 
 def _daemon_plan(cfg: Config) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import PassStore
+from slurmscale.store.rows import GraceRow
 
 if TYPE_CHECKING:
     from slurmscale.daemon.holds import LimitUseLearner
@@ -72,6 +73,7 @@ class PassPlan:
     gangs: tuple[GangJob, ...] = ()  # the pending gangs this pass planned holds for
     # each pool's share of their time limits jobs run, as the hold rule used it
     limit_use: Mapping[str, LimitUse] = field(default_factory=dict)
+    graces: tuple[GraceRow, ...] = ()  # jobs signalled before their requeue, still running
 
 
 Priorities = tuple[list[JobPriority], PriorityWeights | None]
@@ -138,7 +140,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
                     partition_rewrites(fallback_rules(cfg), jobs, unavailable, now), snap,
                     tuple(jobs),
-                    tuple(blocks), standing, tuple(gangs), uses)
+                    tuple(blocks), standing, tuple(gangs), uses, tuple(store.graces()))
 
 
 class CapacityPass:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from slurmscale.store.rows import utc
+
 if TYPE_CHECKING:  # the CLI imports this module for every command: keep it light
     from slurmscale.config import Config
     from slurmscale.daemon.capacity import PassPlan
@@ -88,4 +90,8 @@ def plan_data(pp: PassPlan, source: str) -> dict[str, Any]:
                    for b in pp.blocks],
         "limit_use": {pool: {"value": round(u.value, 4), "jobs": u.jobs, "source": u.source,
                              "said": u.describe()} for pool, u in pp.limit_use.items()},
+        "in_grace": [{"job_id": g.job_id, "node": g.node, "pool": g.pool,
+                      "signal": g.signal, "cause": g.cause,
+                      "signalled_at": utc(g.signalled_at).timestamp(),
+                      "requeue_at": utc(g.requeue_at).timestamp()} for g in pp.graces],
     }

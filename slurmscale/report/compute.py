@@ -26,9 +26,11 @@ from pydantic import BaseModel
 
 from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
+from slurmscale.lifecycles import GraceState
 from slurmscale.store.rows import (
     NOT_PREEMPTED,
     CapacityReservationRow,
+    GraceRow,
     InstanceRow,
     JobRow,
     ReplacementRow,
@@ -106,6 +108,20 @@ class PaidUsage(BaseModel):
     utilization: float | None
 
 
+class Graces(BaseModel):
+    """The jobs one pool signalled before a requeue in the window (its `grace_signal`), by
+    what warned: how many were signalled, left their node within the grace (saved and
+    ended, or requeued themselves), were requeued at its end, or are in it still."""
+
+    pool: str
+    cause: str  # interrupted | reclaimed | block-end | unhealthy (a scheduled event)
+    signalled: int
+    left_in_grace: int
+    requeued: int
+    in_grace: int
+    p50_grace_s: float | None  # signal -> left or requeued (median, over those ended)
+
+
 class Replacements(BaseModel):
     """Unhealthy nodes one pool lost to one cause in the window."""
 
@@ -143,6 +159,7 @@ class Report(BaseModel):
     unpriced: list[str]  # instance type/capacity type pairs without a price
     paid_capacity: list[PaidUsage] = []
     replacements: list[Replacements] = []
+    graces: list[Graces] = []
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -227,6 +244,27 @@ def _usage(cfg: Config, pool: str, ctype: str, insts: list[InstanceRow], jobs: l
                      gpu_hours_busy=round(busy, 4),
                      gpu_hours_idle=round(max(0.0, gpu_h - busy), 4),
                      est_cost_usd=None if cost is None else round(cost, 2))
+
+
+def graces(store: Store, since: datetime, until: datetime) -> list[Graces]:
+    """Per pool and cause, the graces begun in the window (a gang's job counted once per
+    signal, not once per node)."""
+    by: dict[tuple[str, str], dict[str, GraceRow]] = {}
+    for g in store.graces(open_only=False):
+        if since <= utc(g.signalled_at) < until:
+            by.setdefault((g.pool, g.cause), {}).setdefault(g.job_id, g)
+    out = []
+    for (pool, cause), jobs in sorted(by.items()):
+        rows = list(jobs.values())
+        took = [(utc(g.ended_at) - utc(g.signalled_at)).total_seconds() for g in rows
+                if g.ended_at is not None]
+        out.append(Graces(
+            pool=pool, cause=cause, signalled=len(rows),
+            left_in_grace=sum(g.state == GraceState.ENDED.value for g in rows),
+            requeued=sum(g.state == GraceState.REQUEUED.value for g in rows),
+            in_grace=sum(g.state == GraceState.SIGNALLED.value for g in rows),
+            p50_grace_s=percentile(took, 50)))
+    return out
 
 
 def replacements(store: Store, insts: list[InstanceRow], since: datetime,
@@ -321,4 +359,5 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         unpriced=sorted(unpriced),
         paid_capacity=[paid_usage(r, store.reserved_instances(r.id, since), since, until)
                        for r in store.capacity_reservations()],
-        replacements=replacements(store, insts, since, until))
+        replacements=replacements(store, insts, since, until),
+        graces=graces(store, since, until))

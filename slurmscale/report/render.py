@@ -59,6 +59,9 @@ def _rows(r: Report) -> Iterator[tuple[str, str, str, Any]]:
         for f in ("replaced", "left_for_admin", "jobs_requeued", "p50_to_fresh_s",
                   "lost_gpu_hours"):
             yield "replacements", f"{x.pool}/{x.cause}", f, getattr(x, f)
+    for g in r.graces:
+        for f in ("signalled", "left_in_grace", "requeued", "in_grace", "p50_grace_s"):
+            yield "graces", f"{g.pool}/{g.cause}", f, getattr(g, f)
 
 
 def to_csv(r: Report) -> str:
@@ -104,6 +107,11 @@ def to_text(r: Report) -> str:
         out += [f"  {x.pool[:12]:<12} {x.cause[:16]:<16} {x.replaced:>4} {x.left_for_admin:>5} "
                 f"{x.jobs_requeued:>9} {_dur(x.p50_to_fresh_s):>9} {x.lost_gpu_hours:>11,.2f}"
                 for x in r.replacements]
+    if r.graces:
+        # (jobs signalled before a requeue: the pool's grace_signal)
+        out.append("Jobs signalled             signalled  left  requeued  in grace  p50 grace")
+        out += [f"  {g.pool[:12]:<12} {g.cause[:12]:<12} {g.signalled:>9} {g.left_in_grace:>5} "
+                f"{g.requeued:>9} {g.in_grace:>9} {_dur(g.p50_grace_s):>10}" for g in r.graces]
     if r.paid_capacity:
         out.append("Paid capacity (node-hours)      paid      used      idle   use")
         out += [f"  {u.id[-12:]:<12} {'block' if u.kind == 'capacity-block' else 'odcr':<5} "
@@ -193,6 +201,11 @@ def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]
                [[x.pool, x.cause, x.replaced, x.left_for_admin, x.jobs_requeued,
                  _dur(x.p50_to_fresh_s), f"{x.lost_gpu_hours:,.2f}"] for x in r.replacements])
         if r.replacements else "<p>None.</p>",
+        "<h2>Jobs signalled before a requeue (grace_signal)</h2>",
+        _table(["pool", "warned by", "signalled", "left in their grace", "requeued",
+                "in their grace", "signal to off the node (p50)"],
+               [[g.pool, g.cause, g.signalled, g.left_in_grace, g.requeued, g.in_grace,
+                 _dur(g.p50_grace_s)] for g in r.graces]) if r.graces else "<p>None.</p>",
         "<h2>Reservations for starving gangs</h2>",
         _table(["reservation", "pool", "job", "nodes needed", "state", "idle GPU-hours"],
                [[h.name, h.pool, h.job_id, h.needed, h.state, f"{h.idle_gpu_hours:,.2f}"]

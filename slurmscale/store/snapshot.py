@@ -60,6 +60,8 @@ class StoreSnapshot:
     # the jobs that ended since `runs_since` (None: not read), for limit_use: auto
     runs: tuple[JobRun, ...] = ()
     runs_since: float | None = None
+    # the jobs in their grace (signalled before a requeue), for `plan`
+    grace_rows: tuple[GraceRow, ...] = ()
 
     @classmethod
     def read(cls, store: PassStore, preemptions_since: float,
@@ -69,7 +71,7 @@ class StoreSnapshot:
         return cls(store.pool_memory(), tuple(store.holds()), tuple(store.offerings()),
                    tuple(store.capacity_reservations()),
                    tuple(store.preemptions(since=preemptions_since)), store.reserved_nodes(),
-                   preemptions_since, runs, runs_since)
+                   preemptions_since, runs, runs_since, tuple(store.graces()))
 
     # --- across a pipe: records as their field values, so the reader needs no ORM --------
     def to_plain(self) -> dict[str, Any]:
@@ -81,7 +83,7 @@ class StoreSnapshot:
                 "reservations": plain(self.reservation_rows),
                 "preemptions": plain(self.preemption_rows), "reserved": sorted(self.reserved),
                 "since": self.preemptions_since, "runs": list(self.runs),
-                "runs_since": self.runs_since}
+                "runs_since": self.runs_since, "graces": plain(self.grace_rows)}
 
     @classmethod
     def from_plain(cls, d: dict[str, Any]) -> StoreSnapshot:
@@ -91,7 +93,7 @@ class StoreSnapshot:
                    tuple(CapacityReservationRow(**r) for r in d["reservations"]),
                    tuple(PreemptionRow(**r) for r in d["preemptions"]),
                    frozenset(d["reserved"]), d["since"], tuple(JobRun(*r) for r in d["runs"]),
-                   d["runs_since"])
+                   d["runs_since"], tuple(GraceRow(**r) for r in d["graces"]))
 
     # --- PassStore's reads (copies: a caller that edits one changes nothing) --------------
     def pool_memory(self) -> dict[str, PoolMemory]:
@@ -157,7 +159,9 @@ class StoreSnapshot:
         self._refuse("add_replacement")
 
     def graces(self, open_only: bool = True) -> list[GraceRow]:
-        self._refuse("graces")
+        if not open_only:
+            self._refuse("graces(open_only=False)")
+        return [replace(r) for r in self.grace_rows]
 
     def put_grace(self, row: GraceRow) -> None:
         self._refuse("put_grace")

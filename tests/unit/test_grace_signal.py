@@ -16,7 +16,7 @@ from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.lifecycles import IllegalTransition
 from slurmscale.model import SlurmNode
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.rows import utc
+from slurmscale.store.rows import GraceRow, utc
 from tests.support.eventbridge_messages import spot_warning
 from tests.support.fakes import FakeSlurm
 from tests.unit.test_interruptions import T0, spot_world
@@ -202,3 +202,53 @@ def test_an_instance_gone_in_the_grace_has_its_jobs_requeued_at_once(graced) -> 
     assert g.state == "requeued"
     assert [n for n, _ in slurm.powered_down] == [["spot-1"]]
     assert "job_left_in_grace" not in [k for k, _ in events]
+
+
+def test_plan_lists_the_jobs_in_their_grace_from_the_daemon_and_from_a_snapshot(
+        graced) -> None:  # type: ignore[no-untyped-def]
+    """`plan` (the daemon's, and `--live`'s from the store's snapshot read in another
+    process) lists each job in its grace and when it is requeued."""
+    from slurmscale.daemon.capacity import current_plan
+    from slurmscale.daemon.holds import limit_use_runs_since
+    from slurmscale.daemon.plan_view import plan_data
+    from slurmscale.store.snapshot import StoreSnapshot
+
+    new_pass, slurm, q, store, _ = graced
+    q.bodies.append(spot_warning("i-0000000000000001"))
+    new_pass().run(T0)
+    cfg = new_pass().cfg
+    snap = StoreSnapshot.from_plain(StoreSnapshot.read(
+        store, 0.0, limit_use_runs_since(cfg, T0.timestamp())).to_plain())
+    for source in (store, snap):
+        data = plan_data(current_plan(cfg, slurm, source, T0.timestamp()), "live")
+        assert [(g["job_id"], g["node"], g["cause"], g["requeue_at"])
+                for g in data["in_grace"]] == [
+            ("42", "spot-1", "interrupted", REQUEUE_AT.timestamp())]
+
+
+def test_the_report_counts_graces_used_and_the_jobs_that_left_within_them(
+        graced, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """One job requeued at its grace's end, one that left within it (two warnings): the
+    report's graces say so per pool and cause, in JSON, CSV, text and HTML."""
+    from slurmscale.report.compute import build_report
+    from slurmscale.report.render import to_csv, to_html, to_text
+
+    new_pass, slurm, q, store, _ = graced
+    p = new_pass()
+    q.bodies.append(spot_warning("i-0000000000000001"))
+    p.run(T0)
+    p.run(REQUEUE_AT)  # requeued at the end of its grace
+    g = store.graces(open_only=False)[0]
+    store.put_grace(GraceRow(
+        job_id="43", node="spot-2", instance_id="i-0000000000000002", pool="gpu-spot",
+        signal="USR1", signalled_at=T0, requeue_at=REQUEUE_AT, state="signalled",
+        cause=g.cause, kind=g.kind))
+    slurm.queue = []
+    p.run(T0 + timedelta(seconds=50))  # 43 left 50 s after its signal
+    r = build_report(p.cfg, store, T0 - timedelta(hours=1), T0 + timedelta(hours=1))
+    (x,) = r.graces
+    assert (x.pool, x.cause, x.signalled, x.left_in_grace, x.requeued, x.in_grace) == (
+        "gpu-spot", "interrupted", 2, 1, 1, 0)
+    assert x.p50_grace_s == 50.0
+    assert "graces,gpu-spot/interrupted,left_in_grace,1" in to_csv(r)
+    assert "Jobs signalled" in to_text(r) and "left in their grace" in to_html(r, {}, {})
