@@ -88,6 +88,9 @@ class Kind(StrEnum):
     NODE_ADDRESS_RESET = "node_address_reset"
     DNS_RECORDS_CHANGED = "dns_records_changed"
     DNS_FAILED = "dns_failed"
+    # EC2's network topology written into Slurm's topology.conf (and slurmctld reconfigured)
+    TOPOLOGY_UPDATED = "topology_updated"
+    TOPOLOGY_FAILED = "topology_failed"
 
     # Capacity Blocks
     BLOCK_DELIVERED = "block_delivered"

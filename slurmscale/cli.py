@@ -172,18 +172,30 @@ def resume_fail(ctx: click.Context, hostlist: tuple[str, ...]) -> None:
 
 @cli.command("slurm-conf")
 @click.option("--gres", is_flag=True, help="Print gres.conf lines instead of slurm.conf.")
+@click.option("--topology", is_flag=True,
+              help="Print the first topology.conf (every node unplaced; the daemon rewrites "
+                   "it as EC2 places instances): needs `topology:` in the config.")
 @click.option("--slurm-release", metavar="MAJOR.MINOR", default=None,
               help="The Slurm the lines are for (default: `scontrol --version` here; none "
                    "answering: lines any release from 22.05 takes).")
 @click.pass_context
-def slurm_conf(ctx: click.Context, gres: bool, slurm_release: str | None) -> None:
-    """Print the slurm.conf (or gres.conf) lines that match this config, and what the running
-    Slurm release does itself (25.05+: requeue_on_resume_failure)."""
+def slurm_conf(ctx: click.Context, gres: bool, topology: bool,
+               slurm_release: str | None) -> None:
+    """Print the slurm.conf (or gres.conf, or topology.conf) lines that match this config, and
+    what the running Slurm release does itself (25.05+: requeue_on_resume_failure)."""
     import re
 
     from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
 
     cfg = _load(ctx)
+    if topology:
+        from slurmscale.topology import render_tree
+
+        if cfg.topology is None:
+            click.echo("slurmscale: --topology: the config has no `topology:` section", err=True)
+            sys.exit(2)
+        click.echo(render_tree([n for p in cfg.pools for n in p.node_names()], {}), nl=False)
+        return
     release: tuple[int, int] | None = None
     if slurm_release is not None:
         m = re.fullmatch(r"(\d{2})\.(\d{1,2})", slurm_release.strip())

@@ -517,6 +517,22 @@ class DaemonSettings(_Strict):
     stop_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
 
+class TopologySettings(_Strict):
+    """Slurm's network topology from EC2's (docs/topology.md): each running instance's network
+    nodes (DescribeInstanceTopology) rendered as Slurm's topology.conf for topology/tree, so
+    Slurm places a multi-node job under the fewest network nodes among the nodes that are up.
+    `file`: the topology.conf Slurm reads, beside slurm.conf (default: slurm.conf's
+    directory); SlurmUser must be able to write it (`slurmscale install` makes it so)."""
+
+    plugin: Literal["tree"] = "tree"
+    file: str | None = None
+    # EC2 is asked about instances it has not placed yet at most this often (it answers
+    # nothing for an instance until it runs, and eventual consistency may lag a launch)
+    read_interval_s: Annotated[float, Field(ge=1)] = 30.0
+    # slurmctld re-reads topology.conf only on `scontrol reconfigure`: at most this often
+    reconfigure_interval_s: Annotated[float, Field(ge=1)] = 60.0
+
+
 class HealthSettings(_Strict):
     """Unhealthy nodes replaced rather than retried into: a node whose instance fails EC2's
     status checks, that the site's health check drained with a matching reason, or that
@@ -629,6 +645,7 @@ class Config(_Strict):
     metrics: MetricsSettings = MetricsSettings()
     health: HealthSettings = HealthSettings()
     dns: DnsSettings | None = None  # node names in Route 53 (docs/node-image.md, "Names")
+    topology: TopologySettings | None = None  # EC2's network topology into Slurm's
     # USD per instance-hour by instance type and capacity type, for the reports' cost
     # estimate, e.g. {p5.48xlarge: {on-demand: 98.32, spot: 39.0}}; unpriced types show no cost
     prices: dict[str, dict[CapacityType, Annotated[float, Field(ge=0)]]] = {}
@@ -672,6 +689,15 @@ class Config(_Strict):
                     "slurmscale releases idle nodes itself and SuspendTime is the backstop "
                     "for when its daemon is down")
         return self
+
+    def topology_file(self) -> str | None:
+        """Where Slurm reads the topology slurmscale writes (None: no topology)."""
+        if self.topology is None:
+            return None
+        if self.topology.file is not None:
+            return self.topology.file
+        return os.path.join(os.path.dirname(self.slurm.conf or "/etc/slurm/slurm.conf"),
+                            "topology.conf")
 
     def block_end_margin_s(self) -> float:
         cb = self.capacity_blocks

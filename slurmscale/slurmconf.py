@@ -107,6 +107,12 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
             "# every node state (a busy GPU node too), spread over the interval",
             "HealthCheckNodeState=ANY,CYCLE",
         ]
+    if cfg.topology is not None:
+        lines += [
+            "# EC2's network topology (topology: in slurmscale.yaml): the daemon rewrites",
+            f"# {cfg.topology_file()} as instances come and go (first: slurm-conf --topology).",
+            "TopologyPlugin=topology/tree",
+        ]
     if any(p.gpus_per_node for p in cfg.pools):
         lines.append("GresTypes=gpu")
     for p in cfg.pools:

@@ -30,6 +30,9 @@ from slurmscale.model import (
 
 log = logging.getLogger(__name__)
 
+# DescribeInstanceTopology takes at most 100 explicit instance ids a request
+TOPOLOGY_IDS_PER_CALL = 100
+
 NOT_FOUND = "InvalidInstanceID.NotFound"  # an instance id EC2 does not have
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
@@ -281,6 +284,25 @@ class EC2Cloud:
                     gpus=sum(int(g.get("Count", 0)) for g in gpus),
                     gpu_name=",".join(sorted({str(g.get("Name", "")) for g in gpus})),
                     efa=bool(t.get("NetworkInfo", {}).get("EfaSupported", False)))
+        return out
+
+    def instance_topology(self, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        """DescribeInstanceTopology, 100 ids a call (the API reference's limit on explicit
+        ids; MaxResults cannot go with them), each call's pages followed."""
+        out: dict[str, tuple[str, ...]] = {}
+        for i in range(0, len(instance_ids), TOPOLOGY_IDS_PER_CALL):
+            token: str | None = None
+            while True:
+                r = self._call("describe_instance_topology",
+                               InstanceIds=instance_ids[i:i + TOPOLOGY_IDS_PER_CALL],
+                               **({"NextToken": token} if token else {}))
+                for t in r.get("Instances", []):
+                    nodes = tuple(str(n) for n in t.get("NetworkNodes") or ())
+                    if nodes and t.get("InstanceId"):
+                        out[str(t["InstanceId"])] = nodes
+                token = r.get("NextToken")
+                if not token:
+                    break
         return out
 
     def subnet_zones(self, subnets: list[str]) -> dict[str, str]:

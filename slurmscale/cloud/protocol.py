@@ -99,6 +99,11 @@ class CloudProvider(Protocol):
 
     def instance_health(self) -> list[InstanceHealth]: ...
 
+    def instance_topology(self, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        """Each instance's network nodes, top-down (DescribeInstanceTopology); an instance
+        EC2 gives none for (not running, a type without topology) is left out."""
+        ...
+
 
 @dataclass(frozen=True)
 class QueueMessage:

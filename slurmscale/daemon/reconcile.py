@@ -50,6 +50,7 @@ from slurmscale.daemon.pass_times import PassTimes
 from slurmscale.daemon.requests import RequestPass
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.daemon.sweep import InstanceSweep
+from slurmscale.daemon.topology import TopologyPass
 from slurmscale.model import CapacityReservation, SlurmNode
 from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.node_writes import NodeWrites
@@ -119,6 +120,7 @@ class Reconciler:
             if fence is not None:
                 zone = fenced(zone, fence, "Route 53")
             self.names = NodeNamePass(ctx, watched(zone, self.cloud_failures, "Route 53"))
+        self.topology = TopologyPass(ctx) if cfg.topology is not None else None
         self.boots = BootPass(ctx, fleets, self.addresses, metrics)
         self.health = HealthPass(ctx, self.interruptions, metrics)
         self.blocks = BlockPass(cfg, store, slurm, self.reserved, self.event)
@@ -155,6 +157,9 @@ class Reconciler:
         if self.names is not None and active is not None:
             with phase("names"):
                 self.names.run(active, self.clock())
+        if self.topology is not None and active is not None:
+            with phase("topology"):
+                self.topology.run(active, self.clock().timestamp())
         with phase("reservations"):
             # the reservations' state and free count (one cached call): status, plan, metrics
             self.reserved.reservations(self.clock().timestamp())

@@ -377,6 +377,15 @@ SlurmdTimeout={self.o.slurmd_timeout}
         gres = render_gres_conf(
             self.cfg, gpu_files=lambda p: f"{r / 'gpu'}/gpu[0-{p.gpus_per_node - 1}]")
         (self.conf.parent / "gres.conf").write_text(gres)
+        topology = self.cfg.topology_file()
+        if topology is not None:
+            # what `slurmscale slurm-conf --topology` prints, given to SlurmUser (the daemon
+            # rewrites it), as docs/topology.md has the admin do
+            from slurmscale.topology import render_tree
+
+            Path(topology).write_text(render_tree(
+                [n for p in self.cfg.pools for n in p.node_names()], {}))
+            os.chown(topology, self.slurm_uid, self.slurm_gid)
 
     def _install_hooks(self) -> None:
         dst = self.root / "hooks"

@@ -110,6 +110,7 @@ class SimEc2:
     reservations: dict[str, CapacityReservation] = field(default_factory=dict)
     groups: dict[str, dict[str, str]] = field(default_factory=dict)
     instances: dict[str, _Instance] = field(default_factory=dict)
+    topology: dict[str, tuple[str, ...]] = field(default_factory=dict)  # instance -> nodes
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _live: dict[str, int] = field(default_factory=lambda: {SPOT: 0, ON_DEMAND: 0})
     _ended: deque[tuple[datetime, str]] = field(default_factory=deque)  # in end order
@@ -274,6 +275,12 @@ class SimEc2:
     def instance_health(self) -> list[InstanceHealth]:
         return [InstanceHealth(i.id, instance_status="impaired" if i.impaired else "ok")
                 for i in self.instances.values() if i.state == "running"]
+
+    def instance_topology(self, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        # (the simulator's runs lay no network out: every instance is as one of a type EC2
+        # gives no topology for; `topology` is there for the contract's check)
+        return {i: self.topology[i] for i in instance_ids if i in self.topology
+                and i in self.instances and self.instances[i].state == "running"}
 
 
 @dataclass

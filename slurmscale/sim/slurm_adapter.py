@@ -364,6 +364,9 @@ class SimSlurm:
         self.sim.requeue_job(idx, self.now)
         self._changed()
 
+    def reconfigure(self) -> None:
+        pass  # (the simulated Slurm has no config files to re-read)
+
     def signal_job(self, job_id: str, signal: str, full: bool) -> None:
         """A running job signalled: a trace job that saves on a signal saves now (its
         requeue then keeps that much of the run); refused as scancel refuses."""

@@ -280,6 +280,9 @@ class SlurmCLI:
         # that runs no srun step would never see it)
         self.run("scancel", f"--signal={signal}", "--full" if full else "--batch", job_id)
 
+    def reconfigure(self) -> None:
+        self.scontrol("reconfigure")
+
     def pending_jobs(self) -> list[QueueJob]:
         return [j for j in self._jobs("PD") if j.state == "PENDING"]
 

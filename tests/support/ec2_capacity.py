@@ -23,7 +23,9 @@ insufficient-capacity error before the start, at most the named blocks' free cou
 (the excess as an insufficient-capacity error beside the instances, no on-demand fallback),
 and EC2 begins terminating the block's instances `termination_lead_s` (AWS: 30 minutes)
 before its end.
-Placement groups:
+DescribeInstanceTopology (the API reference, and the user guide's "How Amazon EC2 topology
+works": each running instance's network nodes, top-down): as the test lays the network out by
+node name. Placement groups:
 create (tags), describe (by name or tag filter), delete (refused while an instance of it is
 live), and a fleet naming an unknown group is refused, as EC2 does.
 Not reproduced: `open` reservations matched by attributes alone, instance platform and tenancy
@@ -134,6 +136,9 @@ class CapacityModel:
     # EC2 begins terminating a block's instances this long before its end (30 minutes in
     # AWS's user guide; a test that compresses its clock compresses this with it)
     termination_lead_s: float = 1800.0
+    # DescribeInstanceTopology: the network nodes (top-down) of the instance running as a
+    # node (its slurmscale:node tag), as the test lays the network out
+    topology_by_node: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def add(self, r: Reservation) -> Reservation:
         self.reservations[r.id] = r
@@ -141,7 +146,8 @@ class CapacityModel:
 
     # --- answered here, never forwarded -------------------------------------------------
     SERVED = frozenset({"DescribeCapacityReservations", "CreatePlacementGroup",
-                        "DescribePlacementGroups", "DeletePlacementGroup"})
+                        "DescribePlacementGroups", "DeletePlacementGroup",
+                        "DescribeInstanceTopology"})
 
     def serve(self, action: str, params: dict[str, str]) -> tuple[int, bytes]:
         with self.lock:
@@ -178,6 +184,34 @@ class CapacityModel:
         return 200, _response("DescribeCapacityReservations",
                               f"<capacityReservationSet>{''.join(items)}"
                               "</capacityReservationSet>")
+
+    def _DescribeInstanceTopology(self, params: dict[str, str]) -> tuple[int, bytes]:  # noqa: N802
+        """The API reference's DescribeInstanceTopology: at most 100 explicit ids, MaxResults
+        not with them; an instance not running, or without a laid-out node, has no network
+        nodes (AWS: a type without topology, a state other than running). No paging here."""
+        ids = _indexed(params, "InstanceId")
+        if len(ids) > 100 or (ids and "MaxResults" in params):
+            return _error("InvalidParameterCombination" if ids and "MaxResults" in params
+                          else "InvalidParameterValue",
+                          "at most 100 instance IDs, and not with MaxResults")
+        found = [i for r in self._ec2().describe_instances(
+            **({"InstanceIds": ids} if ids else {}))["Reservations"] for i in r["Instances"]]
+        items = []
+        for i in found:
+            tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+            nodes = (self.topology_by_node.get(tags.get("slurmscale:node", ""), ())
+                     if i["State"]["Name"] == "running" else ())
+            items.append(
+                f"<item><instanceId>{i['InstanceId']}</instanceId>"
+                f"<instanceType>{i['InstanceType']}</instanceType>"
+                + (f"<groupName>{escape(i['Placement']['GroupName'])}</groupName>"
+                   if i["Placement"].get("GroupName") else "")
+                + "<networkNodeSet>" + "".join(f"<item>{n}</item>" for n in nodes)
+                + "</networkNodeSet>"
+                f"<availabilityZone>{i['Placement']['AvailabilityZone']}</availabilityZone>"
+                "<zoneId>use1-az1</zoneId></item>")
+        return 200, _response("DescribeInstanceTopology",
+                              f"<instanceSet>{''.join(items)}</instanceSet>")
 
     def _CreatePlacementGroup(self, params: dict[str, str]) -> tuple[int, bytes]:  # noqa: N802
         name = params.get("GroupName", "")

@@ -14,7 +14,14 @@ from typing import Protocol
 
 import pytest
 
-from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, CloudError, CloudProvider, FleetSpec
+from slurmscale.cloud.protocol import (
+    TAG_CLUSTER,
+    TAG_GANG,
+    TAG_NODE,
+    CloudError,
+    CloudProvider,
+    FleetSpec,
+)
 from slurmscale.config import CapacityType, Pool
 
 ICE = "InsufficientInstanceCapacity"
@@ -36,6 +43,9 @@ class Ec2Side(Protocol):
 
     def impair(self, instance_id: str) -> None:
         """The instance fails EC2's instance status check (reachability)."""
+
+    def lay_out(self, instance_id: str, node: str, layers: tuple[str, ...]) -> None:
+        """EC2's network puts the instance (running as `node`) under `layers`, top-down."""
 
 
 def _tags(gang: str) -> dict[str, str]:
@@ -198,6 +208,19 @@ def status_checks_list_running_instances_and_show_an_impaired_one(side: Ec2Side)
     assert seen[ok].events == ()
 
 
+def each_running_instance_has_its_network_nodes_and_the_others_none(side: Ec2Side) -> None:
+    got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 3, 3, "tok-t", _tags("g-t"))
+    placed, unknown, gone = sorted(i.instance_id for i in got.instances)
+    for n, i in enumerate((placed, unknown, gone), 1):
+        side.cloud.tag(i, {TAG_NODE: f"gpu-{n}"})
+    side.lay_out(placed, "gpu-1", ("nn-top", "nn-spine", "nn-leaf"))
+    side.lay_out(gone, "gpu-3", ("nn-top", "nn-spine", "nn-other"))
+    side.cloud.terminate([gone])
+    # (running: its nodes, top-down; a type EC2 gives none for, or no longer running: left out)
+    assert side.cloud.instance_topology([placed, unknown, gone]) == {
+        placed: ("nn-top", "nn-spine", "nn-leaf")}
+
+
 CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
     instances_are_found_by_id_and_an_unknown_id_is_left_out,
     a_gang_launches_whole_with_its_tags,
@@ -213,4 +236,6 @@ CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
     reservations_report_their_free_count,
     a_fleet_into_a_reservation_fills_it_and_a_termination_frees_it,
     status_checks_list_running_instances_and_show_an_impaired_one,
+    each_running_instance_has_its_network_nodes_and_the_others_none,
 )
+

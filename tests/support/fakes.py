@@ -51,6 +51,8 @@ class FakeCloud:
     # DescribeInstanceStatus: what is not here is a running instance with every check ok
     health: dict[str, InstanceHealth] = field(default_factory=dict)
     health_reads: int = 0
+    topology: dict[str, tuple[str, ...]] = field(default_factory=dict)  # instance -> nodes
+    topology_reads: list[list[str]] = field(default_factory=list)
     group_of: dict[str, str] = field(default_factory=dict)  # instance -> its placement group
     in_reservation: dict[str, str] = field(default_factory=dict)  # instance -> reservation
     finds: list[tuple[dict[str, str], bool, list[str] | None]] = field(default_factory=list)
@@ -144,6 +146,12 @@ class FakeCloud:
             raise CloudError("InvalidPlacementGroup.InUse",
                              f"There are instances in placement group {name}")
         del self.groups[name]
+
+    def instance_topology(self, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        self._up()
+        self.topology_reads.append(list(instance_ids))
+        return {i: self.topology[i] for i in instance_ids if i in self.topology
+                and i in self.instances and self.instances[i].state == "running"}
 
     def instance_health(self) -> list[InstanceHealth]:
         self._up()
@@ -359,6 +367,11 @@ class FakeSlurm:
             raise SlurmError(["squeue"], 1, "slurm_load_jobs error")
         return [j.job_id for j in self.queue
                 if j.state == "RUNNING" and j.nodelist and node in expand(j.nodelist)]
+
+    def reconfigure(self) -> None:
+        if self.fail:
+            raise SlurmError(["scontrol", "reconfigure"], 1, "slurm_reconfigure error")
+        self.calls.append(("reconfigure", []))
 
     def signal_job(self, job_id: str, signal: str, full: bool) -> None:
         if self.fail:

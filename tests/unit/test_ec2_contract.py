@@ -50,6 +50,9 @@ class SimSide:
     def impair(self, instance_id: str) -> None:
         self.ec2.instances[instance_id].impaired = True
 
+    def lay_out(self, instance_id: str, node: str, layers: tuple[str, ...]) -> None:
+        self.ec2.topology[instance_id] = layers
+
 
 class FakeSide:
     """The unit tests' `FakeCloud`, held to the same contract."""
@@ -74,6 +77,9 @@ class FakeSide:
 
     def impair(self, instance_id: str) -> None:
         self.fake.health[instance_id] = InstanceHealth(instance_id, instance_status="impaired")
+
+    def lay_out(self, instance_id: str, node: str, layers: tuple[str, ...]) -> None:
+        self.fake.topology[instance_id] = layers
 
 
 class MotoSide:
@@ -103,6 +109,9 @@ class MotoSide:
 
     def impair(self, instance_id: str) -> None:
         self.proxy.impaired.add(instance_id)
+
+    def lay_out(self, instance_id: str, node: str, layers: tuple[str, ...]) -> None:
+        self.proxy.capacity.topology_by_node[node] = layers  # (by its node tag, as EC2 would)
 
 
 @pytest.fixture(scope="module")
