@@ -130,7 +130,28 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
     hooks and who can run them, the timers."""
     c = view.config
     return (_check_pools(cfg, view) + _check_release(c) + _check_hooks(cfg, c, config_path)
-            + _check_timers(cfg, c))
+            + _check_timers(cfg, c) + _check_topology(cfg, c))
+
+
+def _check_topology(cfg: Config, c: dict[str, str]) -> list[Problem]:
+    """`topology:`: Slurm runs topology/tree and SlurmUser (the daemon's user) can rewrite
+    the file (docs/topology.md, "Set-up")."""
+    f = _Found()
+    path = cfg.topology_file()
+    if path is None:
+        return f.out
+    plugin = c.get("TopologyPlugin", "(null)")
+    if plugin != "topology/tree":
+        f.err("topology_plugin", f"TopologyPlugin is {plugin}, expected topology/tree (the "
+              "config's topology:): slurm-conf renders it; restart slurmctld after the change")
+    user = slurm_user(c.get("SlurmUser", "slurm"))
+    if not Path(path).exists():
+        f.err("topology_file", f"{path} does not exist: `slurmscale slurm-conf --topology` "
+              f"writes the first one, owned by SlurmUser")
+    elif user is not None and (why := may(user, Path(path), W)):
+        f.err("topology_file", f"SlurmUser {user.name} cannot write {path} (the daemon "
+              f"rewrites it as instances come and go): {why}")
+    return f.out
 
 
 class _Found:

@@ -39,7 +39,10 @@ def test_ec2s_topology_places_a_gang_under_one_leaf(make_cluster) -> None:  # ty
     assert f"SwitchName={LEAF_A}" in shown and "Nodes=od-[1,3]" in shown, shown
     assert f"SwitchName={LEAF_B}" in shown and "Nodes=od-[2,4]" in shown, shown
     for n in range(1, 5):  # still up and idle: the gang starts on kept nodes
-        assert "IDLE" in c.node(f"od-{n}")["State"] and "POWER" not in c.node(f"od-{n}")["State"]
+        node = c.node(f"od-{n}")
+        assert "IDLE" in node["State"] and "POWER" not in node["State"], node
+        # the reconfigure kept what slurmscale set at the resume (slurm.conf has localhost)
+        assert (node["NodeAddr"], node["NodeHostName"]) == ("127.0.0.1", f"od-{n}"), node
 
     gang = c.sbatch("-N", "2", "-p", "gpu-od", "--gres=gpu:8", "--wrap", "sleep 5")
     c.wait_job(gang, {"RUNNING", "COMPLETED"}, 60)

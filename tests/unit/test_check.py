@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from slurmscale.check import HOOKS, SlurmView, check, parse_show_config, seconds
-from slurmscale.config import Config
+from slurmscale.config import Config, TopologySettings
 from slurmscale.config_file import load_config
 from slurmscale.hostlists import expand
 from tests.unit.conftest import base_config
@@ -196,3 +196,17 @@ def test_slurm_conf_names_a_bad_release_in_one_line(tmp_path) -> None:  # type: 
                          "slurm-conf", "--slurm-release", "25.05"], capture_output=True,
                         text=True, timeout=60)
     assert ok.returncode == 0 and "requeue_on_resume_failure" in ok.stdout
+
+
+def test_topology_needs_the_tree_plugin_and_a_file_slurmuser_can_write(world) -> None:  # type: ignore[no-untyped-def]
+    cfg, view, conf = world
+    path = Path(cfg.hooks_dir).parent / "topology.conf"
+    topo = cfg.model_copy(update={"topology": TopologySettings(file=str(path))})
+    assert codes(topo, view, conf) == ["topology_plugin", "topology_file"]
+    tree = replace(view, config={**view.config, "TopologyPlugin": "topology/tree"})
+    path.write_text("")
+    os.chmod(path, 0o644)  # root's: nobody (SlurmUser here) cannot rewrite it
+    (p,) = check(topo, tree, conf)
+    assert p.code == "topology_file" and "nobody cannot write" in p.message
+    os.chmod(path, 0o666)
+    assert check(topo, tree, conf) == []
