@@ -379,23 +379,43 @@ def check_templates(cfg: Config, templates: Templates) -> list[Problem]:
     return out
 
 
+# EC2's Linux platforms (a reservation's InstancePlatform; the others are Windows)
+LINUX_PLATFORMS = ("Linux/UNIX", "Red Hat Enterprise Linux", "RHEL", "SUSE Linux",
+                   "Ubuntu Pro", "Linux with SQL Server")
+
 # reservation id -> as EC2 describes it, or why it could not be read
 Reservations = dict[str, CapacityReservation | str]
 
 
+def reserved_template(p: Pool) -> tuple[str, str]:
+    """The launch template version a pool's gangs go into its reservations with."""
+    cr = p.capacity_reservations
+    return (p.name, (cr.launch_template_version if cr is not None
+                     and cr.launch_template_version else p.launch_template.version))
+
+
 def check_reservations(cfg: Config, found: Reservations, zones: dict[str, str] | None = None,
-                       now: float | None = None) -> list[Problem]:
+                       now: float | None = None, templates: Templates | None = None,
+                       platforms: dict[str, str] | None = None) -> list[Problem]:
     """Each pool's reservation ids against DescribeCapacityReservations: EC2 knows them, a
     capacity-block pool lists blocks and any other pool none, each holds one of the pool's
     instance types (a gang goes in only by type), is in an AZ one of the pool's subnets is in
     (`zones`: subnet -> AZ, as EC2 showed them; a fleet launches into a reservation only in
-    its zone, and every launch would fail ReservedCapacityTooSmall), and will still take
-    instances (not expired, cancelled or failed; a block not past its end)."""
+    its zone, and every launch would fail ReservedCapacityTooSmall), matches the instances'
+    tenancy and platform (`templates`: the reserved version's Placement.Tenancy and ImageId;
+    `platforms`: image -> PlatformDetails; EC2 matches an instance to a reservation by type,
+    platform, AZ and tenancy), and will still take instances (not expired, cancelled or
+    failed; a block not past its end)."""
     now = time.time() if now is None else now
     out: list[Problem] = []
     for p in cfg.pools:
         if p.capacity_reservations is None:
             continue
+        data = (templates or {}).get(reserved_template(p))
+        tenancy = (data.get("Placement", {}).get("Tenancy", "default")
+                   if isinstance(data, dict) else None)
+        image = data.get("ImageId") if isinstance(data, dict) else None
+        platform = (platforms or {}).get(image) if image else None
         block_pool = p.capacity_type is CapacityType.CAPACITY_BLOCK
         pool_zones = sorted({zones[s] for s in p.subnets if s in zones}) if zones else []
         for rid in p.capacity_reservations.ids:
@@ -420,6 +440,18 @@ def check_reservations(cfg: Config, found: Reservations, zones: dict[str, str] |
                                    f"{r.availability_zone}, none of the pool's subnets is "
                                    f"(they are in {', '.join(pool_zones)}): every launch into "
                                    "it would fail; add a subnet in its zone"))
+            if tenancy is not None and r.tenancy != tenancy:
+                out.append(Problem("error", "reservation_tenancy", f"pool {p.name}: {rid} is "
+                                   f"for {r.tenancy} tenancy, the launch template version "
+                                   f"{reserved_template(p)[1]} launches {tenancy}: no "
+                                   "instance would go in"))
+            if platform is not None and r.platform != platform:
+                out.append(Problem("error", "reservation_platform", f"pool {p.name}: {rid} is "
+                                   f"for {r.platform}, the image {image} is {platform}: no "
+                                   "instance would go in"))
+            elif platform is None and not r.platform.startswith(LINUX_PLATFORMS):
+                out.append(Problem("error", "reservation_platform", f"pool {p.name}: {rid} is "
+                                   f"for {r.platform}: Slurm's nodes run Linux"))
             past = r.end is not None and r.end <= now
             if r.state in GONE_STATES or (is_block and past):
                 out.append(Problem("error", "reservation_gone", f"pool {p.name}: {rid} is "
@@ -427,6 +459,23 @@ def check_reservations(cfg: Config, found: Reservations, zones: dict[str, str] |
                                                    else "")
                                    + ": it takes no instances; its jobs would pend for it"))
     return out
+
+
+def gather_platforms(cfg: Config, templates: Templates) -> dict[str, str]:
+    """The images of the reserved template versions -> their PlatformDetails ({} when EC2
+    cannot say: the platform is then checked only for being Linux)."""
+    images = sorted({d["ImageId"] for p in cfg.pools if p.capacity_reservations
+                     if isinstance(d := templates.get(reserved_template(p)), dict)
+                     and d.get("ImageId")})
+    if not images:
+        return {}
+    from slurmscale.cloud.ec2 import EC2Cloud
+    from slurmscale.cloud.protocol import CloudError
+
+    try:
+        return EC2Cloud(cfg.aws).image_platforms(images)
+    except CloudError:
+        return {}
 
 
 def gather_reservations(cfg: Config) -> Reservations:

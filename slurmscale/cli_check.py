@@ -36,6 +36,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
         check_subnets,
         check_templates,
         gather,
+        gather_platforms,
         gather_reservations,
         gather_shapes,
         gather_subnets,
@@ -54,12 +55,15 @@ def check(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"slurmscale check: cannot read Slurm: {e}", err=True)
         sys.exit(2)
     problems = run_check(cfg, view, resolve_path(ctx.find_root().obj.get("config")))
-    problems += check_templates(cfg, gather_templates(cfg))
+    templates = gather_templates(cfg)
+    problems += check_templates(cfg, templates)
     zones, unshown = gather_subnets(cfg)
     problems += check_subnets(cfg, unshown)
     problems += check_shapes(cfg, gather_shapes(cfg))
     problems += check_dns(cfg)
-    problems += check_reservations(cfg, gather_reservations(cfg), zones)
+    problems += check_reservations(cfg, gather_reservations(cfg), zones,
+                                   templates=templates,
+                                   platforms=gather_platforms(cfg, templates))
     errors = [p for p in problems if p.severity == "error"]
     if as_json:
         click.echo(json.dumps({"ok": not errors, "problems": [p.__dict__ for p in problems]},

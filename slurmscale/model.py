@@ -190,6 +190,10 @@ class CapacityReservation:
     reservation_type: str = "default"
     start: float | None = None  # Unix seconds
     end: float | None = None  # None: open-ended
+    # what an instance must match besides its type and AZ to go in (EC2 user guide, "On-Demand
+    # Capacity Reservations": instance type, platform, AZ and tenancy)
+    platform: str = "Linux/UNIX"
+    tenancy: str = "default"
 
     @property
     def active(self) -> bool:

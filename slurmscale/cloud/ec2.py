@@ -267,8 +267,17 @@ class EC2Cloud:
                     state=r.get("State", ""),
                     reservation_type=INTERRUPTIBLE if r.get("Interruptible")
                     else r.get("ReservationType", "default"),
-                    start=_seconds(r.get("StartDate")), end=_seconds(r.get("EndDate"))))
+                    start=_seconds(r.get("StartDate")), end=_seconds(r.get("EndDate")),
+                    platform=r.get("InstancePlatform", "Linux/UNIX"),
+                    tenancy=r.get("Tenancy", "default")))
         return out
+
+    def image_platforms(self, image_ids: list[str]) -> dict[str, str]:
+        """Each image's PlatformDetails (what a reservation's platform is matched against;
+        for `check`); an image EC2 does not return is left out."""
+        resp = self._call("describe_images", ImageIds=sorted(set(image_ids)))
+        return {i["ImageId"]: str(i.get("PlatformDetails", "")) for i in resp.get("Images", [])
+                if i.get("PlatformDetails")}
 
     def instance_shapes(self, types: list[str]) -> dict[str, InstanceShape]:
         """DescribeInstanceTypes for these types, every page: vCPUs, memory, GPUs, EFA."""

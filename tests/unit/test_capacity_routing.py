@@ -443,3 +443,18 @@ def test_check_reads_each_reservation_id_against_ec2() -> None:
                                                 state="cancelled")}
     assert [p.code for p in check_reservations(cfg, cancelled, now=now)] == ["reservation_gone"]
     assert check_reservations(cfg, good, {s: "us-east-1a" for s in subnets}, now=now) == []
+    # issue 45: EC2 matches an instance to a reservation by type, platform, AZ and tenancy
+    from slurmscale.check import reserved_template
+    templates = {reserved_template(p): {"ImageId": "ami-0a1b2c3d4e5f60718"}
+                 for p in cfg.pools}
+    rhel = {"ami-0a1b2c3d4e5f60718": "Red Hat Enterprise Linux"}
+    ubuntu = {"ami-0a1b2c3d4e5f60718": "Linux/UNIX"}
+    assert check_reservations(cfg, good, templates=templates, platforms=ubuntu) == []
+    assert [p.code for p in check_reservations(cfg, good, templates=templates,
+                                               platforms=rhel)] == ["reservation_platform"] * 3
+    dedicated = {**good, "cr-0000000c": replace(cr("cr-0000000c"), tenancy="dedicated")}
+    (t,) = check_reservations(cfg, dedicated, templates=templates, platforms=ubuntu)
+    assert t.code == "reservation_tenancy" and "launches default" in t.message
+    windows = {**good, "cr-0000000c": replace(cr("cr-0000000c"), platform="Windows")}
+    (w,) = check_reservations(cfg, windows)  # the image unknown: Linux at least
+    assert w.code == "reservation_platform" and "Windows" in w.message
