@@ -152,6 +152,44 @@ def _assert_groups_cleaned(c: LocalCluster, proxy: EC2Proxy) -> None:
     assert len(made) == 2, "each launch attempt (a new resume request) has its own group"
 
 
+def test_check_names_each_reservation_no_gang_could_use(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """`slurmscale check` against EC2's answers (the proxy's DescribeCapacityReservations):
+    a reservation in another AZ than the pool's subnet, an expired one, one for dedicated
+    tenancy, one for Windows, and a cancelled Capacity Block: one error each, naming it;
+    a good one passes."""
+    from datetime import UTC, datetime, timedelta
+
+    ids = {"zone": "cr-0a1b2c3d4e5f600a1", "expired": "cr-0a1b2c3d4e5f600e1",
+           "dedicated": "cr-0a1b2c3d4e5f600d1", "windows": "cr-0a1b2c3d4e5f600c1",
+           "good": "cr-0a1b2c3d4e5f600f1", "block": "cr-0a1b2c3d4e5f600b1"}
+    c, proxy = make_cluster(
+        pools=[PoolSpec("gpu-od", "od-", 2, capacity_type="on-demand", extra={
+                   "capacity_reservations": {"ids": [ids[k] for k in (
+                       "zone", "expired", "dedicated", "windows", "good")]}}),
+               PoolSpec("gpu-cb", "cb-", 2, capacity_type="capacity-block",
+                        extra={"capacity_reservations": {"ids": [ids["block"]]}})],
+        start_daemon=False)
+    now = datetime.now(UTC)
+    for r in {
+            "zone": Reservation(ids["zone"], "p5.48xlarge", 2, availability_zone="us-east-1b"),
+            "expired": Reservation(ids["expired"], "p5.48xlarge", 2, state="expired"),
+            "dedicated": Reservation(ids["dedicated"], "p5.48xlarge", 2, tenancy="dedicated"),
+            "windows": Reservation(ids["windows"], "p5.48xlarge", 2, platform="Windows"),
+            "good": Reservation(ids["good"], "p5.48xlarge", 2),
+            "block": Reservation(ids["block"], "p5.48xlarge", 2, state="cancelled",
+                                 reservation_type="capacity-block", start=now,
+                                 end=now + timedelta(hours=1))}.values():
+        proxy.capacity.add(r)
+    chk = c.cli("check", "--json")
+    assert chk.returncode == 1, chk.stdout + chk.stderr
+    found = sorted((p["code"], next(k for k, i in ids.items() if i in p["message"]))
+                   for p in json.loads(chk.stdout)["problems"]
+                   if p["code"].startswith("reservation_"))
+    assert found == [("reservation_gone", "block"), ("reservation_gone", "expired"),
+                     ("reservation_platform", "windows"), ("reservation_tenancy", "dedicated"),
+                     ("reservation_zone", "zone")], found
+
+
 BLOCK = "cr-0b1c2d3e4f5a60001"
 # EC2 begins terminating a block's instances 30 minutes before its end; the scenarios run on a
 # compressed clock (blocks of minutes), so that lead is 30 s here, in the proxy and the config

@@ -29,7 +29,8 @@ node name. Placement groups:
 create (tags), describe (by name or tag filter), delete (refused while an instance of it is
 live), and a fleet naming an unknown group is refused, as EC2 does.
 Not reproduced: `open` reservations matched by attributes alone, instance platform and tenancy
-matching, reservation expiry on its own (a test sets `state`), partition/spread strategies.
+matching at launch (a reservation shows both; `check` compares them), reservation expiry on
+its own (a test sets `state`), partition/spread strategies.
 """
 
 from __future__ import annotations
@@ -59,14 +60,16 @@ class Reservation:
     end: datetime | None = None
     members: set[str] = field(default_factory=set)  # live instances in it
     interruptible: bool = False  # an interruptible ODCR (its owner may reclaim it)
+    platform: str = "Linux/UNIX"
+    tenancy: str = "default"
 
     @property
     def block(self) -> bool:
         return self.reservation_type == "capacity-block"
 
     def state_now(self) -> str:
-        if not self.block:
-            return self.state
+        if not self.block or self.state in ("cancelled", "failed", "payment-failed"):
+            return self.state  # (a block's state follows its window unless it ended early)
         now = datetime.now(UTC)
         return ("scheduled" if now < self.start else "expired" if self.end and now >= self.end
                 else "active")
@@ -169,9 +172,9 @@ class CapacityModel:
                 f"<ownerId>{ACCOUNT}</ownerId><capacityReservationArn>arn:aws:ec2:us-east-1:"
                 f"{ACCOUNT}:capacity-reservation/{r.id}</capacityReservationArn>"
                 f"<instanceType>{r.instance_type}</instanceType>"
-                "<instancePlatform>Linux/UNIX</instancePlatform>"
+                f"<instancePlatform>{escape(r.platform)}</instancePlatform>"
                 f"<availabilityZone>{r.availability_zone}</availabilityZone>"
-                "<tenancy>default</tenancy>"
+                f"<tenancy>{r.tenancy}</tenancy>"
                 f"<totalInstanceCount>{r.total}</totalInstanceCount>"
                 f"<availableInstanceCount>{r.available}</availableInstanceCount>"
                 "<ebsOptimized>true</ebsOptimized><ephemeralStorage>false</ephemeralStorage>"
