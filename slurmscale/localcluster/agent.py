@@ -45,6 +45,7 @@ class InstanceAgent:
         self.node_of: dict[str, str] = {}  # instance id -> its node tag, as last read
         self.boot_log: list[tuple[str, str, float]] = []  # (node, instance, power-on time)
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # (a reboot from a test, against the agent's steps)
         self._thread = threading.Thread(target=self._run, name="instance-agent", daemon=True)
         self.errors = 0
         # after an instance powers off: end what else ran "on" its node (by node name)
@@ -100,7 +101,31 @@ class InstanceAgent:
         log.info("agent: %s (%s) slurmd killed", node, b.instance_id)
         return b.proc.pid
 
+    def reboot(self, node: str, down_s: float = 0.0) -> str:
+        """The node's instance reboots (a driver update, `sudo reboot`, a stop/start's
+        second half): what its boot started stops, and `down_s` later its boot runs again on
+        the same instance (same id, tags and metadata), as the user data's
+        slurmscale-node-init.service runs the bootstrap at every boot after the first.
+        Returns the instance id."""
+        with self._lock:
+            iid = self.instance_of(node)
+            b = self.booted[iid]
+            if b.proc.poll() is None:
+                b.proc.terminate()
+                b.proc.wait(15)
+            if self.on_halt is not None:
+                self.on_halt(node)
+            log.info("agent: %s (%s) rebooting", iid, node)
+            time.sleep(down_s)
+            self.booted[iid] = _Booted(iid, self.boot(iid), time.time())
+            self.boot_log.append((node, iid, time.time()))
+            return iid
+
     def step(self, now: datetime) -> None:
+        with self._lock:
+            self._step(now)
+
+    def _step(self, now: datetime) -> None:
         running: dict[str, datetime] = {}
         for inst in self._instances():
             iid = inst["InstanceId"]

@@ -5,6 +5,8 @@ A node is unhealthy when, while its instance runs:
 - EC2's system or instance status check reports it impaired (acted on at once: EC2's checks
   already span minutes);
 - slurmctld has it NOT_RESPONDING, or DOWN because it stopped responding;
+- slurmctld has it DOWN as "Node unexpectedly rebooted" (ReturnToService 0 or 1: the instance
+  rebooted without `scontrol reboot`; replaced at once: that instance is not trusted again);
 - the site's health check (HealthCheckProgram, NHC, a DCGM prolog) drained or downed it with a
   reason matching `health.replace_on_reasons`.
 The two Slurm-side causes must last `health.grace_s` across passes (a slurmd restarting is
@@ -33,6 +35,9 @@ REPLACED_KIND = "unhealthy:"
 # drained by slurmscale already: its instance is going away, or it is left for an admin
 _HANDLED = (reasons.INSTANCE_LOST - {Why.SCHEDULED}) | {Why.REPLACE_LOOP}
 NOT_RESPONDING = "Not responding"  # the reason slurmctld gives a node it set DOWN for that
+# ... and a node whose slurmd registered after a reboot slurmctld did not order, which
+# ReturnToService 0 or 1 (Slurm's default) leaves DOWN: an instance held for nothing
+REBOOTED = "Node unexpectedly rebooted"
 _TROUBLE = frozenset({"NOT_RESPONDING", "DOWN"})  # flags that make a node worth a look
 
 
@@ -41,6 +46,7 @@ class Cause(StrEnum):
     NOT_RESPONDING = "not-responding"
     HEALTH_CHECK = "health-check"
     SCHEDULED = "scheduled-event"
+    REBOOTED = "unexpected-reboot"
 
 
 class Step(StrEnum):
@@ -164,13 +170,16 @@ class HealthWatch:
         why = reasons.ours(n.reason) if n.reason else None
         if "DRAIN" in flags and why in _HANDLED:
             return None
-        admins = n.reason and why is None and not n.reason.startswith(NOT_RESPONDING)
+        admins = (n.reason and why is None
+                  and not n.reason.startswith((NOT_RESPONDING, REBOOTED)))
         matched = admins and any(p.search(n.reason) for p in self.patterns)
         if admins and not matched and (flags & {"DRAIN", "DOWN"}):
             return None  # an admin's drain or down: never touched
         if status is not None and status.impaired:
             return Cause.IMPAIRED, (f"EC2 status checks: system {status.system_status}, "
                                     f"instance {status.instance_status}")
+        if "DOWN" in flags and n.reason.startswith(REBOOTED):
+            return Cause.REBOOTED, f"Slurm has it {n.state}: {n.reason}"
         if "NOT_RESPONDING" in flags or ("DOWN" in flags and not matched):
             return Cause.NOT_RESPONDING, f"Slurm has it {n.state}"
         if matched:
@@ -184,8 +193,8 @@ class HealthWatch:
     def _step(self, n: SlurmNode, cause: Cause, inst: Running, since: float,
               now: float) -> Step:
         match cause:
-            case Cause.IMPAIRED:
-                return Step.REPLACE
+            case Cause.IMPAIRED | Cause.REBOOTED:
+                return Step.REPLACE  # (Slurm has taken the node out already)
             case Cause.NOT_RESPONDING | Cause.HEALTH_CHECK:
                 return Step.REPLACE if now - since >= self.settings.grace_s else Step.WAIT
         if reasons.drained_by_us(n) is not Why.SCHEDULED:

@@ -7,6 +7,9 @@ metadata emulator), on a real Slurm, moto behind the recording EC2 proxy:
     after `join_timeout_s`, long before ResumeTimeout; the gang completes, Restarts=0;
 (c) `max_boot_retries` spent: the node is powered down with the boot error as its reason, the
     job requeued once (never FAILED) and completed on a node that boots;
+(d) an instance reboots (the bootstrap runs again, as the shipped unit runs it at every boot):
+    under ReturnToService=2 its node rejoins on the same instance; under 1 (Slurm's default)
+    slurmctld leaves it DOWN "Node unexpectedly rebooted" and the daemon replaces it;
 and in each, nothing leaked: every instance that failed is terminated."""
 
 from __future__ import annotations
@@ -123,3 +126,28 @@ def test_retries_spent_power_the_node_down_with_the_reason_and_the_job_requeues_
     assert c.job(job)["Restarts"] == "1"
     failed = {iid for _, iid, _ in _reports(proxy)}
     assert len(failed) == 2 and not failed & set(_live(c))
+
+
+@pytest.mark.parametrize("return_to_service", [2, 1])
+def test_a_rebooted_instance_rejoins_or_is_replaced_as_slurm_leaves_it(
+        make_cluster, return_to_service: int) -> None:  # type: ignore[no-untyped-def]
+    c, _proxy = make_cluster(
+        pools=[PoolSpec("gpu-od", "od-", 2, capacity_type="on-demand")], tick_seconds=TICK,
+        min_idle=600, max_idle=900, suspend_time=1200,
+        slurm_conf_extra=[f"ReturnToService={return_to_service}"])
+    first = c.sbatch("-N", "1", "-p", "gpu-od", "--gres=gpu:8", "-w", "od-1", "--wrap", "true")
+    c.wait_job(first, {"COMPLETED"}, 180)
+    assert c.agent is not None
+    before = c.agent.reboot("od-1", down_s=8)  # down long enough for slurmctld to notice
+    again = c.sbatch("-N", "1", "-p", "gpu-od", "--gres=gpu:8", "-w", "od-1", "--wrap", "true")
+    c.wait_job(again, {"COMPLETED"}, 240)
+    kinds = [e["kind"] for e in c.events()]
+    after = {n: i for i, n in _live(c).items()}["od-1"]
+    if return_to_service == 2:
+        assert after == before and "node_replaced" not in kinds, kinds
+        print("reboot, ReturnToService=2: od-1 rejoined on its instance")
+        return
+    (ev,) = [e for e in c.events() if e["kind"] == "node_replaced"]
+    assert "unexpected-reboot" in ev["message"] and "Node unexpectedly rebooted" in ev["message"]
+    assert after != before and before not in _live(c), "the rebooted instance terminated"
+    print(f"reboot, ReturnToService=1: od-1 replaced ({before} -> {after})")

@@ -49,6 +49,16 @@ def test_an_impaired_instance_is_replaced_at_once() -> None:
     assert steps(w, node("ALLOCATED+CLOUD"), 0, {IID: InstanceHealth(IID)}) == []
 
 
+def test_a_node_slurm_downed_as_unexpectedly_rebooted_is_replaced_at_once() -> None:
+    """ReturnToService 0 or 1 (Slurm's default) leaves a node DOWN when its slurmd registers
+    after a reboot slurmctld did not order: Slurm's reason, not an admin's; left alone, the
+    node would hold its instance for nothing."""
+    w = HealthWatch(SETTINGS)
+    rebooted = node("DOWN+CLOUD", "Node unexpectedly rebooted")
+    assert steps(w, rebooted, 0) == [(Cause.REBOOTED, Step.REPLACE)]
+    assert steps(w, node("DOWN+CLOUD", "rebooted for a BIOS update"), 0) == [], "an admin's"
+
+
 def test_a_health_check_drain_waits_out_the_grace_and_an_admin_drain_is_never_touched() -> None:
     w = HealthWatch(SETTINGS)
     nhc = node("IDLE+CLOUD+DRAIN", "NHC: check_nv_gpu: Xid 79 on GPU 3")
