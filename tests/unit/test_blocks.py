@@ -189,15 +189,8 @@ def test_a_block_pool_from_before_its_start_to_after_its_end(tmp_path) -> None: 
     assert "block_closed" in [e.kind for e in r.store.events()]
 
 
-def test_with_a_grace_signal_a_closing_block_signals_its_gang_and_requeues_before_ec2(
-        tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """The pool's grace_signal at a block's close (the default margin: EC2's Expiration
-    Warning, 40 minutes before the end): the gang still running is signalled once, on both
-    its nodes, and requeued at EC2's terminations (30 minutes before the end) less the
-    signal's margin; the nodes are powered down by the block pass once idle, not drained."""
-    margin = 2400.0
-    r, cloud, slurm, clock, spool = _world(tmp_path, margin=margin,
-                                           grace_signal={"margin_s": 40})
+def _gang_in_the_block(r, cloud, slurm, clock, spool) -> None:  # type: ignore[no-untyped-def]
+    """Job 8, a 2-node gang, launched into the open block and running on cb-[1-2]."""
     clock.now = datetime.fromtimestamp(S + 5, UTC)
     _set_block(cloud, S + 5)
     slurm.now_text = datetime.fromtimestamp(S + 5).isoformat(timespec="seconds")
@@ -208,6 +201,18 @@ def test_with_a_grace_signal_a_closing_block_signals_its_gang_and_requeues_befor
         slurm.table[n] = SlurmNode(n, "ALLOCATED+CLOUD", "10.0.0.1", n, partitions=("gpu-cb",))
     slurm.queue = [QueueJob("8", ("gpu-cb",), 2, 8, 3600, "", "", 1, "u", "RUNNING",
                             nodelist="cb-[1-2]")]
+
+
+def test_with_a_grace_signal_a_closing_block_signals_its_gang_and_requeues_before_ec2(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The pool's grace_signal at a block's close (the default margin: EC2's Expiration
+    Warning, 40 minutes before the end): the gang still running is signalled once, on both
+    its nodes, and requeued at EC2's terminations (30 minutes before the end) less the
+    signal's margin; the nodes are powered down by the block pass once idle, not drained."""
+    margin = 2400.0
+    r, cloud, slurm, clock, spool = _world(tmp_path, margin=margin,
+                                           grace_signal={"margin_s": 40})
+    _gang_in_the_block(r, cloud, slurm, clock, spool)
     close = E - margin
     requeue_at = E - 1800 - 40
     clock.now = datetime.fromtimestamp(close + 1, UTC)
@@ -243,16 +248,7 @@ def test_a_close_too_near_ec2s_terminations_for_the_margin_requeues_at_once(tmp_
     """A margin below EC2's lead (the close 10 minutes before the end, the terminations 30):
     no time for a grace, the job is requeued at the close as without a grace_signal."""
     r, cloud, slurm, clock, spool = _world(tmp_path, grace_signal={"margin_s": 40})
-    clock.now = datetime.fromtimestamp(S + 5, UTC)
-    _set_block(cloud, S + 5)
-    slurm.now_text = datetime.fromtimestamp(S + 5).isoformat(timespec="seconds")
-    r.tick()
-    hook(spool, clock, RequestKind.RESUME, {8: ["cb-1", "cb-2"]})
-    assert r.tick().launched_gangs == 1
-    for n in ("cb-1", "cb-2"):
-        slurm.table[n] = SlurmNode(n, "ALLOCATED+CLOUD", "10.0.0.1", n, partitions=("gpu-cb",))
-    slurm.queue = [QueueJob("8", ("gpu-cb",), 2, 8, 3600, "", "", 1, "u", "RUNNING",
-                            nodelist="cb-[1-2]")]
+    _gang_in_the_block(r, cloud, slurm, clock, spool)
     clock.now = datetime.fromtimestamp(E - M + 1, UTC)
     r.tick()
     assert ("requeue", ["8"]) in slurm.calls and "signal" not in [c[0] for c in slurm.calls]
