@@ -44,6 +44,7 @@ from slurmscale.model import (
     InstanceHealth,
     LaunchedInstance,
     LaunchResult,
+    NetworkPlace,
 )
 
 SPOT = "spot"
@@ -69,6 +70,21 @@ def free_places(reservations: Mapping[str, CapacityReservation], live_in: Callab
         r = reservations.get(rid)
         if r is not None and r.instance_type == itype and r.state == "active":
             out += [rid] * reported(r, live_in).available
+    return out
+
+
+def network_places(ids: Iterable[str], running: Callable[[str], bool],
+                   own: Mapping[str, NetworkPlace], reservation_of: Callable[[str], str],
+                   reservations: Mapping[str, NetworkPlace]) -> dict[str, NetworkPlace]:
+    """DescribeInstanceTopology's answer for `ids`: a running instance's own place, else its
+    reservation's (the reservation's topology is where its capacity sits before a launch:
+    EC2 API reference, DescribeCapacityReservationTopology); none for any other."""
+    out = {}
+    for i in ids:
+        if running(i):
+            place = own.get(i) or reservations.get(reservation_of(i))
+            if place is not None:
+                out[i] = place
     return out
 
 
@@ -110,7 +126,9 @@ class SimEc2:
     reservations: dict[str, CapacityReservation] = field(default_factory=dict)
     groups: dict[str, dict[str, str]] = field(default_factory=dict)
     instances: dict[str, _Instance] = field(default_factory=dict)
-    topology: dict[str, tuple[str, ...]] = field(default_factory=dict)  # instance -> nodes
+    topology: dict[str, NetworkPlace] = field(default_factory=dict)  # instance -> its place
+    # reservation -> where its capacity sits (DescribeCapacityReservationTopology)
+    reservation_places: dict[str, NetworkPlace] = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _live: dict[str, int] = field(default_factory=lambda: {SPOT: 0, ON_DEMAND: 0})
     _ended: deque[tuple[datetime, str]] = field(default_factory=deque)  # in end order
@@ -276,11 +294,17 @@ class SimEc2:
         return [InstanceHealth(i.id, instance_status="impaired" if i.impaired else "ok")
                 for i in self.instances.values() if i.state == "running"]
 
-    def instance_topology(self, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
+    def instance_topology(self, instance_ids: list[str]) -> dict[str, NetworkPlace]:
         # (the simulator's runs lay no network out: every instance is as one of a type EC2
         # gives no topology for; `topology` is there for the contract's check)
-        return {i: self.topology[i] for i in instance_ids if i in self.topology
-                and i in self.instances and self.instances[i].state == "running"}
+        return network_places(
+            instance_ids, lambda i: i in self.instances and self.instances[i].state == "running",
+            self.topology, lambda i: self.instances[i].reservation, self.reservation_places)
+
+    def reservation_topology(self, reservation_ids: list[str]) -> dict[str, NetworkPlace]:
+        return {r: self.reservation_places[r] for r in reservation_ids
+                if r in self.reservation_places and r in self.reservations
+                and self.reservations[r].state in ("active", "pending")}
 
 
 @dataclass

@@ -135,8 +135,9 @@ class Simulation(OtherPolicies):
             self._push(b.start_s, BLOCK, -1 - i)
             self._push(self.paid.taken_back_s(b), BLOCK, i)
         if self.policy.all_up_from_start:
+            launch = self.new_launch()
             for n in self.nodes:
-                self._power_up(n, 0.0)
+                self._power_up(n, 0.0, launch=launch)
         self._push(0.0, TICK, -1)
         outstanding = len(self.jobs)
         now = 0.0

@@ -43,8 +43,9 @@ class OtherPolicies(Disruptions):
                 self.warm_nodes(list(a.nodes), now)
         if self.policy.provision_to_target:
             k = self.main
+            launch = self.new_launch()
             for n in self.nodes_of[k.name]:
                 if self._live(k.name) >= min(self.memory[k.name].target, k.max_nodes):
                     break
                 if n.state == "down":
-                    self._power_up(n, now)
+                    self._power_up(n, now, launch=launch)

@@ -62,6 +62,9 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "reservation_utilization": round(paid_used_h / paid_h, 3) if paid_h else None,
         "jobs_killed_at_block_end": r.jobs_killed_at_block_end,
         "gang_start_order": [j for _, j in sorted(r.gang_starts)],
+        "gang_starts_one_launch": (round(sum(1 for x in r.gang_spread if x == 1)
+                                         / len(r.gang_spread), 3) if r.gang_spread else None),
+        "gang_launches_max": max(r.gang_spread, default=None),
         "node_failures": r.node_failures,
         "capacity_lost_gpu_hours": round(r.capacity_lost_gpu_s / 3600, 1),
         "limit_use": None if r.limit_use is None else round(r.limit_use, 3),

@@ -36,6 +36,9 @@ class SimResult:
     paid_available_node_s: float = 0.0  # node time paid for (the reservation, the blocks)
     jobs_killed_at_block_end: int = 0
     gang_starts: list[tuple[float, str]] = field(default_factory=list)  # (last) start, job id
+    # each gang start: how many launches its nodes came from (1: all from one fleet in one
+    # cluster placement group; more: kept nodes of other launches, maybe other spines)
+    gang_spread: list[int] = field(default_factory=list)
     node_failures: int = 0  # nodes whose hardware failed under them
     capacity_lost_gpu_s: float = 0.0  # GPU time of failed nodes until replaced or repaired
     # the oracle's: the node-seconds a clairvoyant release rule keeps nodes up (sim/oracle.py)

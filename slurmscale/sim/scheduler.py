@@ -78,8 +78,9 @@ class SlurmScheduler(PaidRouting):
         gpn = job.gpus_per_node(k.gpus_per_node)
         resv = self.attached.get(idx)
         src = self._paid_source(k, idx, len(new), now) if new else None
+        launch = self.new_launch()
         for n in new:
-            self._power_up(n, now, src)
+            self._power_up(n, now, src, launch)
         if new and self.daemon is not None:  # Slurm's resume hook for the job's new nodes
             self.daemon.resume([n.name for n in new], idx + 1, k.name, now)
         booting = [n.ready_at for n in chosen if n.state == "booting"]
@@ -93,6 +94,8 @@ class SlurmScheduler(PaidRouting):
             n.free_at = max(n.free_at if n.jobs > 1 else 0.0, start + self.limit[idx])
         self.placed[idx] = [(n, gpn) for n in chosen]
         self.start[idx] = start
+        if job.nodes >= 2 and not job.carry_in:  # the launches a gang's nodes came from
+            self.result.gang_spread.append(len({n.launch for n in chosen}))
         since = self.pending_since.pop(idx, None)
         if since is not None:  # a requeued job restarting
             self.result.restart_waits.append(start - since)
@@ -441,8 +444,9 @@ class SlurmScheduler(PaidRouting):
 
     def warm_nodes(self, names: list[str], now: float) -> None:
         up = [name for name in names if self.by_name[name].state == "down"]
+        launch = self.new_launch()
         for name in up:
-            self._power_up(self.by_name[name], now)
+            self._power_up(self.by_name[name], now, launch=launch)
         if up and self.daemon is not None:  # Slurm's resume hook, for no job
             self.daemon.resume(up, None, self.by_name[up[0]].pool, now)
 

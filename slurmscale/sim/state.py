@@ -134,6 +134,7 @@ class SimState:
         self.node_runs: dict[str, list[tuple[float, float]]] = {}  # (the oracle's)
         self.running_gpus = 0
         self.last_launch_batch: float | None = None
+        self.launches = 0  # launches so far (Node.launch)
         self.attached: dict[int, str] = {}  # pending job -> the reservation it is pointed at
         self.started_in: dict[str, str] = {}  # job id -> reservation it started in
         self.idx_of = {j.job_id: i for i, j in enumerate(jobs)}
@@ -183,7 +184,13 @@ class SimState:
     def _live(self, pool: str) -> int:
         return self.live_count[pool]
 
-    def _power_up(self, n: Node, now: float, paid: int | None = None) -> None:
+    def new_launch(self) -> int:
+        """An id for the nodes about to be powered up together (one launch)."""
+        self.launches += 1
+        return self.launches
+
+    def _power_up(self, n: Node, now: float, paid: int | None = None, launch: int = 0) -> None:
+        n.launch = launch or self.new_launch()
         n.state, n.ready_at, n.free, n.on_since = "booting", now + self.cloud.boot_s, n.gpus, now
         self.touched.add(n.name)
         self.live_count[n.pool] += 1

@@ -30,6 +30,9 @@ class Node:
     spot: bool = False
     paid: int | None = None  # ODCR or a block's index: in capacity paid used or not
     failed_at: float | None = None  # its hardware failed then (Slurm: DOWN, not responding)
+    # the launch it came up in (nodes powered up together: one fleet, one cluster placement
+    # group, which EC2 "packs close together" - user guide, "Placement strategies")
+    launch: int = 0
 
 
 

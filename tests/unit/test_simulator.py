@@ -99,7 +99,8 @@ def test_simulate_cli_prints_the_documented_json(tmp_path) -> None:  # type: ign
         "requeues", "jobs_failed", "lost_gpu_hours", "saved_gpu_hours", "restart_wait_p50_s",
         "restart_wait_p95_s",
         "reserved_node_hours_paid", "reserved_node_hours_used", "reservation_utilization",
-        "jobs_killed_at_block_end", "gang_start_order", "node_failures",
+        "jobs_killed_at_block_end", "gang_start_order", "gang_starts_one_launch",
+        "gang_launches_max", "node_failures",
         "capacity_lost_gpu_hours", "limit_use", "limit_use_jobs", "limit_use_learned_at_s"}
     assert out["slurm_model"] == "slurm"
     assert out["policies"]["slurmscale"]["gang_start_order"] == ["a"]
@@ -249,3 +250,22 @@ def test_failed_nodes_requeue_their_jobs_and_slurmscale_replaces_them_before_an_
     assert ours["capacity_lost_gpu_hours"] / ours["node_failures"] < 8 * 0.25
     assert theirs["capacity_lost_gpu_hours"] / theirs["node_failures"] > 8 * 1.0
     assert ours == _failing("slurmscale", 0.05), "seeded: same failures, same result"
+
+
+def test_a_gang_on_nodes_kept_from_two_launches_spans_two_and_a_fresh_one_spans_one() -> None:
+    """Issue 43, item 5: each gang start counts the launches its nodes came from (one fleet
+    in one cluster placement group packs close; kept nodes of other launches may not). Two
+    1-node jobs power up one node each; a 2-node gang arriving while both are still kept
+    starts on them (2 launches); a 4-node gang later needs 2 fresh nodes beside them (3)."""
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=8, min_idle_s=3600,
+                      max_idle_s=3600)
+    jobs = [TraceJob("a", 0.0, 60.0, 8, 1), TraceJob("b", 1000.0, 60.0, 8, 1),
+            TraceJob("gang", 2000.0, 60.0, 16, 2), TraceJob("fresh", 2500.0, 60.0, 32, 4)]
+    r = simulate(jobs, builtin_policy("slurmscale", knobs), BOOT)
+    assert r.jobs_completed == 4
+    assert r.gang_spread == [2, 3], r.gang_spread
+    m = metrics(r, BOOT)
+    assert (m["gang_starts_one_launch"], m["gang_launches_max"]) == (0.0, 3)
+    alone = simulate([TraceJob("g", 0.0, 60.0, 32, 4)], builtin_policy("slurmscale", knobs),
+                     BOOT)
+    assert alone.gang_spread == [1] and metrics(alone, BOOT)["gang_starts_one_launch"] == 1.0
