@@ -33,7 +33,7 @@ from slurmscale.hostlists import expand
 from slurmscale.model import CapacityReservation, InstanceShape
 from slurmscale.policy.blocks import GONE_STATES, at
 from slurmscale.slurm.kv import parse_oneliner, parse_show_config, release_of
-from slurmscale.slurmconf import REQUEUE_ON_RESUME_FAILURE, ctld_parameters
+from slurmscale.slurmconf import BLOCK_PLUGIN, REQUEUE_ON_RESUME_FAILURE, ctld_parameters
 
 HOOKS = {"ResumeProgram": "slurmscale-resume", "SuspendProgram": "slurmscale-suspend",
          "ResumeFailProgram": "slurmscale-resume-fail"}
@@ -134,15 +134,20 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
 
 
 def _check_topology(cfg: Config, c: dict[str, str]) -> list[Problem]:
-    """`topology:`: Slurm runs topology/tree and SlurmUser (the daemon's user) can rewrite
-    the file (docs/topology.md, "Set-up")."""
+    """`topology:`: Slurm runs the configured plugin (topology/block from 23.11) and
+    SlurmUser (the daemon's user) can rewrite the file (docs/topology.md, "Set-up")."""
     f = _Found()
     path = cfg.topology_file()
-    if path is None:
+    if path is None or cfg.topology is None:
         return f.out
+    want = f"topology/{cfg.topology.plugin}"
     plugin = c.get("TopologyPlugin", "(null)")
-    if plugin != "topology/tree":
-        f.err("topology_plugin", f"TopologyPlugin is {plugin}, expected topology/tree (the "
+    release = release_of(c.get("SLURM_VERSION", ""))
+    if cfg.topology.plugin == "block" and release is not None and release < BLOCK_PLUGIN:
+        f.err("topology_plugin", f"topology.plugin block needs Slurm 23.11 or later (this is "
+              f"{release[0]}.{release[1]:02d}): use plugin tree")
+    elif plugin != want:
+        f.err("topology_plugin", f"TopologyPlugin is {plugin}, expected {want} (the "
               "config's topology:): slurm-conf renders it; restart slurmctld after the change")
     user = slurm_user(c.get("SlurmUser", "slurm"))
     if not Path(path).exists():

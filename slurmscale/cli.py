@@ -189,12 +189,13 @@ def slurm_conf(ctx: click.Context, gres: bool, topology: bool,
 
     cfg = _load(ctx)
     if topology:
-        from slurmscale.topology import render_tree
+        from slurmscale.topology import render
 
         if cfg.topology is None:
             click.echo("slurmscale: --topology: the config has no `topology:` section", err=True)
             sys.exit(2)
-        click.echo(render_tree([n for p in cfg.pools for n in p.node_names()], {}), nl=False)
+        click.echo(render(cfg.topology.plugin, [n for p in cfg.pools for n in p.node_names()],
+                          {}), nl=False)
         return
     release: tuple[int, int] | None = None
     if slurm_release is not None:
@@ -361,7 +362,9 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
     used it), "jobs" (the ended jobs it was learned from), "source": learned|unlearned (auto,
     too few jobs yet: 1.0)|fixed (the config's), "said"}}, "in_grace": [{"job_id", "node",
     "pool", "signal", "cause" (interrupted|reclaimed|block-end|unhealthy), "signalled_at",
-    "requeue_at" (unix s)}] (jobs signalled before their requeue: a pool's grace_signal)
+    "requeue_at" (unix s)}] (jobs signalled before their requeue: a pool's grace_signal),
+    "routes": [{"at" (unix s), "pool", "job_id", "nodes", "kind": reserved|normal|refused,
+    "reason"}] (where the daemon sent the gangs of the last 10 minutes, and why; none --live)
 
     GANG (each pending multi-node job): {"job_id", "pool", "partition", "nodes", "waited_s",
     "priority", "ahead" (pending jobs Slurm ranks above it), "overtaken_by" (of those,
@@ -414,6 +417,10 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
         click.echo(f"block        {b['pool']:<12} {b['reason']}")
         for j in b["jobs"]:
             click.echo(f"             job {j['job_id']}: {j['reason']}")
+    for r in data.get("routes", []):
+        who = f"job {r['job_id']} gang" if r["job_id"] else "single nodes"
+        click.echo(f"launch       {who} {r['nodes']} ({data['now'] - r['at']:.0f}s ago) -> "
+                   f"{r['kind']}: {r['reason']}")
     for g in data.get("in_grace", []):
         left = g["requeue_at"] - data["now"]
         click.echo(f"grace        job {g['job_id']} on {g['node']}: SIG{g['signal']} "

@@ -25,7 +25,7 @@ from pydantic import (
 
 from slurmscale.hookview import DEFAULT_SOCKET_PATH, DEFAULT_SPOOL_DIR
 from slurmscale.hostlists import owns
-from slurmscale.model import ReservationPreference
+from slurmscale.model import GangNetwork, ReservationPreference
 from slurmscale.policy.health import HealthKnobs as _H
 from slurmscale.policy.limit_use import Learning
 from slurmscale.policy.model import Mode, StepSizing
@@ -138,6 +138,10 @@ class CapacityReservations(_Strict):
     # times launches on the pool's other capacity, not into interruptible reservations again
     # (as a spot pool's max_preemptions moves a job to its fallback).
     max_reclaims: Annotated[int, Field(ge=1)] = 2
+    # What a gang's reserved nodes must share, by EC2's reservation topology (read with
+    # DescribeCapacityReservationTopology, docs/topology.md): any, leaf, spine, ultraserver.
+    # A gang is never split across it; one that fits in no group goes to normal capacity.
+    gang_network: GangNetwork = GangNetwork.ANY
 
     @field_validator("launch_template_version", mode="before")
     @classmethod
@@ -327,6 +331,13 @@ class Pool(_Strict):
                 raise ValueError("a capacity-block pool launches only into its blocks: "
                                  f"capacity_reservations.preference {cr.preference.value!r} "
                                  "does not apply (leave it out)")
+        if cr is not None and cr.gang_network is not GangNetwork.ANY and \
+                cr.launch_template_version is not None:
+            raise ValueError(
+                f"capacity_reservations.gang_network {cr.gang_network.value!r} needs the "
+                "gang's fleet to name the reservations it fits in by id; a template that "
+                "targets them through a resource group lets EC2 choose (drop "
+                "capacity_reservations.launch_template_version)")
         if cr is not None and cr.launch_template_version == self.launch_template.version:
             raise ValueError(
                 f"capacity_reservations.launch_template_version ({cr.launch_template_version})"
@@ -519,12 +530,14 @@ class DaemonSettings(_Strict):
 
 class TopologySettings(_Strict):
     """Slurm's network topology from EC2's (docs/topology.md): each running instance's network
-    nodes (DescribeInstanceTopology) rendered as Slurm's topology.conf for topology/tree, so
+    nodes (DescribeInstanceTopology) rendered as Slurm's topology.conf (tree or block), so
     Slurm places a multi-node job under the fewest network nodes among the nodes that are up.
     `file`: the topology.conf Slurm reads, beside slurm.conf (default: slurm.conf's
     directory); SlurmUser must be able to write it (`slurmscale install` makes it so)."""
 
-    plugin: Literal["tree"] = "tree"
+    # tree: topology/tree (every release); block: topology/block (Slurm 23.11+), one block
+    # per UltraServer (or bottom network node)
+    plugin: Literal["tree", "block"] = "tree"
     file: str | None = None
     # EC2 is asked about instances it has not placed yet at most this often (it answers
     # nothing for an instance until it runs, and eventual consistency may lag a launch)

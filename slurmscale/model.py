@@ -200,6 +200,43 @@ class CapacityReservation:
         return self.state == "active"
 
 
+class NetworkPlace(NamedTuple):
+    """Where an instance, or a capacity reservation's capacity, sits in EC2's network
+    (DescribeInstanceTopology, DescribeCapacityReservationTopology): `nodes` its network
+    nodes top-down, the last the one it is connected to ("How Amazon EC2 topology works",
+    EC2 user guide); `ultraserver` the Capacity Block id EC2 gives UltraServer instances,
+    naming their UltraServer domain (empty for any other type)."""
+
+    nodes: tuple[str, ...]
+    ultraserver: str = ""
+
+
+class GangNetwork(StrEnum):
+    """What a gang's nodes must share when it goes into reserved capacity (a pool's
+    `capacity_reservations.gang_network`, docs/topology.md): `any` (nothing: the first
+    type and AZ with room), `leaf` (the network node its instances connect to), `spine`
+    (the node above it), `ultraserver` (one UltraServer domain). A gang is never split
+    across what it must share; one that fits in no such group launches on the pool's
+    normal capacity, in one cluster placement group, or waits (preference `only`)."""
+
+    ANY = "any"
+    LEAF = "leaf"
+    SPINE = "spine"
+    ULTRASERVER = "ultraserver"
+
+    def key(self, place: NetworkPlace | None) -> str | None:
+        """The group a reservation (or instance) at `place` is in at this level; None when
+        EC2 did not say (a type without topology, not yet propagated)."""
+        if self is GangNetwork.ANY:
+            return ""
+        if place is None:
+            return None
+        if self is GangNetwork.ULTRASERVER:
+            return place.ultraserver or None
+        depth = 1 if self is GangNetwork.LEAF else 2
+        return place.nodes[-depth] if len(place.nodes) >= depth else None
+
+
 @dataclass(frozen=True)
 class LaunchResult:
     """What one CreateFleet gave: instances and the capacity errors EC2 reported beside them."""

@@ -20,6 +20,8 @@ HOOKS = ("resume", "suspend", "resume-fail")
 # of a node that misses ResumeTimeout are requeued by Slurm itself, even those that asked
 # for no requeue.
 REQUEUE_ON_RESUME_FAILURE = (25, 5)
+# topology/block came with Slurm 23.11 (topology.conf(5))
+BLOCK_PLUGIN = (23, 11)
 
 
 def ctld_parameters(cfg: Config) -> list[str]:
@@ -111,7 +113,7 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         lines += [
             "# EC2's network topology (topology: in slurmscale.yaml): the daemon rewrites",
             f"# {cfg.topology_file()} as instances come and go (first: slurm-conf --topology).",
-            "TopologyPlugin=topology/tree",
+            f"TopologyPlugin=topology/{cfg.topology.plugin}",
         ]
     if any(p.gpus_per_node for p in cfg.pools):
         lines.append("GresTypes=gpu")

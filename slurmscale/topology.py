@@ -1,4 +1,5 @@
-"""Slurm's topology.conf (topology/tree) from EC2's network topology (docs/topology.md).
+"""Slurm's topology.conf (topology/tree or topology/block) from EC2's network topology
+(docs/topology.md).
 
 EC2's DescribeInstanceTopology gives each running instance of a supported type its network
 nodes, "a top-down view of the network hierarchy, with the bottom node connected to an
@@ -10,7 +11,14 @@ places a multi-node job under the lowest switch that holds enough of its nodes.
 Nodes without a placement (powered down: no instance; or not yet reported) are under one
 switch of their own, and every top-layer switch and that one under one root: topology/tree
 does not let a job span nodes that share no switch, and a cloud cluster's nodes are mostly
-unplaced until they run. Pure: nodes and placements in, the file's text out.
+unplaced until they run.
+
+topology/block (Slurm 23.11+) takes blocks of nodes with the fastest links among them: an
+UltraServer where EC2 names one (its Capacity Block id, on UltraServer types), else the
+instances under one bottom network node. Slurm pairs blocks that are next to each other in
+the file into larger ones, so blocks under one spine are written next to each other.
+
+Pure: nodes and placements in, the file's text out.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from slurmscale.hostlists import compress
+from slurmscale.model import NetworkPlace
 
 ROOT = "slurmscale-root"
 UNPLACED = "slurmscale-unplaced"
@@ -57,4 +66,39 @@ def render_tree(nodes: Iterable[str], placed: Mapping[str, Sequence[str]]) -> st
             lines.append(f"SwitchName={name} Switches={','.join(below)}")
         elif here:
             lines.append(f"SwitchName={name} Nodes={compress(here)}")
+    return HEADER + "\n".join(lines) + "\n"
+
+
+def render(plugin: str, nodes: Iterable[str], placed: Mapping[str, NetworkPlace]) -> str:
+    """topology.conf for `plugin` (tree | block) where `placed` maps a node to its
+    instance's place; a node not in it is unplaced."""
+    if plugin == "block":
+        return render_block(nodes, placed)
+    return render_tree(nodes, {n: p.nodes for n, p in placed.items()})
+
+
+def block_of(place: NetworkPlace) -> str:
+    """The block an instance is in: its UltraServer, else its bottom network node."""
+    return place.ultraserver or (place.nodes[-1] if place.nodes else "")
+
+
+def render_block(nodes: Iterable[str], placed: Mapping[str, NetworkPlace]) -> str:
+    """topology.conf for topology/block: one block per UltraServer (or bottom network
+    node), ordered by the network nodes above it so that neighbours are paired first, and
+    the unplaced nodes in one block, last."""
+    blocks: dict[str, list[str]] = {}
+    order: dict[str, tuple[str, ...]] = {}
+    unplaced: list[str] = []
+    for node in nodes:
+        place = placed.get(node)
+        if place is None or not block_of(place):
+            unplaced.append(node)
+            continue
+        block = block_of(place)
+        blocks.setdefault(block, []).append(node)
+        order.setdefault(block, (*place.nodes, block))
+    lines = [f"BlockName={b} Nodes={compress(blocks[b])}"
+             for b in sorted(blocks, key=lambda b: order[b])]
+    if unplaced:
+        lines.append(f"BlockName={UNPLACED} Nodes={compress(unplaced)}")
     return HEADER + "\n".join(lines) + "\n"

@@ -25,12 +25,14 @@ from slurmscale.model import (
     InstanceShape,
     LaunchedInstance,
     LaunchResult,
+    NetworkPlace,
     ScheduledEvent,
 )
 
 log = logging.getLogger(__name__)
 
-# DescribeInstanceTopology takes at most 100 explicit instance ids a request
+# DescribeInstanceTopology and DescribeCapacityReservationTopology take at most 100 explicit
+# ids a request
 TOPOLOGY_IDS_PER_CALL = 100
 
 NOT_FOUND = "InvalidInstanceID.NotFound"  # an instance id EC2 does not have
@@ -295,20 +297,33 @@ class EC2Cloud:
                     efa=bool(t.get("NetworkInfo", {}).get("EfaSupported", False)))
         return out
 
-    def instance_topology(self, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
+    def instance_topology(self, instance_ids: list[str]) -> dict[str, NetworkPlace]:
         """DescribeInstanceTopology, 100 ids a call (the API reference's limit on explicit
         ids; MaxResults cannot go with them), each call's pages followed."""
-        out: dict[str, tuple[str, ...]] = {}
-        for i in range(0, len(instance_ids), TOPOLOGY_IDS_PER_CALL):
+        return self._topology("describe_instance_topology", "InstanceIds", "Instances",
+                              "InstanceId", instance_ids)
+
+    def reservation_topology(self, reservation_ids: list[str]) -> dict[str, NetworkPlace]:
+        """DescribeCapacityReservationTopology: where each pending or active reservation's
+        capacity sits, before anything launches into it (as instance_topology: 100 ids a
+        call, no MaxResults with them, pages followed)."""
+        return self._topology("describe_capacity_reservation_topology",
+                              "CapacityReservationIds", "CapacityReservations",
+                              "CapacityReservationId", reservation_ids)
+
+    def _topology(self, call: str, ids_param: str, items: str, id_key: str,
+                  ids: list[str]) -> dict[str, NetworkPlace]:
+        out: dict[str, NetworkPlace] = {}
+        for i in range(0, len(ids), TOPOLOGY_IDS_PER_CALL):
             token: str | None = None
             while True:
-                r = self._call("describe_instance_topology",
-                               InstanceIds=instance_ids[i:i + TOPOLOGY_IDS_PER_CALL],
+                r = self._call(call, **{ids_param: ids[i:i + TOPOLOGY_IDS_PER_CALL]},
                                **({"NextToken": token} if token else {}))
-                for t in r.get("Instances", []):
+                for t in r.get(items, []):
                     nodes = tuple(str(n) for n in t.get("NetworkNodes") or ())
-                    if nodes and t.get("InstanceId"):
-                        out[str(t["InstanceId"])] = nodes
+                    if nodes and t.get(id_key):
+                        out[str(t[id_key])] = NetworkPlace(
+                            nodes, str(t.get("CapacityBlockId") or ""))
                 token = r.get("NextToken")
                 if not token:
                     break

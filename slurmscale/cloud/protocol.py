@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from slurmscale.config import CapacityType, Pool
-from slurmscale.model import CapacityReservation, InstanceHealth, LaunchedInstance, LaunchResult
+from slurmscale.model import (
+    CapacityReservation,
+    InstanceHealth,
+    LaunchedInstance,
+    LaunchResult,
+    NetworkPlace,
+)
 
 TAG_CLUSTER = "slurmscale:cluster"
 TAG_POOL = "slurmscale:pool"
@@ -99,9 +105,16 @@ class CloudProvider(Protocol):
 
     def instance_health(self) -> list[InstanceHealth]: ...
 
-    def instance_topology(self, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
+    def instance_topology(self, instance_ids: list[str]) -> dict[str, NetworkPlace]:
         """Each instance's network nodes, top-down (DescribeInstanceTopology); an instance
         EC2 gives none for (not running, a type without topology) is left out."""
+        ...
+
+    def reservation_topology(self, reservation_ids: list[str]) -> dict[str, NetworkPlace]:
+        """Where each reservation's capacity sits, before a launch into it
+        (DescribeCapacityReservationTopology); one EC2 gives none for (not active or pending,
+        a type without topology) is left out. An instance launched into a reservation sits
+        where the reservation does."""
         ...
 
 
@@ -117,3 +130,22 @@ class EventQueue(Protocol):
     def receive(self, max_messages: int = 10) -> list[QueueMessage]: ...
 
     def delete(self, receipt: str) -> None: ...
+
+
+class Record(NamedTuple):
+    """A node's A record: its address and TTL."""
+
+    ip: str
+    ttl: int
+
+
+class DnsZone(Protocol):
+    """The zone that resolves node names (a Route 53 private hosted zone)."""
+
+    def records(self) -> dict[str, Record]:
+        """node name -> its A record, every one under the zone's domain."""
+        ...
+
+    def change(self, upsert: dict[str, str], delete: dict[str, Record]) -> None:
+        """Set these names to these addresses and delete these records, in one change."""
+        ...

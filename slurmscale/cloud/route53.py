@@ -8,21 +8,15 @@ pages by StartRecordName/StartRecordType (IsTruncated, NextRecordName, NextRecor
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from slurmscale.cloud.aws import call, make_client
+from slurmscale.cloud.protocol import Record
 from slurmscale.config import AwsSettings, DnsSettings
 
 MAX_CHANGES = 1000  # ResourceRecord elements in one ChangeResourceRecordSets
 
 
-class Record(NamedTuple):
-    ip: str
-    ttl: int
-
-
 class Route53Zone:
-    """`records` and `change` for the zone's A records under its domain, by node name."""
+    """Implements `DnsZone`: the zone's A records under its domain, by node name."""
 
     def __init__(self, aws: AwsSettings, dns: DnsSettings) -> None:
         self.zone_id = dns.hosted_zone_id.removeprefix("/hostedzone/")

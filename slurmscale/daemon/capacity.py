@@ -26,6 +26,7 @@ from slurmscale.policy.fallback import Rewrite, partition_rewrites
 from slurmscale.policy.limit_use import LimitUse
 from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
 from slurmscale.policy.reservations import GangJob, HoldPlan, slipped
+from slurmscale.policy.routing import Routed
 from slurmscale.policy.standing import GangStanding, gang_standings
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
@@ -74,6 +75,7 @@ class PassPlan:
     # each pool's share of their time limits jobs run, as the hold rule used it
     limit_use: Mapping[str, LimitUse] = field(default_factory=dict)
     graces: tuple[GraceRow, ...] = ()  # jobs signalled before their requeue, still running
+    routes: tuple[Routed, ...] = ()  # where the daemon sent the gangs of the last minutes
 
 
 Priorities = tuple[list[JobPriority], PriorityWeights | None]

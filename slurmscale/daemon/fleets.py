@@ -4,7 +4,8 @@ one's instance type, subnet (so AZ) and placement group, all or nothing across t
 
 The reservations are read with one DescribeCapacityReservations for every pool's ids, at
 most every `RESERVATIONS_TTL_S` (and counted down locally as gangs launch into them), so a
-burst of gangs costs one describe. The pools' subnets' AZs are read once.
+burst of gangs costs one describe. The pools' subnets' AZs are read once. A pool whose gangs
+must share a network node (`gang_network`) has its reservations' topology read with them.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from slurmscale.model import (
     INTERRUPTIBLE,
     CapacityReservation,
     Gang,
+    GangNetwork,
     LaunchedInstance,
     LaunchResult,
+    NetworkPlace,
 )
 from slurmscale.policy.routing import (
     Route,
@@ -101,6 +104,14 @@ class ReservedCapacity:
         # block id -> the end an Expiration Warning implies, when earlier than EC2's date
         # (a late config, a skewed clock): the block closes by it
         self.warned_end: dict[str, float] = {}
+        # where each reservation's capacity sits (DescribeCapacityReservationTopology), read
+        # with the reservations for the pools whose gangs must share a network node
+        self.topology_ids = sorted({i for p in cfg.pools if p.capacity_reservations
+                                    and p.capacity_reservations.gang_network
+                                    is not GangNetwork.ANY
+                                    for i in p.capacity_reservations.ids})
+        self.places: dict[str, NetworkPlace] = {}
+        self._topology_failing = False
 
     def reservations(self, now: float) -> dict[str, CapacityReservation]:
         """id -> reservation; those EC2 did not return are missing (an event says so once)."""
@@ -135,9 +146,27 @@ class ReservedCapacity:
         self.readable = True
         self._by_id = {r.id: r for r in found}
         self._read_at = now
+        self._read_places([i for i in self.topology_ids if i in self._by_id])
         if self.on_read is not None and found:
             self.on_read(found, now)
         return self._by_id
+
+    def _read_places(self, ids: list[str]) -> None:
+        """The reservations' topology, read again with each read of the reservations (a
+        pending one gets its place when EC2 has one); what was known is kept on a failure,
+        which is said once: the gangs then fit only where the last answer allows."""
+        if not ids:
+            return
+        try:
+            self.places = self.cloud.reservation_topology(ids)
+        except CloudError as e:
+            if not self._topology_failing:
+                self.event(Kind.CLOUD_ERROR, f"reading the capacity reservations' topology: "
+                           f"{e}; gangs go where the last answer allows (a reservation with "
+                           "no known place takes a gang alone)")
+            self._topology_failing = True
+            return
+        self._topology_failing = False
 
     def _ttl(self, now: float) -> float:
         due = any(r.state in BEFORE_START and r.start is not None and r.start <= now
@@ -217,7 +246,8 @@ class ReservedCapacity:
         if shun:
             rs = [r for r in rs if r.reservation_type != INTERRUPTIBLE]
         route = route_gang(gang.size, pool.instance_types, self.zones(pool), rs,
-                           ReservationPreference.ONLY if block else cr.preference)
+                           ReservationPreference.ONLY if block else cr.preference,
+                           cr.gang_network, self.places)
         if not shun:
             return route
         return replace(route, reason=f"{route.reason} (interruptible reservations skipped: a "

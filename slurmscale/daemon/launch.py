@@ -33,7 +33,13 @@ from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus, InstanceState
 from slurmscale.model import Gang, LaunchResult
 from slurmscale.policy.blocks import at as stamp
-from slurmscale.policy.routing import NO_RESERVED_FIT, Route, RouteKind, fleet_parts
+from slurmscale.policy.routing import (
+    NO_RESERVED_FIT,
+    Route,
+    Routed,
+    RouteKind,
+    fleet_parts,
+)
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
@@ -42,6 +48,10 @@ from slurmscale.store.rows import GangRow, InstanceRow, PreemptionCause
 
 # a deferral's cause: a reservation due to start that EC2 did not yet report active
 RESERVATION_STARTING = "ReservationStarting"
+
+
+# `plan` shows where the gangs launched in this many seconds went, and why
+ROUTES_SHOWN_S = 600.0
 
 
 class Outcome(StrEnum):
@@ -77,6 +87,8 @@ class GangLauncher:
         self.fleets = fleets
         self.ec2_retry = ec2_retry
         self.metrics = metrics
+        # the gangs routed in the last ROUTES_SHOWN_S, oldest first (what `plan` shows)
+        self.routed: list[Routed] = []
 
     def _count_launch(self, pool: Pool, outcome: Outcome, code: str = "") -> None:
         if self.metrics is not None:
@@ -107,6 +119,10 @@ class GangLauncher:
             return Launch(Outcome.FAILED, existing.error_code or "LaunchFailed")
         recovering = existing is not None and existing.status == GangStatus.LAUNCHING
         route = self.reserved.route(pool, gang, now.timestamp(), self._reclaimed(gang))
+        self.routed = [r for r in self.routed if now.timestamp() - r.at < ROUTES_SHOWN_S]
+        self.routed.append(Routed(now.timestamp(), pool.name,
+                                  str(gang.job_ids[0]) if gang.job_ids else "", nodes_expr,
+                                  route.kind, route.reason))
         spec = self.fleets.spec(pool, route, gid)
         if existing is None:
             self.ctx.store.add_gang(GangRow(

@@ -17,8 +17,7 @@ import logging
 from datetime import datetime
 
 from slurmscale.audit import Kind
-from slurmscale.cloud.protocol import CloudError
-from slurmscale.cloud.route53 import Record, Route53Zone
+from slurmscale.cloud.protocol import CloudError, DnsZone, Record
 from slurmscale.daemon.context import PassContext
 from slurmscale.hostlists import compress
 from slurmscale.store.protocol import ReconcileStore
@@ -28,8 +27,10 @@ log = logging.getLogger(__name__)
 
 
 class NodeNamePass:
-    def __init__(self, ctx: PassContext[ReconcileStore], zone: Route53Zone) -> None:
+    def __init__(self, ctx: PassContext[ReconcileStore], zone: DnsZone) -> None:
+        assert ctx.cfg.dns is not None
         self.ctx = ctx
+        self.dns = ctx.cfg.dns
         self.zone = zone
         self.written: dict[str, str] | None = None  # what the zone had after the last change
         self.listed_at: datetime | None = None
@@ -56,7 +57,7 @@ class NodeNamePass:
                 self.zone.change(upsert, delete)
         except CloudError as e:
             if not self.failing:
-                self.ctx.event(Kind.DNS_FAILED, f"Route 53 zone {self.zone.zone_id}: {e}; "
+                self.ctx.event(Kind.DNS_FAILED, f"Route 53 zone {self.dns.hosted_zone_id}: {e}; "
                                "node names are tried again next pass")
             self.failing = True
             self.written = None
@@ -69,5 +70,5 @@ class NodeNamePass:
                 said.append(f"{compress(sorted(upsert))} written")
             if delete:
                 said.append(f"{compress(sorted(delete))} deleted")
-            self.ctx.event(Kind.DNS_RECORDS_CHANGED, f"{self.zone.domain}: "
+            self.ctx.event(Kind.DNS_RECORDS_CHANGED, f"{self.dns.domain.rstrip('.')}: "
                            f"{'; '.join(said)} (A records of nodes with an instance)")

@@ -90,6 +90,8 @@ def plan_data(pp: PassPlan, source: str) -> dict[str, Any]:
                    for b in pp.blocks],
         "limit_use": {pool: {"value": round(u.value, 4), "jobs": u.jobs, "source": u.source,
                              "said": u.describe()} for pool, u in pp.limit_use.items()},
+        "routes": [{"at": r.at, "pool": r.pool, "job_id": r.job_id, "nodes": r.nodes,
+                    "kind": r.kind.value, "reason": r.reason} for r in pp.routes],
         "in_grace": [{"job_id": g.job_id, "node": g.node, "pool": g.pool,
                       "signal": g.signal, "cause": g.cause,
                       "signalled_at": utc(g.signalled_at).timestamp(),

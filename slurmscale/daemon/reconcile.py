@@ -23,12 +23,12 @@ Slurm and the event queue is made only while the lease is still held (`fence.py`
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from slurmscale import timeframe
 from slurmscale.audit import Kind
-from slurmscale.cloud.protocol import CloudProvider, EventQueue
-from slurmscale.cloud.route53 import Route53Zone
+from slurmscale.cloud.protocol import CloudProvider, DnsZone, EventQueue
 from slurmscale.config import Config
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.backoff import CapacityBackoff
@@ -42,7 +42,7 @@ from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.health import HealthPass
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.keep_up import KeepUpPass
-from slurmscale.daemon.launch import GangLauncher, client_token
+from slurmscale.daemon.launch import ROUTES_SHOWN_S, GangLauncher, client_token
 from slurmscale.daemon.ledger import Ledger
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.node_names import NodeNamePass
@@ -73,7 +73,7 @@ class Reconciler:
     def __init__(self, cfg: Config, store: ReconcileStore, slurm: SlurmClient,
                  cloud: CloudProvider, clock: Clock = utcnow, queue: EventQueue | None = None,
                  metrics: Metrics | None = None, spool: RequestSource | None = None,
-                 fence: Fence | None = None, dns_zone: Route53Zone | None = None,
+                 fence: Fence | None = None, dns_zone: DnsZone | None = None,
                  times: PassTimes | None = None) -> None:
         # where a pass's time goes: its phases always, the waits on the outside if asked
         self.times = times if times is not None else PassTimes()
@@ -108,13 +108,16 @@ class Reconciler:
         fleets = GangFleets(cfg, cloud, client_token)
         self.addresses = NodeAddresses(ctx)
         ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
-        self.requests = RequestPass(ctx, GangLauncher(
-            ctx, self.addresses, self.backoff, self.reserved, fleets, ec2_retry, metrics),
-            self.addresses, ec2_retry, spool)
+        self.launcher = GangLauncher(ctx, self.addresses, self.backoff, self.reserved, fleets,
+                                     ec2_retry, metrics)
+        self.requests = RequestPass(ctx, self.launcher, self.addresses, ec2_retry, spool)
         self.sweep = InstanceSweep(ctx, self.interruptions, fleets)
         self.names: NodeNamePass | None = None
         if cfg.dns is not None:  # (its own fence and failure count: a Route 53 call is AWS's)
-            zone = dns_zone if dns_zone is not None else Route53Zone(cfg.aws, cfg.dns)
+            if dns_zone is None:
+                raise ValueError("dns: is configured but no DNS zone was given (the daemon's "
+                                 "service builds the Route 53 one)")
+            zone: DnsZone = dns_zone
             if times is not None:
                 zone = times.timed(zone, "Route 53")
             if fence is not None:
@@ -175,6 +178,10 @@ class Reconciler:
         with phase("capacity"):
             p = self.capacity.run(self.clock(), self._nodes_now(nodes))
         if p is not None:
+            # (what `plan` shows: where the gangs of the last minutes went, and why)
+            now = self.clock().timestamp()
+            p = self.capacity.last = replace(p, routes=tuple(
+                r for r in self.launcher.routed if now - r.at < ROUTES_SHOWN_S))
             with phase("keep_up"):
                 self.keep_up.run(p)
             res.policy_actions = len(p.holds.actions) + sum(

@@ -29,6 +29,7 @@ from typing import Any
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.ec2 import EC2Cloud
+from slurmscale.cloud.route53 import Route53Zone
 from slurmscale.cloud.sqs import SqsEventQueue
 from slurmscale.config import Config
 from slurmscale.config_file import redact
@@ -165,7 +166,8 @@ class Daemon:
         spool.ensure()
         return Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
                           queue=queue, metrics=self.metrics, spool=spool,
-                          fence=Fence(self.lease.held), times=PassTimes())
+                          fence=Fence(self.lease.held), times=PassTimes(),
+                          dns_zone=Route53Zone(cfg.aws, cfg.dns) if cfg.dns else None)
 
     def _lead(self) -> Reconciler | None:
         """The reconciler if this daemon leads now; None while it stands by."""

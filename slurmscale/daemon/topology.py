@@ -4,7 +4,7 @@ Each pass: the running instances EC2 has not placed yet are asked about (one bat
 DescribeInstanceTopology, at most every `read_interval_s` for the same instance: EC2 answers
 nothing until an instance runs, and its eventual consistency may lag a launch); a placement,
 once read, is kept for the instance's life (an instance does not move). The file is
-rendered from the placements (`slurmscale.topology.render_tree`) and written when it
+rendered from the placements (`slurmscale.topology.render`, tree or block) and written when it
 changes; slurmctld re-reads it on `scontrol reconfigure` only, so that is sent at most every
 `reconfigure_interval_s`: a burst of launches is one reconfigure, never one per node.
 
@@ -21,10 +21,11 @@ from pathlib import Path
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.daemon.context import PassContext
+from slurmscale.model import NetworkPlace
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow
-from slurmscale.topology import render_tree
+from slurmscale.topology import render
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class TopologyPass:
         path = ctx.cfg.topology_file()
         assert path is not None
         self.path = Path(path)
-        self.placed: dict[str, tuple[str, ...]] = {}  # instance id -> network nodes
+        self.placed: dict[str, NetworkPlace] = {}  # instance id -> its place
         self.asked_at: dict[str, float] = {}  # instance id -> when EC2 was last asked
         try:
             self.written: str | None = self.path.read_text()
@@ -56,7 +57,8 @@ class TopologyPass:
         self._read(running, now)
         cfg = self.ctx.cfg
         nodes = [n for p in cfg.pools for n in p.node_names()]
-        text = render_tree(nodes, {running[i].node: layers for i, layers in self.placed.items()})
+        text = render(self.settings.plugin, nodes,
+                      {running[i].node: place for i, place in self.placed.items()})
         if text != self.written:
             try:
                 # in place: SlurmUser owns the file, not the directory slurm.conf is in
@@ -78,9 +80,11 @@ class TopologyPass:
                 return
             self.reconfigured_at, self.reconfigure_due, self.failing = now, False, False
             placed = sorted(running[i].node for i in self.placed)
-            switches = sum(1 for line in text.splitlines() if line.startswith("SwitchName="))
+            word = "block" if self.settings.plugin == "block" else "switch"
+            parts = sum(1 for line in text.splitlines() if line.startswith(
+                f"{word.capitalize()}Name="))
             self.ctx.event(Kind.TOPOLOGY_UPDATED, f"{self.path}: {len(placed)} node(s) placed "
-                           f"by EC2's network topology, {switches} switch(es); slurmctld "
+                           f"by EC2's network topology, {parts} {word}(s); slurmctld "
                            "reconfigured")
 
     def _read(self, running: dict[str, InstanceRow], now: float) -> None:

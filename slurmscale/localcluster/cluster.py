@@ -381,10 +381,12 @@ SlurmdTimeout={self.o.slurmd_timeout}
         if topology is not None:
             # what `slurmscale slurm-conf --topology` prints, given to SlurmUser (the daemon
             # rewrites it), as docs/topology.md has the admin do
-            from slurmscale.topology import render_tree
+            from slurmscale.topology import render
 
-            Path(topology).write_text(render_tree(
-                [n for p in self.cfg.pools for n in p.node_names()], {}))
+            assert self.cfg.topology is not None
+            Path(topology).write_text(render(
+                self.cfg.topology.plugin, [n for p in self.cfg.pools for n in p.node_names()],
+                {}))
             os.chown(topology, self.slurm_uid, self.slurm_gid)
 
     def _install_hooks(self) -> None:

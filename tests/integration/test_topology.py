@@ -1,16 +1,26 @@
-"""EC2's network topology into Slurm's, on a real Slurm 22.05 (topology/tree): the test proxy
-answers DescribeInstanceTopology in EC2's shape, laying four nodes out under two leaf network
-nodes (od-1 and od-3 under one, od-2 and od-4 under the other); the daemon renders
-topology.conf, reconfigures slurmctld once for the burst, and a 2-node job then runs on two
-nodes that share a leaf. Without the topology Slurm takes the first two idle nodes, od-[1-2],
-which share none."""
+"""EC2's network topology into Slurm's.
+
+On a real Slurm 22.05 (topology/tree): the test proxy answers DescribeInstanceTopology in
+EC2's shape, laying four nodes out under two leaf network nodes (od-1 and od-3 under one, od-2
+and od-4 under the other); the daemon renders topology.conf, reconfigures slurmctld once for
+the burst, and a 2-node job then runs on two nodes that share a leaf. Without the topology
+Slurm takes the first two idle nodes, od-[1-2], which share none.
+
+On a real Slurm 26.05 (topology/block), before the launch: three reservations of one type
+and AZ, one free instance under one spine, one under another, two under a third; a gang of
+2 that must share a spine goes whole into the third (never one instance into each of the
+first two, which is where it goes without the setting), and its nodes are one block in
+Slurm's topology.conf, from the instances' own topology."""
 
 from __future__ import annotations
 
 import pytest
 
+from slurmscale.hostlists import expand
 from slurmscale.localcluster.options import PoolSpec
 from slurmscale.localcluster.procs import wait_for
+from tests.integration.slurm_releases import slurm_root
+from tests.support.ec2_capacity import Reservation
 
 pytestmark = pytest.mark.slurm
 
@@ -55,3 +65,46 @@ def test_ec2s_topology_places_a_gang_under_one_leaf(make_cluster) -> None:  # ty
     assert reads and all(x.status == 200 for x in reads)
     print(f"topology: the gang on {nodes}; {len(updates)} reconfigure(s), "
           f"{len(reads)} DescribeInstanceTopology call(s)")
+
+
+CR_A, CR_B, CR_C = "cr-0a1b2c3d4e5f6000a", "cr-0a1b2c3d4e5f6000b", "cr-0a1b2c3d4e5f6000c"
+LEAF_C = "nn-0a1b2c3d4e5f600c3"
+
+
+def test_a_gang_goes_whole_into_the_reservation_under_one_spine_and_is_one_block(
+        make_cluster) -> None:  # type: ignore[no-untyped-def]
+    c, proxy = make_cluster(
+        slurm_root=slurm_root("26.05"), start_daemon=False,
+        pools=[PoolSpec("gpu-od", "od-", 4, capacity_type="on-demand", extra={
+            "capacity_reservations": {"ids": [CR_A, CR_B, CR_C], "gang_network": "spine"}})],
+        extra_config={"topology": {"plugin": "block", "read_interval_s": 2,
+                                   "reconfigure_interval_s": 5}},
+        min_idle=600, max_idle=900, suspend_time=1200)
+    for rid, spine, leaf, free in ((CR_A, SPINE_A, LEAF_A, 1), (CR_B, SPINE_B, LEAF_B, 1),
+                                   (CR_C, "nn-0a1b2c3d4e5f600c2", LEAF_C, 2)):
+        proxy.capacity.add(Reservation(rid, "p5.48xlarge", free,
+                                       network_nodes=(TOP, spine, leaf)))
+    c.start_daemon()
+    assert "TopologyPlugin=topology/block" in c.conf.read_text()
+    job = c.sbatch("-N", "2", "-p", "gpu-od", "--gres=gpu:8", "--wrap", "sleep 1")
+    c.wait_job(job, {"COMPLETED"}, 180)
+    nodes = expand(c.job(job)["NodeList"])
+    homes = proxy.capacity.in_reservation()
+    assert sorted(homes.values()) == [CR_C, CR_C], f"split across spines: {homes}"
+    (asked,) = [e["message"] for e in c.events() if e["kind"] == "launch_requested"]
+    assert f"under one spine (nn-0a1b2c3d4e5f600c2) (2 free in {CR_C})" in asked, asked
+    reads = [x for x in proxy.calls if x.action == "DescribeCapacityReservationTopology"]
+    assert reads and all(x.status == 200 for x in reads)
+    plan = c.cli("plan").stdout  # the daemon's plan says which and why
+    assert f"launch       job {job} gang {c.job(job)['NodeList']}" in plan and \
+        "-> reserved: fits whole in reserved p5.48xlarge in us-east-1a under one spine" in plan, \
+        plan
+
+    def placed() -> bool:
+        return any(e["kind"] == "topology_updated" and "2 node(s) placed" in e["message"]
+                   for e in c.events())
+    wait_for("the gang's nodes in Slurm's topology", placed, 60)
+    shown = c.slurm("scontrol", "show", "topology")
+    assert f"BlockName={LEAF_C}" in shown and f"Nodes={c.job(job)['NodeList']}" in shown, shown
+    print(f"topology/block: the gang on {nodes} in {CR_C}, {len(reads)} reservation "
+          f"topology read(s); scontrol show topology:\n{shown}")

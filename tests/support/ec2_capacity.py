@@ -25,7 +25,10 @@ and EC2 begins terminating the block's instances `termination_lead_s` (AWS: 30 m
 before its end.
 DescribeInstanceTopology (the API reference, and the user guide's "How Amazon EC2 topology
 works": each running instance's network nodes, top-down): as the test lays the network out by
-node name. Placement groups:
+node name, else, for an instance in a reservation, the reservation's place.
+DescribeCapacityReservationTopology (the API reference: where a pending or active
+reservation's capacity sits before a launch, with the UltraServer's Capacity Block id for an
+UltraServer type): as the test lays each reservation out. Placement groups:
 create (tags), describe (by name or tag filter), delete (refused while an instance of it is
 live), and a fleet naming an unknown group is refused, as EC2 does.
 Not reproduced: `open` reservations matched by attributes alone, instance platform and tenancy
@@ -62,6 +65,10 @@ class Reservation:
     interruptible: bool = False  # an interruptible ODCR (its owner may reclaim it)
     platform: str = "Linux/UNIX"
     tenancy: str = "default"
+    # DescribeCapacityReservationTopology: where its capacity sits (network nodes top-down;
+    # the UltraServer's Capacity Block id for an UltraServer type); its instances sit there
+    network_nodes: tuple[str, ...] = ()
+    ultraserver: str = ""
 
     @property
     def block(self) -> bool:
@@ -150,7 +157,7 @@ class CapacityModel:
     # --- answered here, never forwarded -------------------------------------------------
     SERVED = frozenset({"DescribeCapacityReservations", "CreatePlacementGroup",
                         "DescribePlacementGroups", "DeletePlacementGroup",
-                        "DescribeInstanceTopology"})
+                        "DescribeInstanceTopology", "DescribeCapacityReservationTopology"})
 
     def serve(self, action: str, params: dict[str, str]) -> tuple[int, bytes]:
         with self.lock:
@@ -200,10 +207,16 @@ class CapacityModel:
         found = [i for r in self._ec2().describe_instances(
             **({"InstanceIds": ids} if ids else {}))["Reservations"] for i in r["Instances"]]
         items = []
+        home = {m: r for r in self.reservations.values() for m in r.members}
         for i in found:
             tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
-            nodes = (self.topology_by_node.get(tags.get("slurmscale:node", ""), ())
-                     if i["State"]["Name"] == "running" else ())
+            r = home.get(i["InstanceId"])
+            nodes: tuple[str, ...] = ()
+            ultra = ""
+            if i["State"]["Name"] == "running":  # its own place, else its reservation's
+                nodes = self.topology_by_node.get(tags.get("slurmscale:node", ""), ())
+                if not nodes and r is not None:
+                    nodes, ultra = r.network_nodes, r.ultraserver
             items.append(
                 f"<item><instanceId>{i['InstanceId']}</instanceId>"
                 f"<instanceType>{i['InstanceType']}</instanceType>"
@@ -212,9 +225,41 @@ class CapacityModel:
                 + "<networkNodeSet>" + "".join(f"<item>{n}</item>" for n in nodes)
                 + "</networkNodeSet>"
                 f"<availabilityZone>{i['Placement']['AvailabilityZone']}</availabilityZone>"
-                "<zoneId>use1-az1</zoneId></item>")
+                "<zoneId>use1-az1</zoneId>"
+                + (f"<capacityBlockId>{ultra}</capacityBlockId>" if ultra else "") + "</item>")
         return 200, _response("DescribeInstanceTopology",
                               f"<instanceSet>{''.join(items)}</instanceSet>")
+
+    def _DescribeCapacityReservationTopology(self, params: dict[str, str]  # noqa: N802
+                                             ) -> tuple[int, bytes]:
+        """The API reference's DescribeCapacityReservationTopology: a pending or active
+        reservation's network nodes (none in any other state), at most 100 explicit ids,
+        MaxResults not with them; an unknown id is an error as in DescribeCapacityReservations.
+        No paging here."""
+        ids = _indexed(params, "CapacityReservationId")
+        if len(ids) > 100 or (ids and "MaxResults" in params):
+            return _error("InvalidParameterCombination" if ids and "MaxResults" in params
+                          else "InvalidParameterValue",
+                          "at most 100 capacity reservation IDs, and not with MaxResults")
+        unknown = [i for i in ids if i not in self.reservations]
+        if unknown:
+            return _error("InvalidCapacityReservationId.NotFound",
+                          f"The capacity reservation ID '{unknown[0]}' does not exist")
+        items = []
+        for r in (self.reservations[i] for i in ids or list(self.reservations)):
+            state = r.state_now()
+            nodes = r.network_nodes if state in ("active", "pending") else ()
+            items.append(
+                f"<item><capacityReservationId>{r.id}</capacityReservationId>"
+                + (f"<capacityBlockId>{r.ultraserver}</capacityBlockId>" if r.ultraserver
+                   else "")
+                + f"<state>{state}</state><instanceType>{r.instance_type}</instanceType>"
+                "<networkNodeSet>" + "".join(f"<item>{n}</item>" for n in nodes)
+                + "</networkNodeSet><availabilityZoneId>use1-az1</availabilityZoneId>"
+                f"<availabilityZone>{r.availability_zone}</availabilityZone></item>")
+        return 200, _response("DescribeCapacityReservationTopology",
+                              f"<capacityReservationSet>{''.join(items)}"
+                              "</capacityReservationSet>")
 
     def _CreatePlacementGroup(self, params: dict[str, str]) -> tuple[int, bytes]:  # noqa: N802
         name = params.get("GroupName", "")

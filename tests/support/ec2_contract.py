@@ -23,6 +23,7 @@ from slurmscale.cloud.protocol import (
     FleetSpec,
 )
 from slurmscale.config import CapacityType, Pool
+from slurmscale.model import NetworkPlace
 
 ICE = "InsufficientInstanceCapacity"
 
@@ -46,6 +47,9 @@ class Ec2Side(Protocol):
 
     def lay_out(self, instance_id: str, node: str, layers: tuple[str, ...]) -> None:
         """EC2's network puts the instance (running as `node`) under `layers`, top-down."""
+
+    def place_reservation(self, rid: str, place: NetworkPlace) -> None:
+        """EC2's network holds the reservation's capacity at `place`."""
 
 
 def _tags(gang: str) -> dict[str, str]:
@@ -218,7 +222,28 @@ def each_running_instance_has_its_network_nodes_and_the_others_none(side: Ec2Sid
     side.cloud.terminate([gone])
     # (running: its nodes, top-down; a type EC2 gives none for, or no longer running: left out)
     assert side.cloud.instance_topology([placed, unknown, gone]) == {
-        placed: ("nn-top", "nn-spine", "nn-leaf")}
+        placed: NetworkPlace(("nn-top", "nn-spine", "nn-leaf"))}
+
+
+def a_reservation_shows_where_its_capacity_sits_and_its_instances_sit_there(side: Ec2Side
+                                                                            ) -> None:
+    """DescribeCapacityReservationTopology before a launch (an UltraServer's block id with
+    it); a reservation EC2 placed nowhere is left out; an instance launched into one is
+    where the reservation is."""
+    placed, unplaced = "cr-0f111ed0000000a1b", "cr-0f111ed0000000a2c"
+    side.add_reservation(placed, "p5.48xlarge", 2)
+    side.add_reservation(unplaced, "p5.48xlarge", 2)
+    here = NetworkPlace(("nn-top", "nn-spine", "nn-leaf"), "cr-0f111ed0000000b3d")
+    side.place_reservation(placed, here)
+    assert side.cloud.reservation_topology([placed, unplaced]) == {placed: here}
+    pool = side.pool(CapacityType.ON_DEMAND)
+    spec = FleetSpec(tuple(pool.instance_types), tuple(pool.subnets),
+                     pool.launch_template.version, reservation_ids=(placed,),
+                     reservation_kinds=("default",))
+    got = side.cloud.launch(pool, 2, 2, "tok-rt", _tags("g-rt"), spec)
+    ids = [i.instance_id for i in got.instances]
+    assert len(ids) == 2
+    assert side.cloud.instance_topology(ids) == {i: here for i in ids}
 
 
 CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
@@ -237,5 +262,6 @@ CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
     a_fleet_into_a_reservation_fills_it_and_a_termination_frees_it,
     status_checks_list_running_instances_and_show_an_impaired_one,
     each_running_instance_has_its_network_nodes_and_the_others_none,
+    a_reservation_shows_where_its_capacity_sits_and_its_instances_sit_there,
 )
 

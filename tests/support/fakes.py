@@ -17,12 +17,13 @@ from slurmscale.model import (
     JobPriority,
     LaunchedInstance,
     LaunchResult,
+    NetworkPlace,
     PriorityWeights,
     QueueJob,
     SlurmNode,
     SlurmReservation,
 )
-from slurmscale.sim.ec2_adapter import free_places, reported
+from slurmscale.sim.ec2_adapter import free_places, network_places, reported
 from slurmscale.slurm.protocol import SlurmError
 
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
@@ -51,7 +52,9 @@ class FakeCloud:
     # DescribeInstanceStatus: what is not here is a running instance with every check ok
     health: dict[str, InstanceHealth] = field(default_factory=dict)
     health_reads: int = 0
-    topology: dict[str, tuple[str, ...]] = field(default_factory=dict)  # instance -> nodes
+    topology: dict[str, NetworkPlace] = field(default_factory=dict)  # instance -> its place
+    reservation_places: dict[str, NetworkPlace] = field(default_factory=dict)
+    reservation_topology_reads: list[list[str]] = field(default_factory=list)
     topology_reads: list[list[str]] = field(default_factory=list)
     group_of: dict[str, str] = field(default_factory=dict)  # instance -> its placement group
     in_reservation: dict[str, str] = field(default_factory=dict)  # instance -> reservation
@@ -147,11 +150,19 @@ class FakeCloud:
                              f"There are instances in placement group {name}")
         del self.groups[name]
 
-    def instance_topology(self, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
+    def instance_topology(self, instance_ids: list[str]) -> dict[str, NetworkPlace]:
         self._up()
         self.topology_reads.append(list(instance_ids))
-        return {i: self.topology[i] for i in instance_ids if i in self.topology
-                and i in self.instances and self.instances[i].state == "running"}
+        return network_places(
+            instance_ids, lambda i: i in self.instances and self.instances[i].state == "running",
+            self.topology, lambda i: self.in_reservation.get(i, ""), self.reservation_places)
+
+    def reservation_topology(self, reservation_ids: list[str]) -> dict[str, NetworkPlace]:
+        self._up()
+        self.reservation_topology_reads.append(list(reservation_ids))
+        return {r: self.reservation_places[r] for r in reservation_ids
+                if r in self.reservation_places and r in self.reservations
+                and self.reservations[r].state in ("active", "pending")}
 
     def instance_health(self) -> list[InstanceHealth]:
         self._up()

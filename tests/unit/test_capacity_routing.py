@@ -17,7 +17,7 @@ from slurmscale.cloud.protocol import FleetSpec
 from slurmscale.config import AwsSettings, ConfigError, ReservationPreference
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.reconcile import Reconciler
-from slurmscale.model import CapacityReservation
+from slurmscale.model import CapacityReservation, GangNetwork, NetworkPlace
 from slurmscale.policy.decide import decide
 from slurmscale.policy.model import NodeState, NodeView, PoolKnobs, Snapshot
 from slurmscale.policy.routing import RouteKind, fleet_parts, route_gang
@@ -87,6 +87,68 @@ def test_routing_never_splits_a_gang(size: int, rs: list[tuple[str, str, int, st
         assert (r.kind is RouteKind.REFUSED) == (pref is ReservationPreference.ONLY)
 
 
+SPINE_A = NetworkPlace(("t", "sa", "la1"))
+SPINE_A2 = NetworkPlace(("t", "sa", "la2"))
+SPINE_B = NetworkPlace(("t", "sb", "lb1"), "cr-0000ffff")
+
+
+def test_a_gang_that_must_share_a_spine_is_never_split_across_spines() -> None:
+    """Issue 43, item 4: with gang_network, reservations add up only under one network node
+    by their topology; the gang takes the smallest group it fits whole; else normal capacity
+    (or a refusal, only), and the reason says where and why."""
+    rs = [_cr("cr-0000000a", 2), _cr("cr-0000000b", 2), _cr("cr-0000000c", 3),
+          _cr("cr-0000000d", 1)]
+    places = {"cr-0000000a": SPINE_A, "cr-0000000b": SPINE_A2, "cr-0000000c": SPINE_B}
+
+    def go(size: int, net: GangNetwork,
+           pref: ReservationPreference = ReservationPreference.USE_FIRST
+           ) -> tuple[RouteKind, tuple[str, ...], str]:
+        r = route_gang(size, ["p5.48xlarge"], ZONES, rs, pref, net, places)
+        return r.kind, r.reservation_ids, r.reason
+    assert go(8, GangNetwork.ANY)[:2] == (RouteKind.RESERVED, tuple(sorted(
+        ["cr-0000000a", "cr-0000000b", "cr-0000000c", "cr-0000000d"])))
+    # spine: a and b share sa (4 free), c is under sb (3), d placed nowhere (alone, 1)
+    kind, ids, why = go(4, GangNetwork.SPINE)
+    assert (kind, ids) == (RouteKind.RESERVED, ("cr-0000000a", "cr-0000000b"))
+    assert "under one spine (sa)" in why
+    assert go(3, GangNetwork.SPINE)[:2] == (RouteKind.RESERVED, ("cr-0000000c",)), \
+        "the smallest group it fits: sa's 4 kept for a gang of 4"
+    kind, ids, why = go(5, GangNetwork.SPINE)
+    assert (kind, ids) == (RouteKind.NORMAL, ()) and "at most 4 free node(s) of one type " \
+        "under one spine (8 in one AZ)" in why and "never split" in why
+    assert go(5, GangNetwork.SPINE, ReservationPreference.ONLY)[0] is RouteKind.REFUSED
+    # leaf: a and b are under different leaves
+    assert go(3, GangNetwork.LEAF)[:2] == (RouteKind.RESERVED, ("cr-0000000c",))
+    assert go(4, GangNetwork.LEAF)[0] is RouteKind.NORMAL
+    # ultraserver: only c is in one (EC2's capacity block id); d alone takes a gang of 1
+    kind, ids, why = go(1, GangNetwork.ULTRASERVER)
+    assert ids == ("cr-0000000d",) and "cr-0000000d alone: EC2 gives no topology" in why
+    assert go(3, GangNetwork.ULTRASERVER)[1] == ("cr-0000000c",)
+
+
+@given(size=st.integers(1, 12),
+       rs=st.lists(st.tuples(st.integers(0, 6), st.sampled_from(["la", "lb", "lc", None]),
+                             st.sampled_from(["sa", "sb"])), max_size=6),
+       net=st.sampled_from([GangNetwork.LEAF, GangNetwork.SPINE]))
+def test_a_gang_routed_by_network_fits_whole_under_one_node(
+        size: int, rs: list[tuple[int, str | None, str]], net: GangNetwork) -> None:
+    crs = [_cr(f"cr-{i:08x}", free) for i, (free, _, _) in enumerate(rs)]
+    places = {f"cr-{i:08x}": NetworkPlace(("t", spine, leaf))
+              for i, (_, leaf, spine) in enumerate(rs) if leaf}
+    r = route_gang(size, ["p5.48xlarge"], ZONES, crs, ReservationPreference.USE_FIRST, net,
+                   places)
+    if r.kind is RouteKind.RESERVED:
+        keys = {net.key(places.get(i)) or i for i in r.reservation_ids}
+        assert len(keys) == 1 and sum(c.available for c in crs if c.id in r.reservation_ids) \
+            >= size
+    else:
+        groups: dict[str, int] = {}
+        for c in crs:
+            k = net.key(places.get(c.id)) or c.id
+            groups[k] = groups.get(k, 0) + c.available
+        assert max(groups.values(), default=0) < size
+
+
 @given(size=st.integers(1, 5000), cap=st.integers(1, 1000))
 def test_fleet_parts_cover_the_gang_in_as_few_fleets_as_allowed(size: int, cap: int) -> None:
     parts = fleet_parts(size, cap)
@@ -111,6 +173,9 @@ def _pool(**over: Any) -> dict[str, Any]:
                                 "launch_template_version": 5}}, "listed twice"),
     ({"capacity_reservations": {"ids": ["cr-00000001"], "launch_template_version": "$Latest"}},
      "pinned"),
+    ({"capacity_reservations": {"ids": ["cr-00000001"], "launch_template_version": 5,
+                                "gang_network": "spine"}}, "gang_network 'spine'"),
+    ({"capacity_reservations": {"ids": ["cr-00000001"], "gang_network": "rack"}}, "rack"),
 ])
 def test_capacity_config_is_refused_with_the_key_and_value(over: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
@@ -248,6 +313,38 @@ def test_a_job_reclaimed_max_reclaims_times_skips_interruptible_reservations(
     else:
         assert launch["spec"].reservation_ids == () and not launch["spec"].reserved, asked
         assert "interruptible reservations skipped: a job's run reclaimed 2 time(s)" in asked
+
+
+def test_the_daemon_reads_the_reservations_topology_and_keeps_a_gang_under_one_spine(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """gang_network spine: the reservations' topology is read with them (one call each read);
+    a gang of 3 goes whole into the one reservation under one spine with room, not across
+    the two that have it only together."""
+    ids = ["cr-0000000a", "cr-0000000b", "cr-0000000c"]
+    r, cloud, _, clock, spool = _world(tmp_path, capacity_reservations={
+        "ids": ids, "gang_network": "spine"})
+    for rid, free in zip(ids, (2, 2, 3), strict=True):
+        cloud.reservations[rid] = _cr(rid, free)
+    cloud.reservation_places = {"cr-0000000a": SPINE_A, "cr-0000000b": SPINE_B,
+                                "cr-0000000c": NetworkPlace(("t", "sc", "lc1"))}
+    hook(spool, clock, RequestKind.RESUME, {1: ["od-1", "od-2", "od-3"]})
+    assert r.tick().launched_gangs == 1
+    (launch,) = cloud.launches
+    assert launch["spec"].reservation_ids == ("cr-0000000c",)
+    assert cloud.reservation_topology_reads == [ids]
+    (asked,) = [e.message for e in r.store.events() if e.kind == "launch_requested"]
+    assert "under one spine (sc)" in asked
+    placed = cloud.instance_topology([i.instance_id for i in r.store.active_instances()])
+    assert {p.nodes[1] for p in placed.values()} == {"sc"}, "its instances sit there too"
+    # `plan` says where the gang went and why (for the last 10 minutes of launches)
+    from slurmscale.daemon.plan_view import plan_data
+    assert r.capacity.last is not None
+    (route,) = plan_data(r.capacity.last, "daemon")["routes"]
+    assert (route["pool"], route["job_id"], route["nodes"], route["kind"]) == (
+        "gpu-od", "1", "od-[1-3]", "reserved") and "under one spine (sc)" in route["reason"]
+    clock.now += timedelta(minutes=11)
+    r.tick()
+    assert r.capacity.last.routes == (), "older than 10 minutes: no longer shown"
 
 
 def test_only_reserved_capacity_refuses_a_gang_that_does_not_fit(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -210,3 +210,22 @@ def test_topology_needs_the_tree_plugin_and_a_file_slurmuser_can_write(world) ->
     assert p.code == "topology_file" and "nobody cannot write" in p.message
     os.chmod(path, 0o666)
     assert check(topo, tree, conf) == []
+
+
+def test_the_block_plugin_needs_slurm_23_11_and_topology_block(world) -> None:  # type: ignore[no-untyped-def]
+    cfg, view, conf = world
+    path = Path(cfg.hooks_dir).parent / "topology.conf"
+    path.write_text("")
+    os.chmod(path, 0o666)
+    topo = cfg.model_copy(update={"topology": TopologySettings(file=str(path), plugin="block")})
+    old = replace(view, config={**view.config, "TopologyPlugin": "topology/block",
+                                "SLURM_VERSION": "22.05.8"})
+    (p,) = check(topo, old, conf)
+    assert p.code == "topology_plugin" and "23.11 or later (this is 22.05)" in p.message
+    tree = replace(view, config={**view.config, "TopologyPlugin": "topology/tree",
+                                 "SLURM_VERSION": "26.05.0", "SchedulerParameters":
+                                 "requeue_on_resume_failure"})
+    (p,) = check(topo, tree, conf)
+    assert p.code == "topology_plugin" and "expected topology/block" in p.message
+    block = replace(tree, config={**tree.config, "TopologyPlugin": "topology/block"})
+    assert check(topo, block, conf) == []

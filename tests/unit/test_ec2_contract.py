@@ -13,7 +13,7 @@ import pytest
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.protocol import CloudProvider
 from slurmscale.config import AwsSettings, CapacityType, LaunchTemplate, Pool
-from slurmscale.model import CapacityReservation, InstanceHealth
+from slurmscale.model import CapacityReservation, InstanceHealth, NetworkPlace
 from slurmscale.sim.ec2_adapter import SimEc2
 from tests.support.ec2_capacity import Reservation
 from tests.support.ec2_contract import CHECKS, Ec2Side
@@ -51,7 +51,10 @@ class SimSide:
         self.ec2.instances[instance_id].impaired = True
 
     def lay_out(self, instance_id: str, node: str, layers: tuple[str, ...]) -> None:
-        self.ec2.topology[instance_id] = layers
+        self.ec2.topology[instance_id] = NetworkPlace(layers)
+
+    def place_reservation(self, rid: str, place: NetworkPlace) -> None:
+        self.ec2.reservation_places[rid] = place
 
 
 class FakeSide:
@@ -79,7 +82,10 @@ class FakeSide:
         self.fake.health[instance_id] = InstanceHealth(instance_id, instance_status="impaired")
 
     def lay_out(self, instance_id: str, node: str, layers: tuple[str, ...]) -> None:
-        self.fake.topology[instance_id] = layers
+        self.fake.topology[instance_id] = NetworkPlace(layers)
+
+    def place_reservation(self, rid: str, place: NetworkPlace) -> None:
+        self.fake.reservation_places[rid] = place
 
 
 class MotoSide:
@@ -112,6 +118,10 @@ class MotoSide:
 
     def lay_out(self, instance_id: str, node: str, layers: tuple[str, ...]) -> None:
         self.proxy.capacity.topology_by_node[node] = layers  # (by its node tag, as EC2 would)
+
+    def place_reservation(self, rid: str, place: NetworkPlace) -> None:
+        r = self.proxy.capacity.reservations[rid]
+        r.network_nodes, r.ultraserver = place.nodes, place.ultraserver
 
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,8 @@ def test_records_follow_the_instances_and_leave_other_names_alone(zone_cfg) -> N
     store = Store(cfg.store_url)
     store.upgrade()
     cloud, slurm, clock = FakeCloud(), FakeSlurm(), Clock()
-    r = Reconciler(cfg, store, slurm, cloud, clock=clock)
+    r = Reconciler(cfg, store, slurm, cloud, clock=clock,
+                   dns_zone=Route53Zone(cfg.aws, cfg.dns))
     spool = Spool(cfg.spool_dir)
     try:
         hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2", "spot-3"]})
@@ -141,7 +142,8 @@ def test_what_a_killed_daemon_left_undone_the_next_pass_does(zone_cfg) -> None: 
         assert res.cloud_failures, "the pass says Route 53 failed"
         # the daemon "restarts": a new reconciler writes the records the fleet never got
         clock.now += timedelta(seconds=10)
-        second = Reconciler(cfg, store, slurm, cloud, clock=clock)
+        second = Reconciler(cfg, store, slurm, cloud, clock=clock,
+                            dns_zone=Route53Zone(cfg.aws, cfg.dns))
         second.tick()
         assert set(_records(r53, cfg)) == {f"spot-1.{DOMAIN}.", f"spot-2.{DOMAIN}."}
         # a record left by a daemon killed after a release (its instance terminated)
@@ -150,7 +152,8 @@ def test_what_a_killed_daemon_left_undone_the_next_pass_does(zone_cfg) -> None: 
                 "Name": f"spot-7.{DOMAIN}.", "Type": "A", "TTL": 60,
                 "ResourceRecords": [{"Value": "10.0.3.3"}]}}]})
         clock.now += timedelta(seconds=10)
-        third = Reconciler(cfg, store, slurm, cloud, clock=clock)
+        third = Reconciler(cfg, store, slurm, cloud, clock=clock,
+                           dns_zone=Route53Zone(cfg.aws, cfg.dns))
         third.tick()
         assert set(_records(r53, cfg)) == {f"spot-1.{DOMAIN}.", f"spot-2.{DOMAIN}."}
     finally:

@@ -80,8 +80,10 @@ def test_the_iam_policy_grants_every_aws_call_the_code_makes_and_scopes_the_dang
     code = "".join(p.read_text() for p in (root / "slurmscale" / "cloud").glob("*.py"))
     ops = set(re.findall(r'_call\("([a-z_]+)"', code))
     ops |= set(re.findall(r'_paginator\("([a-z_]+)"\)', code))
+    ops |= set(re.findall(r'"(describe_[a-z_]+_topology)"', code))  # (through _topology)
     assert ops >= {"create_fleet", "create_tags", "terminate_instances", "describe_instances",
-                   "receive_message", "delete_message"}
+                   "receive_message", "delete_message", "describe_instance_topology",
+                   "describe_capacity_reservation_topology"}
     for op in ops:
         service = ("sqs" if op in {"receive_message", "delete_message"} else "route53"
                    if op.endswith("resource_record_sets") else "ec2")

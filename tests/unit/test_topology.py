@@ -20,9 +20,10 @@ from slurmscale.config_file import parse_config
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.topology import TopologyPass
 from slurmscale.hostlists import expand
+from slurmscale.model import NetworkPlace
 from slurmscale.store.memory import MemoryStore
 from slurmscale.store.rows import InstanceRow
-from slurmscale.topology import ROOT, UNPLACED, render_tree
+from slurmscale.topology import ROOT, UNPLACED, render, render_block, render_tree
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.unit.conftest import base_config
 
@@ -75,6 +76,39 @@ def test_every_node_is_in_exactly_one_leaf_and_every_switch_reaches_the_root(
             assert hops <= 5
 
 
+def blocks(text: str) -> list[tuple[str, str]]:
+    """BlockName lines in file order: (name, nodes)."""
+    return [(m[1], m[2]) for line in text.splitlines()
+            if (m := re.fullmatch(r"BlockName=(\S+) Nodes=(\S+)", line))]
+
+
+def test_a_block_is_an_ultraserver_or_else_a_leaf_neighbours_next_to_each_other() -> None:
+    """topology/block: an UltraServer's instances (EC2's capacity block id) one block; any
+    other instance's block its bottom network node; blocks under one spine written next to
+    each other (Slurm pairs neighbours into larger blocks); unplaced nodes last."""
+    nodes = [f"od-{i}" for i in range(1, 8)]
+    got = blocks(render_block(nodes, {
+        "od-1": NetworkPlace(("t", "s2", "l3")), "od-2": NetworkPlace(("t", "s1", "l1")),
+        "od-3": NetworkPlace(("t", "s2", "l2")), "od-4": NetworkPlace(("t", "s1", "l1")),
+        "od-5": NetworkPlace(("t", "s1", "l9"), "cr-ultra"),
+        "od-6": NetworkPlace(("t", "s1", "l8"), "cr-ultra")}))
+    assert got == [("l1", "od-[2,4]"), ("cr-ultra", "od-[5-6]"), ("l2", "od-3"),
+                   ("l3", "od-1"), (UNPLACED, "od-7")]
+    assert render("block", nodes, {}) == render_block(nodes, {})
+    assert render("tree", nodes, {"od-1": NetworkPlace(("t", "s", "l"))}) == render_tree(
+        nodes, {"od-1": ("t", "s", "l")})
+
+
+@given(st.dictionaries(st.sampled_from(NODES), st.builds(
+    NetworkPlace, st.tuples(st.sampled_from(["t"]), st.sampled_from(["s1", "s2"]),
+                            st.sampled_from(["l1", "l2", "l3"])),
+    st.sampled_from(["", "", "cr-u1"]))))
+def test_every_node_is_in_exactly_one_block(placed: dict[str, NetworkPlace]) -> None:
+    got = blocks(render_block(NODES, placed))
+    assert sorted(n for _, v in got for n in expand(v)) == NODES
+    assert len({b for b, _ in got}) == len(got)
+
+
 # --- the pass -------------------------------------------------------------------------------
 def _running(n: int) -> InstanceRow:
     return InstanceRow(instance_id=f"i-{n:017x}", node=f"od-{n}", pool="gpu-od", gang_id="g",
@@ -102,7 +136,8 @@ def world(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def test_placements_are_read_in_one_batch_written_and_slurmctld_reconfigured_once(world) -> None:  # type: ignore[no-untyped-def]
     ctx, cloud, slurm, events, rows, path = world
-    cloud.topology = {rows[0].instance_id: ("t", "a", "la"), rows[2].instance_id: ("t", "a", "la")}
+    cloud.topology = {rows[0].instance_id: NetworkPlace(("t", "a", "la")),
+                      rows[2].instance_id: NetworkPlace(("t", "a", "la"))}
     p = TopologyPass(ctx)
     p.run(rows, 0.0)
     assert cloud.topology_reads == [sorted(r.instance_id for r in rows)]
@@ -111,8 +146,8 @@ def test_placements_are_read_in_one_batch_written_and_slurmctld_reconfigured_onc
     assert [k for k, _ in events] == ["topology_updated"] and "2 node(s) placed" in events[0][1]
     # EC2 places the other two 10 s later: asked again only after read_interval_s, and the
     # change reaches slurmctld no sooner than reconfigure_interval_s after the last
-    cloud.topology.update({rows[1].instance_id: ("t", "b", "lb"),
-                           rows[3].instance_id: ("t", "b", "lb")})
+    cloud.topology.update({rows[1].instance_id: NetworkPlace(("t", "b", "lb")),
+                           rows[3].instance_id: NetworkPlace(("t", "b", "lb"))})
     p.run(rows, 10.0)
     assert len(cloud.topology_reads) == 1
     p.run(rows, 30.0)
@@ -131,7 +166,7 @@ def test_placements_are_read_in_one_batch_written_and_slurmctld_reconfigured_onc
 
 def test_a_restarted_daemon_finds_the_file_as_it_left_it_and_does_not_reconfigure(world) -> None:  # type: ignore[no-untyped-def]
     ctx, cloud, slurm, _, rows, path = world
-    cloud.topology = {r.instance_id: ("t", "a", "la") for r in rows}
+    cloud.topology = {r.instance_id: NetworkPlace(("t", "a", "la")) for r in rows}
     TopologyPass(ctx).run(rows, 0.0)
     assert len(slurm.calls) == 1
     TopologyPass(ctx).run(rows, 1.0)  # the restart: the same placements, the same file
@@ -145,7 +180,7 @@ def test_failures_are_said_once_and_change_nothing_slurm_has(world) -> None:  # 
     p.run(rows, 0.0)
     assert slurm.calls == [] and events == [], "EC2 unreadable: the file as it was"
     cloud.down = None
-    cloud.topology = {rows[0].instance_id: ("t", "a", "la")}
+    cloud.topology = {rows[0].instance_id: NetworkPlace(("t", "a", "la"))}
     slurm.fail = True
     p.run(rows, 31.0)
     p.run(rows, 32.0)
@@ -173,4 +208,5 @@ def test_the_adapter_asks_100_ids_a_call_and_follows_each_calls_pages() -> None:
     got = cloud.instance_topology(ids)
     assert [len(c["InstanceIds"]) for c in calls] == [100, 100, 50]
     assert "MaxResults" not in calls[0] and calls[1]["NextToken"] == "more"
-    assert got == {ids[0]: ("a", "b", "c"), ids[99]: ("a", "b", "d"), ids[149]: ("a", "b", "d")}
+    assert got == {ids[0]: NetworkPlace(("a", "b", "c")), ids[99]: NetworkPlace(("a", "b", "d")),
+                   ids[149]: NetworkPlace(("a", "b", "d"))}
