@@ -19,6 +19,12 @@ class IllegalTransition(ValueError):
     """A write that would move a record along an edge its table does not have."""
 
 
+class ChangedMeanwhile(IllegalTransition):
+    """A transition whose record another writer moved between its read and its write (the
+    write is conditioned on the state read: `WHERE status = old`); nothing was written, and
+    the next pass decides again from what is there now."""
+
+
 class RequestStatus(StrEnum):
     PENDING = "pending"
     DONE = "done"

@@ -23,14 +23,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from slurmscale.daemon.wrapping import calls_through
+from slurmscale.store.protocol import LeaseLost
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-class LeaseLost(RuntimeError):
-    """The lease went during a pass: nothing more may be done outside until it is held."""
+__all__ = ["Fence", "LeaseLost", "fenced"]
 
 
 class Fence:

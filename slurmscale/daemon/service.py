@@ -179,11 +179,14 @@ class Daemon:
         if self.reconciler is None:
             # the schema is the leader's to upgrade: two daemons must not race a migration
             self.store.upgrade()
-            self.reconciler = self._new_reconciler()
             who = identity()
-            log.warning("leading cluster %s as %s", self.cfg.cluster_name, who)
+            # from here on, what this daemon writes is written only while no later leader
+            # has taken over (the store's own fence: a pass in flight when the lease goes)
+            epoch = self.store.lead(self.cfg.cluster_name, who, host_now())
+            self.reconciler = self._new_reconciler()
+            log.warning("leading cluster %s as %s (epoch %d)", self.cfg.cluster_name, who, epoch)
             self.store.add_event(Kind.LEADER_ACQUIRED, f"{who} leads cluster "
-                                 f"{self.cfg.cluster_name}", host_now())
+                                 f"{self.cfg.cluster_name} (epoch {epoch})", host_now())
         return self.reconciler
 
     def _serve_metrics(self) -> None:

@@ -29,6 +29,11 @@ from slurmscale.store.rows import (
 )
 
 
+class LeaseLost(RuntimeError):
+    """The leader lease went during a pass: nothing more may be done outside, nor written to
+    the store, until it is held again (daemon/fence.py; the store's epoch, store/repo.py)."""
+
+
 class PassStore(Protocol):
     def pool_memory(self) -> dict[str, PoolMemory]: ...
 
@@ -87,7 +92,8 @@ class LaunchStore(PassStore, Protocol):
 
     def is_outage(self, error: Exception) -> bool:
         """Is `error` (raised by one of these calls) the store itself failing - unreachable,
-        full, locked - rather than the record handed to it?"""
+        full, locked, or no longer this daemon's to write (`LeaseLost`) - rather than the
+        record handed to it?"""
         ...
 
     def pending_requests(self) -> list[RequestRow]: ...

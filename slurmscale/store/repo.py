@@ -5,28 +5,31 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from typing import cast as typed
 
 from sqlalchemy import (
+    Column,
     Integer,
     cast,
     create_engine,
     delete,
     event,
     func,
+    insert,
     inspect,
     or_,
     select,
     text,
     update,
 )
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import Select, Update
 
 from slurmscale.audit import Kind
 from slurmscale.lifecycles import (
@@ -35,6 +38,7 @@ from slurmscale.lifecycles import (
     HOLD_EDGES,
     INSTANCE_EDGES,
     REQUEST_EDGES,
+    ChangedMeanwhile,
     GangStatus,
     GraceState,
     InstanceState,
@@ -45,6 +49,7 @@ from slurmscale.ownership import own_like
 from slurmscale.policy.model import PoolMemory
 from slurmscale.spool import SpooledRequest
 from slurmscale.store import tables as t
+from slurmscale.store.protocol import LeaseLost
 from slurmscale.store.rows import (
     CapacityReservationRow,
     EventRow,
@@ -145,6 +150,11 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+def _rowcount(s: Session, statement: Update) -> int:
+    """How many rows an UPDATE matched."""
+    return typed(CursorResult[Any], s.execute(statement)).rowcount
+
+
 class StoreError(RuntimeError):
     """The store cannot be opened from its URL: not a database URL, a driver that is not
     installed, a SQLite path that cannot be created. The message names it, password hidden."""
@@ -167,9 +177,81 @@ class Store:
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         # (table, key) -> why its row could not be decoded: skipped by every read (`_rows`)
         self.quarantined: dict[tuple[str, str], str] = {}
+        # (cluster, epoch) this store writes as, once its daemon leads (`lead`)
+        self.led: tuple[str, int] | None = None
 
     def session(self) -> Session:
         return self._session()
+
+    # --- the leader's fence, and transitions conditioned on the state read ----------------
+    def lead(self, cluster: str, holder: str, now: datetime) -> int:
+        """Take `cluster`'s leadership over in the store: its epoch becomes one more than any
+        before, and every write this store makes from now on is conditioned on that epoch
+        still being the latest (`_commit`). So a leader that lost its lease and has not
+        noticed yet (a pass in flight, a process paused) writes nothing once another daemon
+        has taken over: the store is fenced like EC2 and Slurm (daemon/fence.py), by the
+        database itself rather than by a check made before the write. The daemon calls this
+        each time it takes the lease. Returns the epoch."""
+        lt = t.leadership
+        with self.session() as s:
+            # (one UPDATE: on PostgreSQL it waits for a write of the old leader's in flight,
+            # which commits first or finds its epoch gone)
+            if not _rowcount(s, update(lt).where(lt.c.cluster == cluster).values(
+                    epoch=lt.c.epoch + 1, holder=holder, since=now)):
+                s.execute(insert(lt).values(cluster=cluster, epoch=1, holder=holder, since=now))
+            epoch = int(s.scalar(select(lt.c.epoch).where(lt.c.cluster == cluster)) or 0)
+            s.commit()
+        self.led = (cluster, epoch)
+        return epoch
+
+    def _commit(self, s: Session) -> None:
+        """Commit a write, only while this store's leadership epoch is still the latest
+        (`lead`): the check is a write in the same transaction, so a take-over either
+        waits for it or is seen by it. A store that never led (the CLI) writes freely."""
+        if self.led is not None:
+            cluster, epoch = self.led
+            lt = t.leadership
+            if _rowcount(s, update(lt).where(lt.c.cluster == cluster, lt.c.epoch == epoch)
+                         .values(epoch=epoch)) != 1:
+                s.rollback()
+                raise LeaseLost(f"another daemon has led cluster {cluster} since this one "
+                                f"(epoch {epoch}) lost its lease: nothing written")
+        s.commit()
+
+    def _move(self, s: Session, key: Column[Any], state: Column[Any], keys: Sequence[str],
+              edges: Mapping[Any, str], what: str, new: str, **values: object) -> int:
+        """Move the records with these keys to state `new` (with `values`), each along an
+        edge of its table (`check`), each written only if still in the state read
+        (`WHERE status = old`). Returns how many were found."""
+        olds: dict[str, list[str]] = {}
+        for k, old in s.execute(select(key, state).where(key.in_(list(keys)))):
+            check(edges, f"{what} {k}", old, new)
+            olds.setdefault(old, []).append(k)
+        for old, ks in olds.items():
+            self._where_was(s, key, state, ks, old, {state.key: new, **values}, what)
+        return sum(len(ks) for ks in olds.values())
+
+    def _put(self, s: Session, row: Any, key: Column[Any], state: Column[Any],
+             edges: Mapping[Any, str], what: str) -> None:
+        """Write a whole record: a new one added, an existing one moved along an edge of its
+        table and written only if still in the state read (`WHERE status = old`)."""
+        k = getattr(row, key.key)
+        old = None if k is None else s.scalar(select(state).where(key == k))
+        check(edges, what, old, getattr(row, state.key))
+        if old is None:
+            s.add(row)  # (an id the database gives is set by the commit: not expired)
+            return
+        self._where_was(s, key, state, [k], old, {
+            c.key: getattr(row, c.key) for c in key.table.columns if not c.primary_key}, what)
+
+    @staticmethod
+    def _where_was(s: Session, key: Column[Any], state: Column[Any], keys: Sequence[str],
+                   old: str, values: Mapping[str, object], what: str) -> None:
+        if _rowcount(s, update(key.table).where(key.in_(list(keys)), state == old)
+                     .values(**values)) != len(keys):
+            s.rollback()
+            raise ChangedMeanwhile(f"{what}: changed by another writer after it was read as "
+                                   f"{old!r}; nothing written")
 
     # --- reading rows that may not decode -------------------------------------------------
     def _rows(self, s: Session, q: Select[Any]) -> list[Any]:
@@ -232,7 +314,8 @@ class Store:
 
     # requests -------------------------------------------------------------------------
     def is_outage(self, error: Exception) -> bool:
-        return isinstance(error, DBAPIError)
+        # (a write refused because another daemon leads now is no fault of the record)
+        return isinstance(error, DBAPIError | LeaseLost)
 
     def add_request(self, req: SpooledRequest) -> bool:
         """Insert a spooled request; False if it is already here (a re-drained spool file)."""
@@ -247,7 +330,7 @@ class Store:
                 return False
             s.add(row)
             try:
-                s.commit()
+                self._commit(s)
             except IntegrityError:
                 return False
         return True
@@ -264,12 +347,9 @@ class Store:
         if not ids:
             return
         with self.session() as s:
-            for rid, old in s.execute(select(t.requests.c.id, t.requests.c.status)
-                                      .where(t.requests.c.id.in_(ids))):
-                check(REQUEST_EDGES, f"request {rid}", old, status)
-            s.execute(update(RequestRow).where(t.requests.c.id.in_(ids))
-                      .values(status=status, processed_at=now, error=error))
-            s.commit()
+            self._move(s, t.requests.c.id, t.requests.c.status, ids, REQUEST_EDGES, "request",
+                       status, processed_at=now, error=error)
+            self._commit(s)
 
     def requests(self, limit: int = 100) -> list[RequestRow]:
         with self.session() as s:
@@ -281,7 +361,7 @@ class Store:
         check(GANG_EDGES, f"gang {row.id}", None, row.status)
         with self.session() as s:
             s.add(row)
-            s.commit()
+            self._commit(s)
 
     def get_gang(self, gang_id: str) -> GangRow | None:
         with self.session() as s:
@@ -290,10 +370,13 @@ class Store:
     def update_gang(self, gang_id: str, **values: object) -> None:
         with self.session() as s:
             if "status" in values:
-                old = s.scalar(select(t.gangs.c.status).where(t.gangs.c.id == gang_id))
-                check(GANG_EDGES, f"gang {gang_id}", old, str(values["status"]))
-            s.execute(update(GangRow).where(t.gangs.c.id == gang_id).values(**values))
-            s.commit()
+                status = str(values.pop("status"))
+                if not self._move(s, t.gangs.c.id, t.gangs.c.status, [gang_id], GANG_EDGES,
+                                  "gang", status, **values):
+                    check(GANG_EDGES, f"gang {gang_id}", None, status)
+            else:
+                s.execute(update(GangRow).where(t.gangs.c.id == gang_id).values(**values))
+            self._commit(s)
 
     def gangs(self, limit: int = 100) -> list[GangRow]:
         with self.session() as s:
@@ -304,11 +387,9 @@ class Store:
     def add_instances(self, rows: Sequence[InstanceRow]) -> None:
         with self.session() as s:
             for r in rows:
-                old = s.get(InstanceRow, r.instance_id)
-                check(INSTANCE_EDGES, f"instance {r.instance_id}",
-                      None if old is None else old.state, r.state)
-                s.merge(r)
-            s.commit()
+                self._put(s, r, t.instances.c.instance_id, t.instances.c.state,
+                          INSTANCE_EDGES, f"instance {r.instance_id}")
+            self._commit(s)
 
     def active_instances(self, nodes: Iterable[str] | None = None) -> list[InstanceRow]:
         q = select(InstanceRow).where(t.instances.c.state.in_(ACTIVE_INSTANCE_STATES))
@@ -354,12 +435,9 @@ class Store:
         if not ids:
             return
         with self.session() as s:
-            for iid, old in s.execute(select(t.instances.c.instance_id, t.instances.c.state)
-                                      .where(t.instances.c.instance_id.in_(ids))):
-                check(INSTANCE_EDGES, f"instance {iid}", old, InstanceState.TERMINATED)
-            s.execute(update(InstanceRow).where(t.instances.c.instance_id.in_(ids))
-                      .values(state=InstanceState.TERMINATED.value, terminated_at=now))
-            s.commit()
+            self._move(s, t.instances.c.instance_id, t.instances.c.state, ids, INSTANCE_EDGES,
+                       "instance", InstanceState.TERMINATED.value, terminated_at=now)
+            self._commit(s)
 
     # policy memory --------------------------------------------------------------------
     def pool_memory(self) -> dict[str, PoolMemory]:
@@ -372,7 +450,7 @@ class Store:
             for pool, m in memory.items():
                 s.merge(PoolStateRow(pool=pool, target=m.target, above_since=m.above_since,
                                      last_step_at=m.last_step_at, updated_at=now))
-            s.commit()
+            self._commit(s)
 
     # holds (reservations) -------------------------------------------------------------
     def holds(self, states: tuple[str, ...] | None = None) -> list[HoldRow]:
@@ -388,10 +466,8 @@ class Store:
 
     def put_hold(self, row: HoldRow) -> None:
         with self.session() as s:
-            old = s.scalar(select(t.holds.c.state).where(t.holds.c.name == row.name))
-            check(HOLD_EDGES, f"hold {row.name}", old, row.state)
-            s.merge(row)
-            s.commit()
+            self._put(s, row, t.holds.c.name, t.holds.c.state, HOLD_EDGES, f"hold {row.name}")
+            self._commit(s)
 
     def exhausted_jobs(self) -> frozenset[str]:
         with self.session() as s:
@@ -409,14 +485,14 @@ class Store:
     def put_offering(self, row: OfferingRow) -> None:
         with self.session() as s:
             s.merge(row)
-            s.commit()
+            self._commit(s)
 
     # capacity reservations and blocks (as last read from EC2) -------------------------
     def save_capacity_reservations(self, rows: Sequence[CapacityReservationRow]) -> None:
         with self.session() as s:
             for r in rows:
                 s.merge(r)
-            s.commit()
+            self._commit(s)
 
     def capacity_reservations(self) -> list[CapacityReservationRow]:
         with self.session() as s:
@@ -442,7 +518,7 @@ class Store:
     def add_preemption(self, row: PreemptionRow) -> None:
         with self.session() as s:
             s.add(row)
-            s.commit()
+            self._commit(s)
 
     def preemptions(self, job_id: str | None = None,
                     since: float | None = None) -> list[PreemptionRow]:
@@ -465,19 +541,14 @@ class Store:
 
     def put_grace(self, row: GraceRow) -> None:
         with self.session() as s:
-            old = None if row.id is None else s.scalar(
-                select(t.graces.c.state).where(t.graces.c.id == row.id))
-            check(GRACE_EDGES, f"grace of job {row.job_id} on {row.node}", old, row.state)
-            if row.id is None:
-                s.add(row)  # (its id is set by the commit: the session does not expire it)
-            else:
-                s.merge(row)
-            s.commit()
+            self._put(s, row, t.graces.c.id, t.graces.c.state, GRACE_EDGES,
+                      f"grace of job {row.job_id} on {row.node}")
+            self._commit(s)
 
     def add_replacement(self, row: ReplacementRow) -> None:
         with self.session() as s:
             s.add(row)
-            s.commit()
+            self._commit(s)
 
     def replacements(self, since: float | None = None) -> list[ReplacementRow]:
         q = select(ReplacementRow)
@@ -496,7 +567,7 @@ class Store:
         with self.session() as s:
             s.add(EventRow(at=now, kind=kind, node=node, request_id=request_id,
                            gang_id=gang_id, message=message))
-            s.commit()
+            self._commit(s)
 
     def events(self, since: datetime | None = None, limit: int = 200, *,
                until: datetime | None = None,
@@ -524,7 +595,7 @@ class Store:
                 t.jobs.c.job_id.in_([r.job_id for r in rows]))))
             new = [r for r in rows if r.job_id not in known]
             s.add_all(new)
-            s.commit()  # the session keeps their loaded values (expire_on_commit=False)
+            self._commit(s)  # the session keeps their loaded values (expire_on_commit=False)
         return new
 
     def end_jobs(self, job_ids: Iterable[str], now: datetime) -> None:
@@ -534,7 +605,7 @@ class Store:
         with self.session() as s:
             s.execute(update(JobRow).where(t.jobs.c.job_id.in_(ids), t.jobs.c.ended_at.is_(None))
                       .values(ended_at=now))
-            s.commit()
+            self._commit(s)
 
     def running_job_ids(self) -> set[str]:
         with self.session() as s:
@@ -566,7 +637,7 @@ class Store:
     def add_samples(self, rows: Sequence[SampleRow]) -> None:
         with self.session() as s:
             s.add_all(rows)
-            s.commit()
+            self._commit(s)
 
     def samples(self, since: datetime, until: datetime) -> list[SampleRow]:
         with self.session() as s:
@@ -597,7 +668,7 @@ class Store:
     def prune_samples(self, before: datetime) -> None:
         with self.session() as s:
             s.execute(delete(SampleRow).where(t.samples.c.at < before))
-            s.commit()
+            self._commit(s)
 
     def instances_between(self, since: datetime, until: datetime) -> list[InstanceRow]:
         """Instances that ran for some of [since, until)."""

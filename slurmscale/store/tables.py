@@ -275,3 +275,15 @@ samples = Table(
 )
 _mapper.map_imperatively(rows.SampleRow, samples)
 
+
+
+# Who leads each cluster, and since which take-over (`epoch`, one more each time a daemon
+# takes the lease): every write a leader makes is conditioned on its epoch still being the
+# latest (store/repo.py, `Store.lead`), so a leader that lost its lease writes nothing more.
+leadership = Table(
+    "leadership", metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("epoch", Integer, nullable=False),
+    Column("holder", String(256), nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False),
+)

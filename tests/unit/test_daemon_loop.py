@@ -129,6 +129,53 @@ def test_a_pass_that_lost_the_lease_stands_the_daemon_by(tmp_path: Path) -> None
     assert d.last_tick["standby"] is True and "EC2.tag not called" in d.last_tick["error"]
 
 
+def test_a_daemon_taken_over_writes_nothing_more_to_the_store(tmp_path: Path) -> None:
+    """Two daemons on one store (the lease, a flock, left to each as if it held it: what a
+    leader sees that has not noticed its loss): the later one to lead takes the store's
+    epoch, and the earlier one's writes are refused whole, its pass ending as a lost lease
+    does (standby), a hook's request it was taking left for the new leader, not rejected;
+    the take-over is in the audit log with its epoch."""
+    from slurmscale.audit import Kind
+    from slurmscale.daemon.fence import LeaseLost
+    from slurmscale.spool import RequestKind, Spool
+
+    class Held:
+        def hold(self) -> bool:
+            return True
+
+        def held(self) -> bool:
+            return True
+
+        def release(self) -> None:
+            pass
+
+    cfg = parse_config(base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}",
+                                   spool_dir=str(tmp_path / "spool"),
+                                   daemon={"tick_seconds": 3600}))
+    a, b = Daemon(cfg), Daemon(cfg)
+    a.lease.release()
+    b.lease.release()
+    a.lease = b.lease = Held()  # type: ignore[assignment]
+    try:
+        assert a._lead() is not None
+        assert b._lead() is not None
+        with pytest.raises(LeaseLost, match="epoch 1"):
+            a.store.add_event(Kind.LEADER_ACQUIRED, "a's, too late", a.store.events()[0].at)
+        # a hook's request the old leader drains after the take-over stays for the new one
+        spool = Spool(cfg.spool_dir)
+        put = spool.put(spool.new_request(RequestKind.RESUME, ["gpu-1"], "gpu-1", None))
+        a._tick()
+        assert put.exists() and not list(spool.rejected.iterdir())
+        assert a.reconciler is None and a.last_tick["standby"] is True
+        assert "nothing written" in a.last_tick["error"]
+        said = [e.message for e in b.store.events() if e.kind == Kind.LEADER_ACQUIRED]
+        assert len(said) == 2 and said[0].endswith("(epoch 1)") and \
+            said[1].endswith("(epoch 2)")
+    finally:
+        a._close()
+        b._close()
+
+
 # --- whole processes -------------------------------------------------------------------------
 def _config(tmp_path: Path, **over: object) -> Path:
     """A daemon's config whose Slurm commands take 60 s to answer (a controller that does not
