@@ -47,6 +47,10 @@ from slurmscale.store.rows import InstanceRow, PreemptionCause, ReplacementRow
 
 log = logging.getLogger(__name__)
 
+# the store's timers of nodes unhealthy by Slurm's account (not responding, health check),
+# each replaced once its grace is over
+UNHEALTHY = "unhealthy"
+
 
 class HealthPass:
     def __init__(self, ctx: PassContext[LaunchStore], interruptions: InterruptionPass,
@@ -61,6 +65,7 @@ class HealthPass:
         self.verdicts: list[Verdict] = []  # the last pass's, for `status`
         # node -> (detected, pool) of replacements in flight: the time to a fresh node
         self.replacing: dict[str, tuple[float, str]] = {}
+        self.since_kept: dict[str, float] | None = None  # the grace timers as on the store
         interruptions.on_scheduled = self.scheduled
 
     def scheduled(self, inst: InstanceRow, ev: ScheduledEvent) -> bool:
@@ -82,7 +87,13 @@ class HealthPass:
                    if i.state == "running"}
         recent = Counter(r.node for r in c.store.replacements(since=t - self.cfg.window_s))
         self._fresh(nodes, t)
+        if self.since_kept is None:
+            # the grace timers are the store's: a standby that took over waits no longer
+            self.watch.since = c.store.timers(UNHEALTHY)
         self.verdicts = self.watch.verdicts(nodes, running, self.statuses, recent, t)
+        if self.watch.since != self.since_kept:
+            c.store.put_timers(UNHEALTHY, self.watch.since)
+        self.since_kept = dict(self.watch.since)
         by_id = {i.instance_id: i for i in rows}
         for v in self.verdicts:
             inst = by_id.get(v.instance_id)

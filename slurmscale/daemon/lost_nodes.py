@@ -14,6 +14,7 @@ from datetime import datetime
 
 from slurmscale.cloud.protocol import TAG_NODE, CloudInstance
 from slurmscale.model import POWER_TRANSITIONS, SlurmNode
+from slurmscale.store.protocol import LaunchStore
 
 
 def nodes_without_instances(nodes: Iterable[SlurmNode], is_cloud_node: Callable[[str], bool],
@@ -28,18 +29,26 @@ def nodes_without_instances(nodes: Iterable[SlurmNode], is_cloud_node: Callable[
 
 
 class LostNodes:
-    """Remembers since when each node has been without an instance; a node is acted on only
-    after `grace_s` of passes that all saw it so (a node that finishes booting between two
-    reads is never caught)."""
+    """Since when each node has been without an instance, on the store (timers of kind
+    `KIND`), so a standby that takes over acts when the leader would have; a node is acted
+    on only after `grace_s` of passes that all saw it so (a node that finishes booting
+    between two reads is never caught)."""
 
-    def __init__(self, grace_s: float) -> None:
+    KIND = "lost-node"
+
+    def __init__(self, grace_s: float, store: LaunchStore) -> None:
         self.grace_s = grace_s
-        self.since: dict[str, datetime] = {}
+        self.store = store
+        self.since: dict[str, float] | None = None  # as on the store (read once, then kept)
 
     def due(self, lost_now: set[str], now: datetime) -> list[str]:
-        self.since = {n: self.since.get(n, now) for n in lost_now}
-        out = sorted(n for n, t in self.since.items()
-                     if (now - t).total_seconds() >= self.grace_s)
+        t = now.timestamp()
+        was = self.store.timers(self.KIND) if self.since is None else self.since
+        since = {n: was.get(n, t) for n in lost_now}
+        out = sorted(n for n, s in since.items() if t - s >= self.grace_s)
         for n in out:
-            del self.since[n]
+            del since[n]
+        if since != was:
+            self.store.put_timers(self.KIND, since)
+        self.since = since
         return out

@@ -49,7 +49,7 @@ class InstanceSweep:
         self.ctx = ctx
         self.interruptions = interruptions
         self.fleets = fleets
-        self.lost = LostNodes(ctx.cfg.daemon.lost_node_grace_s)
+        self.lost = LostNodes(ctx.cfg.daemon.lost_node_grace_s, ctx.store)
         self.untracked_reported: set[str] = set()
         self.seen: list[CloudInstance] | None = None  # this pass's listing (None: EC2 silent)
 

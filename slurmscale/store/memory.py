@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import json
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
@@ -84,6 +84,7 @@ class MemoryStore:
         self._graces: list[GraceRow] = []  # by id - 1
         self._preempted_at: list[float] = []
         self._replacements: list[ReplacementRow] = []  # in time order
+        self._timers: dict[str, dict[str, float]] = {}  # kind -> subject -> since
         self._requests: dict[str, RequestRow] = {}
         self._pending: dict[str, RequestRow] = {}  # the pending ones, in arrival order
         self._gangs: dict[str, GangRow] = {}
@@ -188,6 +189,13 @@ class MemoryStore:
     def replacements(self, since: float | None = None) -> list[ReplacementRow]:
         return [_copy(r) for r in self._replacements
                 if since is None or r.at.timestamp() >= since]
+
+    # --- timers --------------------------------------------------------------------------
+    def timers(self, kind: str) -> dict[str, float]:
+        return dict(self._timers.get(kind, {}))
+
+    def put_timers(self, kind: str, since: Mapping[str, float]) -> None:
+        self._timers[kind] = dict(since)
 
     # --- instances (what a launch recorded; the interruption pass looks them up) ----------
     def add_instances(self, rows: Sequence[InstanceRow]) -> None:

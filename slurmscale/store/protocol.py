@@ -6,7 +6,7 @@ daemon's own passes without a database. Both refuse an illegal hold transition."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -112,6 +112,14 @@ class LaunchStore(PassStore, Protocol):
     def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None: ...
 
     def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]: ...
+
+    def timers(self, kind: str) -> dict[str, float]:
+        """subject -> since when (Unix seconds), of the timers of this kind."""
+        ...
+
+    def put_timers(self, kind: str, since: Mapping[str, float]) -> None:
+        """The timers of this kind are these, and only these (the others are ended)."""
+        ...
 
 
 class ReconcileStore(LaunchStore, Protocol):

@@ -24,8 +24,10 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    type_coerce,
     update,
 )
+from sqlalchemy import Float as PlainFloat
 from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -560,6 +562,27 @@ class Store:
     def instance(self, instance_id: str) -> InstanceRow | None:
         with self.session() as s:
             return self._get(s, InstanceRow, instance_id)
+
+    # timers ---------------------------------------------------------------------------
+    def timers(self, kind: str) -> dict[str, float]:
+        """(A time that is not one, written by hand or a broken disk, is skipped: that wait
+        starts again, which errs on the side of waiting.)"""
+        tt = t.timers
+        raw = type_coerce(tt.c.since_s, PlainFloat)  # (read as stored; checked here)
+        with self.session() as s:
+            found = s.execute(select(tt.c.subject, raw).where(tt.c.kind == kind)).all()
+        return {str(k): float(v) for k, v in found
+                if isinstance(v, int | float) and not isinstance(v, bool)
+                and math.isfinite(v) and abs(v) <= t.MAX_ABS}
+
+    def put_timers(self, kind: str, since: Mapping[str, float]) -> None:
+        tt = t.timers
+        with self.session() as s:
+            s.execute(delete(tt).where(tt.c.kind == kind))
+            if since:
+                s.execute(insert(tt), [{"kind": kind, "subject": k, "since_s": v}
+                                       for k, v in since.items()])
+            self._commit(s)
 
     # events ---------------------------------------------------------------------------
     def add_event(self, kind: Kind, message: str, now: datetime, *, node: str | None = None,

@@ -287,3 +287,14 @@ leadership = Table(
     Column("holder", String(256), nullable=False),
     Column("since", DateTime(timezone=True), nullable=False),
 )
+
+
+# The timers a decision waits on, so that a standby taking over acts when the leader would
+# have (not a grace later): `kind` names whose (daemon/timers.py), `subject` the node, and
+# `since_s` when the wait began (Unix seconds).
+timers = Table(
+    "timers", metadata,
+    Column("kind", String(32), primary_key=True),
+    Column("subject", String(128), primary_key=True),
+    Column("since_s", Float, nullable=False),
+)

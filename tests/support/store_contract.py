@@ -266,7 +266,22 @@ def a_grace_is_open_until_it_ends_or_requeues_once(store: ReconcileStore) -> Non
     assert got == {"j1": "ended", "j2": "requeued"}
 
 
+def timers_are_kept_per_kind_and_replaced_whole(store: ReconcileStore) -> None:
+    assert store.timers("lost-node") == {}
+    store.put_timers("lost-node", {"gpu-1": T0, "gpu-2": T0 + 5.5})
+    store.put_timers("unhealthy", {"gpu-1": T0 + 1})
+    assert store.timers("lost-node") == {"gpu-1": T0, "gpu-2": T0 + 5.5}
+    store.put_timers("lost-node", {"gpu-2": T0 + 5.5, "gpu-3": T0 + 9})
+    assert store.timers("lost-node") == {"gpu-2": T0 + 5.5, "gpu-3": T0 + 9}
+    assert store.timers("unhealthy") == {"gpu-1": T0 + 1}
+    got = store.timers("unhealthy")
+    got["gpu-9"] = 0.0  # (a copy)
+    store.put_timers("unhealthy", {})
+    assert store.timers("unhealthy") == {} and store.timers("lost-node")
+
+
 CHECKS: list[Callable[[ReconcileStore], None]] = [
+    timers_are_kept_per_kind_and_replaced_whole,
     holds_follow_their_lifecycle_and_reads_are_copies,
     the_policys_memory_is_kept_per_pool,
     an_offering_is_one_row_per_pool,

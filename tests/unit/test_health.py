@@ -22,7 +22,7 @@ from slurmscale.policy.health import Cause, HealthWatch, Running, Step
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
-from slurmscale.store.rows import InstanceRow
+from slurmscale.store.rows import InstanceRow, utc
 from tests.support.fakes import FakeCloud, FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
 
@@ -176,9 +176,9 @@ def world(tmp_path):  # type: ignore[no-untyped-def]
     w[4].close()
 
 
-def _world(tmp_path, **spot_pool: object):  # type: ignore[no-untyped-def]
+def _world(tmp_path, grace_s: float = 0, **spot_pool: object):  # type: ignore[no-untyped-def]
     d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}")
-    d["health"] = {"replace_on_reasons": ["NHC"], "grace_s": 0, "status_interval_s": 60}
+    d["health"] = {"replace_on_reasons": ["NHC"], "grace_s": grace_s, "status_interval_s": 60}
     (spot,) = [p for p in d["pools"] if p["name"] == "gpu-spot"]
     spot.update(spot_pool)
     cfg = parse_config(d)
@@ -220,6 +220,38 @@ def test_the_pass_replaces_an_impaired_node_requeues_its_gang_and_records_it(wor
     now[0] = T0 + timedelta(seconds=30)
     hp.run(slurm.nodes(), None)
     assert cloud.health_reads == 1
+
+
+def test_a_standby_that_takes_over_replaces_when_the_leader_would_have(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The grace of a node drained by a health check is on the store: the leader saw it at
+    T0 and died at T0 + 200 s; the standby's first pass at T0 + 299 s still waits, and its
+    pass at T0 + 300 s (grace 300 s) replaces it, the detection dated T0 (not a whole grace
+    after the take-over, as when the timer was the leader's memory)."""
+    hp, ip, slurm, cloud, store, events, now, _ = _world(tmp_path, grace_s=300)
+    try:
+        slurm.table["spot-1"] = SlurmNode("spot-1", "IDLE+CLOUD+DRAIN", "127.0.0.1",
+                                          "spot-1", "NHC: nvidia-smi failed")
+        slurm.queue = []
+        hp.run(slurm.nodes(), None)
+        now[0] = T0 + timedelta(seconds=200)
+        hp.run(slurm.nodes(), None)
+        assert slurm.powered_down == []
+        standby = HealthPass(hp.ctx, ip)  # (a new daemon's pass on the same store)
+        now[0] = T0 + timedelta(seconds=299)
+        standby.run(slurm.nodes(), None)
+        assert slurm.powered_down == []
+        now[0] = T0 + timedelta(seconds=300)
+        standby.run(slurm.nodes(), None)
+        assert [n for n, _ in slurm.powered_down] == [["spot-1"]]
+        (r,) = store.replacements()
+        assert utc(r.detected_at) == T0
+        slurm.table["spot-1"] = SlurmNode("spot-1", "IDLE+CLOUD+POWERING_DOWN", "127.0.0.1",
+                                          "spot-1")
+        now[0] = T0 + timedelta(seconds=310)
+        standby.run(slurm.nodes(), None)
+        assert store.timers("unhealthy") == {}  # (the node's wait ended with it)
+    finally:
+        store.close()
 
 
 def test_a_node_past_the_guard_is_drained_for_an_admin_not_replaced(world) -> None:  # type: ignore[no-untyped-def]

@@ -171,3 +171,16 @@ def test_status_and_report_list_bad_numbers_without_a_traceback(cfg: Config,
     rep = run("report", "--since", "1h", "--format", "json")
     assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr
     assert json.loads(rep.stdout)
+
+
+def test_a_timer_that_is_not_a_time_is_skipped_and_its_wait_starts_again(cfg: Config) -> None:
+    store = Store(cfg.store_url)
+    store.upgrade()
+    store.put_timers("lost-node", {"spot-1": 1.8e9, "spot-2": 1.8e9, "spot-3": 1.8e9})
+    db = sqlite3.connect(cfg.store_url.removeprefix("sqlite:///"))
+    db.execute("UPDATE timers SET since_s = 'soon' WHERE subject = 'spot-1'")
+    db.execute("UPDATE timers SET since_s = 1e308 WHERE subject = 'spot-2'")
+    db.commit()
+    db.close()
+    assert store.timers("lost-node") == {"spot-3": 1.8e9}
+    store.close()

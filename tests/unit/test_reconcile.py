@@ -14,6 +14,7 @@ from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.spool import RequestKind, Spool
+from slurmscale.store.memory import MemoryStore
 from slurmscale.store.repo import Store
 from tests.support.fakes import FakeCloud, FakeSlurm
 
@@ -427,11 +428,26 @@ def test_a_node_left_addressed_at_a_released_instance_is_reset_once_slurm_answer
 def test_a_node_seen_with_an_instance_again_starts_its_grace_over() -> None:
     from slurmscale.daemon.lost_nodes import LostNodes
 
-    lost = LostNodes(60)
+    lost = LostNodes(60, MemoryStore())
     assert lost.due({"a"}, T0) == []
     assert lost.due(set(), T0 + timedelta(seconds=30)) == []  # it came back
     assert lost.due({"a"}, T0 + timedelta(seconds=70)) == []
     assert lost.due({"a"}, T0 + timedelta(seconds=130)) == ["a"]
+
+
+def test_a_lost_nodes_wait_is_on_the_store_and_a_standby_acts_when_the_leader_would_have(
+        ) -> None:
+    """The leader saw node a without an instance at T0 and died; the standby taking over
+    (a new LostNodes on the same store) powers it down at T0 + grace, not a grace after."""
+    from slurmscale.daemon.lost_nodes import LostNodes
+
+    store = MemoryStore()
+    assert LostNodes(60, store).due({"a", "b"}, T0) == []
+    assert store.timers(LostNodes.KIND) == {"a": T0.timestamp(), "b": T0.timestamp()}
+    standby = LostNodes(60, store)
+    assert standby.due({"a"}, T0 + timedelta(seconds=59)) == []  # b came back meanwhile
+    assert standby.due({"a"}, T0 + timedelta(seconds=60)) == ["a"]
+    assert store.timers(LostNodes.KIND) == {}
 
 
 def test_metrics_count_launches_by_outcome_and_every_event(cfg) -> None:  # type: ignore[no-untyped-def]
