@@ -76,7 +76,8 @@ def gather(cfg: Config) -> dict[str, Any]:
               "nodes_held": len(json.loads(h.nodes or "[]")), "nodes_needed": h.needed,
               "idle_gpu_hours": round(h.spent_gpu_s / 3600, 2)}
              for h in store.holds(LIVE_HOLD_STATES)]
-    backoff = [{"pool": o.pool, "until": datetime.fromtimestamp(o.until_s, UTC).isoformat(
+    backoff = [{"pool": o.pool, "offering": o.offering or "(all)",
+                "until": datetime.fromtimestamp(o.until_s, UTC).isoformat(
                 timespec="seconds"), "code": o.last_code, "repeats": o.repeats}
                for o in store.offerings() if o.until_s > now.timestamp()]
     errors = [{"at": e.at.isoformat(timespec="seconds"), "kind": e.kind, "message": e.message}
@@ -171,9 +172,9 @@ def render(d: dict[str, Any]) -> str:
         out += ["", "boot failures (24h): " + ", ".join(
             f"{b['pool']} {b['cause']} {b['count']}" for b in d["boot_failures_24h"])]
     if d["backoff"]:
-        out += ["", "pools in capacity backoff:",
-                *(f"  {b['pool']} until {b['until'][11:19]} UTC ({b['code']}, x{b['repeats']})"
-                  for b in d["backoff"])]
+        out += ["", "capacity backoff (a pool, or one of its offerings: type/AZ/capacity):",
+                *(f"  {b['pool']} {b.get('offering', '(all)')} until {b['until'][11:19]} UTC "
+                  f"({b['code']}, x{b['repeats']})" for b in d["backoff"])]
     if d["pending_requests"]:
         out += ["", f"pending requests: {len(d['pending_requests'])}",
                 *(f"  {r['received_at'][11:19]} {r['kind']:<11} {r['hostlist']}"[:80]
@@ -219,7 +220,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     "pools": [{name,
     capacity_type, mode, target, max_nodes, instances, nodes_up, nodes_busy, nodes_booting,
     nodes_held, nodes_idle, pending_gpus, pending_gpu_hours, pending_gangs}],
-    "reservations": [...], "backoff": [{pool, until, code, repeats}], "pending_requests":
+    "reservations": [...], "backoff": [{pool, offering
+    (type/AZ/capacity, or "(all)": the whole pool), until, code, repeats}], "pending_requests":
     [...], "recent_errors": [{at, kind, message}], "slurm_error", "paid_capacity": [{id,
     pool, kind, instance_type, state, total, available, start, end, paid_node_hours,
     used_node_hours, idle_node_hours, utilization, period}], "replacing": [{node, state,

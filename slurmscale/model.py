@@ -237,15 +237,44 @@ class GangNetwork(StrEnum):
         return place.nodes[-depth] if len(place.nodes) >= depth else None
 
 
+class FleetError(NamedTuple):
+    """One of CreateFleet's `Errors` (CreateFleetError, EC2 API reference): why EC2 could not
+    launch on one override, named by its InstanceType and SubnetId as the request sent them
+    (its `LaunchTemplateAndOverrides.Overrides`)."""
+
+    code: str
+    instance_type: str
+    subnet: str
+
+
+class Offering(NamedTuple):
+    """Capacity EC2 gives or refuses as one: an instance type in an Availability Zone, spot
+    or on-demand (what the capacity backoff is keyed by, as Karpenter keys its unavailable
+    offerings). `zone` is the subnet's id where its AZ could not be read."""
+
+    instance_type: str
+    zone: str
+    capacity: str  # spot | on-demand
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance_type}/{self.zone}/{self.capacity}"
+
+    def __str__(self) -> str:
+        return f"{self.instance_type} in {self.zone} ({self.capacity})"
+
+
 @dataclass(frozen=True)
 class LaunchResult:
-    """What one CreateFleet gave: instances and the capacity errors EC2 reported beside them."""
+    """What one CreateFleet gave: instances and the capacity errors EC2 reported beside them
+    (`error_code`/`error_message` the first; `errors` each one that names its override)."""
 
     instances: tuple[LaunchedInstance, ...]
     error_code: str = ""
     error_message: str = ""
     fleet_id: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    errors: tuple[FleetError, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from slurmscale.config import AwsSettings, Pool
 from slurmscale.model import (
     INTERRUPTIBLE,
     CapacityReservation,
+    FleetError,
     InstanceHealth,
     InstanceShape,
     LaunchedInstance,
@@ -94,14 +95,13 @@ class EC2Cloud:
             lt["LaunchTemplateName"] = pool.launch_template.name or ""
         several = len(spec.instance_types) > 1
         overrides = []
-        for rank, t in enumerate(spec.instance_types):
-            for s in spec.subnets:
-                o: dict = {"InstanceType": t, "SubnetId": s}
-                if several:  # the pool's types in preference order: 0 is the first choice
-                    o["Priority"] = float(rank)
-                if spec.placement_group:
-                    o["Placement"] = {"GroupName": spec.placement_group}
-                overrides.append(o)
+        for t, s in spec.overrides():
+            o: dict = {"InstanceType": t, "SubnetId": s}
+            if several:  # the pool's types in preference order: 0 is the first choice
+                o["Priority"] = float(spec.instance_types.index(t))
+            if spec.placement_group:
+                o["Placement"] = {"GroupName": spec.placement_group}
+            overrides.append(o)
         spot = spec.on_spot(pool)
         options = {"MinTargetCapacity": min_count, "SingleInstanceType": True,
                    "SingleAvailabilityZone": True}
@@ -166,7 +166,12 @@ class EC2Cloud:
             for d in [described.get(iid, {})]
         )
         return LaunchResult(instances=instances, error_code=code, error_message=message,
-                            fleet_id=resp.get("FleetId", ""))
+                            fleet_id=resp.get("FleetId", ""), errors=tuple(
+                                FleetError(str(e.get("ErrorCode", "")), str(o["InstanceType"]),
+                                           str(o.get("SubnetId", "")))
+                                for e in errors for o in [e.get("LaunchTemplateAndOverrides",
+                                                                {}).get("Overrides", {})]
+                                if o.get("InstanceType")))
 
     def _tagged(self, tags: dict[str, str], states: list[str] | None,
                 ids: list[str] | None = None) -> list[dict]:

@@ -63,6 +63,14 @@ class FleetSpec:
     # capacity-block, interruptible), instead of a template version targeting them
     reservation_ids: tuple[str, ...] = ()
     reservation_kinds: tuple[str, ...] = ()
+    # (instance type, subnet) overrides left out: offerings in capacity backoff
+    excluded: frozenset[tuple[str, str]] = frozenset()
+
+    def overrides(self) -> list[tuple[str, str]]:
+        """The (instance type, subnet) pairs the fleet may launch on, in preference order
+        (types first, then subnets, as the config lists them), those excluded left out."""
+        return [(t, s) for t in self.instance_types for s in self.subnets
+                if (t, s) not in self.excluded]
 
     def on_spot(self, pool: Pool) -> bool:
         """Does this fleet launch spot capacity? A spot pool's, unless it goes into reserved

@@ -160,7 +160,8 @@ class BootPass:
             lifecycle=fresh.lifecycle or row.lifecycle, image_id=fresh.image_id,
             launch_template_version=row.launch_template_version,
             capacity_reservation_id=fresh.capacity_reservation_id,
-            private_ip=fresh.private_ip, state=InstanceState.RUNNING, launched_at=now)])
+            subnet_id=fresh.subnet_id or row.subnet_id, private_ip=fresh.private_ip,
+            state=InstanceState.RUNNING, launched_at=now)])
         if not c.terminate([v.instance_id], f"{v.node} failed to boot: {v.cause}"):
             # one instance per node in the store: the failed one, untracked now, is the
             # sweep's to terminate as a leak (its node has the fresh one)

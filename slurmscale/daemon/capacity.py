@@ -136,7 +136,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
             n._replace(state=NodeState.RESERVED)
             if n.name in hold_plan.grabbed and n.state is NodeState.IDLE else n
             for n in snap.nodes))
-    unavailable = {r.pool: r.until_s for r in store.offerings()}
+    unavailable = {r.pool: r.until_s for r in store.offerings() if not r.offering}
     blocks = (block_outlook(cfg, store.capacity_reservations(), jobs, now)
               if any(p.capacity_type is CapacityType.CAPACITY_BLOCK for p in cfg.pools) else [])
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),

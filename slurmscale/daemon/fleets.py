@@ -38,6 +38,7 @@ from slurmscale.crashpoints import crash_point
 from slurmscale.model import (
     INTERRUPTIBLE,
     CapacityReservation,
+    FleetError,
     Gang,
     GangNetwork,
     LaunchedInstance,
@@ -69,7 +70,8 @@ def _pinned(spec: FleetSpec, first: LaunchedInstance) -> FleetSpec:
     """The spec of a gang's later fleets: the first fleet's instance type and subnet (AZ)."""
     return replace(spec, instance_types=(first.instance_type,) if first.instance_type
                    else spec.instance_types,
-                   subnets=(first.subnet_id,) if first.subnet_id else spec.subnets)
+                   subnets=(first.subnet_id,) if first.subnet_id else spec.subnets,
+                   excluded=frozenset())
 
 
 def _warned(r: CapacityReservation, end: float | None) -> CapacityReservation:
@@ -264,8 +266,15 @@ class GangFleets:
     token: Token  # gang id (+ part) -> EC2 ClientToken
     groups_made: set[str] = field(default_factory=set)  # pools' groups known to exist
 
-    def spec(self, pool: Pool, route: Route, gid: str) -> FleetSpec:
+    def spec(self, pool: Pool, route: Route, gid: str,
+             excluded: frozenset[tuple[str, str]] = frozenset()) -> FleetSpec:
+        """The gang's fleet: where its route sends it, in its placement group, without the
+        (type, subnet) overrides `excluded` (offerings in capacity backoff) on normal
+        capacity, unless they are all the pool has (then it tries them all: EC2 says)."""
         spec = FleetSpec.of(pool)
+        if route.kind is RouteKind.NORMAL and excluded and \
+                replace(spec, excluded=excluded).overrides():
+            spec = replace(spec, excluded=excluded)
         if route.kind is RouteKind.RESERVED and pool.capacity_type is CapacityType.CAPACITY_BLOCK:
             spec = replace(spec, instance_types=route.instance_types, subnets=route.subnets,
                            capacity_block=True, reservation_ids=route.reservation_ids,
@@ -312,6 +321,7 @@ class GangFleets:
         parts = fleet_parts(gang.size, self.cfg.aws.max_instances_per_fleet)
         got: list[LaunchedInstance] = list(have)
         fleets: list[str] = []
+        errors: list[FleetError] = []
         code = message = ""
         first = 0
         if have:
@@ -329,6 +339,7 @@ class GangFleets:
             r = self.cloud.launch(pool, n, need, token, tags, spec)
             got += r.instances
             fleets.append(r.fleet_id)
+            errors += r.errors
             if len(r.instances) < n:
                 code = r.error_code or "PartialCapacity"
                 message = r.error_message or (f"fleet {i + 1} of {len(parts)} gave "
@@ -340,7 +351,8 @@ class GangFleets:
                 spec = _pinned(spec, r.instances[0])
             if i + 1 < len(parts):
                 crash_point("launch:between_fleets")
-        return LaunchResult(tuple(got), code, message, ",".join(f for f in fleets if f))
+        return LaunchResult(tuple(got), code, message, ",".join(f for f in fleets if f),
+                            errors=tuple(errors))
 
     def sweep_groups(self, live_gangs: set[str]) -> list[str]:
         """Per-gang placement groups whose gang has no instance left: deleted (EC2 refuses

@@ -166,7 +166,7 @@ class InterruptionPass:
                     if self.reservations_changed is not None:
                         self.reservations_changed()  # (read again: its free count fell)
                 reason = reasons.reason(why, f"{ev.time} ({ev.action or 'terminate'})")
-                self._reclaimed(inst.pool, now)
+                self._reclaimed(inst, now)
                 issued = aws_time(ev.time)
                 deadline = datetime.fromtimestamp(
                     (now.timestamp() if issued is None else issued) + INTERRUPTION_NOTICE_S, UTC)
@@ -205,7 +205,7 @@ class InterruptionPass:
                 continue
             why = found.state_reason or "no reason given"
             if why == SPOT_RECLAIM:
-                self._reclaimed(inst.pool, now)
+                self._reclaimed(inst, now)
             reason = reasons.reason(Why.GONE, f"{inst.instance_id} {found.state} without "
                                     f"notice ({why})")
             self.evacuate(inst, PreemptionCause.VANISHED, f"vanished:{why}",
@@ -213,15 +213,18 @@ class InterruptionPass:
             n += 1
         return n
 
-    def _reclaimed(self, pool_name: str, now: datetime) -> None:
-        """Spot capacity taken back: the pool goes into capacity backoff (its work moves to
-        the on-demand fallback meanwhile)."""
+    def _reclaimed(self, inst: InstanceRow, now: datetime) -> None:
+        """Spot capacity taken back: the instance's offering goes into capacity backoff
+        (the whole pool where its subnet was not recorded); the pool's work moves to its
+        other offerings, or to the on-demand fallback when none is left."""
         try:
-            pool = self.cfg.pool(pool_name)
+            pool = self.cfg.pool(inst.pool)
         except KeyError:
             return
         if self.backoff is not None and pool.capacity_type is CapacityType.SPOT:
-            self.backoff.reclaimed(pool.name, now)
+            where = self.backoff.offering(pool, inst.instance_type, inst.subnet_id, "spot") \
+                if inst.subnet_id and inst.instance_type else None
+            self.backoff.reclaimed(pool.name, now, where)
 
     def evacuate(self, inst: InstanceRow, cause: PreemptionCause, kind: str,
                  notice_time: str, reason: str, now: datetime, steer: bool = True,

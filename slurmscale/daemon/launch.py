@@ -123,7 +123,11 @@ class GangLauncher:
         self.routed.append(Routed(now.timestamp(), pool.name,
                                   str(gang.job_ids[0]) if gang.job_ids else "", nodes_expr,
                                   route.kind, route.reason))
-        spec = self.fleets.spec(pool, route, gid)
+        capacity = "" if route.kind is not RouteKind.NORMAL else \
+            "spot" if FleetSpec.of(pool).on_spot(pool) else "on-demand"
+        spec = self.fleets.spec(pool, route, gid,
+                                self.backoff.excluded(pool, capacity, now) if capacity
+                                else frozenset())
         if existing is None:
             self.ctx.store.add_gang(GangRow(
                 id=gid, pool=gang.pool, nodes=nodes_expr, size=gang.size,
@@ -158,12 +162,15 @@ class GangLauncher:
                 f"EC2 gave {len(result.instances)} of {gang.size} instances")
             self._fail_gang(gang, gid, code, msg,
                             obtained=[i.instance_id for i in result.instances])
-            self.backoff.launch_failed(pool.name, code, msg, self.ctx.clock())
+            self.backoff.launch_failed(pool.name, code, msg, self.ctx.clock(), result.errors,
+                                       capacity)
             self._count_launch(pool, Outcome.FAILED, code)
             return Launch(Outcome.FAILED, code)
         self._accept(gang, gid, result, spec.launch_template_version)
         self._count_reserved(route, result)
-        self.backoff.launched(pool.name, self.ctx.clock())
+        first = result.instances[0] if result.instances else None
+        self.backoff.launched(pool.name, self.ctx.clock(), result.errors, capacity,
+                              (first.instance_type, first.subnet_id) if first else None)
         self._count_launch(pool, Outcome.LAUNCHED)
         return Launch(Outcome.LAUNCHED)
 
@@ -248,7 +255,8 @@ class GangLauncher:
                         instance_type=i.instance_type, lifecycle=i.lifecycle,
                         image_id=i.image_id, launch_template_version=lt_version,
                         capacity_reservation_id=i.capacity_reservation_id,
-                        private_ip=i.private_ip, state=InstanceState.RUNNING, launched_at=now)
+                        subnet_id=i.subnet_id, private_ip=i.private_ip,
+                        state=InstanceState.RUNNING, launched_at=now)
             for node, i in pairs
         ])
         crash_point("launch:after_record")

@@ -99,10 +99,11 @@ class Reconciler:
         ctx = PassContext(cfg, store, slurm, cloud, clock, self.event)
         self.capacity = CapacityPass(cfg, store, slurm, self.event, Ledger(
             cfg, store, metrics.job_started if metrics else None, slurm.ended_jobs))
-        self.backoff = CapacityBackoff(cfg, store, slurm, self.event)
+        self.reserved = ReservedCapacity(cfg, cloud, self.event, self._save_reservations)
+        # (an offering's AZ is its subnet's, read with the reservations' once)
+        self.backoff = CapacityBackoff(cfg, store, slurm, self.event, self.reserved.zones)
         self.interruptions = InterruptionPass(cfg, store, slurm, queue, self.event,
                                               self.backoff)
-        self.reserved = ReservedCapacity(cfg, cloud, self.event, self._save_reservations)
         self.interruptions.on_block = self.reserved.block_event
         self.interruptions.reservations_changed = self.reserved.changed
         fleets = GangFleets(cfg, cloud, client_token)

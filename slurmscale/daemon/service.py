@@ -287,7 +287,7 @@ class Daemon:
         for h in self.store.holds(("active", "releasing")):
             spent[h.pool] = spent.get(h.pool, 0.0) + h.spent_gpu_s
         m.holds(spent, [p.name for p in self.cfg.pools])
-        m.backoff({o.pool: o.until_s for o in self.store.offerings()},
+        m.backoff({o.pool: o.until_s for o in self.store.offerings() if not o.offering},
                   [p.name for p in self.cfg.pools], time.time())
         last = reconciler.capacity.last
         if last is not None:

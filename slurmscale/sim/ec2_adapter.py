@@ -41,6 +41,7 @@ from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, Queu
 from slurmscale.config import Pool
 from slurmscale.model import (
     CapacityReservation,
+    FleetError,
     InstanceHealth,
     LaunchedInstance,
     LaunchResult,
@@ -145,7 +146,7 @@ class SimEc2:
             raise CloudError("InvalidPlacementGroup.Unknown",
                              f"The Placement Group '{spec.placement_group}' is unknown.")
         market = SPOT if spec.on_spot(pool) else ON_DEMAND
-        itype, subnet = spec.instance_types[0], spec.subnets[0]
+        itype, subnet = (spec.overrides() or [(spec.instance_types[0], spec.subnets[0])])[0]
         # reserved capacity first: the named reservations only, or the matching ones
         slots = self._reserved_slots(itype, spec.reservation_ids or (
             tuple(self.reservations) if spec.reserved else ()))
@@ -164,7 +165,8 @@ class SimEc2:
                        f"Availability Zone you requested ({self.zones.get(subnet, '')}).")
         return LaunchResult(
             instances=tuple(self._launched(i) for i in made), error_code=code,
-            error_message=message, fleet_id=f"fleet-{next(self._ids):08x}-sim" if made else "")
+            error_message=message, fleet_id=f"fleet-{next(self._ids):08x}-sim" if made else "",
+            errors=(FleetError(code, itype, subnet),) if code else ())
 
     def _new(self, itype: str, market: str, subnet: str, tags: dict[str, str],
              group: str | None, reservation: str = "") -> _Instance:

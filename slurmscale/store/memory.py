@@ -79,7 +79,7 @@ class MemoryStore:
         self._hold_state: dict[str, str] = {}  # name -> state (read without the ORM)
         self._exhausted: set[str] = set()
         self._spent: dict[str, float] = {}
-        self._offerings: dict[str, OfferingRow] = {}
+        self._offerings: dict[tuple[str, str], OfferingRow] = {}
         self._preemptions: list[PreemptionRow] = []  # in time order
         self._graces: list[GraceRow] = []  # by id - 1
         self._preempted_at: list[float] = []
@@ -133,15 +133,15 @@ class MemoryStore:
     def created(self) -> int:
         return len(self._holds)
 
-    def offering(self, pool: str) -> OfferingRow | None:
-        row = self._offerings.get(pool)
+    def offering(self, pool: str, offering: str = "") -> OfferingRow | None:
+        row = self._offerings.get((pool, offering))
         return None if row is None else _copy(row)
 
     def offerings(self) -> list[OfferingRow]:
         return [_copy(r) for r in self._offerings.values()]
 
     def put_offering(self, row: OfferingRow) -> None:
-        self._offerings[row.pool] = _copy(row)
+        self._offerings[(row.pool, row.offering)] = _copy(row)
 
     def capacity_reservations(self) -> list[CapacityReservationRow]:
         return [_copy(r) for r in self._reservations.values()]

@@ -266,11 +266,11 @@ class Store:
         except DECODE_ERRORS:
             s.rollback()
         table = q.column_descriptions[0]["entity"]
-        pk = inspect(table).primary_key[0]
+        pk = inspect(table).primary_key
         out = []
-        for key in list(s.scalars(q.with_only_columns(pk))):
+        for key in list(s.execute(q.with_only_columns(*pk))):
             with self.session() as one:
-                row = self._get(one, table, key)
+                row = self._get(one, table, key[0] if len(pk) == 1 else tuple(key))
             if row is not None:
                 out.append(row)
         return out
@@ -281,7 +281,8 @@ class Store:
         except DECODE_ERRORS as e:
             s.rollback()
             name = inspect(table).local_table.name
-            self.quarantined[(name, str(key))] = f"{type(e).__name__}: {e}"[:300]
+            said = " ".join(str(k) for k in key if k != "") if isinstance(key, tuple) else key
+            self.quarantined[(name, str(said))] = f"{type(e).__name__}: {e}"[:300]
             return None
 
     def upgrade(self) -> None:
@@ -476,9 +477,9 @@ class Store:
             return frozenset(s.scalars(select(t.holds.c.job_id).where(t.holds.c.exhausted)))
 
     # offerings (capacity backoff) -----------------------------------------------------
-    def offering(self, pool: str) -> OfferingRow | None:
+    def offering(self, pool: str, offering: str = "") -> OfferingRow | None:
         with self.session() as s:
-            return self._get(s, OfferingRow, pool)
+            return self._get(s, OfferingRow, (pool, offering))
 
     def offerings(self) -> list[OfferingRow]:
         with self.session() as s:

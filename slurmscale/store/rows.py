@@ -98,6 +98,7 @@ class InstanceRow:
     private_ip: str = ""
     # the capacity reservation it runs in ("": none): paid for whether used or not
     capacity_reservation_id: str = ""
+    subnet_id: str = ""  # where it launched (its AZ: the capacity backoff's offering)
     state: str
     launched_at: datetime
     terminated_at: datetime | None = None
@@ -214,12 +215,15 @@ class ReplacementRow:
 
 @dataclass(eq=False, kw_only=True)
 class OfferingRow:
-    """A pool's capacity after an insufficient-capacity error: unavailable until `until_s`
-    (Unix seconds); `repeats` errors in a row double the TTL; a launch that works resets it.
-    One row per pool: its CreateFleet already offers EC2 every instance type x subnet it may
-    use, so a capacity error there means none of them had room."""
+    """Capacity unavailable after an insufficient-capacity error or a spot interruption,
+    until `until_s` (Unix seconds); `repeats` errors in a row double the TTL; a launch
+    that works resets it. `offering`: the offering's key (`Offering.key`: type/AZ/capacity),
+    or "" for the whole pool: out because EC2 named no offering, or because every offering
+    of the pool is out (written by the backoff, so what reads a pool's state, `plan --live`
+    included, needs no AZ of EC2's)."""
 
     pool: str
+    offering: str = ""
     until_s: float
     repeats: int
     last_code: str

@@ -108,8 +108,9 @@ class StoreSnapshot:
     def exhausted_jobs(self) -> frozenset[str]:
         return frozenset(h.job_id for h in self.hold_rows if h.exhausted)
 
-    def offering(self, pool: str) -> OfferingRow | None:
-        return next((replace(o) for o in self.offering_rows if o.pool == pool), None)
+    def offering(self, pool: str, offering: str = "") -> OfferingRow | None:
+        return next((replace(o) for o in self.offering_rows
+                     if (o.pool, o.offering) == (pool, offering)), None)
 
     def offerings(self) -> list[OfferingRow]:
         return [replace(o) for o in self.offering_rows]

@@ -112,6 +112,7 @@ instances = Table(
     Column("launch_template_version", String(16), nullable=False),
     Column("private_ip", String(64), default="", nullable=False),
     Column("capacity_reservation_id", String(64), default="", server_default="", nullable=False),
+    Column("subnet_id", String(64), default="", server_default="", nullable=False),
     Column("state", String(16), index=True, nullable=False),
     Column("launched_at", DateTime(timezone=True), nullable=False),
     Column("terminated_at", DateTime(timezone=True), nullable=True),
@@ -221,6 +222,7 @@ _mapper.map_imperatively(rows.ReplacementRow, replacements)
 offerings = Table(
     "offerings", metadata,
     Column("pool", String(64), primary_key=True),
+    Column("offering", String(160), primary_key=True, default=""),
     Column("until_s", Float, nullable=False),
     Column("repeats", Integer, nullable=False),
     Column("last_code", String(128), nullable=False),

@@ -10,6 +10,7 @@ simulator, or a behaviour it was never told about.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 import pytest
@@ -87,6 +88,29 @@ def below_the_target_above_the_minimum_gets_what_there_is(side: Ec2Side) -> None
     side.short("spot", 1)
     got = side.cloud.launch(side.pool(CapacityType.SPOT), 3, 1, "tok-d", _tags("g-d"))
     assert len(got.instances) == 1 and got.error_code == ICE and got.error_message
+
+
+def a_capacity_error_names_the_overrides_it_could_not_fill(side: Ec2Side) -> None:
+    """CreateFleet's Errors name each override (type, subnet) EC2 could not fill: the
+    capacity backoff keys on them (an offering, not the whole pool)."""
+    pool = side.pool(CapacityType.SPOT)
+    side.short("spot", 0)
+    got = side.cloud.launch(pool, 2, 2, "tok-o", _tags("g-o"))
+    assert got.instances == () and got.errors
+    assert {(e.code, e.instance_type, e.subnet) for e in got.errors} == {
+        (ICE, t, s) for t in pool.instance_types for s in pool.subnets}
+
+
+def a_fleet_launches_only_on_the_overrides_it_keeps(side: Ec2Side) -> None:
+    """Overrides left out (offerings in backoff) are not launched on: the fleet's next
+    choice is."""
+    pool = side.pool(CapacityType.ON_DEMAND)
+    (first,), (subnet,) = pool.instance_types, pool.subnets
+    spec = replace(FleetSpec.of(pool), instance_types=(first, "p4d.24xlarge"),
+                   excluded=frozenset({(first, subnet)}))
+    got = side.cloud.launch(pool, 1, 1, "tok-x", _tags("g-x"), spec)
+    assert [(i.instance_type, i.subnet_id) for i in got.instances] == [
+        ("p4d.24xlarge", subnet)]
 
 
 def terminated_instances_are_listed_only_when_asked(side: Ec2Side) -> None:
@@ -247,6 +271,8 @@ def a_reservation_shows_where_its_capacity_sits_and_its_instances_sit_there(side
 
 
 CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
+    a_capacity_error_names_the_overrides_it_could_not_fill,
+    a_fleet_launches_only_on_the_overrides_it_keeps,
     instances_are_found_by_id_and_an_unknown_id_is_left_out,
     a_gang_launches_whole_with_its_tags,
     on_demand_pools_launch_on_demand,

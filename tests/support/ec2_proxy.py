@@ -116,8 +116,8 @@ class EC2Proxy:
                         f"Insufficient capacity in capacity reservation(s) {names}: "
                         f"{reserved[1]} of {asked} available"))
                     if reserved[1] == 0:
-                        self._reply(200, _fleet_response("fleet-00000000-reserved", [], short),
-                                    call)
+                        self._reply(200, _fleet_response("fleet-00000000-reserved", [],
+                                                         short, params), call)
                         return
                     body = _as_on_demand(params, reserved[1])
                 fault = proxy._take_fault(call)
@@ -130,20 +130,21 @@ class EC2Proxy:
                     self._reply(fault.status, _api_error(fault.code, fault.message), call)
                     return
                 if fault and fault.kind == "none":
-                    self._reply(200, _fleet_response("fleet-00000000-injected", [], fault), call)
+                    self._reply(200, _fleet_response("fleet-00000000-injected", [], fault, params),
+                                call)
                     return
                 status, data = proxy._forward(self.path, body, dict(self.headers))
                 if call.action == "CreateFleet" and status == 200:
                     proxy.capacity.fleet_launched(params, _fleet_instances(data),
                                                   reserved[0] if reserved else None)
                     if reserved is not None and reserved[1] < asked:
-                        data = _rewrite_partial(data, replace(short, keep=reserved[1]))
+                        data = _rewrite_partial(data, replace(short, keep=reserved[1]), params)
                 if call.action == "TerminateInstances" and status == 200:
                     proxy.capacity.terminated(params)
                 if call.action == "DescribeInstances" and status == 200:
                     data = _rewrite_reservations(data, proxy.capacity.in_reservation())
                 if fault and fault.kind == "partial" and status == 200:
-                    data = _rewrite_partial(data, fault)
+                    data = _rewrite_partial(data, fault, params)
                 if call.action == "DescribeInstanceStatus" and status == 200 and (
                         proxy.impaired or proxy.scheduled):
                     data = _rewrite_status(data, proxy.impaired, proxy.scheduled)
@@ -237,23 +238,44 @@ def _api_error(code: str, message: str) -> bytes:
             "<RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>").encode()
 
 
+def _overrides(params: dict[str, str]) -> list[tuple[str, str]]:
+    """A CreateFleet's overrides, (InstanceType, SubnetId) in the order sent."""
+    out = []
+    for k in range(1, 1000):
+        itype = params.get(f"LaunchTemplateConfigs.1.Overrides.{k}.InstanceType")
+        if itype is None:
+            return out
+        out.append((itype, params.get(f"LaunchTemplateConfigs.1.Overrides.{k}.SubnetId", "")))
+    return out
+
+
 def _fleet_response(fleet_id: str, groups: list[tuple[str, str, list[str]]],
-                    fault: Fault) -> bytes:
-    """A CreateFleet response as EC2 writes it: instances that launched plus an errorSet."""
+                    fault: Fault, params: dict[str, str]) -> bytes:
+    """A CreateFleet response as EC2 writes it: instances that launched plus an errorSet,
+    one error for each override EC2 could not fill (CreateFleetError: errorCode,
+    errorMessage, launchTemplateAndOverrides with the overrides as sent, lifecycle): where
+    nothing launched, every override (EC2 tried them all); where some did, the first."""
     items = "".join(
         f"<item><lifecycle>{life}</lifecycle><instanceType>{itype}</instanceType>"
         f"<instanceIds>{''.join(f'<item>{i}</item>' for i in ids)}</instanceIds></item>"
         for life, itype, ids in groups if ids)
-    err = (f"<errorSet><item><errorCode>{fault.code}</errorCode>"
-           f"<errorMessage>{fault.message}</errorMessage><lifecycle>spot</lifecycle>"
-           "</item></errorSet>")
+    life = "spot" if params.get("TargetCapacitySpecification.DefaultTargetCapacityType") \
+        == "spot" else "on-demand"
+    tried = _overrides(params)
+    tried = tried if not any(ids for _, _, ids in groups) else tried[:1]
+    err = "<errorSet>" + "".join(
+        f"<item><errorCode>{fault.code}</errorCode><errorMessage>{fault.message}"
+        "</errorMessage><launchTemplateAndOverrides><overrides>"
+        f"<instanceType>{itype}</instanceType><subnetId>{subnet}</subnetId>"
+        f"</overrides></launchTemplateAndOverrides><lifecycle>{life}</lifecycle></item>"
+        for itype, subnet in (tried or [("", "")])) + "</errorSet>"
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n<CreateFleetResponse xmlns="{NS}">'
             f"<requestId>00000000-0000-0000-0000-000000000001</requestId>"
             f"<fleetId>{fleet_id}</fleetId>{err}<fleetInstanceSet>{items}</fleetInstanceSet>"
             "</CreateFleetResponse>").encode()
 
 
-def _rewrite_partial(data: bytes, fault: Fault) -> bytes:
+def _rewrite_partial(data: bytes, fault: Fault, params: dict[str, str]) -> bytes:
     root, q = _doc(data)
     fleet_id = root.findtext(q("fleetId"), default="")
     groups: list[tuple[str, str, list[str]]] = []
@@ -263,7 +285,7 @@ def _rewrite_partial(data: bytes, fault: Fault) -> bytes:
         kept, left = ids[:left], max(0, left - len(ids))
         groups.append((item.findtext(q("lifecycle"), default="spot"),
                        item.findtext(q("instanceType"), default=""), kept))
-    return _fleet_response(fleet_id, groups, fault)
+    return _fleet_response(fleet_id, groups, fault, params)
 
 
 def _doc(data: bytes) -> tuple[ET.Element, Callable[[str], str]]:

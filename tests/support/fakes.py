@@ -13,6 +13,7 @@ from slurmscale.config import Pool
 from slurmscale.hostlists import expand
 from slurmscale.model import (
     CapacityReservation,
+    FleetError,
     InstanceHealth,
     JobPriority,
     LaunchedInstance,
@@ -59,6 +60,10 @@ class FakeCloud:
     group_of: dict[str, str] = field(default_factory=dict)  # instance -> its placement group
     in_reservation: dict[str, str] = field(default_factory=dict)  # instance -> reservation
     finds: list[tuple[dict[str, str], bool, list[str] | None]] = field(default_factory=list)
+    # (instance type, subnet) overrides with no capacity: a fleet that may also launch on
+    # another launches there (EC2 tries the overrides in priority order) and reports an
+    # error for each of these it tried; one with only these launches nothing
+    sold_out: set[tuple[str, str]] = field(default_factory=set)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
@@ -78,7 +83,13 @@ class FakeCloud:
             n = count if self.give is None else min(self.give, count)
             if n < min_count:
                 n = 0  # MinTargetCapacity: all of the minimum or nothing
-        itype, subnet = spec.instance_types[0], spec.subnets[0]
+        tried = spec.overrides() or [(spec.instance_types[0], spec.subnets[0])]
+        refused = [o for o in tried if o in self.sold_out]
+        open_ = [o for o in tried if o not in self.sold_out]
+        itype, subnet = open_[0] if open_ else tried[0]
+        refused = refused[:tried.index(open_[0])] if open_ else refused
+        if not open_:
+            n = 0
         lifecycle = "spot" if spec.on_spot(pool) else "on-demand"
         # reserved capacity first (as the EC2 contract says): the named reservations only,
         # or, for a template targeting them, the matching ones and then ordinary on-demand
@@ -105,8 +116,11 @@ class FakeCloud:
             instances=tuple(LaunchedInstance(
                 i, itype, lifecycle, "ami-1", "10.0.0.1", subnet_id=subnet,
                 capacity_reservation_id=self.in_reservation.get(i, "")) for i in listed),
-            error_code="" if n == count else self.error_code,
-            error_message="" if n == count else "no capacity", fleet_id="fleet-1")
+            error_code="" if n == count and not refused else self.error_code,
+            error_message="" if n == count and not refused else "no capacity",
+            fleet_id="fleet-1", errors=tuple(
+                FleetError(self.error_code, t, sn)
+                for t, sn in (refused if n == count else [*refused, (itype, subnet)])))
 
     def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]:
         self._up()

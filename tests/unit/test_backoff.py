@@ -3,6 +3,7 @@ no capacity (fake Slurm, real store)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -71,3 +72,77 @@ def test_a_capacity_error_holds_the_pool_until_its_ttl_and_repeats_grow_it(world
     assert store.offering("gpu-spot").repeats == 0, "throttling is never a capacity error"
     b.launch_failed("gpu-spot", "UnauthorizedOperation", "no iam", T0)
     assert events[-1][0] == "launch_config_error"
+
+
+def test_an_offering_out_leaves_the_pool_its_other_offerings_and_the_last_one_holds_it(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A spot pool of two instance types: EC2 has no p5 (its error names the override), the
+    fleet fills on p4d. Only p5/us-east-1a/spot is out: the pool is not held, and the next
+    fleet leaves p5 out of its overrides. When p4d runs out too, no offering is left: the
+    pool is out (its powered-down nodes held) until the first comes back. A spot
+    interruption takes its instance's offering out, not the pool."""
+    from slurmscale.config_file import parse_config
+    from slurmscale.daemon.reconcile import Reconciler
+    from slurmscale.spool import RequestKind, Spool
+    from tests.support.fakes import FakeCloud
+    from tests.unit.conftest import base_config
+    from tests.unit.test_reconcile import Clock, hook
+
+    d = base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}",
+                    spool_dir=str(tmp_path / "spool"))
+    (spot,) = [p for p in d["pools"] if p["name"] == "gpu-spot"]
+    spot["instance_types"] = ["p5.48xlarge", "p4d.24xlarge"]
+    cfg = parse_config(d)
+    store = Store(cfg.store_url)
+    store.upgrade()
+    cloud, clock = FakeCloud(sold_out={("p5.48xlarge", "subnet-1")}), Clock()
+    slurm = FakeSlurm(table={f"spot-{i}": SlurmNode(f"spot-{i}", "IDLE+CLOUD+POWERED_DOWN",
+                                                    f"spot-{i}", f"spot-{i}")
+                             for i in range(7, 9)})
+    r = Reconciler(cfg, store, slurm, cloud, clock=clock)
+    spool = Spool(cfg.spool_dir)
+    try:
+        hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+        r.tick()
+        assert {i.instance_type for i in store.active_instances()} == {"p4d.24xlarge"}
+        rows = {o.offering: o for o in store.offerings()}
+        assert set(rows) == {"p5.48xlarge/us-east-1a/spot"}
+        assert rows["p5.48xlarge/us-east-1a/spot"].until_s == clock.now.timestamp() + 180
+        assert not [n for op, ns in slurm.calls if op == "drain" for n in ns]
+        def launch(job: int, nodes: list[str]) -> None:
+            """A resume for these nodes, passes until its fleet is sent (a batch waits)."""
+            sent = len(cloud.launches)
+            hook(spool, clock, RequestKind.RESUME, {job: nodes})
+            for _ in range(10):
+                clock.now += timedelta(seconds=5)
+                r.tick()
+                if len(cloud.launches) > sent:
+                    return
+            raise AssertionError("no launch")
+
+        # the next fleet leaves p5 out
+        launch(2, ["spot-3", "spot-4"])
+        assert cloud.launches[-1]["spec"].overrides() == [("p4d.24xlarge", "subnet-1")]
+        # p4d runs out too: no offering left, the pool is out until p5 comes back
+        cloud.sold_out.add(("p4d.24xlarge", "subnet-1"))
+        launch(3, ["spot-5", "spot-6"])
+        pool_row = store.offering("gpu-spot")
+        assert pool_row is not None and pool_row.until_s == T0.timestamp() + 180
+        said = [m for k, m in [(e.kind, e.message) for e in store.events()]
+                if k == "capacity_unavailable"]
+        assert "go to its 1 other offering(s)" in said[0]
+        assert "no offering of the pool left: unavailable for" in said[-1]
+        held = [n for op, ns in slurm.calls if op == "drain" for n in ns]
+        assert "spot-8" in held and "spot-1" not in held
+        # a spot interruption of the p4d instance: that offering, not the pool
+        store.put_offering(replace(pool_row, until_s=0.0, repeats=0))
+        for o in store.offerings():
+            store.put_offering(replace(o, until_s=0.0, repeats=0))
+        inst = store.active_instances()[0]
+        r.backoff.reclaimed("gpu-spot", clock.now, r.backoff.offering(
+            cfg.pool("gpu-spot"), inst.instance_type, inst.subnet_id, "spot"))
+        assert inst.subnet_id == "subnet-1"
+        out = {o.offering for o in store.offerings() if o.until_s > clock.now.timestamp()}
+        assert out == {"p4d.24xlarge/us-east-1a/spot"}
+    finally:
+        store.close()
