@@ -7,6 +7,7 @@ session (`pg_terminate_backend`, what a failover or an idle-session kill does)."
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,16 +16,17 @@ from typing import Any, cast
 import pytest
 from sqlalchemy import create_engine, text
 
-from slurmscale.cloud.protocol import CloudProvider
+from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudInstance, CloudProvider
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.fence import Fence, LeaseLost
 from slurmscale.daemon.leadership import PgAdvisoryLease
 from slurmscale.daemon.reconcile import Reconciler
-from slurmscale.localcluster.postgres import LocalPostgres
-from slurmscale.model import LaunchResult
+from slurmscale.localcluster.postgres import DB_USER, LocalPostgres
+from slurmscale.model import LaunchResult, SlurmNode
 from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
+from slurmscale.store.rows import InstanceRow
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.support.postgres import start_postgres
 from tests.unit.conftest import base_config
@@ -146,3 +148,67 @@ def test_a_leader_cut_off_mid_pass_stops_calling_and_the_standby_carries_on(
     lease_b.release()
     lease_a.release()
     admin.dispose()
+
+
+def test_a_standby_taking_over_mid_grace_acts_when_the_leader_would_have(
+        postgres: LocalPostgres, tmp_path: Path) -> None:
+    """The leader saw a node drained by a health check at T0 (grace 300 s) and lost its lease
+    at T0 + 100 s (the server ended its session) without noticing. The standby takes over:
+    the old leader's writes are refused by the store (its epoch is no longer the latest),
+    and the standby replaces the node at T0 + 300 s, the moment the leader would have, not a
+    grace after the take-over: the grace timer is on a row."""
+    url = postgres.url.rsplit("/", 1)[0] + "/midgrace"
+    subprocess.run([str(postgres.bin / "createdb"), "-h", "127.0.0.1", "-p",
+                    str(postgres.port), "-U", DB_USER, "midgrace"], check=True,
+                   capture_output=True, text=True)
+    d = base_config(spool_dir=str(tmp_path / "spool"), socket_path=str(tmp_path / "sock"),
+                    hook_log_file=str(tmp_path / "hooks.log"), store_url=url)
+    d["health"] = {"replace_on_reasons": ["NHC"], "grace_s": 300, "status_interval_s": 0}
+    cfg = parse_config(d)
+    iid = "i-0000000000000001"
+    slurm = FakeSlurm(table={"spot-1": SlurmNode("spot-1", "IDLE+CLOUD+DRAIN", "10.0.0.1",
+                                                 "spot-1", "NHC: gpu fell off the bus")})
+    cloud = FakeCloud(instances={iid: CloudInstance(iid, "running", {
+        TAG_CLUSTER: cfg.cluster_name, TAG_NODE: "spot-1"})})
+    now = [T0]
+
+    def leader(who: str) -> tuple[Reconciler, Store, PgAdvisoryLease]:
+        lease = PgAdvisoryLease(url, cfg.cluster_name)
+        assert lease.hold()
+        store = Store(url)
+        store.upgrade()
+        store.lead(cfg.cluster_name, who, now[0])
+        return Reconciler(cfg, store, slurm, cloud, clock=lambda: now[0],
+                          fence=Fence(lease.held)), store, lease
+
+    a, store_a, lease_a = leader("host-a:1")
+    store_a.add_instances([InstanceRow(
+        instance_id=iid, node="spot-1", pool="gpu-spot", gang_id="g1",
+        instance_type="p5.48xlarge", lifecycle="spot", launch_template_version="3",
+        subnet_id="subnet-1", state="running", launched_at=T0 - timedelta(hours=1))])
+    a.tick()
+    now[0] = T0 + timedelta(seconds=100)
+    a.tick()
+    assert slurm.powered_down == []
+    admin = create_engine(postgres.url)
+    with admin.connect() as c:
+        assert c.execute(text(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
+            "= 'slurmscale-lease' AND datname = 'midgrace'")).scalars().all() == [True]
+    admin.dispose()
+
+    b, store_b, lease_b = leader("host-b:2")
+    with pytest.raises(LeaseLost, match="epoch 1"):  # (the old leader, not told yet)
+        store_a.put_timers("unhealthy", {})
+    now[0] = T0 + timedelta(seconds=299)
+    b.tick()
+    assert slurm.powered_down == []
+    now[0] = T0 + timedelta(seconds=300)
+    b.tick()
+    assert [names for names, _ in slurm.powered_down] == [["spot-1"]]
+    (r,) = store_b.replacements()
+    assert r.detected_at.timestamp() == T0.timestamp()
+    for s in (store_a, store_b):
+        s.close()
+    lease_b.release()
+    lease_a.release()
