@@ -19,7 +19,9 @@ from datetime import UTC, datetime
 from slurmscale.audit import Event, Kind
 from slurmscale.cloud.errors import ErrorClass, classify, unavailable_ttl
 from slurmscale.config import Config, Pool
+from slurmscale.daemon import edits
 from slurmscale.daemon.drains import undrain
+from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.model import FleetError, Offering, SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
@@ -43,6 +45,7 @@ class CapacityBackoff:
         self.store = store
         self.slurm = slurm
         self.event = event
+        self.edits = SlurmEdits(slurm, event)
         self.zones = zones  # a pool's subnets -> their AZs ({}: not known)
 
     def offering(self, pool: Pool, instance_type: str, subnet: str, capacity: str) -> Offering:
@@ -212,12 +215,8 @@ class CapacityBackoff:
                 back.append(n.name)
         for pool_name, names in hold.items():
             stamp = datetime.fromtimestamp(until[pool_name], UTC).isoformat(timespec="seconds")
-            try:
-                self.slurm.drain(names, reasons.reason(Why.NO_CAPACITY, stamp))
-            except SlurmError as e:
-                self.event(Kind.SLURM_UPDATE_FAILED, f"hold {','.join(names)}: {e}")
-                continue
-            self.event(Kind.NODES_HELD_NO_CAPACITY, f"{pool_name}: {','.join(names)} held out of "
-                       f"scheduling until {stamp}")
+            self.edits.apply(edits.drain(names, reasons.reason(Why.NO_CAPACITY, stamp), said=(
+                Kind.NODES_HELD_NO_CAPACITY, f"{pool_name}: {','.join(names)} held out of "
+                f"scheduling until {stamp}")))
         undrain(self.slurm, self.event, back, Kind.CAPACITY_RETRY,
                 "capacity TTL over; the next launch tries the pool again")

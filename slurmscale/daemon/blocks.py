@@ -21,6 +21,8 @@ from functools import partial
 from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
+from slurmscale.daemon import edits
+from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.daemon.graces import Graces
 from slurmscale.hostlists import compress
@@ -107,6 +109,7 @@ class BlockPass:
         self.slurm = slurm
         self.reserved = reserved
         self.event = event
+        self.edits = SlurmEdits(slurm, event)
         # a pool's grace_signal: the jobs still running at a close are signalled first
         self.graces = Graces(cfg, store, slurm, event)
         self.pools = [p for p in cfg.pools if p.capacity_type is CapacityType.CAPACITY_BLOCK]
@@ -252,28 +255,18 @@ class BlockPass:
             for job in jobs:
                 if job in requeued or graced(job, n.name):
                     continue
-                try:
-                    self.slurm.requeue(job)
-                except SlurmError as e:
-                    self.event(Kind.SLURM_UPDATE_FAILED, f"requeue job {job}: {e}", node=n.name)
-                    continue
-                requeued.add(job)
-                self.event(Kind.BLOCK_JOB_REQUEUED, f"job {job} still running on {n.name} when "
-                           f"{pool.name}'s block window closed: requeued ({plan.reason})",
-                           node=n.name)
+                if self.edits.apply(edits.requeue(job, n.name, said=(
+                        Kind.BLOCK_JOB_REQUEUED, f"job {job} still running on {n.name} when "
+                        f"{pool.name}'s block window closed: requeued ({plan.reason})"))):
+                    requeued.add(job)
             if not jobs and n.base_state == "IDLE":
                 idle.append(n.name)
         if requeued:
             crash_point("block:after_requeue")
         if idle:
-            try:
-                self.slurm.power_down(idle)
-            except SlurmError as e:
-                self.event(Kind.SLURM_UPDATE_FAILED, f"power down {compress(idle)}: {e}",
-                           node=compress(idle))
-                return
-            self.event(Kind.BLOCK_CLOSED, f"{pool.name}: {compress(idle)} powered down, the "
-                       f"block window is closed ({plan.reason})", node=compress(idle))
+            self.edits.apply(edits.release(idle, said=(
+                Kind.BLOCK_CLOSED, f"{pool.name}: {compress(idle)} powered down, the block "
+                f"window is closed ({plan.reason})")))
 
     def _graced(self, pool: Pool, up: list[SlurmNode], now: datetime
                 ) -> Callable[[str, str], bool]:

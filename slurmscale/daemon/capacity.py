@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 
 from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config
+from slurmscale.daemon import edits
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
+from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.daemon.ledger import Ledger, PoolNow
 from slurmscale.daemon.observe import build_snapshot, fallback_rules, gang_jobs
 from slurmscale.hostlists import compress
@@ -157,6 +159,7 @@ class CapacityPass:
         self.store = store
         self.slurm = slurm
         self.event = event
+        self.edits = SlurmEdits(slurm, event)
         self.holds = HoldPass(cfg, store, slurm, event)
         self.limit_use = LimitUseLearner(cfg, store)
         self.arrival_log: dict[str, tuple[float, str, int]] = {}
@@ -187,13 +190,9 @@ class CapacityPass:
         for a in p.capacity.actions:
             self._apply(a)
         for rw in p.rewrites:
-            try:
-                self.slurm.set_job_partitions(rw.job_id, list(rw.partitions))
-            except SlurmError as e:
-                self.event(Kind.SLURM_UPDATE_FAILED, f"job {rw.job_id} partition: {e}")
-                continue
-            self.event(Kind.JOB_PARTITION_REWRITTEN, f"job {rw.job_id} -> partition "
-                       f"{','.join(rw.partitions)}: {rw.reason}")
+            self.edits.apply(edits.move(rw.job_id, list(rw.partitions), said=(
+                Kind.JOB_PARTITION_REWRITTEN, f"job {rw.job_id} -> partition "
+                f"{','.join(rw.partitions)}: {rw.reason}")))
         self.store.save_pool_memory(p.capacity.memory, now)
         if p.snapshot is not None and self.ledger is not None:
             self.pools_now = self.ledger.observe(p.snapshot, list(p.jobs), now)
@@ -203,24 +202,18 @@ class CapacityPass:
     def _apply(self, a: Action) -> None:
         nodes = list(a.nodes)
         expr = compress(nodes) if nodes else None
-        try:
-            match a.kind:
-                case ActionKind.HOLD:
-                    self.slurm.drain(nodes, reasons.reason(Why.HELD))
-                case ActionKind.UNHOLD:
-                    self.slurm.undrain(nodes)
-                case ActionKind.RELEASE:
-                    self.slurm.power_down(nodes)
-                case ActionKind.WARM:
-                    self.slurm.power_up(nodes)
-                case ActionKind.KEEP:
-                    log.debug("%s: keep %s: %s", a.pool, expr, a.reason)
-                    return
-                case _:
-                    pass
-        except SlurmError as e:
-            self.event(Kind.SLURM_UPDATE_FAILED, f"{a.kind.value} {expr} in {a.pool}: {e}",
-                       node=expr)
+        if a.kind is ActionKind.KEEP:
+            log.debug("%s: keep %s: %s", a.pool, expr, a.reason)
             return
-        self.event(EVENT_KIND[a.kind], f"{a.pool}: {a.reason}" + (f" [{expr}]" if expr else ""),
-                   node=expr)
+        said = (EVENT_KIND[a.kind], f"{a.pool}: {a.reason}" + (f" [{expr}]" if expr else ""))
+        match a.kind:
+            case ActionKind.HOLD:
+                self.edits.apply(edits.drain(nodes, reasons.reason(Why.HELD), said=said))
+            case ActionKind.UNHOLD:
+                self.edits.apply(edits.undrain(nodes, said=said))
+            case ActionKind.RELEASE:
+                self.edits.apply(edits.release(nodes, said=said))
+            case ActionKind.WARM:
+                self.edits.apply(edits.power_up(nodes, said=said))
+            case _:
+                self.event(said[0], said[1], node=expr)

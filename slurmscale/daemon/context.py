@@ -13,6 +13,7 @@ from slurmscale.audit import Event, Kind
 from slurmscale.cloud.protocol import CloudError, CloudProvider
 from slurmscale.config import AddressSource, Config
 from slurmscale.crashpoints import crash_point
+from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.model import LaunchedInstance
 from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.store.protocol import LaunchStore
@@ -73,6 +74,11 @@ class PassContext(Generic[S]):
     cloud: CloudProvider
     clock: Clock
     event: Event
+
+    @property
+    def edits(self) -> SlurmEdits:
+        """Where the pass's edits of Slurm are made, each outcome said once (edits.py)."""
+        return SlurmEdits(self.slurm, self.event)
 
     def address(self, node: str, inst: LaunchedInstance) -> tuple[str, str]:
         """The NodeAddr and NodeHostname slurmscale gives `node` running on `inst`."""

@@ -4,19 +4,15 @@ saying Slurm refused)."""
 from __future__ import annotations
 
 from slurmscale.audit import Event, Kind
+from slurmscale.daemon import edits
+from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.hostlists import compress
-from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.protocol import SlurmClient
 
 
 def undrain(slurm: SlurmClient, event: Event, names: list[str], kind: Kind,
             why: str) -> bool:
     if not names:
         return False
-    expr = compress(names)
-    try:
-        slurm.undrain(names)
-    except SlurmError as e:
-        event(Kind.SLURM_UPDATE_FAILED, f"undrain {expr}: {e}", node=expr)
-        return False
-    event(kind, f"{expr}: {why}", node=expr)
-    return True
+    return SlurmEdits(slurm, event).apply(
+        edits.undrain(names, said=(kind, f"{compress(names)}: {why}")))

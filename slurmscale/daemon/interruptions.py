@@ -35,8 +35,10 @@ from slurmscale.audit import Event, Kind
 from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, aws_time, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
 from slurmscale.config import INTERRUPTION_NOTICE_S, CapacityType, Config
+from slurmscale.daemon import edits
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.drains import undrain
+from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.daemon.graces import Graces, Step, step
 from slurmscale.lifecycles import GraceState
 from slurmscale.model import ScheduledEvent, SlurmNode
@@ -89,6 +91,7 @@ class InterruptionPass:
         self.slurm = slurm
         self.queue = queue
         self.event = event
+        self.edits = SlurmEdits(slurm, event)  # (every Slurm edit of this pass goes there)
         # jobs signalled before their requeue (a pool's grace_signal)
         self.graces = Graces(cfg, store, slurm, event)
         # Instances already evacuated: the store calls them running until the suspend hook
@@ -174,13 +177,9 @@ class InterruptionPass:
                                      deadline=deadline)
             case EventKind.REBALANCE:
                 reason = reasons.reason(Why.REBALANCE, ev.time)
-                try:
-                    self.slurm.drain([inst.node], reason)
-                except SlurmError as e:
-                    self.event(Kind.SLURM_UPDATE_FAILED, f"drain {inst.node}: {e}", node=inst.node)
-                    return False
-                self.event(Kind.REBALANCE_DRAINED, f"{inst.node} ({inst.instance_id}): {reason}; "
-                           "running jobs continue, nothing new starts there", node=inst.node)
+                return self.edits.apply(edits.drain([inst.node], reason, said=(
+                    Kind.REBALANCE_DRAINED, f"{inst.node} ({inst.instance_id}): {reason}; "
+                    "running jobs continue, nothing new starts there")))
             case EventKind.SCHEDULED:
                 if self.on_scheduled is not None and ev.scheduled is not None:
                     return self.on_scheduled(inst, ev.scheduled)
@@ -252,10 +251,7 @@ class InterruptionPass:
             self.event(Kind.SLURM_READ_FAILED, f"jobs on {node}: {e}; not powering it down "
                        "until they can be requeued", node=node)
             return False
-        try:
-            self.slurm.drain([node], reason)
-        except SlurmError as e:
-            self.event(Kind.SLURM_UPDATE_FAILED, f"drain {node}: {e}", node=node)
+        self.edits.apply(edits.drain([node], reason))
         graces = self.graces.open()
         in_grace = {g.job_id for g in graces if g.instance_id == inst.instance_id}
         signalled = {g.job_id for g in graces}  # (a gang: for another of its nodes' warning)
@@ -283,12 +279,8 @@ class InterruptionPass:
         """Requeue one job off `inst`'s node and record its lost run (once per instance);
         False when Slurm refused and the job is still there (tried again later)."""
         node = inst.node
-        try:
-            self.slurm.requeue(job)
-        except SlurmError as e:
-            if not self._requeued_already(job):
-                self.event(Kind.REQUEUE_FAILED, f"job {job} on {node}: {e}", node=node)
-                return False
+        if not self.edits.apply(edits.requeue(job, node)):
+            return False
         if self.store.has_preemption(job, inst.instance_id):
             return True  # an earlier, unfinished handling of this event requeued it
         self.store.add_preemption(PreemptionRow(
@@ -339,14 +331,8 @@ class InterruptionPass:
         if inst is not None:
             return self._requeue(g.job_id, inst, g.cause, g.kind, g.notice_time,
                                  Graces.reason(g), now, g.cause not in NOT_PREEMPTED)
-        try:
-            self.slurm.requeue(g.job_id)
-        except SlurmError as e:
-            self.event(Kind.REQUEUE_FAILED, f"job {g.job_id} on {g.node}: {e}", node=g.node)
-            return False
-        self.event(Kind.JOB_REQUEUED, f"job {g.job_id} on {g.node} requeued: "
-                   f"{Graces.reason(g)}", node=g.node)
-        return True
+        return self.edits.apply(edits.requeue(g.job_id, g.node, said=(
+            Kind.JOB_REQUEUED, f"job {g.job_id} on {g.node} requeued: {Graces.reason(g)}")))
 
     def power_down_evacuated(self, now: datetime) -> set[str]:
         """Power down the evacuated nodes once Slurm has finished completing their requeued
@@ -371,10 +357,7 @@ class InterruptionPass:
             waited = (now - ev.since).total_seconds()
             if node in busy and waited < ev.wait_s:
                 continue
-            try:
-                self.slurm.power_down_force([node], ev.reason)
-            except SlurmError as e:
-                self.event(Kind.SLURM_UPDATE_FAILED, f"power down {node}: {e}", node=node)
+            if not self.edits.apply(edits.power_down([node], ev.reason)):
                 refused.add(node)
                 continue
             del self.evacuating[node]
@@ -384,13 +367,6 @@ class InterruptionPass:
                        + (f" ({waited:.0f}s later: its jobs were completing there)"
                           if waited >= 1 else ""), node=node)
         return refused
-
-    def _requeued_already(self, job: str) -> bool:
-        """Slurm requeued it itself (a configuring job on a node drained while booting)."""
-        try:
-            return self.slurm.job(job).get("JobState") == "PENDING"
-        except SlurmError:
-            return False
 
     def _steer(self, job: str, pool_name: str, node: str) -> None:
         """After `max_preemptions` (the preemptions recorded for it) a requeued job runs on
@@ -406,15 +382,10 @@ class InterruptionPass:
         if times < pool.spot.max_preemptions:
             return
         partition = self.cfg.pool(pool.fallback_pool).partition
-        try:
-            self.slurm.set_job_partitions(job, [partition])
-        except SlurmError as e:
-            self.event(Kind.STEER_FAILED, f"job {job}: cannot move it to {partition}: {e}",
-                       node=node)
-            return
-        self.event(Kind.JOB_STEERED, f"job {job} preempted {times} time(s) (max_preemptions "
-                   f"{pool.spot.max_preemptions} in {pool.name}): now runs on partition "
-                   f"{partition} only", node=node)
+        self.edits.apply(edits.move(job, [partition], node, said=(
+            Kind.JOB_STEERED, f"job {job} preempted {times} time(s) (max_preemptions "
+            f"{pool.spot.max_preemptions} in {pool.name}): now runs on partition "
+            f"{partition} only")))
 
     def return_powered_down_nodes(self, nodes: list[SlurmNode]) -> None:
         """Undrain nodes slurmscale drained for an interruption once they are powered down

@@ -22,6 +22,7 @@ from slurmscale.cloud.protocol import (
 )
 from slurmscale.config import Config, Pool
 from slurmscale.crashpoints import crash_point
+from slurmscale.daemon import edits
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
@@ -41,7 +42,6 @@ from slurmscale.policy.routing import (
     fleet_parts,
 )
 from slurmscale.slurm import reasons
-from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import GangRow, InstanceRow, PreemptionCause
@@ -301,13 +301,8 @@ class GangLauncher:
 
     def _power_down(self, nodes: list[str], code: str, gid: str) -> None:
         reason = reasons.reason(Why.LAUNCH_FAILED, code)
-        try:
-            self.ctx.slurm.power_down_force(nodes, reason)
-            self.ctx.event(Kind.NODES_POWERED_DOWN, f"{compress(nodes)}: {reason}",
-                       node=compress(nodes), gang_id=gid)
-        except SlurmError as e:
-            self.ctx.event(Kind.SLURM_UPDATE_FAILED, f"power down {compress(nodes)}: {e}",
-                       node=compress(nodes), gang_id=gid)
+        self.ctx.edits.apply(edits.power_down(nodes, reason, said=(
+            Kind.NODES_POWERED_DOWN, f"{compress(nodes)}: {reason}"), gang=gid))
 
 
 def _what(gang: Gang) -> str:

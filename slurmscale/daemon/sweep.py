@@ -11,6 +11,7 @@ from datetime import datetime
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_NODE, CloudError, CloudInstance
+from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.fleets import GangFleets
 from slurmscale.daemon.interruptions import InterruptionPass
@@ -19,7 +20,6 @@ from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus
 from slurmscale.model import SlurmNode
 from slurmscale.slurm import reasons
-from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.rows import InstanceRow, utc
@@ -128,16 +128,10 @@ class InstanceSweep:
         due = self.lost.due(lost, now)
         if not due:
             return
-        try:
-            c.slurm.power_down_force(due, reasons.reason(Why.LOST))
-        except SlurmError as e:
-            c.event(Kind.SLURM_UPDATE_FAILED, f"power down {compress(due)}: {e}",
-                    node=compress(due))
-            return
-        c.event(Kind.NODE_WITHOUT_INSTANCE,
-                f"{compress(due)}: up in Slurm, but neither EC2 nor the store has an "
-                f"instance for {c.cfg.daemon.lost_node_grace_s:g}s; powered down (jobs "
-                "requeue)", node=compress(due))
+        c.edits.apply(edits.power_down(due, reasons.reason(Why.LOST), said=(
+            Kind.NODE_WITHOUT_INSTANCE,
+            f"{compress(due)}: up in Slurm, but neither EC2 nor the store has an instance "
+            f"for {c.cfg.daemon.lost_node_grace_s:g}s; powered down (jobs requeue)")))
 
     def _not_launching(self, leaks: list[CloudInstance]) -> list[CloudInstance]:
         """Of untracked instances, those not tagged for a gang whose launch is still being

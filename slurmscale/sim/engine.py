@@ -139,10 +139,13 @@ class Simulation(OtherPolicies):
             for n in self.nodes:
                 self._power_up(n, 0.0, launch=launch)
         self._push(0.0, TICK, -1)
+        next_tick: float | None = 0.0  # the periodic pass due (None: none is)
         outstanding = len(self.jobs)
         now = 0.0
         while self.agenda:
             now, kind, _, idx = heapq.heappop(self.agenda)
+            if kind == TICK:
+                next_tick = None
             if kind not in PERIODIC:
                 self.future_events -= 1
                 self.last_event_at = now
@@ -179,10 +182,9 @@ class Simulation(OtherPolicies):
                 self._tick(now)
                 if self.progress is not None:
                     self.progress(now)
-                quiet_for = now - self.last_event_at
-                if outstanding and (self.future_events or (
-                        self._tick_can_help() and quiet_for < self.cloud.give_up_after_s)):
-                    self._push(now + self.cloud.tick_s, TICK, -1)
+                if outstanding and self._ticks_go_on(now):
+                    next_tick = now + self.cloud.tick_s
+                    self._push(next_tick, TICK, -1)
             if kind in (READY, END, BLOCK):
                 self.bf_dirty = True
             if self.greedy:  # the greedy model schedules on every event
@@ -191,6 +193,12 @@ class Simulation(OtherPolicies):
                 self.main_wanted = True
             if self.daemon is not None:  # what Slurm's hooks asked of the daemon
                 self.daemon.carry_out(now)
+                if next_tick is None and outstanding and self._ticks_go_on(now):
+                    # that pass left work for the next (a hold made, its job still to be
+                    # pointed at it) after the periodic passes had stopped: they go on,
+                    # on their grid
+                    next_tick = (now // self.cloud.tick_s + 1) * self.cloud.tick_s
+                    self._push(next_tick, TICK, -1)
             if not self.greedy:
                 self._queue_main_run(now)
             if (not self.greedy and self.bf_dirty and self.pending and not self.bf_due
@@ -210,6 +218,12 @@ class Simulation(OtherPolicies):
         if not job.carry_in and self.daemon is None:  # (the daemon keeps its own log)
             self.arrivals.append((now, self.main.name, job.nodes))
         self._queue(idx, now)
+
+    def _ticks_go_on(self, now: float) -> bool:
+        """Is another periodic pass worth making: events are still to come, or a policy
+        step may still start a pending job (for at most `give_up_after_s` of quiet)?"""
+        return bool(self.future_events) or (
+            self._tick_can_help() and now - self.last_event_at < self.cloud.give_up_after_s)
 
     def _tick_can_help(self) -> bool:
         """With nothing running, arriving or booting, only a policy step (a governed target
