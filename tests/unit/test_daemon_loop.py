@@ -137,17 +137,8 @@ def test_a_daemon_taken_over_writes_nothing_more_to_the_store(tmp_path: Path) ->
     the take-over is in the audit log with its epoch."""
     from slurmscale.audit import Kind
     from slurmscale.daemon.fence import LeaseLost
+    from slurmscale.daemon.leadership import SoleLease
     from slurmscale.spool import RequestKind, Spool
-
-    class Held:
-        def hold(self) -> bool:
-            return True
-
-        def held(self) -> bool:
-            return True
-
-        def release(self) -> None:
-            pass
 
     cfg = parse_config(base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}",
                                    spool_dir=str(tmp_path / "spool"),
@@ -155,7 +146,7 @@ def test_a_daemon_taken_over_writes_nothing_more_to_the_store(tmp_path: Path) ->
     a, b = Daemon(cfg), Daemon(cfg)
     a.lease.release()
     b.lease.release()
-    a.lease = b.lease = Held()  # type: ignore[assignment]
+    a.lease, b.lease = SoleLease(), SoleLease()  # (each sure it leads)
     try:
         assert a._lead() is not None
         assert b._lead() is not None
