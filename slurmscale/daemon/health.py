@@ -66,7 +66,6 @@ class HealthPass:
         # node -> (detected, pool) of replacements in flight: the time to a fresh node
         self.replacing: dict[str, tuple[float, str]] = {}
         self.since_kept: dict[str, float] | None = None  # the grace timers as on the store
-        interruptions.on_scheduled = self.scheduled
 
     def scheduled(self, inst: InstanceRow, ev: ScheduledEvent) -> bool:
         """AWS Health announced a scheduled change for `inst`: remembered, and its node

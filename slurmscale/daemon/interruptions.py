@@ -84,7 +84,9 @@ class Evacuating:
 
 class InterruptionPass:
     def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, queue: EventQueue | None,
-                 event: Event, backoff: CapacityBackoff | None = None) -> None:
+                 event: Event, backoff: CapacityBackoff | None = None, *,
+                 on_block: Callable[[Ec2Event, datetime], bool] | None = None,
+                 reservations_changed: Callable[[], None] | None = None) -> None:
         self.cfg = cfg
         self.backoff = backoff
         self.store = store
@@ -99,12 +101,13 @@ class InterruptionPass:
         self.evacuated: set[str] = set()
         # evacuated nodes whose power-down waits for Slurm to finish completing their jobs
         self.evacuating: dict[str, Evacuating] = {}
-        # AWS Health scheduled changes go there (the health pass): True once acted on
+        # AWS Health scheduled changes go there (the health pass, which is built after this
+        # one and evacuates through it: the Reconciler sets it): True once acted on
         self.on_scheduled: Callable[[InstanceRow, ScheduledEvent], bool] | None = None
         # Capacity Block events go there (the blocks as read from EC2): True once acted on
-        self.on_block: Callable[[Ec2Event, datetime], bool] | None = None
+        self.on_block = on_block
         # an interruptible reservation reclaimed: the reservations are read again
-        self.reservations_changed: Callable[[], None] | None = None
+        self.reservations_changed = reservations_changed
 
     def run(self, now: datetime) -> int:
         """Handle what is queued now; returns the number of messages read. SQS delivers at

@@ -102,10 +102,9 @@ class Reconciler:
         self.reserved = ReservedCapacity(cfg, cloud, self.event, self._save_reservations)
         # (an offering's AZ is its subnet's, read with the reservations' once)
         self.backoff = CapacityBackoff(cfg, store, slurm, self.event, self.reserved.zones)
-        self.interruptions = InterruptionPass(cfg, store, slurm, queue, self.event,
-                                              self.backoff)
-        self.interruptions.on_block = self.reserved.block_event
-        self.interruptions.reservations_changed = self.reserved.changed
+        self.interruptions = InterruptionPass(
+            cfg, store, slurm, queue, self.event, self.backoff,
+            on_block=self.reserved.block_event, reservations_changed=self.reserved.changed)
         fleets = GangFleets(cfg, cloud, client_token)
         self.addresses = NodeAddresses(ctx)
         ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
@@ -127,6 +126,7 @@ class Reconciler:
         self.topology = TopologyPass(ctx) if cfg.topology is not None else None
         self.boots = BootPass(ctx, fleets, self.addresses, metrics)
         self.health = HealthPass(ctx, self.interruptions, metrics)
+        self.interruptions.on_scheduled = self.health.scheduled  # (AWS Health's messages)
         self.blocks = BlockPass(cfg, store, slurm, self.reserved, self.event)
         self.keep_up = KeepUpPass(cfg, slurm, self.event)
         self.quarantine_reported: set[tuple[str, str]] = set()

@@ -199,7 +199,9 @@ def _world(tmp_path, grace_s: float = 0, **spot_pool: object):  # type: ignore[n
                       lambda k, m, **_: events.append((k, m)))
     q = FakeQueue()
     ip = InterruptionPass(cfg, store, slurm, q, ctx.event)
-    return HealthPass(ctx, ip), ip, slurm, cloud, store, events, now, q
+    hp = HealthPass(ctx, ip)
+    ip.on_scheduled = hp.scheduled  # (as the Reconciler wires them)
+    return hp, ip, slurm, cloud, store, events, now, q
 
 
 def test_the_pass_replaces_an_impaired_node_requeues_its_gang_and_records_it(world) -> None:  # type: ignore[no-untyped-def]
