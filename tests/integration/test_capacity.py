@@ -564,14 +564,25 @@ def test_an_extension_moves_the_close_and_the_expiration_warning_closes_at_once(
                 return slurm_time(f["StartTime"])
         return None
 
-    wait_for("the close planned at the block's end less the margin",
-             lambda: close_at() == end.timestamp() - margin, 60)
+    seen: list[float | None] = [None]
+
+    def closes(want: float, what: str, timeout: float) -> None:
+        """Wait for Slurm's close at `want`; a timeout says where it was instead."""
+        def check() -> bool:
+            seen[0] = close_at()
+            return seen[0] == want
+        try:
+            wait_for(what, check, timeout)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}: Slurm's close at {seen[0]}, wanted {want} (the block "
+                                 f"ends {end.isoformat()})") from None
+
+    closes(end.timestamp() - margin, "the close planned at the block's end less the margin", 60)
     job = c.sbatch("-N", "1", "--time=3", "-p", "gpu-cb", "--gres=gpu:8", "--wrap", "sleep 900")
     c.wait_job(job, {"RUNNING"}, 150)
     with proxy.capacity.lock:
         block.end = end = end + timedelta(seconds=300)
-    wait_for("the close moved with the extension",
-             lambda: close_at() == end.timestamp() - margin, 90)
+    closes(end.timestamp() - margin, "the close moved with the extension", 90)
     assert c.job(job)["JobState"] == "RUNNING"
 
     c.send_event(block_message(EventKind.BLOCK_EXPIRING, BLOCK,
