@@ -20,7 +20,7 @@ from slurmscale.cloud.protocol import (
     CloudError,
     FleetSpec,
 )
-from slurmscale.config import Config, Pool
+from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon import edits
 from slurmscale.daemon.addresses import NodeAddresses
@@ -90,6 +90,10 @@ class GangLauncher:
         # the gangs routed in the last ROUTES_SHOWN_S, oldest first (what `plan` shows)
         self.routed: list[Routed] = []
 
+    def routes(self, now: float) -> list[Routed]:
+        """The gangs routed in the last ROUTES_SHOWN_S (what `plan` shows)."""
+        return [r for r in self.routed if now - r.at < ROUTES_SHOWN_S]
+
     def _count_launch(self, pool: Pool, outcome: Outcome, code: str = "") -> None:
         if self.metrics is not None:
             self.metrics.launched(pool.name, pool.capacity_type.value, outcome.value, code)
@@ -119,12 +123,11 @@ class GangLauncher:
             return Launch(Outcome.FAILED, existing.error_code or "LaunchFailed")
         recovering = existing is not None and existing.status == GangStatus.LAUNCHING
         route = self.reserved.route(pool, gang, now.timestamp(), self._reclaimed(gang))
-        self.routed = [r for r in self.routed if now.timestamp() - r.at < ROUTES_SHOWN_S]
-        self.routed.append(Routed(now.timestamp(), pool.name,
-                                  str(gang.job_ids[0]) if gang.job_ids else "", nodes_expr,
-                                  route.kind, route.reason))
+        self.routed = [*self.routes(now.timestamp()), Routed(
+            now.timestamp(), pool.name, str(gang.job_ids[0]) if gang.job_ids else "",
+            nodes_expr, route.kind, route.reason)]
         capacity = "" if route.kind is not RouteKind.NORMAL else \
-            "spot" if FleetSpec.of(pool).on_spot(pool) else "on-demand"
+            "spot" if pool.capacity_type is CapacityType.SPOT else "on-demand"
         spec = self.fleets.spec(pool, route, gid,
                                 self.backoff.excluded(pool, capacity, now) if capacity
                                 else frozenset())

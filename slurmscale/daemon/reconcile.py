@@ -42,7 +42,7 @@ from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
 from slurmscale.daemon.health import HealthPass
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.keep_up import KeepUpPass
-from slurmscale.daemon.launch import ROUTES_SHOWN_S, GangLauncher, client_token
+from slurmscale.daemon.launch import GangLauncher, client_token
 from slurmscale.daemon.ledger import Ledger
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.node_names import NodeNamePass
@@ -180,9 +180,8 @@ class Reconciler:
             p = self.capacity.run(self.clock(), self._nodes_now(nodes))
         if p is not None:
             # (what `plan` shows: where the gangs of the last minutes went, and why)
-            now = self.clock().timestamp()
             p = self.capacity.last = replace(p, routes=tuple(
-                r for r in self.launcher.routed if now - r.at < ROUTES_SHOWN_S))
+                self.launcher.routes(self.clock().timestamp())))
             with phase("keep_up"):
                 self.keep_up.run(p)
             res.policy_actions = len(p.holds.actions) + sum(
