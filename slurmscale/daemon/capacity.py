@@ -20,7 +20,7 @@ from slurmscale.daemon import edits
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.daemon.ledger import Ledger, PoolNow
-from slurmscale.daemon.observe import build_snapshot, fallback_rules, gang_jobs
+from slurmscale.daemon.observe import QueueView, build_snapshot, fallback_rules, gang_jobs
 from slurmscale.hostlists import compress
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.decide import decide
@@ -95,13 +95,14 @@ def read_priorities(slurm: SlurmClient) -> Priorities:
 
 def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[], PassStore],
                  now: float,
-                 arrival_log: dict[str, tuple[float, str, int]] | None = None,
+                 view: QueueView | None = None,
                  plans_seen: dict[str, float] | None = None,
                  standings: bool = False,
                  nodes: list[SlurmNode] | None = None,
                  limit_use: LimitUseLearner | None = None) -> PassPlan:
     """What the policy decides from Slurm as it is now (raises SlurmError if unreadable).
-    `arrival_log`: the daemon's memory of jobs seen arriving (see build_snapshot);
+    `view`: the daemon's view of the queue kept across passes (QueueView: its arrival log,
+    and what each unchanged job gave last pass);
     `plans_seen`: its memory of each pending gang's earliest backfill plan
     (see with_earliest_plans); `standings`: read sprio for every pending gang's standing
     (`plan` shows it), not only where a gang's plan slipped; `nodes`: the pass's node read,
@@ -118,10 +119,10 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
         store = store()
     requeued = frozenset(p.job_id for p in store.preemptions(since=now - REQUEUED_RECENTLY_S))
     paid = store.reserved_nodes()
-    snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), arrival_log, requeued,
+    snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), view, requeued,
                           paid)
     holds = HoldPass(cfg, store, slurm, _no_event)
-    gangs = with_earliest_plans(gang_jobs(cfg, jobs, 2), {} if plans_seen is None
+    gangs = with_earliest_plans(gang_jobs(cfg, jobs, 2, view=view), {} if plans_seen is None
                                 else plans_seen)
     standing: tuple[GangStanding, ...] = ()
     if standings or any(slipped(holds.knobs, g) for g in gangs):
@@ -162,7 +163,7 @@ class CapacityPass:
         self.edits = SlurmEdits(slurm, event)
         self.holds = HoldPass(cfg, store, slurm, event)
         self.limit_use = LimitUseLearner(cfg, store)
-        self.arrival_log: dict[str, tuple[float, str, int]] = {}
+        self.view = QueueView()  # the queue as the passes saw it (arrivals, job views)
         self.plans_seen: dict[str, float] = {}  # pending gang -> earliest backfill plan
         self._read_failing = False
         self.ledger = ledger
@@ -173,7 +174,7 @@ class CapacityPass:
         """`nodes`: the pass's node read as it stands now (None: read here)."""
         try:
             p = current_plan(self.cfg, self.slurm, self.store, now.timestamp(),
-                             self.arrival_log, self.plans_seen, nodes=nodes,
+                             self.view, self.plans_seen, nodes=nodes,
                              limit_use=self.limit_use)
         except SlurmError as e:
             # Logged every pass, recorded once per outage: the audit log is for decisions.

@@ -18,6 +18,7 @@ side effect is recorded to survive)."""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import math
@@ -56,6 +57,8 @@ from slurmscale.store.repo import Store
 log = logging.getLogger(__name__)
 
 POKE_GAP_S = 0.25  # a pass starts at least this long after the last one ended
+# a stop still running this long after the pass's own bound (daemon.stop_timeout_s) hangs
+STOP_MARGIN_S = 10.0
 
 
 def rounded(seconds: dict[str, float]) -> dict[str, float]:
@@ -328,6 +331,20 @@ class Daemon:
         release the lease only if it did (a pass still running may still act; a standby
         then waits out the lease instead)."""
         log.info("stopping")
+        # A stop that hangs itself (a thread that never lets go) must still end, and say
+        # where: past the pass's own bound and a margin, every thread's stack goes to stderr
+        # (the journal, under systemd) and the process exits 1, before a service manager's
+        # SIGKILL would end it without a word.
+        faulthandler.dump_traceback_later(self.cfg.daemon.stop_timeout_s + STOP_MARGIN_S,
+                                          exit=True)
+        t0 = time.monotonic()
+        try:
+            self._stop_parts()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        log.info("stopped in %.1fs", time.monotonic() - t0)
+
+    def _stop_parts(self) -> None:
         self.stopping.set()
         with self.cond:
             self.cond.notify_all()

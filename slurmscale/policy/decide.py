@@ -53,8 +53,10 @@ def pool_demand(knobs: PoolKnobs, jobs: list[PendingJob], now: float) -> PoolDem
     act = [j for j in jobs if j.actionable]
     gpu_h = sum(j.nodes * j.gpus_per_node * (j.time_limit_s or knobs.default_time_limit_s)
                 * j.tasks for j in act) / 3600.0
-    order = sorted(act, key=lambda j: (-j.priority, j.submit_s, j.job_id))
-    gangs = tuple((j.job_id, j.nodes) for j in order if j.nodes >= 2
+    # (only the gangs' order is used: the single-node jobs, most of a queue, go unsorted)
+    order = sorted((j for j in act if j.nodes >= 2),
+                   key=lambda j: (-j.priority, j.submit_s, j.job_id))
+    gangs = tuple((j.job_id, j.nodes) for j in order
                   for _ in range(min(j.startable, max(1, knobs.max_nodes // j.nodes))))
     oldest = max((now - j.submit_s for j in act), default=0.0)
     return PoolDemand(sum(j.tasks for j in act), round(gpu_h, 6), gangs, max(0.0, oldest))

@@ -31,6 +31,7 @@ from slurmscale.model import (
 from slurmscale.slurm.kv import (
     SPRIO_FORMAT,
     SQUEUE_FORMAT,
+    LineMemo,
     parse_node_line,
     parse_oneliner,
     parse_reservations,
@@ -65,14 +66,23 @@ def _alloc_gpus(tres: str) -> int:
     return 0
 
 
-def _parse_nodes(lines: Iterable[str]) -> list[SlurmNode]:
-    """`scontrol show node -o`, a node a line (as streamed: newline kept)."""
+def _parse_nodes(lines: Iterable[str],
+                 memo: LineMemo[SlurmNode] | None = None) -> list[SlurmNode]:
+    """`scontrol show node -o`, a node a line (as streamed: newline kept); with `memo`, a
+    line the last read printed too is not parsed again (a node at rest prints the same)."""
     nodes: list[SlurmNode] = []
+    last = memo.last if memo is not None else {}
+    fresh: dict[str, SlurmNode] = {}
     for line in lines:
+        node = last.get(line)
+        if node is not None:
+            nodes.append(node)
+            fresh[line] = node
+            continue
         if not line.startswith("NodeName="):
             continue
         kv = parse_node_line(line.rstrip("\n"))
-        nodes.append(SlurmNode(
+        node = SlurmNode(
             name=kv.get("NodeName", ""),
             state=kv.get("State", ""),
             addr=kv.get("NodeAddr", ""),
@@ -81,7 +91,11 @@ def _parse_nodes(lines: Iterable[str]) -> list[SlurmNode]:
             partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
             last_busy=kv.get("LastBusyTime", ""),
             alloc_gpus=_alloc_gpus(kv.get("AllocTRES", "")),
-        ))
+        )
+        nodes.append(node)
+        fresh[line] = node
+    if memo is not None:
+        memo.last = fresh
     return nodes
 
 
@@ -106,6 +120,9 @@ class SlurmCLI:
     def __init__(self, settings: CommandSettings) -> None:
         self.s = settings
         self._release: tuple[int, int] | None = None
+        # per squeue state filter: its last read's lines (a pass parses what changed)
+        self._squeue_lines: dict[str, LineMemo[QueueJob]] = {}
+        self._node_lines: LineMemo[SlurmNode] = LineMemo()  # (the whole node read's)
 
     def _bin(self, name: str) -> str:
         return str(Path(self.s.bin_dir) / name)
@@ -176,7 +193,9 @@ class SlurmCLI:
         args = ["show", "node", "-o"]
         if names:
             args.insert(2, compress(names))
-        return self.run_parsed(_parse_nodes, "scontrol", *args)
+            return self.run_parsed(_parse_nodes, "scontrol", *args)
+        memo = self._node_lines
+        return self.run_parsed(lambda lines: _parse_nodes(lines, memo), "scontrol", *args)
 
     def set_node_address(self, name: str, addr: str, hostname: str) -> None:
         self.scontrol("update", f"nodename={name}", f"nodeaddr={addr}",
@@ -215,8 +234,9 @@ class SlurmCLI:
 
     def _jobs(self, states: str) -> list[QueueJob]:
         # -S i: sorting by job id alone is the cheapest order for squeue at 30,000 jobs
-        return self.run_parsed(parse_squeue_fixed, "squeue", "-h", "-t", states, "-S", "i",
-                               "-O", SQUEUE_FORMAT)
+        memo = self._squeue_lines.setdefault(states, LineMemo())
+        return self.run_parsed(lambda lines: parse_squeue_fixed(lines, memo), "squeue", "-h",
+                               "-t", states, "-S", "i", "-O", SQUEUE_FORMAT)
 
     def reservations(self) -> list[SlurmReservation]:
         return parse_reservations(self.scontrol("show", "reservation", "-o"))

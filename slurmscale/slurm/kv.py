@@ -7,10 +7,12 @@ import logging
 import math
 import re
 from collections.abc import Iterable
+from typing import Generic, TypeVar
 
 from slurmscale.hostlists import HostlistError, expand
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmReservation
 
+R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 # A key starts a token: start of line or whitespace, then CamelCase (maybe with / or :) and "=".
@@ -153,12 +155,27 @@ def parse_reservations(text: str) -> list[SlurmReservation]:
     return out
 
 
-def parse_squeue_fixed(text: str | Iterable[str]) -> list[QueueJob]:
+class LineMemo(Generic[R]):
+    """The records one read's lines gave, kept for the next read of the same command: a line
+    squeue (or `scontrol show node -o`) prints again unchanged gives back the very record it
+    gave before, unparsed. Most of a queue is the same from one pass to the next, so a pass
+    parses what changed, and the observe layer after it (daemon/observe.QueueView) knows an
+    unchanged job by its record's identity. Holds one read's lines (the last), never more."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, R] = {}
+
+
+def parse_squeue_fixed(text: str | Iterable[str],
+                       memo: LineMemo[QueueJob] | None = None) -> list[QueueJob]:
     """Parse `squeue -h -O <SQUEUE_FORMAT>` output (one job per line, fields ending in '|'):
     the whole text, or its lines as they arrive (SlurmCLI.run_parsed; each line keeps its
     newline, which lands after the last '|' where nothing is read). Runs every pass over the
-    whole queue: kept to one split per line and cached conversions."""
+    whole queue: kept to one split per line and cached conversions; with `memo`, a line the
+    last read printed too is not parsed again."""
     jobs: list[QueueJob] = []
+    last = memo.last if memo is not None else {}
+    fresh: dict[str, QueueJob] = {}
     # the two array fields come last; a line without them (canned output, a wrapper that
     # trims) is read as a job that is not an array
     n = SQUEUE_FIELDS.index("ArrayJobID") + 1
@@ -166,6 +183,11 @@ def parse_squeue_fixed(text: str | Iterable[str]) -> list[QueueJob]:
     parts_of: dict[str, tuple[str, ...]] = {}
     skipped = 0
     for line in text.splitlines() if isinstance(text, str) else text:
+        job = last.get(line) if last else None
+        if job is not None:
+            jobs.append(job)
+            fresh[line] = job
+            continue
         f = line.split("|")
         if len(f) < n:
             if line.strip():
@@ -182,16 +204,21 @@ def parse_squeue_fixed(text: str | Iterable[str]) -> list[QueueJob]:
         except ValueError:
             skipped += 1
             continue
-        jobs.append(QueueJob(
+        job = QueueJob(
             f[0], parts, int(nodes) if nodes.isascii() and nodes.isdigit() else 1,
             gpus_from_tres(f[3]), limit, f[5], f[6],
             int(prio) if prio.isascii() and prio.lstrip("-").isdigit() else 0, f[8], state,
             "" if acct == "(null)" else acct, "" if resv == "(null)" else resv,
             "" if pending else f[12], "" if pending else f[13], "" if pending else f[14],
             f[14] if pending else "",
-            *(_array_fields(f[15], f[16]) if len(f) >= arrays else _NO_ARRAY)))
+            *(_array_fields(f[15], f[16]) if len(f) >= arrays else _NO_ARRAY))
+        jobs.append(job)
+        if memo is not None:
+            fresh[line] = job
     if skipped:
         log.warning("squeue: %d line(s) slurmscale cannot read skipped", skipped)
+    if memo is not None:
+        memo.last = fresh
     return jobs
 
 

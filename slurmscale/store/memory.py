@@ -88,6 +88,7 @@ class MemoryStore:
         self._requests: dict[str, RequestRow] = {}
         self._pending: dict[str, RequestRow] = {}  # the pending ones, in arrival order
         self._gangs: dict[str, GangRow] = {}
+        self._launching: set[str] = set()  # gangs LAUNCHING (the SQL store's index on status)
         self._instances: dict[str, InstanceRow] = {}
         self._active: dict[str, str] = {}  # node -> its running instance
         self.paid: frozenset[str] = frozenset()
@@ -268,6 +269,7 @@ class MemoryStore:
     def add_gang(self, row: GangRow) -> None:
         check(GANG_EDGES, f"gang {row.id}", None, row.status)
         self._gangs[row.id] = _copy(row)
+        self._note_launching(row)
 
     def get_gang(self, gang_id: str) -> GangRow | None:
         row = self._gangs.get(gang_id)
@@ -285,11 +287,17 @@ class MemoryStore:
             check(GANG_EDGES, f"gang {gang_id}", row.status, str(values["status"]))
         for k, v in values.items():
             setattr(row, k, v)
+        self._note_launching(row)
+
+    def _note_launching(self, row: GangRow) -> None:
+        if row.status == GangStatus.LAUNCHING:
+            self._launching.add(row.id)
+        else:
+            self._launching.discard(row.id)
 
     def live_gangs(self) -> set[str]:
         """Gangs with an instance up or a launch in flight (their placement group is in use)."""
-        return ({self._instances[iid].gang_id for iid in self._active.values()}
-                | {g.id for g in self._gangs.values() if g.status == GangStatus.LAUNCHING})
+        return {self._instances[iid].gang_id for iid in self._active.values()} | self._launching
 
     # --- the audit log, jobs and samples -----------------------------------------------
     def add_event(self, kind: Kind, message: str, now: datetime, *, node: str | None = None,

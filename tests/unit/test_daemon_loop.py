@@ -303,7 +303,9 @@ def test_a_wall_clock_stepped_back_an_hour_neither_stops_nor_doubles_the_tick(
     offset.write_text("+0\n")
     env = {**_env(), "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset),
            "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-    daemon = _daemon_up(tmp_path, cfg, env, out=subprocess.DEVNULL)
+    out = tmp_path / "daemon.out"
+    with out.open("wb") as sink:
+        daemon = _daemon_up(tmp_path, cfg, env, out=sink.fileno())
     sock = tmp_path / "run" / "sock"
     try:
         before = _passes(sock, 6)
@@ -313,7 +315,16 @@ def test_a_wall_clock_stepped_back_an_hour_neither_stops_nor_doubles_the_tick(
         again = _passes(sock, 6)
     finally:
         daemon.terminate()
-        daemon.wait(15)
+        try:
+            # (a stop that hangs ends itself after stop_timeout_s + 10 s, every thread's
+            # stack in its output: this says where)
+            daemon.wait(20)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+            raise AssertionError("the daemon did not stop:\n" + out.read_text()[-4000:]) \
+                from None
+    assert daemon.returncode == 0, out.read_text()[-4000:]
     print(f"passes at tick 1 s: {before} in 6 s, {after} in 12 s after a -1 h step, "
           f"{again} in 6 s after stepping back to true time")
     # (each count has the last pass before it; a busy machine slows a pass, never speeds one)
@@ -442,3 +453,40 @@ def test_a_client_gone_before_its_answer_is_no_traceback(tmp_path: Path, capfd) 
     finally:
         api.stop()
     assert "Traceback" not in capfd.readouterr().err
+
+
+HUNG_STOP = """
+import sys, threading
+from slurmscale.config_file import parse_config
+from slurmscale.daemon import service
+from tests.unit.conftest import base_config
+
+service.STOP_MARGIN_S = 1.0
+cfg = parse_config(base_config(store_url="sqlite:///" + sys.argv[1],
+                               daemon={"tick_seconds": 3600, "stop_timeout_s": 0.5}))
+d = service.Daemon(cfg)
+
+
+class HungApi:
+    def stop(self):
+        threading.Event().wait()  # a server that never lets go
+
+
+d.api = HungApi()
+d.stop()
+print("returned")
+"""
+
+
+def test_a_stop_that_hangs_ends_the_process_and_says_where(tmp_path: Path) -> None:
+    """Whatever part of the stop hangs (here the API server's), the process ends soon after
+    daemon.stop_timeout_s, every thread's stack on stderr: a stop that never returns would
+    otherwise wait for the service manager's SIGKILL and leave no word of where it hung."""
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", HUNG_STOP, str(tmp_path / "state.db")],
+                       capture_output=True, text=True, timeout=60, env=_env(),
+                       cwd=Path(__file__).resolve().parents[2])
+    took = time.monotonic() - t0
+    assert p.returncode == 1 and "returned" not in p.stdout, (p.stdout, p.stderr)
+    assert "in stop" in p.stderr and "_stop_parts" in p.stderr, p.stderr
+    assert took < 30, took

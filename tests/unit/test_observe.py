@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.observe import build_snapshot
+from slurmscale.daemon.observe import QueueView, build_snapshot
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.decide import decide
 from slurmscale.policy.model import ActionKind, NodeState
@@ -141,14 +141,14 @@ def test_running_jobs_are_arrivals_and_held_out_jobs_are_demand() -> None:
 def test_the_daemons_arrival_log_remembers_finished_jobs_for_the_reuse_forecast() -> None:
     cfg = parse_config(base_config())
     now = datetime(2026, 11, 29, 12, 0).timestamp()
-    log: dict[str, tuple[float, str, int]] = {}
+    view = QueueView()
     running = [QueueJob(str(i), ("gpu-spot",), 1, 8, 600, "2026-11-29T11:50:00", "None", 1,
                         "bob", "RUNNING") for i in range(3)]
-    build_snapshot(cfg, [], running, now, arrival_log=log)
-    later = build_snapshot(cfg, [], [], now + 60, arrival_log=log)  # they finished
+    build_snapshot(cfg, [], running, now, view=view)
+    later = build_snapshot(cfg, [], [], now + 60, view=view)  # they finished
     assert len(later.arrivals) == 3
-    gone = build_snapshot(cfg, [], [], now + 3600, arrival_log=log)  # out of the window
-    assert gone.arrivals == () and log == {}
+    gone = build_snapshot(cfg, [], [], now + 3600, view=view)  # out of the window
+    assert gone.arrivals == () and view.arrivals == {}
 
 
 def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -> None:
