@@ -26,6 +26,7 @@ launch can use it.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -45,7 +46,7 @@ from slurmscale.model import ScheduledEvent, SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.protocol import PassStore
+from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import (
     NOT_PREEMPTED,
     GraceRow,
@@ -73,18 +74,39 @@ GONE_WAIT_S = 2.0
 
 @dataclass(frozen=True)
 class Evacuating:
-    """A node whose jobs were requeued, to be powered down once they are off it."""
+    """A node whose jobs were requeued, to be powered down once they are off it. Kept on the
+    store (timers of kind EVACUATING, this as the note), so that a standby taking over powers
+    it down when the leader would have: in memory alone, a take-over during the wait left
+    the node drained, its instance running, with nothing left to finish it."""
 
-    inst: InstanceRow
+    instance_id: str
     reason: str
     jobs: int  # how many were requeued
     since: datetime
     wait_s: float  # the longest the power-down waits for it (COMPLETING_WAIT_S, GONE_WAIT_S)
 
+    def note(self) -> str:
+        return json.dumps({"instance_id": self.instance_id, "reason": self.reason,
+                           "jobs": self.jobs, "wait_s": self.wait_s})
+
+    @classmethod
+    def read(cls, since_s: float, note: str | None) -> Evacuating | None:
+        """From the store's timer and note; None: a note slurmscale cannot read (written by
+        hand, a broken disk), that node left to the sweep and the health pass."""
+        try:
+            d = json.loads(note or "")
+            return cls(str(d["instance_id"]), str(d["reason"]), int(d["jobs"]),
+                       datetime.fromtimestamp(since_s, UTC), float(d["wait_s"]))
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+EVACUATING = "evacuating"  # the store's timers of evacuated nodes waiting for their power-down
+
 
 class InterruptionPass:
-    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, queue: EventQueue | None,
-                 event: Event, backoff: CapacityBackoff | None = None, *,
+    def __init__(self, cfg: Config, store: LaunchStore, slurm: SlurmClient,
+                 queue: EventQueue | None, event: Event, backoff: CapacityBackoff | None = None, *,
                  on_block: Callable[[Ec2Event, datetime], bool] | None = None,
                  reservations_changed: Callable[[], None] | None = None) -> None:
         self.cfg = cfg
@@ -100,7 +122,8 @@ class InterruptionPass:
         # has terminated them, and neither a late event nor the sweep may requeue twice.
         self.evacuated: set[str] = set()
         # evacuated nodes whose power-down waits for Slurm to finish completing their jobs
-        self.evacuating: dict[str, Evacuating] = {}
+        # (the store's, read at the first need: a standby that took over finishes them)
+        self._evacuating: dict[str, Evacuating] | None = None
         # AWS Health scheduled changes go there (the health pass, which is built after this
         # one and evacuates through it: the Reconciler sets it): True once acted on
         self.on_scheduled: Callable[[InstanceRow, ScheduledEvent], bool] | None = None
@@ -272,10 +295,31 @@ class InterruptionPass:
             requeued += self._requeue(job, inst, cause, kind, notice_time, reason, now, steer)
         if in_grace:
             return True  # settle_graces powers the node down once its graces are over
-        was = self.evacuating.get(node)
-        self.evacuating[node] = (Evacuating(inst, reason, requeued, now, wait_s) if was is None
-                                 else replace(was, jobs=was.jobs + requeued))
+        evacuating = self.evacuating()
+        was = evacuating.get(node)
+        evacuating[node] = (Evacuating(inst.instance_id, reason, requeued, now, wait_s)
+                            if was is None else replace(was, jobs=was.jobs + requeued))
+        self._keep_evacuating()
         return node not in self.power_down_evacuated(now)
+
+    def evacuating(self) -> dict[str, Evacuating]:
+        """The nodes waiting for their power-down, as on the store (read once, then kept and
+        written through)."""
+        if self._evacuating is None:
+            notes = self.store.timer_notes(EVACUATING)
+            self._evacuating = {}
+            for node, since in self.store.timers(EVACUATING).items():
+                ev = Evacuating.read(since, notes.get(node))
+                if ev is None:
+                    log.warning("evacuation of %s on the store unreadable: dropped", node)
+                else:
+                    self._evacuating[node] = ev
+        return self._evacuating
+
+    def _keep_evacuating(self) -> None:
+        ev = self.evacuating()
+        self.store.put_timers(EVACUATING, {n: e.since.timestamp() for n, e in ev.items()},
+                              {n: e.note() for n, e in ev.items()})
 
     def _requeue(self, job: str, inst: InstanceRow, cause: PreemptionCause | str, kind: str,
                  notice_time: str, reason: str, now: datetime, steer: bool) -> bool:
@@ -348,27 +392,32 @@ class InterruptionPass:
         batch JobId: Job credential revoked", and the job ends FAILED. Retried each pass
         until Slurm takes the power-down; returns the nodes it refused this time."""
         refused: set[str] = set()
-        if not self.evacuating:
+        evacuating = self.evacuating()
+        if not evacuating:
             return refused
         try:
-            busy = {n.name for n in self.slurm.nodes(list(self.evacuating))
+            busy = {n.name for n in self.slurm.nodes(list(evacuating))
                     if "COMPLETING" in n.flags}
         except SlurmError as e:
             log.warning("cannot read the evacuated nodes: %s", e)
-            busy = set(self.evacuating)
-        for node, ev in list(self.evacuating.items()):
+            busy = set(evacuating)
+        done = []
+        for node, ev in list(evacuating.items()):
             waited = (now - ev.since).total_seconds()
             if node in busy and waited < ev.wait_s:
                 continue
             if not self.edits.apply(edits.power_down([node], ev.reason)):
                 refused.add(node)
                 continue
-            del self.evacuating[node]
-            self.evacuated.add(ev.inst.instance_id)
-            self.event(Kind.NODE_EVACUATED, f"{node} ({ev.inst.instance_id}): {ev.reason}; "
+            done.append(node)
+            del evacuating[node]
+            self.evacuated.add(ev.instance_id)
+            self.event(Kind.NODE_EVACUATED, f"{node} ({ev.instance_id}): {ev.reason}; "
                        f"{ev.jobs} job(s) requeued, node powered down"
                        + (f" ({waited:.0f}s later: its jobs were completing there)"
                           if waited >= 1 else ""), node=node)
+        if done:
+            self._keep_evacuating()
         return refused
 
     def _steer(self, job: str, pool_name: str, node: str) -> None:

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 
 from slurmscale.config import Config
 from slurmscale.model import QueueJob
@@ -142,10 +143,10 @@ class Ledger:
         if self.running is None:
             self.running = self.store.running_job_ids()
         starts = []
-        active = set()
+        active = set(map(itemgetter(0), jobs))  # (job ids; every job every pass: in C)
+        running = self.running
         for j in jobs:
-            active.add(j.job_id)
-            if j.state != "RUNNING" or j.job_id in self.running:
+            if j[9] != "RUNNING" or j[0] in running:  # (state, job id)
                 continue
             row = self._row(j, now)
             if row is not None:

@@ -76,6 +76,7 @@ class QueueView:
         self._nodes: dict[str, tuple[SlurmNode, NodeView | None]] = {}
         self._nodes_under: tuple[object, frozenset[str]] | None = None
         self._key: tuple[int, int] | None = None
+        self.knobs: tuple[PoolKnobs, ...] = ()  # the config's, made once per config
 
     def forget(self) -> None:
         """Every job's view (not the arrival log): the next pass reads the whole queue."""
@@ -88,6 +89,7 @@ class QueueView:
         key = (id(cfg), len(timeframe.FRAME.eras))
         if key != self._key:
             self._key = key
+            self.knobs = knobs(cfg)
             self.forget()
 
     def ends(self, jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
@@ -286,7 +288,8 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         for job_id in [k for k, (t, _, _) in log.items() if t < now - window]:
             del log[job_id]
         arrivals = list(log.values())
-    return Snapshot(now=now, pools=knobs(cfg), nodes=tuple(views), jobs=tuple(pending),
+    return Snapshot(now=now, pools=knobs(cfg) if view is None else view.knobs,
+                    nodes=tuple(views), jobs=tuple(pending),
                     memory=dict(memory or {}), arrivals=tuple(sorted(arrivals)))
 
 

@@ -362,7 +362,11 @@ class SlurmScheduler(PaidRouting):
         if job.nodes == 1:  # (the hot loop of a busy queue: kept flat)
             best, at = None, horizon
             for n in pool:
-                for lo, hi in busy[n.name].runs(gpn):
+                plan = busy[n.name]
+                runs = plan._runs.get(gpn)  # (NodePlan.runs' cache read here: ~20 M a run)
+                if runs is None:
+                    runs = plan.runs(gpn)
+                for lo, hi in runs:
                     if lo >= at:
                         break
                     if hi - lo >= lim:

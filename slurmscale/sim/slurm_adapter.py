@@ -184,14 +184,18 @@ class SimSlurm:
     def pending_jobs(self) -> list[QueueJob]:
         sim = self.sim
         out = []
+        # (every pending job every pass: the lookups bound once)
+        prio_of, now, steered = sim.queue_priority, self.now, sim.steered
+        eligible, attached, expected_of = sim.eligible_at.get, sim.attached.get, \
+            sim.expected.get
+        cached = self._pending.get
         for idx in sim.pending:
-            prio = sim.queue_priority(idx)
-            waiting = sim.eligible_at.get(idx, 0.0) > self.now
-            resv = sim.attached.get(idx, "")
-            expected = sim.expected.get(idx)
-            key = (prio, waiting, resv, idx in sim.steered, expected)
-            hit = self._pending.get(idx)
+            expected = expected_of(idx)
+            key = (prio_of(idx), eligible(idx, 0.0) > now, attached(idx, ""), idx in steered,
+                   expected)
+            hit = cached(idx)
             if hit is None or hit[0] != key:
+                prio, waiting, resv = key[0], key[1], key[2]
                 job = sim.jobs[idx]
                 # a requeued job waits out Slurm's requeue delay as BeginTime
                 hit = (key, QueueJob(

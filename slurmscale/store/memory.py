@@ -85,6 +85,7 @@ class MemoryStore:
         self._preempted_at: list[float] = []
         self._replacements: list[ReplacementRow] = []  # in time order
         self._timers: dict[str, dict[str, float]] = {}  # kind -> subject -> since
+        self._notes: dict[str, dict[str, str]] = {}  # kind -> subject -> note
         self._requests: dict[str, RequestRow] = {}
         self._pending: dict[str, RequestRow] = {}  # the pending ones, in arrival order
         self._gangs: dict[str, GangRow] = {}
@@ -195,8 +196,13 @@ class MemoryStore:
     def timers(self, kind: str) -> dict[str, float]:
         return dict(self._timers.get(kind, {}))
 
-    def put_timers(self, kind: str, since: Mapping[str, float]) -> None:
+    def put_timers(self, kind: str, since: Mapping[str, float],
+                   notes: Mapping[str, str] | None = None) -> None:
         self._timers[kind] = dict(since)
+        self._notes[kind] = {k: v for k, v in (notes or {}).items() if k in since}
+
+    def timer_notes(self, kind: str) -> dict[str, str]:
+        return dict(self._notes.get(kind, {}))
 
     # --- instances (what a launch recorded; the interruption pass looks them up) ----------
     def add_instances(self, rows: Sequence[InstanceRow]) -> None:

@@ -119,8 +119,14 @@ class LaunchStore(PassStore, Protocol):
         """subject -> since when (Unix seconds), of the timers of this kind."""
         ...
 
-    def put_timers(self, kind: str, since: Mapping[str, float]) -> None:
-        """The timers of this kind are these, and only these (the others are ended)."""
+    def put_timers(self, kind: str, since: Mapping[str, float],
+                   notes: Mapping[str, str] | None = None) -> None:
+        """The timers of this kind are these, and only these (the others are ended); `notes`:
+        subject -> the pass's own note of that wait (none: no note)."""
+        ...
+
+    def timer_notes(self, kind: str) -> dict[str, str]:
+        """subject -> note, of the timers of this kind that have one."""
         ...
 
 

@@ -576,14 +576,23 @@ class Store:
                 if isinstance(v, int | float) and not isinstance(v, bool)
                 and math.isfinite(v) and abs(v) <= t.MAX_ABS}
 
-    def put_timers(self, kind: str, since: Mapping[str, float]) -> None:
+    def put_timers(self, kind: str, since: Mapping[str, float],
+                   notes: Mapping[str, str] | None = None) -> None:
         tt = t.timers
+        notes = notes or {}
         with self.session() as s:
             s.execute(delete(tt).where(tt.c.kind == kind))
             if since:
-                s.execute(insert(tt), [{"kind": kind, "subject": k, "since_s": v}
-                                       for k, v in since.items()])
+                s.execute(insert(tt), [{"kind": kind, "subject": k, "since_s": v,
+                                        "note": notes.get(k)} for k, v in since.items()])
             self._commit(s)
+
+    def timer_notes(self, kind: str) -> dict[str, str]:
+        tt = t.timers
+        with self.session() as s:
+            found = s.execute(select(tt.c.subject, tt.c.note).where(
+                tt.c.kind == kind, tt.c.note.is_not(None))).all()
+        return {str(k): str(v) for k, v in found}
 
     # events ---------------------------------------------------------------------------
     def add_event(self, kind: Kind, message: str, now: datetime, *, node: str | None = None,

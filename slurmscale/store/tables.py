@@ -292,11 +292,13 @@ leadership = Table(
 
 
 # The timers a decision waits on, so that a standby taking over acts when the leader would
-# have (not a grace later): `kind` names whose (daemon/timers.py), `subject` the node, and
-# `since_s` when the wait began (Unix seconds).
+# have (not a grace later): `kind` names whose (each pass's KIND), `subject` the node,
+# `since_s` when the wait began (Unix seconds), `note` what the pass needs to finish the
+# wait (its own JSON: an evacuation's instance, reason and bound; none for most kinds).
 timers = Table(
     "timers", metadata,
     Column("kind", String(32), primary_key=True),
     Column("subject", String(128), primary_key=True),
     Column("since_s", Float, nullable=False),
+    Column("note", Text, nullable=True),
 )

@@ -278,6 +278,12 @@ def timers_are_kept_per_kind_and_replaced_whole(store: ReconcileStore) -> None:
     got["gpu-9"] = 0.0  # (a copy)
     store.put_timers("unhealthy", {})
     assert store.timers("unhealthy") == {} and store.timers("lost-node")
+    # a note rides with its timer, and ends with it
+    store.put_timers("evacuating", {"gpu-1": T0, "gpu-2": T0}, {"gpu-1": '{"a": 1}'})
+    assert store.timer_notes("evacuating") == {"gpu-1": '{"a": 1}'}
+    assert store.timer_notes("lost-node") == {}
+    store.put_timers("evacuating", {"gpu-2": T0})
+    assert store.timer_notes("evacuating") == {} and store.timers("evacuating") == {"gpu-2": T0}
 
 
 CHECKS: list[Callable[[ReconcileStore], None]] = [

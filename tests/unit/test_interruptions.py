@@ -158,6 +158,41 @@ def test_a_node_is_powered_down_once_its_requeued_jobs_are_off_it(world, complet
     assert len(slurm.powered_down) == 1 and len(store.preemptions("42")) == 1
 
 
+def test_a_standby_that_takes_over_mid_wait_powers_the_node_down_when_the_leader_would_have(
+        world) -> None:  # type: ignore[no-untyped-def]
+    """The leader requeued the node's jobs and waits for Slurm to finish completing them
+    there; it is gone before the power-down. The evacuation is on the store: the standby's
+    pass (a new InterruptionPass on the same store) powers the node down at the leader's
+    moment, says it once, and the message is not needed again. (In memory alone the node
+    stayed drained with its instance running.)"""
+    from datetime import timedelta
+
+    from slurmscale.daemon.interruptions import COMPLETING_WAIT_S
+
+    p, slurm, q, store, events = world
+    plain = slurm.requeue
+
+    def requeue(job_id: str) -> None:
+        plain(job_id)
+        n = slurm.table["spot-1"]
+        slurm.table["spot-1"] = replace(n, state=n.state + "+COMPLETING")  # for good
+    slurm.requeue = requeue
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
+    p.run(T0)
+    assert q.deleted == ["0"] and not slurm.powered_down
+    standby = InterruptionPass(p.cfg, store, slurm, FakeQueue(),
+                               lambda k, m, **_: events.append((k, m)))
+    standby.run(T0 + timedelta(seconds=COMPLETING_WAIT_S - 1))
+    assert not slurm.powered_down, "not before the leader would have"
+    standby.run(T0 + timedelta(seconds=COMPLETING_WAIT_S))
+    assert [n for n, _ in slurm.powered_down] == [["spot-1"]]
+    assert [k for k, _ in events] == ["job_requeued", "node_evacuated"]
+    assert "1 job(s) requeued" in events[-1][1] and "i-0000000000000001" in events[-1][1]
+    assert store.timers("evacuating") == {}
+    standby.run(T0 + timedelta(seconds=COMPLETING_WAIT_S + 1))
+    assert len(slurm.powered_down) == 1
+
+
 def test_a_gone_instances_node_is_powered_down_seconds_after_the_requeue(world) -> None:  # type: ignore[no-untyped-def]
     """A terminated instance's slurmd never reports its jobs completed: the power-down
     waits only GONE_WAIT_S (out of the second the other nodes revoked the job's credential
