@@ -6,6 +6,7 @@ Slurm and the clock."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
 from slurmscale import timeframe
 from slurmscale.config import CapacityType, Config, Pool
@@ -236,6 +237,8 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         running_tasks.update(j.array_job for j in jobs if j.array_job and j.state != "PENDING")
     log = view.arrivals if view is not None else None
     last = view._jobs if view is not None else {}
+    # (a time looked up in slurm_time's memo before calling it; a stepped clock: through it)
+    times, missing = ({} if timeframe.FRAME.eras else reading._TIMES), reading._MISSING
     fresh: dict[str, tuple[QueueJob, tuple[float, str, int] | None, PendingJob | None]] = {}
     for j in jobs:
         job_id = j[0]
@@ -258,10 +261,12 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
                 p.name for p in mine[1:] if p is not mine[0]), mine[0].max_nodes,
                 mine[0].gpus_per_node) if mine else None
         if seen is None:
-            fresh[job_id] = (j, None, None)
+            if view is not None:
+                fresh[job_id] = (j, None, None)
             continue
         pool_name, also, max_nodes, pool_gpus = seen
-        submitted = slurm_time(submit_time)
+        got = times.get(submit_time, missing)
+        submitted = slurm_time(submit_time) if got is missing else cast(float | None, got)
         submit = submitted or now
         # (a pending array line: every task is an arrival; the log keys tasks by line)
         arrival = (submit, pool_name, num_nodes * min(tasks, max_nodes))
@@ -280,7 +285,7 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
                 (reason in CAPACITY_REASONS or job_id in requeued) and priority > 0
                 and startable > 0, also, tasks, startable)
             pending.append(demand)
-        if submitted and not throttle and job_id not in requeued:
+        if view is not None and submitted and not throttle and job_id not in requeued:
             fresh[job_id] = (j, arrival, demand)
     if view is not None:
         view._jobs = fresh

@@ -167,7 +167,7 @@ class Daemon:
                  if cfg.aws.interruption_queue_url else None)
         spool = Spool(cfg.spool_dir)
         spool.ensure()
-        return Reconciler(cfg, self.store, SlurmCLI(cfg.slurm), EC2Cloud(cfg.aws),
+        return Reconciler(cfg, self.store, SlurmCLI(cfg.slurm, remember=True), EC2Cloud(cfg.aws),
                           queue=queue, metrics=self.metrics, spool=spool,
                           fence=Fence(self.lease.held), times=PassTimes(),
                           dns_zone=Route53Zone(cfg.aws, cfg.dns) if cfg.dns else None)

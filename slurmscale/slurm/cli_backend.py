@@ -117,9 +117,13 @@ class CommandSettings(Protocol):
 
 
 class SlurmCLI:
-    def __init__(self, settings: CommandSettings) -> None:
+    def __init__(self, settings: CommandSettings, remember: bool = False) -> None:
+        """`remember`: keep each squeue and node read's lines for the next read (the
+        daemon's, pass after pass: a pass parses what changed; ~10 MB at 50,000 jobs that a
+        command reading Slurm once would keep for nothing)."""
         self.s = settings
         self._release: tuple[int, int] | None = None
+        self.remember = remember
         # per squeue state filter: its last read's lines (a pass parses what changed)
         self._squeue_lines: dict[str, LineMemo[QueueJob]] = {}
         self._node_lines: LineMemo[SlurmNode] = LineMemo()  # (the whole node read's)
@@ -191,8 +195,9 @@ class SlurmCLI:
 
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
         args = ["show", "node", "-o"]
-        if names:
-            args.insert(2, compress(names))
+        if names or not self.remember:
+            if names:
+                args.insert(2, compress(names))
             return self.run_parsed(_parse_nodes, "scontrol", *args)
         memo = self._node_lines
         return self.run_parsed(lambda lines: _parse_nodes(lines, memo), "scontrol", *args)
@@ -234,7 +239,7 @@ class SlurmCLI:
 
     def _jobs(self, states: str) -> list[QueueJob]:
         # -S i: sorting by job id alone is the cheapest order for squeue at 30,000 jobs
-        memo = self._squeue_lines.setdefault(states, LineMemo())
+        memo = self._squeue_lines.setdefault(states, LineMemo()) if self.remember else None
         return self.run_parsed(lambda lines: parse_squeue_fixed(lines, memo), "squeue", "-h",
                                "-t", states, "-S", "i", "-O", SQUEUE_FORMAT)
 

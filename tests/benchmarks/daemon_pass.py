@@ -95,7 +95,7 @@ def main() -> None:
         cfg = load_config(c.cfg_path)
         store = Store(cfg.store_url)
         store.upgrade()
-        r = Reconciler(cfg, store, TimedSlurm(cfg.slurm), FakeCloud())
+        r = Reconciler(cfg, store, TimedSlurm(cfg.slurm, remember=True), FakeCloud())
         tune_gc()  # as the daemon does once started
         walls, slurm, calls = [], [], []
         profile = os.environ.get("SLURMSCALE_BENCH_PROFILE")  # a file: profile the last pass

@@ -87,7 +87,7 @@ def main() -> None:
             current_plan(cfg, slurm, store, now, view, {})
 
         kept_memo, kept_view = LineMemo(), QueueView()
-        kept_slurm, kept_plan_view = SlurmCLI(cfg.slurm), QueueView()
+        kept_slurm, kept_plan_view = SlurmCLI(cfg.slurm, remember=True), QueueView()
         observe(kept_memo, kept_view, lines)  # the pass before: the view's first fill
         whole(kept_slurm, kept_plan_view)
         obs_full, obs_inc, plan_full, plan_inc = [], [], [], []

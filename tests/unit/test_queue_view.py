@@ -114,3 +114,26 @@ def test_a_line_printed_again_gives_back_its_record_unparsed() -> None:
     # only the last read's lines are kept: a queue that shrinks lets go of the rest
     parse_squeue_fixed([line(3, 30)], memo)
     assert list(memo.last) == [line(3, 30)]
+
+
+def test_the_daemons_slurm_client_parses_only_what_changed_and_a_command_reads_afresh(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SlurmCLI(remember=True) (the daemon's) hands back last read's record for a line
+    squeue prints again; a one-shot command's client (the default) keeps nothing."""
+    import os
+
+    from slurmscale.config import SlurmSettings
+    from slurmscale.slurm.cli_backend import SlurmCLI
+
+    out = tmp_path / "queue.txt"
+    squeue = tmp_path / "squeue"
+    squeue.write_text(f'#!/bin/sh\nexec cat "{out}"\n')
+    os.chmod(squeue, 0o755)
+    settings = SlurmSettings(bin_dir=str(tmp_path))
+    out.write_text(line(1, 10) + line(2, 20))
+    daemons, command = SlurmCLI(settings, remember=True), SlurmCLI(settings)
+    first, once = daemons.active_jobs(), command.active_jobs()
+    out.write_text(line(1, 10) + line(2, 21))
+    again, twice = daemons.active_jobs(), command.active_jobs()
+    assert again == twice and again[1].priority == 21
+    assert again[0] is first[0] and twice[0] is not once[0]
