@@ -117,7 +117,10 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
     # a time looked up in slurm_time's memo before calling it)
     make, missing = tuple.__new__, reading._MISSING
     times = {} if timeframe.FRAME.eras else reading._TIMES  # (a stepped clock: through slurm_time)
-    last = view._gangs if view is not None and min_nodes == 2 else {}
+    keep = view is not None and min_nodes == 2  # (the daemon's pass: its list is kept)
+    if view is not None:
+        view.valid_for(cfg)
+    last = view._gangs if keep and view is not None else {}
     fresh: dict[str, tuple[QueueJob, GangJob | None]] = {}
     for j in jobs:
         hit = last.get(j[0])
@@ -127,7 +130,8 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
                 out.append(hit[1])
             continue
         if j.num_nodes < min_nodes and j.job_id not in also:
-            fresh[j[0]] = (j, None)
+            if keep:
+                fresh[j[0]] = (j, None)
             continue
         if j.partitions in pool_of:
             pool = pool_of[j.partitions]
@@ -135,7 +139,8 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
             pool = pool_of[j.partitions] = next(
                 (by_partition[p] for p in j.partitions if p in by_partition), None)
         if pool is None:
-            fresh[j[0]] = (j, None)
+            if keep:
+                fresh[j[0]] = (j, None)
             continue
         submit = times.get(j.submit_time, missing)
         if submit is missing:
@@ -153,9 +158,9 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
             reason.startswith("JobHeld") or j.priority == 0, j.reservation, expected,
             None, None))
         out.append(g)
-        if j.num_nodes >= min_nodes:  # (one in `also` alone is looked at each time)
+        if keep and j.num_nodes >= min_nodes:  # (one in `also` alone: looked at each time)
             fresh[j[0]] = (j, g)
-    if view is not None and min_nodes == 2:
+    if keep and view is not None:
         view._gangs = fresh
     return tuple(out)
 
