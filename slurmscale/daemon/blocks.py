@@ -39,7 +39,7 @@ from slurmscale.policy.blocks import (
 )
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
-from slurmscale.store.protocol import PassStore
+from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import CapacityReservationRow, PreemptionCause, utc
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 # A reservation edit Slurm refused is not sent again, the same, before this long: the plan
 # changes as time passes (a gap begins, a window opens), so the next try is usually another.
 RETRY_REFUSED_S = 300.0
+# The store's timers of the edits Slurm refused (subject: kind|name|start|end, since: when),
+# so that a standby taking over does not send at once what the leader was waiting to resend.
+REFUSED = "refused-edit"
 
 
 def _owner() -> str:
@@ -102,7 +105,7 @@ def block_outlook(cfg: Config, rows: list[CapacityReservationRow], jobs: list[Qu
 
 
 class BlockPass:
-    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient,
+    def __init__(self, cfg: Config, store: LaunchStore, slurm: SlurmClient,
                  reserved: ReservedCapacity, event: Event) -> None:
         self.cfg = cfg
         self.store = store
@@ -115,8 +118,6 @@ class BlockPass:
         self.pools = [p for p in cfg.pools if p.capacity_type is CapacityType.CAPACITY_BLOCK]
         self.prefix = cfg.capacity_blocks.prefix
         self.user = _owner()
-        # edits Slurm refused: (kind, name, start, end) -> not sent again before (s)
-        self.refused: dict[tuple[str, str, int, int], float] = {}
 
     def plans(self, now: float, held: list[SlurmReservation]
               ) -> list[tuple[Pool, BlockPlan]] | None:
@@ -162,17 +163,28 @@ class BlockPass:
     def _send(self, key: tuple[str, str, int, int], now: float, call: Callable[[], None],
               what: str, then: str = "") -> bool:
         """One edit of Slurm's, unless Slurm refused the same one less than RETRY_REFUSED_S
-        ago: True when made. A refusal is one event (`what: error` and `then`)."""
-        if self.refused.get(key, 0.0) > now:
+        ago (on the store: REFUSED): True when made. A refusal is one event (`what: error`
+        and `then`)."""
+        edit = "|".join(str(k) for k in key)
+        refused = self.store.timers(REFUSED)
+        if edit in refused and refused[edit] + RETRY_REFUSED_S > now:
             return False
         try:
             call()
         except SlurmError as e:
-            self.refused[key] = now + RETRY_REFUSED_S
+            refused[edit] = now
+            self._keep_refused(refused, now)
             self.event(Kind.SLURM_UPDATE_FAILED, f"{what}: {e}{then}")
             return False
-        self.refused.pop(key, None)
+        if edit in refused:
+            del refused[edit]
+            self._keep_refused(refused, now)
         return True
+
+    def _keep_refused(self, refused: dict[str, float], now: float) -> None:
+        """The refusals still in their wait, on the store (the others are over)."""
+        self.store.put_timers(REFUSED, {k: t for k, t in refused.items()
+                                        if t + RETRY_REFUSED_S > now})
 
     def _edit(self, pool: Pool, plan: BlockPlan, held: dict[str, SlurmReservation],
               now: float) -> bool:

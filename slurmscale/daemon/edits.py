@@ -1,9 +1,10 @@
 """A pass's edits of Slurm as values, applied in one place.
 
 A pass says what it wants done to Slurm as an `Edit` (drain, undrain, power down, requeue a
-job, move a job to other partitions) and hands it to `SlurmEdits.apply`, which makes the call
-and says its outcome once: the edit's own audit event when Slurm took it, the kind's failure
-event when it refused (`FAILED`: slurm_update_failed, requeue_failed, steer_failed). Each kind
+job, move a job to other partitions; create a hold's reservation, set its nodes, point its job
+at it) and hands it to `SlurmEdits.apply`, which makes the call and says its outcome once: the
+edit's own audit event when Slurm took it, the kind's failure event when it refused (`FAILED`:
+slurm_update_failed, requeue_failed, steer_failed, reservation_failed). Each kind
 has one error policy here, not one per call site: a refused requeue of a job Slurm has already
 made pending (it requeues a configuring job itself when its booting node is drained) counts
 as done. So a pass has no try/except of its own around Slurm's writes, and every failure
@@ -11,7 +12,7 @@ reads the same in the audit log, with the nodes it concerns.
 
 The first step of issue 44 (effects as data): the interruption pass, the node sweep, the
 capacity backoff and the capacity pass's actions, a Capacity Block's close, the launch's
-rollback and the lifting of slurmscale's drains use it. Not
+rollback, the lifting of slurmscale's drains and the hold planner's reservations use it. Not
 yet: the executor neither retries nor records outcomes on rows, and passes still apply their
 edits as they decide (the interruption pass's next step depends on each outcome).
 """
@@ -37,6 +38,9 @@ class EditKind(StrEnum):
     POWER_UP = "power up"
     REQUEUE = "requeue"
     PARTITIONS = "move"
+    RESERVE = "create"  # a hold's reservation: from now, for a duration, for its users
+    RESERVE_NODES = "extend"  # a reservation's whole node list (22.05 refuses Nodes+=)
+    ATTACH = "attach"  # a pending job pointed at a reservation
 
 
 # the audit event of an edit Slurm refused, by kind
@@ -48,15 +52,19 @@ FAILED: dict[EditKind, Kind] = {
     EditKind.POWER_UP: Kind.SLURM_UPDATE_FAILED,
     EditKind.REQUEUE: Kind.REQUEUE_FAILED,
     EditKind.PARTITIONS: Kind.STEER_FAILED,
+    EditKind.RESERVE: Kind.RESERVATION_FAILED,
+    EditKind.RESERVE_NODES: Kind.RESERVATION_FAILED,
+    EditKind.ATTACH: Kind.RESERVATION_FAILED,
 }
 
 
 @dataclass(frozen=True)
 class Edit:
-    """One change to Slurm. `nodes`: the nodes it edits (drain, undrain, power down) or the
-    node a job's edit is about (the event's node); `job`: the job (requeue, move);
-    `reason`: the drain or power-down reason; `partitions`: where a moved job may run;
-    `said`: the audit event once Slurm took it (None: the pass says it itself)."""
+    """One change to Slurm. `nodes`: the nodes it edits (drain, undrain, power down, a
+    reservation's) or the node a job's edit is about (the event's node); `job`: the job
+    (requeue, move, attach; a reservation's job); `reason`: the drain or power-down reason;
+    `partitions`: where a moved job may run; `reservation`, `users`, `duration_s`: a
+    reservation's; `said`: the audit event once Slurm took it (None: the pass says it)."""
 
     kind: EditKind
     nodes: tuple[str, ...] = ()
@@ -65,6 +73,9 @@ class Edit:
     partitions: tuple[str, ...] = ()
     said: tuple[Kind, str] | None = None
     gang: str | None = None  # the gang it is for (the events' gang_id)
+    reservation: str = ""
+    users: tuple[str, ...] = ()
+    duration_s: float = 0.0
 
     @property
     def where(self) -> str | None:
@@ -77,6 +88,8 @@ class Edit:
             return f"job {self.job}" + (f" on {self.where}" if self.nodes else "")
         if self.kind is EditKind.PARTITIONS:
             return f"job {self.job}: cannot move it to {','.join(self.partitions)}"
+        if self.kind in RESERVATION_EDITS:
+            return f"{self.kind.value} {self.reservation} (job {self.job})"
         verb = "power down" if self.kind is EditKind.RELEASE else self.kind.value
         return f"{verb} {self.where}"
 
@@ -110,6 +123,25 @@ def move(job: str, partitions: list[str], node: str = "",
          said: tuple[Kind, str] | None = None) -> Edit:
     return Edit(EditKind.PARTITIONS, (node,) if node else (), job=job,
                 partitions=tuple(partitions), said=said)
+
+
+def reserve(name: str, nodes: list[str], users: list[str], duration_s: float, job: str = "",
+            said: tuple[Kind, str] | None = None) -> Edit:
+    return Edit(EditKind.RESERVE, tuple(nodes), job=job, reservation=name, users=tuple(users),
+                duration_s=duration_s, said=said)
+
+
+def reserve_nodes(name: str, nodes: list[str], job: str = "",
+                  said: tuple[Kind, str] | None = None) -> Edit:
+    return Edit(EditKind.RESERVE_NODES, tuple(nodes), job=job, reservation=name, said=said)
+
+
+def attach(job: str, name: str, nodes: list[str] | None = None,
+           said: tuple[Kind, str] | None = None) -> Edit:
+    return Edit(EditKind.ATTACH, tuple(nodes or ()), job=job, reservation=name, said=said)
+
+
+RESERVATION_EDITS = frozenset({EditKind.RESERVE, EditKind.RESERVE_NODES, EditKind.ATTACH})
 
 
 class SlurmEdits:
@@ -150,6 +182,13 @@ class SlurmEdits:
                 self.slurm.requeue(edit.job)
             case EditKind.PARTITIONS:
                 self.slurm.set_job_partitions(edit.job, list(edit.partitions))
+            case EditKind.RESERVE:
+                self.slurm.create_reservation(edit.reservation, nodes, list(edit.users),
+                                              edit.duration_s)
+            case EditKind.RESERVE_NODES:
+                self.slurm.set_reservation_nodes(edit.reservation, nodes)
+            case EditKind.ATTACH:
+                self.slurm.set_job_reservation(edit.job, edit.reservation)
 
     def _done_anyway(self, edit: Edit) -> bool:
         """A requeue Slurm refused because it had requeued the job itself (a configuring job

@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 
 from slurmscale.audit import Event, Kind
 from slurmscale.config import Config
-from slurmscale.hostlists import compress
+from slurmscale.daemon import edits
+from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.lifecycles import HoldState
 from slurmscale.model import SlurmReservation
 from slurmscale.policy.limit_use import LimitUse, Shares, fixed
@@ -165,6 +166,7 @@ class HoldPass:
         self.store = store
         self.slurm = slurm
         self.event = event
+        self.edits = SlurmEdits(slurm, event)  # (its reservations' edits go there)
         self.knobs = hold_knobs(cfg)
 
     def plan(self, nodes: tuple[NodeView, ...], jobs: tuple[GangJob, ...],
@@ -189,28 +191,23 @@ class HoldPass:
         failed: set[str] = set()
         not_attached: set[str] = set()  # an attach Slurm refused is tried again next pass
         for a in plan.actions:
-            try:
-                match a.kind:
-                    case HoldActionKind.CREATE:
-                        self.slurm.create_reservation(
-                            a.name, list(a.nodes), [after[a.name].user],
-                            self.knobs.max_hold_s + self.knobs.end_margin_s)
-                    case HoldActionKind.EXTEND:
-                        self.slurm.set_reservation_nodes(a.name, list(a.nodes))
-                    case HoldActionKind.ATTACH:
-                        self.slurm.set_job_reservation(a.job_id, a.name)
-                    case HoldActionKind.RELEASE:
-                        self._release(a.name, a.reason, t, a.exhausted)
-                        continue
-            except SlurmError as e:
+            said = (HOLD_EVENT[a.kind], f"{a.name}: {a.reason}")
+            match a.kind:
+                case HoldActionKind.CREATE:
+                    edit = edits.reserve(a.name, list(a.nodes), [after[a.name].user],
+                                         self.knobs.max_hold_s + self.knobs.end_margin_s,
+                                         a.job_id, said)
+                case HoldActionKind.EXTEND:
+                    edit = edits.reserve_nodes(a.name, list(a.nodes), a.job_id, said)
+                case HoldActionKind.ATTACH:
+                    edit = edits.attach(a.job_id, a.name, list(a.nodes), said)
+                case _:  # RELEASE
+                    self._release(a.name, a.reason, t, a.exhausted)
+                    continue
+            if not self.edits.apply(edit):
                 failed.add(a.name)
                 if a.kind is HoldActionKind.ATTACH:
                     not_attached.add(a.name)
-                self.event(Kind.RESERVATION_FAILED, f"{a.kind.value} {a.name} (job {a.job_id}): "
-                           f"{e}", node=compress(list(a.nodes)) if a.nodes else None)
-                continue
-            self.event(HOLD_EVENT[a.kind], f"{a.name}: {a.reason}",
-                       node=compress(list(a.nodes)) if a.nodes else None)
         for h in plan.holds:
             if h.name in failed and self.store.hold(h.name) is None:
                 continue  # never created: nothing to remember

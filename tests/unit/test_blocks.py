@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmscale.config_file import parse_config
+from slurmscale.daemon.blocks import REFUSED
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode
 from slurmscale.policy.blocks import (
@@ -290,7 +291,7 @@ def test_the_block_partition_starts_down_and_opens_once_slurm_holds_the_window(t
     r.blocks.run(list(slurm.table.values()), clock.now)
     assert slurm.partitions["gpu-cb"] == "DOWN", "closed while Slurm lacks the window"
     slurm.create_window_reservation = real  # type: ignore[method-assign]
-    r.blocks.refused.clear()
+    r.store.put_timers(REFUSED, {})  # (the refusal's wait over)
     r.blocks.run(list(slurm.table.values()), clock.now)
     assert set(slurm.resv) == {"slurmscale-block-gpu-cb-before", "slurmscale-block-gpu-cb-after"}
     assert slurm.partitions["gpu-cb"] == "UP", "opened once the window is Slurm's"
@@ -490,3 +491,35 @@ def test_the_default_close_is_no_later_than_ec2s_expiration_warning() -> None:
     slow = base_config()
     slow["power_saving"] = {"suspend_timeout": 600}
     assert parse_config(slow).block_end_margin_s() == 1800 + 600 + 300
+
+
+def test_a_standby_waits_out_the_refusal_the_leader_was_waiting_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Slurm refused the leader's window; the leader is gone. The refusal is on the store:
+    the standby (a new Reconciler on the same store) does not send the same edit again
+    before RETRY_REFUSED_S, and sends it once that wait is over."""
+    from datetime import timedelta
+
+    from slurmscale.daemon.blocks import RETRY_REFUSED_S
+    from slurmscale.slurm.protocol import SlurmError
+
+    r, cloud, slurm, clock, _ = _world(tmp_path)
+    _set_block(cloud, clock.now.timestamp())
+    tries: list[str] = []
+
+    def refuse(name: str, *a: object, **k: object) -> None:
+        tries.append(name)
+        raise SlurmError(["scontrol"], 1, "Requested nodes are busy")
+    real, slurm.create_window_reservation = slurm.create_window_reservation, refuse  # type: ignore[method-assign]
+    r.blocks.run(list(slurm.table.values()), clock.now)
+    first = len(tries)
+    assert first and r.store.timers(REFUSED)
+    standby = Reconciler(r.cfg, r.store, slurm, cloud, clock=clock)
+    clock.now += timedelta(seconds=RETRY_REFUSED_S - 1)
+    _set_block(cloud, clock.now.timestamp())
+    standby.blocks.run(list(slurm.table.values()), clock.now)
+    assert len(tries) == first, "sent again before the leader's wait was over"
+    slurm.create_window_reservation = real  # type: ignore[method-assign]
+    clock.now += timedelta(seconds=1)
+    standby.blocks.run(list(slurm.table.values()), clock.now)
+    assert "slurmscale-block-gpu-cb-before" in slurm.resv
+    assert r.store.timers(REFUSED) == {}

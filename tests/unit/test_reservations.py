@@ -247,3 +247,39 @@ def test_a_hold_given_up_while_its_job_pends_is_taken_from_the_job_and_deleted(
     calls = [c for c, _ in slurm.calls]
     assert calls.index("delete_reservation") > len(calls) - 1 - calls[::-1].index(
         "set_job_reservation")
+
+
+def test_a_hold_slurm_refuses_is_said_once_and_an_attach_refused_is_tried_again(
+        capped) -> None:
+    """A reservation Slurm will not create is one reservation_failed event naming it, its
+    job and Slurm's words, and no hold on the store; an attach Slurm refuses leaves the
+    hold unattached, tried again next pass."""
+    from slurmscale.slurm.protocol import SlurmError
+
+    cp, slurm, store, events = capped
+    real_create, real_attach = slurm.create_reservation, slurm.set_job_reservation
+
+    def refuse(*a: object, **k: object) -> None:
+        raise SlurmError(["scontrol"], 1, "Requested nodes are busy")
+    slurm.create_reservation = refuse  # type: ignore[method-assign]
+    cp.run(T0)
+    failed = [m for k, m in events if k == "reservation_failed"]
+    assert failed == ["create slurmscale-gang-500 (job 500): scontrol exited 1: "
+                      "Requested nodes are busy"], failed
+    assert store.hold("slurmscale-gang-500") is None
+    slurm.create_reservation = real_create  # type: ignore[method-assign]
+    cp.run(T0.replace(minute=1))
+    assert store.hold("slurmscale-gang-500").state == "active"
+    slurm.set_job_reservation = refuse  # type: ignore[method-assign]
+    slurm.queue = slurm.queue[:1]
+    for i in range(1, 5):
+        slurm.table[f"spot-{i}"] = SlurmNode(f"spot-{i}", "IDLE+CLOUD+RESERVED", "127.0.0.1",
+                                             f"spot-{i}")
+    cp.run(T0.replace(minute=5))
+    assert not store.hold("slurmscale-gang-500").attached
+    assert [m for k, m in events if k == "reservation_failed"][-1].startswith(
+        "attach slurmscale-gang-500 (job 500): ")
+    slurm.set_job_reservation = real_attach  # type: ignore[method-assign]
+    cp.run(T0.replace(minute=6))
+    assert slurm.job_resv == {"500": "slurmscale-gang-500"}
+    assert store.hold("slurmscale-gang-500").attached
