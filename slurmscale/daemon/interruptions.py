@@ -92,7 +92,8 @@ class Evacuating:
     @classmethod
     def read(cls, since_s: float, note: str | None) -> Evacuating | None:
         """From the store's timer and note; None: a note slurmscale cannot read (written by
-        hand, a broken disk), that node left to the sweep and the health pass."""
+        hand, a broken disk): that evacuation is dropped with a warning naming the node,
+        which stays drained for an admin to look at."""
         try:
             d = json.loads(note or "")
             return cls(str(d["instance_id"]), str(d["reason"]), int(d["jobs"]),

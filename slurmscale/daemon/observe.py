@@ -115,8 +115,7 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
     out = []
     # (tens of thousands a pass: each GangJob made as the tuple it is, in field order, and
     # a time looked up in slurm_time's memo before calling it)
-    make, missing = tuple.__new__, reading._MISSING
-    times = {} if timeframe.FRAME.eras else reading._TIMES  # (a stepped clock: through slurm_time)
+    make, missing, times = tuple.__new__, reading._MISSING, reading.time_memo()
     keep = view is not None and min_nodes == 2  # (the daemon's pass: its list is kept)
     if view is not None:
         view.valid_for(cfg)
@@ -242,8 +241,7 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         running_tasks.update(j.array_job for j in jobs if j.array_job and j.state != "PENDING")
     log = view.arrivals if view is not None else None
     last = view._jobs if view is not None else {}
-    # (a time looked up in slurm_time's memo before calling it; a stepped clock: through it)
-    times, missing = ({} if timeframe.FRAME.eras else reading._TIMES), reading._MISSING
+    times, missing = reading.time_memo(), reading._MISSING  # (looked up before slurm_time)
     fresh: dict[str, tuple[QueueJob, tuple[float, str, int] | None, PendingJob | None]] = {}
     for j in jobs:
         job_id = j[0]

@@ -56,6 +56,14 @@ _TIMES: dict[str, float | None] = {}
 _MISSING = object()
 
 
+def time_memo() -> dict[str, float | None]:
+    """slurm_time's memo, for a loop over every job to look a time up in (with `_MISSING` as
+    the default) before calling slurm_time: the call costs more than the lookup. Empty once
+    the host's clock has stepped, so that every time goes through slurm_time, which reads it
+    into the daemon's steady frame."""
+    return {} if timeframe.FRAME.eras else _TIMES
+
+
 def node_state(n: SlurmNode) -> NodeState:
     return state_facts(n.state)[0]
 

@@ -74,7 +74,7 @@ def _parse_nodes(lines: Iterable[str],
     last = memo.last if memo is not None else {}
     fresh: dict[str, SlurmNode] = {}
     for line in lines:
-        node = last.get(line)
+        node = last.get(line) if last else None
         if node is not None:
             nodes.append(node)
             fresh[line] = node
@@ -93,7 +93,8 @@ def _parse_nodes(lines: Iterable[str],
             alloc_gpus=_alloc_gpus(kv.get("AllocTRES", "")),
         )
         nodes.append(node)
-        fresh[line] = node
+        if memo is not None:
+            fresh[line] = node
     if memo is not None:
         memo.last = fresh
     return nodes
@@ -195,11 +196,10 @@ class SlurmCLI:
 
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
         args = ["show", "node", "-o"]
-        if names or not self.remember:
-            if names:
-                args.insert(2, compress(names))
-            return self.run_parsed(_parse_nodes, "scontrol", *args)
-        memo = self._node_lines
+        if names:
+            args.insert(2, compress(names))
+        # (the whole node read's lines only: a read of a few nodes would replace them)
+        memo = self._node_lines if self.remember and not names else None
         return self.run_parsed(lambda lines: _parse_nodes(lines, memo), "scontrol", *args)
 
     def set_node_address(self, name: str, addr: str, hostname: str) -> None:
