@@ -16,7 +16,10 @@ windows, bootstrap failures, leaks) run all the same and find nothing; with node
 modelled the health pass replaces a node Slurm has DOWN and not responding after
 `health.grace_s` (EC2's status is not read: the simulated failure is the hardware under
 slurmd, which Slurm sees first). What stays the engine's: Slurm's scheduling, when a node is
-ready (the boot delay), when interruptions come, and which nodes run in paid capacity.
+ready (the boot delay), when interruptions come, and which nodes run in a Capacity Block
+(and, with blocks, in the ODCR: `PaidCapacity.routed_by_daemon`); without blocks the daemon's
+own launch pass routes gangs into the ODCR, as on EC2, and the engine reads where each node
+went from its instance (`launched_into`).
 """
 
 from __future__ import annotations
@@ -48,17 +51,19 @@ from slurmscale.config import (
 )
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.hostlists import compress
-from slurmscale.model import CapacityReservation
+from slurmscale.model import INTERRUPTIBLE, CapacityReservation
 from slurmscale.policy.limit_use import LimitUse
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.policy.reservations import ReservationKnobs
 from slurmscale.sim.ec2_adapter import SPOT, SimEc2, SimQueue
 from slurmscale.sim.slurm_adapter import EPOCH, SimModel, SimSlurm
+from slurmscale.sim.world import PaidCapacity
 from slurmscale.spool import RequestKind, SpooledRequest
 from slurmscale.store.memory import MemoryStore
 
 MAIN_PREFIX = "n-"  # the simulated pools' node names: n-1.., od-1..
 OD_PREFIX = "od-"
+RESERVATION_ID = "cr-0000000000000000"  # the simulated pool's ODCR
 
 
 def _pool(k: PoolKnobs, prefix: str, capacity: CapacityType, **extra: object) -> Pool:
@@ -72,17 +77,20 @@ def _pool(k: PoolKnobs, prefix: str, capacity: CapacityType, **extra: object) ->
 
 def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | None = None,
                spot: SpotSettings | None = None, reclaim_backoff_s: float = 180.0,
-               paid: bool = False, grace: GraceSignal | None = None) -> Config:
+               paid: PaidCapacity | None = None, grace: GraceSignal | None = None) -> Config:
     """The config the daemon runs with for the simulated pools: `main` (spot when `od` is
     its on-demand fallback), its knobs as the pool policy; `holds` None: no reservations;
-    `grace`: the spot pool's grace_signal."""
+    `paid`: the capacity paid whether used or not; `grace`: the spot pool's grace_signal."""
     extra: dict[str, object] = {}
-    if paid:  # an idle node in paid capacity is kept (capacity_reservations.release_idle);
-        # which nodes are in paid capacity is the engine's model (preference none: the
-        # simulated EC2 reports the reservation but does not launch into it)
+    if paid is not None:  # an idle node in paid capacity is kept (release_idle false).
+        # The ODCR is used first by the daemon's own route (preference use_first) unless the
+        # engine models it (`PaidCapacity.routed_by_daemon`): then preference none, the
+        # simulated EC2 reporting the reservation but the daemon launching nothing into it
         extra["capacity_reservations"] = CapacityReservations(
-            ids=["cr-0000000000000000"], launch_template_version="2", release_idle=False,
-            preference=ReservationPreference.NONE)
+            ids=[RESERVATION_ID], launch_template_version="2", release_idle=False,
+            max_reclaims=paid.max_reclaims,
+            preference=ReservationPreference.USE_FIRST if paid.routed_by_daemon()
+            else ReservationPreference.NONE)
     pools = []
     if od is not None:
         pools.append(_pool(main, MAIN_PREFIX, CapacityType.SPOT, fallback_pool=od.name,
@@ -135,10 +143,10 @@ class SimSpool:
 class DaemonDriver:
     """The daemon's `Reconciler` on the simulated adapters, and what reaches it from outside:
     Slurm's hooks (`resume`, `suspend`), EventBridge's messages (`interrupted`), a pass each
-    policy tick (`step`). `reserved_nodes`: the size of the pool's capacity reservation, as EC2
-    reports it."""
+    policy tick (`step`). `paid`: the pool's capacity reservation, as EC2 reports it (an
+    interruptible one with a reclaim rate)."""
 
-    def __init__(self, sim: SimModel, cfg: Config, reserved_nodes: int = 0) -> None:
+    def __init__(self, sim: SimModel, cfg: Config, paid: PaidCapacity | None = None) -> None:
         self.cfg = cfg
         self.store = MemoryStore()
         self.slurm = SimSlurm(sim)
@@ -146,16 +154,23 @@ class DaemonDriver:
         self.ec2 = SimEc2(clock=lambda: at(self.now))
         if any(p.grace_signal is not None for p in cfg.pools):  # (the two minutes matter)
             self.ec2.notice_s = INTERRUPTION_NOTICE_S
+        size = paid.reserved_nodes if paid is not None else 0
+        kind = INTERRUPTIBLE if paid is not None and paid.reclaim_rate > 0 else "default"
         for p in cfg.pools:
             for rid in p.capacity_reservations.ids if p.capacity_reservations else ():
                 self.ec2.reservations[rid] = CapacityReservation(
-                    rid, p.instance_types[0], "us-east-1a", reserved_nodes, reserved_nodes,
-                    "active")
+                    rid, p.instance_types[0], "us-east-1a", size, size, "active", kind)
         self.queue = SimQueue()
         self.spool = SimSpool()
         self.reconciler = Reconciler(cfg, self.store, self.slurm, self.ec2,
                                      lambda: at(self.now), self.queue, spool=self.spool)
         self._ids = itertools.count(1)
+
+    def launched_into(self, nodes: list[str]) -> dict[str, str]:
+        """The capacity reservation each of these nodes' running instance launched into (""
+        for none); a node with no running instance is left out."""
+        return {r.node: r.capacity_reservation_id or ""
+                for r in self.store.active_instances(nodes)}
 
     @property
     def events(self) -> Counter[str]:
@@ -168,9 +183,10 @@ class DaemonDriver:
         self.slurm.begin_pass(now)
         self.reconciler.tick()
 
-    def step(self, now: float, paid: frozenset[str]) -> None:
+    def step(self, now: float, paid: frozenset[str] = frozenset()) -> None:
         """The daemon's timer pass at trace time `now`; `paid`: the nodes the engine runs in
-        paid capacity. EventBridge's messages queued since are read by it, ten a pass, and
+        paid capacity by its own model (the daemon knows those it launched into the ODCR
+        from their instances). EventBridge's messages queued since are read by it, ten a pass, and
         the passes that follow at once while messages are left (as the daemon's next pass
         comes sooner when there is work)."""
         self.store.paid = paid

@@ -52,6 +52,7 @@ from slurmscale.sim.world import (
     BLOCK,
     ELIGIBLE,
     END,
+    ODCR,
     PERIODIC,
     READY,
     SCHED,
@@ -81,13 +82,33 @@ class Simulation(OtherPolicies):
         super().__init__(jobs, policy, cloud, spot, paid, slurm, failures)
         self.progress = progress
         if self.daemon_config is not None:  # slurmscale's policies: the daemon's own loop
-            self.daemon = DaemonDriver(self, self.daemon_config, self.paid.reserved_nodes)
+            self.daemon = DaemonDriver(self, self.daemon_config, self.paid)
 
     def _tick(self, now: float) -> None:
         before = self._usable(now)
         self._policy_step(now)
         if before != self._usable(now):
             self.bf_dirty = True  # the policy changed what Slurm may use
+
+    def _routed(self) -> None:
+        """Where the daemon launched the nodes powered up since: a node whose instance went
+        into the ODCR runs in paid capacity (on demand, not spot) from its launch. A node
+        the daemon has not launched yet is asked again after its next pass; one powered
+        down meanwhile (its launch rolled back) is dropped."""
+        if not self.unrouted:
+            return
+        assert self.daemon is not None
+        into = self.daemon.launched_into([n.name for n in self.unrouted])
+        left = []
+        for n in self.unrouted:
+            if n.state == "down":
+                continue
+            rid = into.get(n.name)
+            if rid is None:
+                left.append(n)
+            elif rid:
+                n.paid, n.spot = ODCR, False
+        self.unrouted = left
 
     def _usable(self, now: float) -> tuple[object, ...]:
         """What a policy step can change of the nodes Slurm may use: targets, live nodes,
@@ -108,8 +129,10 @@ class Simulation(OtherPolicies):
             if res.enabled:  # squeue's StartTime, which the hold rule reads
                 self.estimate(now, res.accumulate_after_s)
             paid = (frozenset(n.name for n in self.nodes if n.paid is not None)
-                    if self.paid.reserved_nodes or self.paid.blocks else frozenset())
+                    if (self.paid.reserved_nodes or self.paid.blocks)
+                    and not self.routes_reserved else frozenset())
             self.daemon.step(now, paid)
+            self._routed()
             self._limit_use(now)
         else:
             self._apply(self.policy.decide(self._snapshot(now)), now)  # type: ignore[misc]
@@ -193,6 +216,7 @@ class Simulation(OtherPolicies):
                 self.main_wanted = True
             if self.daemon is not None:  # what Slurm's hooks asked of the daemon
                 self.daemon.carry_out(now)
+                self._routed()
                 if next_tick is None and outstanding and self._ticks_go_on(now):
                     # that pass left work for the next (a hold made, its job still to be
                     # pointed at it) after the periodic passes had stopped: they go on,

@@ -1,6 +1,8 @@
 """Capacity paid whether used or not, as the daemon routes launches into it: a Capacity Block
 the new nodes fit whole in (and the job's time limit ends in), else the On-Demand Capacity
-Reservation, else normal capacity; a job never placed on a block node it would outlast."""
+Reservation, else normal capacity; a job never placed on a block node it would outlast.
+The model of the other policies, and of slurmscale's with blocks: without blocks slurmscale's
+daemon routes into the ODCR itself (`PaidCapacity.routed_by_daemon`)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ class PaidRouting(SimState):
                     and now + self.cloud.boot_s + self.limit[idx] <= self.paid.close_s(b)
                     and b.nodes - self._in_paid(i) >= need):
                 return i
-        if (self.paid.use_reserved and self.paid.reserved_nodes
+        if (self.paid.use_reserved and self.paid.reserved_nodes and not self.routes_reserved
                 and self.paid.reserved_nodes - self._in_paid(ODCR) >= need
                 and not (self.paid.reclaim_rate > 0
                          and reclaims_exhausted(self.preempted.get(idx, 0),

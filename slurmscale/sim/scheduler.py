@@ -82,7 +82,7 @@ class SlurmScheduler(PaidRouting):
         for n in new:
             self._power_up(n, now, src, launch)
         if new and self.daemon is not None:  # Slurm's resume hook for the job's new nodes
-            self.daemon.resume([n.name for n in new], idx + 1, k.name, now)
+            self.daemon.resume([n.name for n in new], int(self.slurm_ids[idx]), k.name, now)
         booting = [n.ready_at for n in chosen if n.state == "booting"]
         start = now if not booting else (max(booting) if self.greedy
                                           else self.sched.configured(max(booting)))

@@ -60,7 +60,8 @@ class SimModel(Protocol):
     node_index: dict[str, int]
     touched: set[str]  # nodes changed since this adapter last read them
     jobs: list[TraceJob]
-    idx_of: dict[str, int]
+    slurm_ids: list[str]  # each job's id as Slurm gives it (squeue, sprio, the resume file)
+    idx_of: dict[str, int]  # Slurm's job id -> the job
     limit: list[float]
     main: PoolKnobs  # the main pool (spot, where there is an on-demand fallback)
     pending: dict[int, TraceJob]
@@ -72,7 +73,7 @@ class SimModel(Protocol):
     def placed(self) -> Mapping[int, Sequence[tuple[SimNode, int]]]: ...
 
     start: dict[int, float]
-    started_in: dict[str, str]  # job id -> the reservation it started in
+    started_in: dict[str, str]  # the trace's job id -> the reservation it started in
     bf_dirty: bool
     main_wanted: bool  # a main scheduler run is asked for (what an update RPC does in Slurm)
     sched: SlurmModel
@@ -199,7 +200,7 @@ class SimSlurm:
                 job = sim.jobs[idx]
                 # a requeued job waits out Slurm's requeue delay as BeginTime
                 hit = (key, QueueJob(
-                    job.job_id, sim.partitions(idx), job.nodes,
+                    sim.slurm_ids[idx], sim.partitions(idx), job.nodes,
                     job.gpus_per_node(sim.main.gpus_per_node), _limit(sim.limit[idx]),
                     stamp(job.submit_s), "BeginTime" if waiting else "Resources", prio,
                     job.user or "user", "PENDING", reservation=resv,
@@ -219,7 +220,7 @@ class SimSlurm:
             if hit is None or hit[0] != start:
                 job = sim.jobs[idx]
                 hit = (start, QueueJob(
-                    job.job_id, (placed[0][0].pool,), job.nodes,
+                    sim.slurm_ids[idx], (placed[0][0].pool,), job.nodes,
                     job.gpus_per_node(sim.main.gpus_per_node), _limit(sim.limit[idx]),
                     stamp(job.submit_s), "None", 0, job.user or "user", "RUNNING",
                     reservation=sim.started_in.get(job.job_id, ""),
@@ -248,7 +249,7 @@ class SimSlurm:
                 continue
             age, size, fairshare = sim.priority_factors(idx)
             prio = float(sim.queue_priority(idx))
-            job_id = sim.jobs[idx].job_id
+            job_id = sim.slurm_ids[idx]
             out += [JobPriority(job_id, p, prio, age, fairshare, size, 0.0, 0.0)
                     for p in sim.partitions(idx)]
         return out
@@ -260,7 +261,7 @@ class SimSlurm:
         return PriorityWeights(m.priority_weight_age, m.priority_max_age)
 
     def jobs_on_node(self, node: str) -> list[str]:
-        return [self.sim.jobs[i].job_id for i, placed in self.sim.placed.items()
+        return [self.sim.slurm_ids[i] for i, placed in self.sim.placed.items()
                 if any(n.name == node for n, _ in placed)]
 
     def suspend_exc_nodes(self) -> str | None:

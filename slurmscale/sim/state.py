@@ -60,6 +60,11 @@ class SimState:
         self.cloud = cloud
         self.spot = spot
         self.paid = paid or PaidCapacity()
+        # slurmscale's daemon routes launches into the ODCR itself; the nodes powered up
+        # since, whose instance it has not been asked where it went (`Simulation._routed`)
+        self.routes_reserved = (policy.decide is None and paid is not None
+                                and self.paid.routed_by_daemon())
+        self.unrouted: list[Node] = []
         self._pools(policy, spot, paid is not None)
         self._bookkeeping()
 
@@ -98,7 +103,7 @@ class SimState:
             cfg = sim_config(self.main, policy.holds, self.fallback, SpotSettings(
                 on_demand_buffer=spot.buffer, warm_on_demand_nodes=spot.warm_nodes,
                 max_preemptions=spot.max_preemptions) if spot and self.fallback else None,
-                spot.reclaim_backoff_s if spot else 180.0, paid,
+                spot.reclaim_backoff_s if spot else 180.0, self.paid if paid else None,
                 GraceSignal(margin_s=spot.grace_margin_s)
                 if spot and self.fallback and spot.grace_margin_s is not None else None)
             self.pools = list(knobs(cfg))
@@ -137,7 +142,10 @@ class SimState:
         self.launches = 0  # launches so far (Node.launch)
         self.attached: dict[int, str] = {}  # pending job -> the reservation it is pointed at
         self.started_in: dict[str, str] = {}  # job id -> reservation it started in
-        self.idx_of = {j.job_id: i for i, j in enumerate(jobs)}
+        # each job's id as Slurm gives it (a number, in submission order: what squeue, sprio
+        # and the resume hook's file all say), and back (the trace's ids are its own)
+        self.slurm_ids = [str(i + 1) for i in range(len(jobs))]
+        self.idx_of = {s: i for i, s in enumerate(self.slurm_ids)}
         # interruptions
         self.rng = random.Random(spot.seed if spot else 0)
         self.reclaim_rng = random.Random(self.paid.seed)
@@ -197,6 +205,8 @@ class SimState:
         n.idle_since = None
         n.paid = paid
         n.spot = self.spot is not None and n.pool == self.main.name and paid is None
+        if self.routes_reserved and n.pool == self.main.name:
+            self.unrouted.append(n)
         self.result.node_launches += 1
         if self.last_launch_batch != now:
             self.result.scale_up_actions += 1

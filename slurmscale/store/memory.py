@@ -69,9 +69,10 @@ KEPT_EVENTS = 1000  # the newest audit events kept (every kind is counted)
 class MemoryStore:
     """Implements `ReconcileStore` (and so `LaunchStore` and `PassStore`), held to the SQL
     store's behaviour by `tests/support/store_contract.py`. `paid`: nodes in paid capacity
-    besides those whose recorded instance runs in a capacity reservation - the simulator's
-    engine decides which of its nodes are (its EC2 reports the reservation but launches
-    nothing into it). The audit log keeps the newest `KEPT_EVENTS` and counts every kind."""
+    besides those whose recorded instance runs in a capacity reservation - those the
+    simulator's engine places in a Capacity Block itself (its Slurm has no block windows);
+    without blocks the daemon launches into the ODCR and the instances say it. The audit
+    log keeps the newest `KEPT_EVENTS` and counts every kind."""
 
     def __init__(self) -> None:
         self._memory: dict[str, PoolMemory] = {}

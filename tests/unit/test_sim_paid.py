@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
 from slurmscale.policy.model import PoolKnobs
-from slurmscale.sim.engine import BlockSpec, PaidCapacity, SimCloud, simulate
+from slurmscale.sim.daemon import RESERVATION_ID
+from slurmscale.sim.engine import BlockSpec, PaidCapacity, SimCloud, Simulation, simulate
 from slurmscale.sim.policies import builtin_policy
 from slurmscale.sim.report import metrics
 from slurmscale.sim.trace import TraceJob
@@ -76,6 +78,24 @@ def test_a_gang_larger_than_the_free_paid_capacity_goes_whole_to_normal_capacity
     m = metrics(simulate(jobs, builtin_policy("slurmscale", KNOBS), CLOUD,
                          paid=PaidCapacity(2)), CLOUD)
     assert m["reserved_node_hours_used"] == 0.0 and m["on_demand_node_hours"] > 0
+
+
+def test_the_daemons_own_route_puts_a_gang_into_the_odcr_and_the_engine_reads_it() -> None:
+    """Without blocks the ODCR is the daemon's: its launch pass routes the 2-node gang into the
+    reservation (SimEc2's instances carry its id), the 3-node one whole to normal capacity,
+    and the engine counts a node as paid from its instance, not from a model of its own."""
+    jobs = [TraceJob("g2", 0.0, 1800.0, 16, 2), TraceJob("g3", 0.0, 1800.0, 24, 3)]
+    sim = Simulation(jobs, builtin_policy("slurmscale", PoolKnobs(name="gpu", gpus_per_node=8,
+                                                                   max_nodes=5)),
+                     CLOUD, paid=PaidCapacity(2))
+    r = sim.run()
+    assert sim.daemon is not None
+    into = Counter(i.reservation for i in sim.daemon.ec2.instances.values())
+    assert into == {RESERVATION_ID: 2, "": 3}, into
+    # the gang's nodes were paid from their launch to their release, and only those
+    assert r.paid_node_s > 0 and r.paid_busy_gpu_s == 16 * 1800.0
+    # each gang's job by Slurm's number for it (the resume file's, as squeue's: the next test)
+    assert {g.job_ids for g in sim.daemon.store.gangs()} == {"[1]", "[2]"}
 
 
 @pytest.mark.parametrize(("arg", "words"), [
@@ -159,7 +179,9 @@ def test_a_job_reclaimed_max_reclaims_times_leaves_the_interruptible_reservation
     """At a reclaim rate where a long gang on the reservation loses nearly every run (4 nodes,
     6 reclaims per node-hour: one every 2.5 minutes), it would never end there: after
     `max_reclaims` it launches on normal capacity and completes. (Before, the simulation
-    never ended: run as a process, so that a relapse fails at the deadline.)"""
+    never ended: run as a process, so that a relapse fails at the deadline. The daemon's route
+    counts the job's reclaims by the id the resume hook gives it, which the simulated squeue
+    must give too: when they differed, this run never ended either.)"""
     import json
 
     trace = tmp_path / "t.csv"

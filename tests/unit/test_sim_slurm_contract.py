@@ -14,13 +14,14 @@ from tests.support.slurm_contract import Harness, check_contract, check_prioriti
 
 
 def test_the_simulated_slurm_keeps_the_slurm_contract() -> None:
-    sim = Simulation([TraceJob("7", 0.0, 600.0, 16, 2, user="ana")],
+    # the trace's own id for the job is not Slurm's: Slurm numbers jobs as they come (1)
+    sim = Simulation([TraceJob("trace-7", 0.0, 600.0, 16, 2, user="ana")],
                      builtin_policy("slurmscale", PoolKnobs("gpu", 8, 4)), SimCloud())
     assert sim.daemon is not None
     sim.submit(0, 0.0)
     slurm = sim.daemon.slurm
     slurm.begin_pass(0.0)
-    check_contract(Harness(slurm, ("n-1", "n-2"), "gpu", "7", "ana"))
+    check_contract(Harness(slurm, ("n-1", "n-2"), "gpu", "1", "ana"))
 
 
 def test_the_simulated_slurm_lists_priority_factors_as_sprio_does() -> None:
@@ -34,7 +35,8 @@ def test_the_simulated_slurm_lists_priority_factors_as_sprio_does() -> None:
     sim.eligible_at[2] = 3600.0  # requeued: waits for its BeginTime
     slurm = sim.daemon.slurm
     slurm.begin_pass(0.0)
-    check_priorities(slurm, {"gang": ("gpu",), "one": ("gpu",)}, {"later"},
+    # (Slurm's ids: 1 gang, 2 one, 3 later)
+    check_priorities(slurm, {"1": ("gpu",), "2": ("gpu",)}, {"3"},
                      PriorityWeights(1000.0, 7 * 86400.0))
 
 
