@@ -341,7 +341,9 @@ def test_backfill_expected_start_is_what_squeue_shows_the_daemon() -> None:
     def spy(now: float) -> None:
         step(now)
         if g in sim.pending:
-            (q,) = [j for j in sim.daemon.slurm.pending_jobs() if j.job_id == "G"]  # type: ignore[union-attr]
+            # (squeue names the job by Slurm's number for it, not the trace's id)
+            (q,) = [j for j in sim.daemon.slurm.pending_jobs()  # type: ignore[union-attr]
+                    if j.job_id == sim.slurm_ids[g]]
             seen.append((now, sim.expected.get(g, -1.0), q.expected_start))
     sim._policy_step = spy  # type: ignore[method-assign]
     sim.run()
