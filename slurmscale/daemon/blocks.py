@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 
 from slurmscale.audit import Event, Kind
 from slurmscale.config import CapacityType, Config, Pool
@@ -45,12 +44,6 @@ from slurmscale.store.rows import CapacityReservationRow, PreemptionCause, utc
 log = logging.getLogger(__name__)
 
 
-# A reservation edit Slurm refused is not sent again, the same, before this long: the plan
-# changes as time passes (a gap begins, a window opens), so the next try is usually another.
-RETRY_REFUSED_S = 300.0
-# The store's timers of the edits Slurm refused (subject: kind|name|start|end, since: when),
-# so that a standby taking over does not send at once what the leader was waiting to resend.
-REFUSED = "refused-edit"
 
 
 def _owner() -> str:
@@ -112,7 +105,7 @@ class BlockPass:
         self.slurm = slurm
         self.reserved = reserved
         self.event = event
-        self.edits = SlurmEdits(slurm, event)
+        self.edits = SlurmEdits(slurm, event, store)  # (its refusals' waits on the store)
         # a pool's grace_signal: the jobs still running at a close are signalled first
         self.graces = Graces(cfg, store, slurm, event)
         self.pools = [p for p in cfg.pools if p.capacity_type is CapacityType.CAPACITY_BLOCK]
@@ -160,32 +153,6 @@ class BlockPass:
         if planned:
             self._open(planned, t)
 
-    def _send(self, key: tuple[str, str, int, int], now: float, call: Callable[[], None],
-              what: str, then: str = "") -> bool:
-        """One edit of Slurm's, unless Slurm refused the same one less than RETRY_REFUSED_S
-        ago (on the store: REFUSED): True when made. A refusal is one event (`what: error`
-        and `then`)."""
-        edit = "|".join(str(k) for k in key)
-        refused = self.store.timers(REFUSED)
-        if edit in refused and refused[edit] + RETRY_REFUSED_S > now:
-            return False
-        try:
-            call()
-        except SlurmError as e:
-            refused[edit] = now
-            self._keep_refused(refused, now)
-            self.event(Kind.SLURM_UPDATE_FAILED, f"{what}: {e}{then}")
-            return False
-        if edit in refused:
-            del refused[edit]
-            self._keep_refused(refused, now)
-        return True
-
-    def _keep_refused(self, refused: dict[str, float], now: float) -> None:
-        """The refusals still in their wait, on the store (the others are over)."""
-        self.store.put_timers(REFUSED, {k: t for k, t in refused.items()
-                                        if t + RETRY_REFUSED_S > now})
-
     def _edit(self, pool: Pool, plan: BlockPlan, held: dict[str, SlurmReservation],
               now: float) -> bool:
         """Carry out the plan's edits, in its order (deletes, shrinks, moves, creates): never
@@ -193,31 +160,25 @@ class BlockPass:
         True when Slurm now holds the whole plan (every edit made, or none needed)."""
         done = True
         names = pool.node_names()
-        edits = list(plan.edits)
-        touched = {e.name for e in edits}
+        todo = list(plan.edits)
+        touched = {e.name for e in todo}
         for c in plan.closed:  # the right span over the wrong nodes (the pool grew, say)
             r = held.get(c.name)
             if r is not None and c.name not in touched and sorted(r.nodes) != sorted(names):
-                edits.append(Edit(EditKind.UPDATE, c.name, None, c.end))
-        for e in edits:
+                todo.append(Edit(EditKind.UPDATE, c.name, None, c.end))
+        for e in todo:
             if e.kind is EditKind.DELETE:
                 done = self._delete(e.name, plan.reason, now) and done
                 continue
-            key = (e.kind.value, e.name, round(e.start or 0), round(e.end))
             start = None if e.start is None or e.start <= now else e.start
-            call = (partial(self.slurm.create_window_reservation, e.name, names, [self.user],
-                            start, e.end) if e.kind is EditKind.CREATE
-                    else partial(self.slurm.update_window_reservation, e.name, names, start,
-                                 e.end))
-            if not self._send(key, now, call, f"reservation {e.name} ({e.kind.value})",
-                              f"; not sent again the same before {at(now + RETRY_REFUSED_S)}"):
-                done = False
-                continue
             until = ("until further notice" if e.end - now > FOREVER_S / 2
                      else f"until {at(e.end)}")
-            self.event(Kind.BLOCK_RESERVATION, f"{pool.name}: nodes closed from "
-                       f"{'now' if start is None else at(start)} {until}: {plan.reason}",
-                       node=compress(names))
+            said = (Kind.BLOCK_RESERVATION, f"{pool.name}: nodes closed from "
+                    f"{'now' if start is None else at(start)} {until}: {plan.reason}")
+            done = self.edits.apply(
+                edits.window(e.name, names, [self.user], start, e.end, said=said)
+                if e.kind is EditKind.CREATE
+                else edits.window_set(e.name, names, start, e.end, said=said), now) and done
         return done
 
     def _open(self, pools: list[Pool], now: float) -> None:
@@ -231,21 +192,14 @@ class BlockPass:
             log.warning("partitions not read: %s", e)
             return
         for pool in pools:
-            if states.get(pool.partition, "UP") == "DOWN" and self._send(
-                    ("open", pool.partition, 0, 0), now,
-                    partial(self.slurm.set_partition_state, pool.partition, "UP"),
-                    f"partition {pool.partition} UP"):
-                self.event(Kind.BLOCK_PARTITION_OPENED, f"{pool.partition}: UP, the block's "
-                           "windows being in Slurm's reservations (slurm.conf starts it DOWN)",
-                           node=compress(pool.node_names()))
+            if states.get(pool.partition, "UP") == "DOWN":
+                self.edits.apply(edits.partition_up(pool.partition, pool.node_names(), said=(
+                    Kind.BLOCK_PARTITION_OPENED, f"{pool.partition}: UP, the block's windows "
+                    "being in Slurm's reservations (slurm.conf starts it DOWN)")), now)
 
     def _delete(self, name: str, why: str, now: float) -> bool:
-        if not self._send(("delete", name, 0, 0), now,
-                          partial(self.slurm.delete_reservation, name),
-                          f"delete reservation {name}"):
-            return False
-        self.event(Kind.BLOCK_RESERVATION_DELETED, f"{name}: {why}")
-        return True
+        return self.edits.apply(edits.unreserve(name, said=(
+            Kind.BLOCK_RESERVATION_DELETED, f"{name}: {why}")), now)
 
     def _close(self, pool: Pool, plan: BlockPlan, nodes: list[SlurmNode],
                now: datetime) -> None:

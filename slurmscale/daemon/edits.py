@@ -2,29 +2,37 @@
 
 A pass says what it wants done to Slurm as an `Edit` (drain, undrain, power down, requeue a
 job, move a job to other partitions; create a hold's reservation, set its nodes, point its job
-at it) and hands it to `SlurmEdits.apply`, which makes the call and says its outcome once: the
-edit's own audit event when Slurm took it, the kind's failure event when it refused (`FAILED`:
-slurm_update_failed, requeue_failed, steer_failed, reservation_failed). Each kind
+at it; create or set a Capacity Block's closed window, delete a reservation, set a block
+partition UP) and hands it to `SlurmEdits.apply`, which makes the call and says its outcome
+once: the edit's own audit event when Slurm took it, the kind's failure event when it refused
+(`FAILED`: slurm_update_failed, requeue_failed, steer_failed, reservation_failed). Each kind
 has one error policy here, not one per call site: a refused requeue of a job Slurm has already
 made pending (it requeues a configuring job itself when its booting node is drained) counts
-as done. So a pass has no try/except of its own around Slurm's writes, and every failure
-reads the same in the audit log, with the nodes it concerns.
+as done; a refused edit of the `HELD_OFF` kinds is not sent again, the same, before
+RETRY_REFUSED_S, its wait kept on the store's rows (a standby waits out the leader's). So a
+pass has no try/except of its own around Slurm's writes, and every failure reads the same in
+the audit log, with the nodes it concerns.
 
-The first step of issue 44 (effects as data): the interruption pass, the node sweep, the
-capacity backoff and the capacity pass's actions, a Capacity Block's close, the launch's
-rollback, the lifting of slurmscale's drains and the hold planner's reservations use it. Not
-yet: the executor neither retries nor records outcomes on rows, and passes still apply their
-edits as they decide (the interruption pass's next step depends on each outcome).
+Issue 44 (effects as data): the interruption pass, the node sweep, the capacity backoff and
+the capacity pass's actions, the Capacity Block pass (its windows, deletes, partition and
+close), the launch's rollback, the lifting of slurmscale's drains and the hold planner's
+reservations use it. Not yet: a hold's delete (detach, then delete, "release pending" while
+its job runs there) keeps its own policy, the executor records no outcome on rows, and passes
+still apply their edits as they decide (the interruption pass's next step depends on each
+outcome).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from slurmscale.audit import Event, Kind
 from slurmscale.hostlists import compress
+from slurmscale.policy.blocks import at
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 
 log = logging.getLogger(__name__)
@@ -41,6 +49,13 @@ class EditKind(StrEnum):
     RESERVE = "create"  # a hold's reservation: from now, for a duration, for its users
     RESERVE_NODES = "extend"  # a reservation's whole node list (22.05 refuses Nodes+=)
     ATTACH = "attach"  # a pending job pointed at a reservation
+    # A Capacity Block pool's closed window (a reservation from `start` to `end`, over the
+    # pool's nodes): created, or its span and nodes set; any reservation deleted; a block
+    # partition set UP. Refused, the same edit is held off for RETRY_REFUSED_S (`HELD_OFF`).
+    WINDOW = "create window"
+    WINDOW_SET = "update window"
+    UNRESERVE = "delete"
+    PARTITION_UP = "open"
 
 
 # the audit event of an edit Slurm refused, by kind
@@ -55,7 +70,30 @@ FAILED: dict[EditKind, Kind] = {
     EditKind.RESERVE: Kind.RESERVATION_FAILED,
     EditKind.RESERVE_NODES: Kind.RESERVATION_FAILED,
     EditKind.ATTACH: Kind.RESERVATION_FAILED,
+    EditKind.WINDOW: Kind.SLURM_UPDATE_FAILED,
+    EditKind.WINDOW_SET: Kind.SLURM_UPDATE_FAILED,
+    EditKind.UNRESERVE: Kind.SLURM_UPDATE_FAILED,
+    EditKind.PARTITION_UP: Kind.SLURM_UPDATE_FAILED,
 }
+
+# Error policy "held off": an edit of these kinds Slurm refused is not sent again, the same,
+# before RETRY_REFUSED_S (the Capacity Block plan changes as time passes, a gap beginning, a
+# window opening, so the next try is usually another edit). The wait is on the store (timers
+# of kind REFUSED, subject the edit's `key`), so a standby that takes over does not send at
+# once what the leader was waiting to resend. The other kinds are sent each time a pass asks.
+HELD_OFF = frozenset({EditKind.WINDOW, EditKind.WINDOW_SET, EditKind.UNRESERVE,
+                      EditKind.PARTITION_UP})
+RETRY_REFUSED_S = 300.0
+REFUSED = "refused-edit"
+
+
+class RefusalStore(Protocol):
+    """The store's timers, where the held-off edits' refusals are kept."""
+
+    def timers(self, kind: str) -> dict[str, float]: ...
+
+    def put_timers(self, kind: str, since: Mapping[str, float],
+                   notes: Mapping[str, str] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -76,6 +114,16 @@ class Edit:
     reservation: str = ""
     users: tuple[str, ...] = ()
     duration_s: float = 0.0
+    start: float | None = None  # a window's start (Unix s; None: now)
+    end: float = 0.0  # a window's end (Unix s)
+    partition: str = ""  # the partition set UP
+
+    @property
+    def key(self) -> str:
+        """The edit as one string, the same for the same call: what a held-off refusal is
+        kept under (`kind|name|start|end`)."""
+        name = self.partition if self.kind is EditKind.PARTITION_UP else self.reservation
+        return f"{self.kind.value}|{name}|{round(self.start or 0)}|{round(self.end)}"
 
     @property
     def where(self) -> str | None:
@@ -90,6 +138,12 @@ class Edit:
             return f"job {self.job}: cannot move it to {','.join(self.partitions)}"
         if self.kind in RESERVATION_EDITS:
             return f"{self.kind.value} {self.reservation} (job {self.job})"
+        if self.kind in (EditKind.WINDOW, EditKind.WINDOW_SET):
+            return f"reservation {self.reservation} ({self.kind.value.split()[0]})"
+        if self.kind is EditKind.UNRESERVE:
+            return f"delete reservation {self.reservation}"
+        if self.kind is EditKind.PARTITION_UP:
+            return f"partition {self.partition} UP"
         verb = "power down" if self.kind is EditKind.RELEASE else self.kind.value
         return f"{verb} {self.where}"
 
@@ -141,29 +195,79 @@ def attach(job: str, name: str, nodes: list[str] | None = None,
     return Edit(EditKind.ATTACH, tuple(nodes or ()), job=job, reservation=name, said=said)
 
 
+def window(name: str, nodes: list[str], users: list[str], start: float | None, end: float,
+           said: tuple[Kind, str] | None = None) -> Edit:
+    """A closed window's reservation created over `nodes`, from `start` (None: now) to
+    `end`, for `users`."""
+    return Edit(EditKind.WINDOW, tuple(nodes), reservation=name, users=tuple(users),
+                start=start, end=end, said=said)
+
+
+def window_set(name: str, nodes: list[str], start: float | None, end: float,
+               said: tuple[Kind, str] | None = None) -> Edit:
+    """A closed window's reservation set to `nodes`, from `start` (None: now) to `end`."""
+    return Edit(EditKind.WINDOW_SET, tuple(nodes), reservation=name, start=start, end=end,
+                said=said)
+
+
+def unreserve(name: str, said: tuple[Kind, str] | None = None) -> Edit:
+    return Edit(EditKind.UNRESERVE, reservation=name, said=said)
+
+
+def partition_up(partition: str, nodes: list[str],
+                 said: tuple[Kind, str] | None = None) -> Edit:
+    return Edit(EditKind.PARTITION_UP, tuple(nodes), partition=partition, said=said)
+
+
 RESERVATION_EDITS = frozenset({EditKind.RESERVE, EditKind.RESERVE_NODES, EditKind.ATTACH})
 
 
 class SlurmEdits:
     """Applies edits: `apply` is True when Slurm took the edit (or its effect is already
-    there), False when it refused, which the audit log then says."""
+    there), False when it refused, which the audit log then says, or when a refusal of the
+    same held-off edit is still in its wait (`store`: where those waits are kept; needed
+    for the `HELD_OFF` kinds)."""
 
-    def __init__(self, slurm: SlurmClient, event: Event) -> None:
+    def __init__(self, slurm: SlurmClient, event: Event, store: RefusalStore | None = None
+                 ) -> None:
         self.slurm = slurm
         self.event = event
+        self.store = store
 
-    def apply(self, edit: Edit) -> bool:
+    def apply(self, edit: Edit, now: float = 0.0) -> bool:
+        """`now` (Unix s): when the pass asks, for the held-off kinds' waits."""
+        held = edit.kind in HELD_OFF
+        refused: dict[str, float] = {}
+        if held:
+            assert self.store is not None, f"{edit.kind} edits need a store for their waits"
+            refused = self.store.timers(REFUSED)
+            since = refused.get(edit.key)
+            if since is not None and since + RETRY_REFUSED_S > now:
+                return False
         try:
             self._call(edit)
         except SlurmError as e:
             if not self._done_anyway(edit):
-                self.event(FAILED[edit.kind], f"{edit.label}: {e}", node=edit.where,
+                then = (f"; not sent again the same before {at(now + RETRY_REFUSED_S)}"
+                        if held else "")
+                if held:
+                    self._keep(refused | {edit.key: now}, now)
+                self.event(FAILED[edit.kind], f"{edit.label}: {e}{then}", node=edit.where,
                            **({"gang_id": edit.gang} if edit.gang else {}))
                 return False
+        if edit.key in refused:
+            del refused[edit.key]
+            self._keep(refused, now)
         if edit.said is not None:
             self.event(edit.said[0], edit.said[1], node=edit.where,
                        **({"gang_id": edit.gang} if edit.gang else {}))
         return True
+
+    def _keep(self, refused: dict[str, float], now: float) -> None:
+        """The refusals still in their wait, on the store (the others are over)."""
+        assert self.store is not None
+        self.store.put_timers(REFUSED, {k: t for k, t in refused.items()
+                                        if t + RETRY_REFUSED_S > now})
 
     def _call(self, edit: Edit) -> None:
         nodes = list(edit.nodes)
@@ -189,6 +293,16 @@ class SlurmEdits:
                 self.slurm.set_reservation_nodes(edit.reservation, nodes)
             case EditKind.ATTACH:
                 self.slurm.set_job_reservation(edit.job, edit.reservation)
+            case EditKind.WINDOW:
+                self.slurm.create_window_reservation(edit.reservation, nodes, list(edit.users),
+                                                     edit.start, edit.end)
+            case EditKind.WINDOW_SET:
+                self.slurm.update_window_reservation(edit.reservation, nodes, edit.start,
+                                                     edit.end)
+            case EditKind.UNRESERVE:
+                self.slurm.delete_reservation(edit.reservation)
+            case EditKind.PARTITION_UP:
+                self.slurm.set_partition_state(edit.partition, "UP")
 
     def _done_anyway(self, edit: Edit) -> bool:
         """A requeue Slurm refused because it had requeued the job itself (a configuring job
