@@ -107,7 +107,8 @@ class Reconciler:
             on_block=self.reserved.block_event, reservations_changed=self.reserved.changed)
         fleets = GangFleets(cfg, cloud, client_token)
         self.addresses = NodeAddresses(ctx)
-        ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds))
+        # (its delay on the store: a standby waits out the leader's)
+        ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds), store=store)
         self.launcher = GangLauncher(ctx, self.addresses, self.backoff, self.reserved, fleets,
                                      ec2_retry, metrics)
         self.requests = RequestPass(ctx, self.launcher, self.addresses, ec2_retry, spool)

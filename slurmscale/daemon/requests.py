@@ -153,8 +153,9 @@ class RequestPass:
                 res.failed_gangs += 1
                 for rid in gang.request_ids:
                     failed_requests[rid] = launch.why
-        if kept and self.ec2_retry.until:
-            res.next_due = min(res.next_due or self.ec2_retry.until, self.ec2_retry.until)
+        due = self.ec2_retry.due() if kept else 0.0
+        if due:
+            res.next_due = min(res.next_due or due, due)
         done_ok = [r for r in plan.done if r not in failed_requests and r not in kept]
         self.ctx.store.finish_requests(done_ok, RequestStatus.DONE, self.ctx.clock())
         for rid, why in failed_requests.items():

@@ -285,6 +285,31 @@ def test_ec2_unreachable_defers_the_launch_and_catches_up_without_a_requeue(worl
     assert kinds.count("launch_deferred") == 1 and "launch_failed" not in kinds
 
 
+def test_a_standby_waits_out_the_ec2_retry_delay_the_leader_was_waiting_out(world) -> None:  # type: ignore[no-untyped-def]
+    """EC2 did not answer the leader twice (its delay doubled) and the leader is gone: the
+    delay is on the store, so the standby (a new Reconciler on the same store) asks EC2 no
+    sooner than the leader would have, then launches and clears it."""
+    from slurmscale.daemon.retry import RETRY
+
+    r, cloud, slurm, clock, spool = world
+    base = r.requests.ec2_retry.base_s
+    cloud.down = UNREACHABLE
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    r.tick()
+    clock.now += timedelta(seconds=base)
+    r.tick()  # the second failure: the next try 2 x base from now
+    assert len(cloud.launches) == 2 and r.store.timer_notes(RETRY) == {"ec2": "2"}
+    due = clock.now.timestamp() + 2 * base
+    cloud.down = None
+    standby = Reconciler(r.cfg, r.store, slurm, cloud, clock=clock)
+    clock.now += timedelta(seconds=2 * base - 1)
+    standby.tick()
+    assert len(cloud.launches) == 2, "the standby asked EC2 before the leader's delay was over"
+    clock.now += timedelta(seconds=1)
+    assert clock.now.timestamp() == due and standby.tick().launched_gangs == 1
+    assert r.store.timers(RETRY) == {}
+
+
 def test_a_launch_whose_answer_was_lost_is_recovered_not_repeated(world) -> None:  # type: ignore[no-untyped-def]
     r, cloud, slurm, clock, spool = world
     cloud.answers_lost = 1  # EC2 launched both, the response timed out
