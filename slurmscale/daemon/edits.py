@@ -2,24 +2,27 @@
 
 A pass says what it wants done to Slurm as an `Edit` (drain, undrain, power down, requeue a
 job, move a job to other partitions; create a hold's reservation, set its nodes, point its job
-at it; create or set a Capacity Block's closed window, delete a reservation, set a block
-partition UP) and hands it to `SlurmEdits.apply`, which makes the call and says its outcome
-once: the edit's own audit event when Slurm took it, the kind's failure event when it refused
-(`FAILED`: slurm_update_failed, requeue_failed, steer_failed, reservation_failed). Each kind
+at it, take it out and delete the reservation; create or set a Capacity Block's closed
+window, delete a reservation, set a block partition UP) and hands it to `SlurmEdits.apply`,
+which makes the call and says its outcome once: the edit's own audit event when Slurm took
+it, the kind's failure event when it refused (`FAILED`: slurm_update_failed,
+requeue_failed, steer_failed, reservation_failed). Each kind
 has one error policy here, not one per call site: a refused requeue of a job Slurm has already
 made pending (it requeues a configuring job itself when its booting node is drained) counts
-as done; a refused edit of the `HELD_OFF` kinds is not sent again, the same, before
-RETRY_REFUSED_S, its wait kept on the store's rows (a standby waits out the leader's). So a
+as done, and so does a refused detach; a refused edit of the `HELD_OFF` kinds is not sent
+again, the same, before RETRY_REFUSED_S, its wait kept on the store's rows (a standby waits
+out the leader's); a hold's refused delete is said by the hold planner (`SAID_BY_PASS`:
+"release pending", once, then retried quietly each pass while its job runs there). So a
 pass has no try/except of its own around Slurm's writes, and every failure reads the same in
 the audit log, with the nodes it concerns.
 
 Issue 44 (effects as data): the interruption pass, the node sweep, the capacity backoff and
 the capacity pass's actions, the Capacity Block pass (its windows, deletes, partition and
 close), the launch's rollback, the lifting of slurmscale's drains and the hold planner's
-reservations use it. Not yet: a hold's delete (detach, then delete, "release pending" while
-its job runs there) keeps its own policy, the executor records no outcome on rows, and passes
-still apply their edits as they decide (the interruption pass's next step depends on each
-outcome).
+reservations (created, extended, attached, detached, deleted) use it. Not yet: the health
+and boot passes' multi-step replacements, the executor records no outcome on rows, and
+passes still apply their edits as they decide (the interruption pass's next step depends on
+each outcome).
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ class EditKind(StrEnum):
     # A Capacity Block pool's closed window (a reservation from `start` to `end`, over the
     # pool's nodes): created, or its span and nodes set; any reservation deleted; a block
     # partition set UP. Refused, the same edit is held off for RETRY_REFUSED_S (`HELD_OFF`).
+    # A hold's reservation let go: its pending job taken out of it (a refusal is no failure:
+    # the job runs in it, or is gone, and the delete says which), then the reservation
+    # deleted (a refusal is said by the hold planner: "release pending", retried each pass
+    # while the job runs there; `SlurmEdits.last_error` says why)
+    DETACH = "detach"
+    UNHOLD = "delete hold"
     WINDOW = "create window"
     WINDOW_SET = "update window"
     UNRESERVE = "delete"
@@ -70,6 +79,8 @@ FAILED: dict[EditKind, Kind] = {
     EditKind.RESERVE: Kind.RESERVATION_FAILED,
     EditKind.RESERVE_NODES: Kind.RESERVATION_FAILED,
     EditKind.ATTACH: Kind.RESERVATION_FAILED,
+    EditKind.DETACH: Kind.RESERVATION_FAILED,
+    EditKind.UNHOLD: Kind.RESERVATION_FAILED,
     EditKind.WINDOW: Kind.SLURM_UPDATE_FAILED,
     EditKind.WINDOW_SET: Kind.SLURM_UPDATE_FAILED,
     EditKind.UNRESERVE: Kind.SLURM_UPDATE_FAILED,
@@ -85,6 +96,9 @@ HELD_OFF = frozenset({EditKind.WINDOW, EditKind.WINDOW_SET, EditKind.UNRESERVE,
                       EditKind.PARTITION_UP})
 RETRY_REFUSED_S = 300.0
 REFUSED = "refused-edit"
+# Error policy "said by the pass": a refusal of these kinds is no audit event here (the pass
+# says what it means for it) - `apply` is False and `last_error` says why.
+SAID_BY_PASS = frozenset({EditKind.UNHOLD})
 
 
 class RefusalStore(Protocol):
@@ -195,6 +209,16 @@ def attach(job: str, name: str, nodes: list[str] | None = None,
     return Edit(EditKind.ATTACH, tuple(nodes or ()), job=job, reservation=name, said=said)
 
 
+def detach(job: str, name: str) -> Edit:
+    """Job `job` taken out of reservation `name` (pointed at none)."""
+    return Edit(EditKind.DETACH, job=job, reservation=name)
+
+
+def unhold(name: str) -> Edit:
+    """A hold's reservation deleted."""
+    return Edit(EditKind.UNHOLD, reservation=name)
+
+
 def window(name: str, nodes: list[str], users: list[str], start: float | None, end: float,
            said: tuple[Kind, str] | None = None) -> Edit:
     """A closed window's reservation created over `nodes`, from `start` (None: now) to
@@ -219,7 +243,8 @@ def partition_up(partition: str, nodes: list[str],
     return Edit(EditKind.PARTITION_UP, tuple(nodes), partition=partition, said=said)
 
 
-RESERVATION_EDITS = frozenset({EditKind.RESERVE, EditKind.RESERVE_NODES, EditKind.ATTACH})
+RESERVATION_EDITS = frozenset({EditKind.RESERVE, EditKind.RESERVE_NODES, EditKind.ATTACH,
+                               EditKind.DETACH, EditKind.UNHOLD})
 
 
 class SlurmEdits:
@@ -233,6 +258,7 @@ class SlurmEdits:
         self.slurm = slurm
         self.event = event
         self.store = store
+        self.last_error = ""  # why Slurm refused the last edit it refused (its stderr)
 
     def apply(self, edit: Edit, now: float = 0.0) -> bool:
         """`now` (Unix s): when the pass asks, for the held-off kinds' waits."""
@@ -248,6 +274,9 @@ class SlurmEdits:
             self._call(edit)
         except SlurmError as e:
             if not self._done_anyway(edit):
+                self.last_error = e.stderr or str(e)
+                if edit.kind in SAID_BY_PASS:
+                    return False
                 then = (f"; not sent again the same before {at(now + RETRY_REFUSED_S)}"
                         if held else "")
                 if held:
@@ -293,6 +322,10 @@ class SlurmEdits:
                 self.slurm.set_reservation_nodes(edit.reservation, nodes)
             case EditKind.ATTACH:
                 self.slurm.set_job_reservation(edit.job, edit.reservation)
+            case EditKind.DETACH:
+                self.slurm.set_job_reservation(edit.job, "")
+            case EditKind.UNHOLD:
+                self.slurm.delete_reservation(edit.reservation)
             case EditKind.WINDOW:
                 self.slurm.create_window_reservation(edit.reservation, nodes, list(edit.users),
                                                      edit.start, edit.end)
@@ -306,7 +339,10 @@ class SlurmEdits:
 
     def _done_anyway(self, edit: Edit) -> bool:
         """A requeue Slurm refused because it had requeued the job itself (a configuring job
-        on a node drained while booting) is done."""
+        on a node drained while booting) is done; so is a detach Slurm refused (the job
+        runs in the reservation, or is gone: the delete that follows says which)."""
+        if edit.kind is EditKind.DETACH:
+            return True
         if edit.kind is not EditKind.REQUEUE:
             return False
         try:

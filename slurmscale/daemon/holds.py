@@ -31,7 +31,7 @@ from slurmscale.policy.reservations import (
     ReservationKnobs,
     plan_holds,
 )
-from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.store.protocol import PassStore
 from slurmscale.store.rows import HoldRow
 
@@ -222,16 +222,14 @@ class HoldPass:
     def _release(self, name: str, why: str, t: float, exhausted: bool) -> None:
         """`exhausted`: it spent its budget or time, so its job is never held for again."""
         row = self.store.hold(name)
-        try:
-            self._delete(name, row.job_id if row is not None else None)
-        except SlurmError as e:
+        if not self._delete(name, row.job_id if row is not None else None):
             # Slurm keeps a reservation its job runs in: the job owns the nodes now; retry
             # each pass until the job ends.
             if row is not None:
                 row.state, row.reason, row.exhausted = HoldState.RELEASING, why, exhausted
                 self.store.put_hold(row)
             self.event(Kind.RESERVATION_RELEASE_PENDING, f"{name}: {why}; Slurm kept it for "
-                       f"now ({e.stderr or e}), retrying each pass")
+                       f"now ({self.edits.last_error}), retrying each pass")
             return
         self._finish(name, why, t, exhausted)
 
@@ -249,19 +247,13 @@ class HoldPass:
             if row.name not in existing:
                 self._finish(row.name, row.reason, t)
                 continue
-            try:
-                self._delete(row.name, row.job_id)
-            except SlurmError:
-                continue
-            self._finish(row.name, row.reason, t)
+            if self._delete(row.name, row.job_id):
+                self._finish(row.name, row.reason, t)
 
-    def _delete(self, name: str, job_id: str | None) -> None:
-        """Delete a hold's reservation. Slurm refuses while any job points at it, a pending
-        one too: the hold's job, if still pending, is first taken out of it (a running job
-        keeps it, and the delete is retried once it ends)."""
+    def _delete(self, name: str, job_id: str | None) -> bool:
+        """Delete a hold's reservation: True when deleted. Slurm refuses while any job
+        points at it, a pending one too: the hold's job, if still pending, is first taken
+        out of it (a running job keeps it, and the delete is retried once it ends)."""
         if job_id is not None:
-            try:
-                self.slurm.set_job_reservation(job_id, "")
-            except SlurmError:
-                pass  # running in it, or gone: the delete says which
-        self.slurm.delete_reservation(name)
+            self.edits.apply(edits.detach(job_id, name))
+        return self.edits.apply(edits.unhold(name))
