@@ -34,6 +34,7 @@ from slurmscale.cloud.protocol import (
     FleetSpec,
 )
 from slurmscale.config import CapacityType
+from slurmscale.daemon import edits
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.fleets import GangFleets
@@ -193,9 +194,10 @@ class BootPass:
             self._record(v, row, detail)
         c.terminate([v.instance_id], f"{v.node} failed to boot: {v.cause}")
         reason = reasons.reason(Why.BOOT_FAILED, f"{v.cause}: {detail}")[:250]
-        c.slurm.power_down_force([v.node], reason)
-        c.event(Kind.BOOT_FAILED, f"{v.node} ({v.instance_id}) did not join Slurm: {v.cause}: "
-                f"{detail}; powered down, its job requeues", node=v.node, gang_id=row.gang_id)
+        if not c.edits.apply(edits.power_down([v.node], reason, said=(
+                Kind.BOOT_FAILED, f"{v.node} ({v.instance_id}) did not join Slurm: "
+                f"{v.cause}: {detail}; powered down, its job requeues"), gang=row.gang_id)):
+            return
         if self.metrics is not None:
             self.metrics.boot_failed(v.pool, v.cause, "gave-up")
 

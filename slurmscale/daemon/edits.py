@@ -3,7 +3,8 @@
 A pass says what it wants done to Slurm as an `Edit` (drain, undrain, power down, requeue a
 job, move a job to other partitions; create a hold's reservation, set its nodes, point its job
 at it, take it out and delete the reservation; create or set a Capacity Block's closed
-window, delete a reservation, set a block partition UP) and hands it to `SlurmEdits.apply`,
+window, delete a reservation, set a block partition UP; set SuspendExcNodes) and hands it to
+`SlurmEdits.apply`,
 which makes the call and says its outcome once: the edit's own audit event when Slurm took
 it, the kind's failure event when it refused (`FAILED`: slurm_update_failed,
 requeue_failed, steer_failed, reservation_failed). Each kind
@@ -61,6 +62,8 @@ class EditKind(StrEnum):
     # while the job runs there; `SlurmEdits.last_error` says why)
     DETACH = "detach"
     UNHOLD = "delete hold"
+    # slurmctld's SuspendExcNodes set (`value`: the whole list, the admin's entries kept)
+    SUSPEND_EXC = "SuspendExcNodes"
     WINDOW = "create window"
     WINDOW_SET = "update window"
     UNRESERVE = "delete"
@@ -81,6 +84,7 @@ FAILED: dict[EditKind, Kind] = {
     EditKind.ATTACH: Kind.RESERVATION_FAILED,
     EditKind.DETACH: Kind.RESERVATION_FAILED,
     EditKind.UNHOLD: Kind.RESERVATION_FAILED,
+    EditKind.SUSPEND_EXC: Kind.SLURM_UPDATE_FAILED,
     EditKind.WINDOW: Kind.SLURM_UPDATE_FAILED,
     EditKind.WINDOW_SET: Kind.SLURM_UPDATE_FAILED,
     EditKind.UNRESERVE: Kind.SLURM_UPDATE_FAILED,
@@ -131,6 +135,7 @@ class Edit:
     start: float | None = None  # a window's start (Unix s; None: now)
     end: float = 0.0  # a window's end (Unix s)
     partition: str = ""  # the partition set UP
+    value: str = ""  # SuspendExcNodes' new value
 
     @property
     def key(self) -> str:
@@ -158,6 +163,8 @@ class Edit:
             return f"delete reservation {self.reservation}"
         if self.kind is EditKind.PARTITION_UP:
             return f"partition {self.partition} UP"
+        if self.kind is EditKind.SUSPEND_EXC:
+            return f"SuspendExcNodes={self.value}"
         verb = "power down" if self.kind is EditKind.RELEASE else self.kind.value
         return f"{verb} {self.where}"
 
@@ -207,6 +214,10 @@ def reserve_nodes(name: str, nodes: list[str], job: str = "",
 def attach(job: str, name: str, nodes: list[str] | None = None,
            said: tuple[Kind, str] | None = None) -> Edit:
     return Edit(EditKind.ATTACH, tuple(nodes or ()), job=job, reservation=name, said=said)
+
+
+def suspend_exc(value: str, said: tuple[Kind, str] | None = None) -> Edit:
+    return Edit(EditKind.SUSPEND_EXC, value=value, said=said)
 
 
 def detach(job: str, name: str) -> Edit:
@@ -324,6 +335,8 @@ class SlurmEdits:
                 self.slurm.set_job_reservation(edit.job, edit.reservation)
             case EditKind.DETACH:
                 self.slurm.set_job_reservation(edit.job, "")
+            case EditKind.SUSPEND_EXC:
+                self.slurm.set_suspend_exc_nodes(edit.value)
             case EditKind.UNHOLD:
                 self.slurm.delete_reservation(edit.reservation)
             case EditKind.WINDOW:

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.config import HealthSettings
+from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.interruptions import COMPLETING_WAIT_S, GONE_WAIT_S, InterruptionPass
 from slurmscale.daemon.metrics import Metrics
@@ -122,10 +123,10 @@ class HealthPass:
         self.statuses = self.watch.statuses_read(found)
 
     def _drain(self, v: Verdict) -> None:
-        self.ctx.slurm.drain([v.node], reasons.reason(Why.SCHEDULED, v.detail))
-        self.ctx.event(Kind.NODE_DRAINED_SCHEDULED, f"{v.node} ({v.instance_id}): {v.detail}; "
-                       "running jobs continue, nothing new starts there; replaced once idle "
-                       f"or {self.cfg.event_lead_s:g}s before the event", node=v.node)
+        self.ctx.edits.apply(edits.drain([v.node], reasons.reason(Why.SCHEDULED, v.detail), said=(
+            Kind.NODE_DRAINED_SCHEDULED, f"{v.node} ({v.instance_id}): {v.detail}; running "
+            "jobs continue, nothing new starts there; replaced once idle or "
+            f"{self.cfg.event_lead_s:g}s before the event")))
 
     def _replace(self, v: Verdict, inst: InstanceRow, now: datetime) -> None:
         """Requeue the node's jobs and power it down. Before a scheduled event, with the
@@ -162,10 +163,12 @@ class HealthPass:
         c = self.ctx
         why = (f"{times} time(s) in {self.cfg.window_s:g}s, now {v.cause.value}: {v.detail}; "
                "left for an admin")
-        c.slurm.drain([v.node], reasons.reason(Why.REPLACE_LOOP, why)[:250])
+        said = (Kind.NODE_REPLACE_LOOP,
+                f"pool {v.pool} is losing nodes: {v.node} ({v.instance_id}) replaced {why}")
+        reason = reasons.reason(Why.REPLACE_LOOP, why)[:250]
+        if not c.edits.apply(edits.drain([v.node], reason, said=said)):
+            return
         self._record(v, inst, now, 0, left=True)
-        c.event(Kind.NODE_REPLACE_LOOP, f"pool {v.pool} is losing nodes: {v.node} "
-                f"({v.instance_id}) replaced {why}", node=v.node)
         if self.metrics is not None:
             self.metrics.left_drained(v.pool)
 

@@ -16,7 +16,9 @@ import time
 
 from slurmscale.audit import Event, Kind
 from slurmscale.config import Config
+from slurmscale.daemon import edits
 from slurmscale.daemon.capacity import PassPlan
+from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.hostlists import compress
 from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
@@ -43,6 +45,7 @@ class KeepUpPass:
     def __init__(self, cfg: Config, slurm: SlurmClient, event: Event) -> None:
         self.slurm = slurm
         self.event = event
+        self.edits = SlurmEdits(slurm, event)
         self.pools = cfg.pools
         self._unsupported_until = 0.0  # monotonic: no run-time SuspendExcNodes until then
 
@@ -68,13 +71,9 @@ class KeepUpPass:
             return
         new = render(now.theirs, want)
         added, removed = want - now.ours, now.ours - want
-        try:
-            self.slurm.set_suspend_exc_nodes(new)
-        except SlurmError as e:
-            self.event(Kind.SLURM_UPDATE_FAILED, f"SuspendExcNodes={new}: {e}")
-            return
         parts = ([f"+{compress(added)}"] if added else []) + (
             [f"-{compress(removed)}"] if removed else [])
-        self.event(Kind.SUSPEND_EXCLUSIONS_SET,
-                   f"SuspendExcNodes {' '.join(parts)}: held for a gang or kept idle on "
-                   f"purpose (buffer, min_nodes, paid capacity); now {new or '(empty)'}")
+        self.edits.apply(edits.suspend_exc(new, said=(
+            Kind.SUSPEND_EXCLUSIONS_SET,
+            f"SuspendExcNodes {' '.join(parts)}: held for a gang or kept idle on purpose "
+            f"(buffer, min_nodes, paid capacity); now {new or '(empty)'}")))
