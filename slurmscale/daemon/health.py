@@ -25,11 +25,11 @@ from datetime import UTC, datetime
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.config import HealthSettings
-from slurmscale.daemon import edits
+from slurmscale.daemon import edits, scheduled
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.interruptions import COMPLETING_WAIT_S, GONE_WAIT_S, InterruptionPass
 from slurmscale.daemon.metrics import Metrics
-from slurmscale.model import InstanceHealth, ScheduledEvent, SlurmNode
+from slurmscale.model import InstanceHealth, SlurmNode
 from slurmscale.policy.health import (
     REPLACED_KIND,
     Cause,
@@ -68,21 +68,14 @@ class HealthPass:
         self.replacing: dict[str, tuple[float, str]] = {}
         self.since_kept: dict[str, float] | None = None  # the grace timers as on the store
 
-    def scheduled(self, inst: InstanceRow, ev: ScheduledEvent) -> bool:
-        """AWS Health announced a scheduled change for `inst`: remembered, and its node
-        drained on this pass (not at the next status read)."""
-        self.watch.heard(inst.instance_id, ev)
-        self.ctx.event(Kind.SCHEDULED_EVENT, f"{inst.node} ({inst.instance_id}): {ev.code} from "
-                       f"{iso(ev.not_before)} ({ev.description})", node=inst.node)
-        return True
-
     def run(self, nodes: list[SlurmNode], active: list[InstanceRow] | None) -> None:
         """`active`: the store's running instances (read this pass); None: not readable."""
         c = self.ctx
         now = c.clock()
         t = now.timestamp()
-        self._read_statuses(t)
         rows = c.store.active_instances() if active is None else active
+        self._heard(rows)  # (AWS Health's first: a status read after it may say more)
+        self._read_statuses(t)
         running = {i.node: Running(i.instance_id, i.pool) for i in rows
                    if i.state == "running"}
         recent = Counter(r.node for r in c.store.replacements(since=t - self.cfg.window_s))
@@ -109,6 +102,17 @@ class HealthPass:
                         self._leave(v, inst, recent.get(v.node, 0), now)
             except SlurmError as e:  # one node's trouble never stops the others
                 c.event(Kind.SLURM_UPDATE_FAILED, f"{v.step.value} {v.node}: {e}", node=v.node)
+
+    def _heard(self, rows: list[InstanceRow]) -> None:
+        """AWS Health's scheduled changes the interruption pass heard on the queue (this
+        leader, or the one before: they are on the store), their nodes drained on this pass
+        (not at the next status read); those of instances gone are forgotten."""
+        running = {i.instance_id for i in rows if i.state == "running"}
+        heard = scheduled.known(self.ctx.store)
+        for iid, ev in heard.items():
+            if iid in running and iid not in self.watch.announced:  # (once: as it came)
+                self.watch.heard(iid, ev)
+        scheduled.keep_only(self.ctx.store, running)
 
     def _read_statuses(self, t: float) -> None:
         every = self.cfg.status_interval_s

@@ -36,13 +36,14 @@ from slurmscale.audit import Event, Kind
 from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, aws_time, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
 from slurmscale.config import INTERRUPTION_NOTICE_S, CapacityType, Config
-from slurmscale.daemon import edits
+from slurmscale.daemon import edits, scheduled
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.drains import undrain
 from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.daemon.graces import Graces, Step, step
 from slurmscale.lifecycles import GraceState
-from slurmscale.model import ScheduledEvent, SlurmNode
+from slurmscale.model import SlurmNode
+from slurmscale.policy.health import iso
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
@@ -125,9 +126,6 @@ class InterruptionPass:
         # evacuated nodes whose power-down waits for Slurm to finish completing their jobs
         # (the store's, read at the first need: a standby that took over finishes them)
         self._evacuating: dict[str, Evacuating] | None = None
-        # AWS Health scheduled changes go there (the health pass, which is built after this
-        # one and evacuates through it: the Reconciler sets it): True once acted on
-        self.on_scheduled: Callable[[InstanceRow, ScheduledEvent], bool] | None = None
         # Capacity Block events go there (the blocks as read from EC2): True once acted on
         self.on_block = on_block
         # an interruptible reservation reclaimed: the reservations are read again
@@ -208,8 +206,12 @@ class InterruptionPass:
                     Kind.REBALANCE_DRAINED, f"{inst.node} ({inst.instance_id}): {reason}; "
                     "running jobs continue, nothing new starts there")))
             case EventKind.SCHEDULED:
-                if self.on_scheduled is not None and ev.scheduled is not None:
-                    return self.on_scheduled(inst, ev.scheduled)
+                if ev.scheduled is not None:  # (the health pass drains and replaces)
+                    sc = ev.scheduled
+                    scheduled.heard(self.store, inst.instance_id, sc, now.timestamp())
+                    self.event(Kind.SCHEDULED_EVENT, f"{inst.node} ({inst.instance_id}): "
+                               f"{sc.code} from {iso(sc.not_before)} ({sc.description})",
+                               node=inst.node)
             case EventKind.STATE_CHANGE:
                 if (ev.state or "") in GONE_STATES:
                     reason = reasons.reason(Why.GONE, f"{inst.instance_id} {ev.state} at {ev.time}")

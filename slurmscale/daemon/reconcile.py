@@ -127,7 +127,6 @@ class Reconciler:
         self.topology = TopologyPass(ctx) if cfg.topology is not None else None
         self.boots = BootPass(ctx, fleets, self.addresses, metrics)
         self.health = HealthPass(ctx, self.interruptions, metrics)
-        self.interruptions.on_scheduled = self.health.scheduled  # (AWS Health's messages)
         self.blocks = BlockPass(cfg, store, slurm, self.reserved, self.event)
         self.keep_up = KeepUpPass(cfg, slurm, self.event)
         self.quarantine_reported: set[tuple[str, str]] = set()

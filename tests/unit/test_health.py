@@ -200,7 +200,6 @@ def _world(tmp_path, grace_s: float = 0, **spot_pool: object):  # type: ignore[n
     q = FakeQueue()
     ip = InterruptionPass(cfg, store, slurm, q, ctx.event)
     hp = HealthPass(ctx, ip)
-    ip.on_scheduled = hp.scheduled  # (as the Reconciler wires them)
     return hp, ip, slurm, cloud, store, events, now, q
 
 
@@ -304,6 +303,27 @@ def test_an_aws_health_message_drains_the_node_on_the_same_pass(world) -> None: 
     hp.run(slurm.nodes(), None)
     (r,) = store.replacements()
     assert r.cause == "scheduled-event" and slurm.powered_down
+
+
+def test_a_standby_drains_for_the_aws_health_message_the_leader_read(world) -> None:  # type: ignore[no-untyped-def]
+    """The leader read AWS Health's message off the queue (deleted there) and died before its
+    health pass: the change is on the store, so the standby's health pass (a new one on the
+    same store, a status read that does not list the change) drains the node; forgotten
+    once the instance is gone."""
+    from slurmscale.daemon.scheduled import SCHEDULED
+
+    hp, ip, slurm, cloud, store, events, now, q = world
+    q.bodies.append(health_message("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", [IID],
+                                   "2026-11-30T12:00:00Z", "Wed, 02 Dec 2026 12:00:00 GMT"))
+    assert ip.run(T0) == 1 and q.deleted == ["0"]
+    assert "DRAIN" not in slurm.table["spot-1"].flags and set(store.timers(SCHEDULED)) == {IID}
+    standby = HealthPass(hp.ctx, InterruptionPass(hp.ctx.cfg, store, slurm, None, hp.ctx.event))
+    standby.run(slurm.nodes(), None)
+    n = slurm.table["spot-1"]
+    assert "DRAIN" in n.flags and "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED" in n.reason
+    store.mark_terminated([IID], T0)
+    standby.run(slurm.nodes(), None)
+    assert store.timers(SCHEDULED) == {}
 
 
 def test_before_a_scheduled_event_a_grace_signal_gives_the_job_the_time_left(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,63 @@
+"""AWS Health's scheduled changes heard on the event queue, kept on the store's rows.
+
+The interruption pass reads the queue and deletes each message once handled; the health pass
+drains and replaces the node. Between the two the change is on the store (timers of kind
+`SCHEDULED`, subject the instance, the change in the note), not handed from one pass to the
+other in memory: a standby that takes over knows what the leader heard (the message is gone
+from the queue by then), and neither pass needs the other to be built first."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from slurmscale.model import ScheduledEvent
+
+log = logging.getLogger(__name__)
+
+SCHEDULED = "scheduled-event"
+
+
+class ScheduledStore(Protocol):
+    def timers(self, kind: str) -> dict[str, float]: ...
+
+    def timer_notes(self, kind: str) -> dict[str, str]: ...
+
+    def put_timers(self, kind: str, since: Mapping[str, float],
+                   notes: Mapping[str, str] | None = None) -> None: ...
+
+
+def heard(store: ScheduledStore, instance_id: str, ev: ScheduledEvent, at: float) -> None:
+    """Keep AWS Health's change `ev` for `instance_id` (heard at `at`)."""
+    since, notes = store.timers(SCHEDULED), store.timer_notes(SCHEDULED)
+    since[instance_id] = at
+    notes[instance_id] = json.dumps({"code": ev.code, "not_before": ev.not_before,
+                                     "description": ev.description})
+    store.put_timers(SCHEDULED, since, notes)
+
+
+def known(store: ScheduledStore) -> dict[str, ScheduledEvent]:
+    """The changes heard, by instance; a note that cannot be read is dropped with a warning
+    (the instance status read names the change too, if EC2 lists it)."""
+    out = {}
+    for iid, note in store.timer_notes(SCHEDULED).items():
+        try:
+            d = json.loads(note)
+            nb = d["not_before"]
+            out[iid] = ScheduledEvent(str(d["code"]), None if nb is None else float(nb),
+                                      str(d.get("description", "")))
+        except (ValueError, TypeError, KeyError):
+            log.warning("scheduled change for %s unreadable on the store (%r): dropped", iid,
+                        note)
+    return out
+
+
+def keep_only(store: ScheduledStore, running: set[str]) -> None:
+    """Forget the changes of instances no longer running (and any unreadable one of them)."""
+    since = store.timers(SCHEDULED)
+    if since.keys() - running:
+        notes = store.timer_notes(SCHEDULED)
+        store.put_timers(SCHEDULED, {k: v for k, v in since.items() if k in running},
+                         {k: v for k, v in notes.items() if k in running})
