@@ -16,17 +16,17 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
-from slurmscale.audit import Event, Kind
+from slurmscale.audit import Kind
 from slurmscale.cloud.errors import ErrorClass, classify, unavailable_ttl
-from slurmscale.config import Config, Pool
+from slurmscale.config import Pool
 from slurmscale.daemon import edits
+from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.drains import undrain
-from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.model import FleetError, Offering, SlurmNode
 from slurmscale.slurm import reasons
-from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.protocol import PassStore
+from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import OfferingRow
 
 log = logging.getLogger(__name__)
@@ -39,13 +39,13 @@ def _stamp(until: float) -> str:
 
 
 class CapacityBackoff:
-    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, event: Event,
+    def __init__(self, ctx: PassContext[LaunchStore],
                  zones: Callable[[Pool], Mapping[str, str]] = lambda _p: {}) -> None:
-        self.cfg = cfg
-        self.store = store
-        self.slurm = slurm
-        self.event = event
-        self.edits = SlurmEdits(slurm, event)
+        self.cfg = ctx.cfg
+        self.store = ctx.store
+        self.slurm = ctx.slurm
+        self.event = ctx.event
+        self.edits = ctx.edits
         self.zones = zones  # a pool's subnets -> their AZs ({}: not known)
 
     def offering(self, pool: Pool, instance_type: str, subnet: str, capacity: str) -> Offering:

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from slurmscale.audit import Event, Kind
+from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon import edits
+from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.daemon.graces import Graces
@@ -37,7 +38,7 @@ from slurmscale.policy.blocks import (
     starts_at_open,
 )
 from slurmscale.policy.observe import slurm_time
-from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.protocol import SlurmError
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import CapacityReservationRow, PreemptionCause, utc
 
@@ -98,8 +99,8 @@ def block_outlook(cfg: Config, rows: list[CapacityReservationRow], jobs: list[Qu
 
 
 class BlockPass:
-    def __init__(self, cfg: Config, store: LaunchStore, slurm: SlurmClient,
-                 reserved: ReservedCapacity, event: Event) -> None:
+    def __init__(self, ctx: PassContext[LaunchStore], reserved: ReservedCapacity) -> None:
+        cfg, store, slurm, event = ctx.cfg, ctx.store, ctx.slurm, ctx.event
         self.cfg = cfg
         self.store = store
         self.slurm = slurm

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from slurmscale.audit import Event, Kind
+from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
 from slurmscale.daemon import edits
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
-from slurmscale.daemon.edits import SlurmEdits
+from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.ledger import Ledger, PoolNow
 from slurmscale.daemon.observe import QueueView, build_snapshot, fallback_rules, gang_jobs
 from slurmscale.hostlists import compress
@@ -33,7 +33,7 @@ from slurmscale.policy.standing import GangStanding, gang_standings
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.protocol import PassStore
+from slurmscale.store.protocol import LaunchStore, PassStore
 from slurmscale.store.rows import GraceRow
 
 if TYPE_CHECKING:
@@ -152,16 +152,16 @@ class CapacityPass:
     """`ledger`: records job starts/ends and capacity samples from this pass's reads (the
     daemon's; the simulator keeps its own accounts and passes none)."""
 
-    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, event: Event,
-                 ledger: Ledger | None = None) -> None:
+    def __init__(self, ctx: PassContext[LaunchStore], ledger: Ledger | None = None) -> None:
         from slurmscale.daemon.holds import HoldPass, LimitUseLearner
 
+        cfg, store = ctx.cfg, ctx.store
         self.cfg = cfg
         self.store = store
-        self.slurm = slurm
-        self.event = event
-        self.edits = SlurmEdits(slurm, event)
-        self.holds = HoldPass(cfg, store, slurm, event)
+        self.slurm = ctx.slurm
+        self.event = ctx.event
+        self.edits = ctx.edits
+        self.holds = HoldPass(cfg, store, ctx.slurm, ctx.event)
         self.limit_use = LimitUseLearner(cfg, store)
         self.view = QueueView()  # the queue as the passes saw it (arrivals, job views)
         self.plans_seen: dict[str, float] = {}  # pending gang -> earliest backfill plan

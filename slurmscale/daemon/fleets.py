@@ -15,9 +15,9 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
-from slurmscale.audit import Event, Kind
+from slurmscale.audit import Kind
 from slurmscale.cloud.eventbridge import Ec2Event, EventKind, aws_time
 from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
@@ -35,6 +35,7 @@ from slurmscale.config import (
     ReservationPreference,
 )
 from slurmscale.crashpoints import crash_point
+from slurmscale.daemon.context import PassContext
 from slurmscale.model import (
     INTERRUPTIBLE,
     CapacityReservation,
@@ -53,6 +54,8 @@ from slurmscale.policy.routing import (
     route_gang,
     take,
 )
+from slurmscale.store.protocol import ReconcileStore
+from slurmscale.store.rows import CapacityReservationRow
 
 log = logging.getLogger(__name__)
 
@@ -86,15 +89,15 @@ def gang_placement_group(cluster: str, gid: str) -> str:
 
 
 class ReservedCapacity:
-    """The pools' capacity reservations as EC2 last reported them."""
+    """The pools' capacity reservations as EC2 last reported them (each read recorded on
+    the store for status, plan, report and metrics)."""
 
-    def __init__(self, cfg: Config, cloud: CloudProvider, event: Event,
-                 on_read: Callable[[list[CapacityReservation], float], None] | None = None
-                 ) -> None:
+    def __init__(self, ctx: PassContext[ReconcileStore]) -> None:
+        cfg = ctx.cfg
         self.cfg = cfg
-        self.cloud = cloud
-        self.event = event
-        self.on_read = on_read  # e.g. record them for status, plan, report and metrics
+        self.cloud = ctx.cloud
+        self.event = ctx.event
+        self.store = ctx.store
         self.ids = sorted({i for p in cfg.pools if p.capacity_reservations
                            for i in p.capacity_reservations.ids})
         self._read_at: float | None = None
@@ -115,6 +118,19 @@ class ReservedCapacity:
         self.places: dict[str, NetworkPlace] = {}
         self._topology_failing = False
 
+
+    def _save(self, found: list[CapacityReservation], now: float) -> None:
+        """EC2's capacity reservations as last read, for status, plan and reports."""
+        pool_of = {i: p.name for p in self.cfg.pools if p.capacity_reservations
+                   for i in p.capacity_reservations.ids}
+
+        def at(t: float | None) -> datetime | None:
+            return None if t is None else datetime.fromtimestamp(t, UTC)
+        self.store.save_capacity_reservations([CapacityReservationRow(
+            id=r.id, pool=pool_of.get(r.id, ""), kind=r.reservation_type,
+            instance_type=r.instance_type, availability_zone=r.availability_zone,
+            total=r.total, available=r.available, state=r.state, start_at=at(r.start),
+            end_at=at(r.end), read_at=datetime.fromtimestamp(now, UTC)) for r in found])
     def reservations(self, now: float) -> dict[str, CapacityReservation]:
         """id -> reservation; those EC2 did not return are missing (an event says so once)."""
         if not self.ids:
@@ -149,8 +165,8 @@ class ReservedCapacity:
         self._by_id = {r.id: r for r in found}
         self._read_at = now
         self._read_places([i for i in self.topology_ids if i in self._by_id])
-        if self.on_read is not None and found:
-            self.on_read(found, now)
+        if found:
+            self._save(found, now)
         return self._by_id
 
     def _read_places(self, ids: list[str]) -> None:

@@ -32,12 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from slurmscale.audit import Event, Kind
+from slurmscale.audit import Kind
 from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, aws_time, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
-from slurmscale.config import INTERRUPTION_NOTICE_S, CapacityType, Config
+from slurmscale.config import INTERRUPTION_NOTICE_S, CapacityType
 from slurmscale.daemon import edits, scheduled
 from slurmscale.daemon.backoff import CapacityBackoff
+from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.drains import undrain
 from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.daemon.graces import Graces, Step, step
@@ -45,7 +46,7 @@ from slurmscale.lifecycles import GraceState
 from slurmscale.model import SlurmNode
 from slurmscale.policy.health import iso
 from slurmscale.slurm import reasons
-from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import (
@@ -107,10 +108,11 @@ EVACUATING = "evacuating"  # the store's timers of evacuated nodes waiting for t
 
 
 class InterruptionPass:
-    def __init__(self, cfg: Config, store: LaunchStore, slurm: SlurmClient,
-                 queue: EventQueue | None, event: Event, backoff: CapacityBackoff | None = None, *,
+    def __init__(self, ctx: PassContext[LaunchStore], queue: EventQueue | None,
+                 backoff: CapacityBackoff | None = None, *,
                  on_block: Callable[[Ec2Event, datetime], bool] | None = None,
                  reservations_changed: Callable[[], None] | None = None) -> None:
+        cfg, store, slurm, event = ctx.cfg, ctx.store, ctx.slurm, ctx.event
         self.cfg = cfg
         self.backoff = backoff
         self.store = store

@@ -14,15 +14,15 @@ from __future__ import annotations
 import logging
 import time
 
-from slurmscale.audit import Event, Kind
-from slurmscale.config import Config
+from slurmscale.audit import Kind
 from slurmscale.daemon import edits
 from slurmscale.daemon.capacity import PassPlan
-from slurmscale.daemon.edits import SlurmEdits
+from slurmscale.daemon.context import PassContext
 from slurmscale.hostlists import compress
 from slurmscale.policy.model import ActionKind
-from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.suspend_exc import parse, render
+from slurmscale.store.protocol import LaunchStore
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +42,11 @@ def kept_up(p: PassPlan) -> frozenset[str]:
 
 
 class KeepUpPass:
-    def __init__(self, cfg: Config, slurm: SlurmClient, event: Event) -> None:
-        self.slurm = slurm
-        self.event = event
-        self.edits = SlurmEdits(slurm, event)
-        self.pools = cfg.pools
+    def __init__(self, ctx: PassContext[LaunchStore]) -> None:
+        self.slurm = ctx.slurm
+        self.event = ctx.event
+        self.edits = ctx.edits
+        self.pools = ctx.cfg.pools
         self._unsupported_until = 0.0  # monotonic: no run-time SuspendExcNodes until then
 
     def _is_pool_node(self, name: str) -> bool:

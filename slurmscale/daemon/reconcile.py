@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from slurmscale import timeframe
 from slurmscale.audit import Kind
@@ -51,13 +50,13 @@ from slurmscale.daemon.requests import RequestPass
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.daemon.sweep import InstanceSweep
 from slurmscale.daemon.topology import TopologyPass
-from slurmscale.model import CapacityReservation, SlurmNode
+from slurmscale.model import SlurmNode
 from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.node_writes import NodeWrites
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.spool import RequestSource
 from slurmscale.store.protocol import ReconcileStore
-from slurmscale.store.rows import CapacityReservationRow, InstanceRow
+from slurmscale.store.rows import InstanceRow
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +96,13 @@ class Reconciler:
         # step); a simulated or test clock is both
         self.recorded_at: Clock = host_now if clock is utcnow else clock
         ctx = PassContext(cfg, store, slurm, cloud, clock, self.event)
-        self.capacity = CapacityPass(cfg, store, slurm, self.event, Ledger(
+        self.capacity = CapacityPass(ctx, Ledger(
             cfg, store, metrics.job_started if metrics else None, slurm.ended_jobs))
-        self.reserved = ReservedCapacity(cfg, cloud, self.event, self._save_reservations)
+        self.reserved = ReservedCapacity(ctx)
         # (an offering's AZ is its subnet's, read with the reservations' once)
-        self.backoff = CapacityBackoff(cfg, store, slurm, self.event, self.reserved.zones)
+        self.backoff = CapacityBackoff(ctx, self.reserved.zones)
         self.interruptions = InterruptionPass(
-            cfg, store, slurm, queue, self.event, self.backoff,
+            ctx, queue, self.backoff,
             on_block=self.reserved.block_event, reservations_changed=self.reserved.changed)
         fleets = GangFleets(cfg, cloud, client_token)
         self.addresses = NodeAddresses(ctx)
@@ -127,8 +126,8 @@ class Reconciler:
         self.topology = TopologyPass(ctx) if cfg.topology is not None else None
         self.boots = BootPass(ctx, fleets, self.addresses, metrics)
         self.health = HealthPass(ctx, self.interruptions, metrics)
-        self.blocks = BlockPass(cfg, store, slurm, self.reserved, self.event)
-        self.keep_up = KeepUpPass(cfg, slurm, self.event)
+        self.blocks = BlockPass(ctx, self.reserved)
+        self.keep_up = KeepUpPass(ctx)
         self.quarantine_reported: set[tuple[str, str]] = set()
         self.steps_reported = len(timeframe.FRAME.eras)
 
@@ -232,15 +231,3 @@ class Reconciler:
         self.addresses.reset_stale(nodes)
         self.addresses.keep(nodes, self.store.active_instances() if active is None else active)
 
-    def _save_reservations(self, found: list[CapacityReservation], now: float) -> None:
-        """EC2's capacity reservations as last read, for status, plan and reports."""
-        pool_of = {i: p.name for p in self.cfg.pools if p.capacity_reservations
-                   for i in p.capacity_reservations.ids}
-
-        def at(t: float | None) -> datetime | None:
-            return None if t is None else datetime.fromtimestamp(t, UTC)
-        self.store.save_capacity_reservations([CapacityReservationRow(
-            id=r.id, pool=pool_of.get(r.id, ""), kind=r.reservation_type,
-            instance_type=r.instance_type, availability_zone=r.availability_zone,
-            total=r.total, available=r.available, state=r.state, start_at=at(r.start),
-            end_at=at(r.end), read_at=datetime.fromtimestamp(now, UTC)) for r in found])

@@ -7,9 +7,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from slurmscale.audit import Event
 from slurmscale.cloud.protocol import CloudError, CloudInstance, FleetSpec, QueueMessage
-from slurmscale.config import Pool
+from slurmscale.config import Config, Pool
+from slurmscale.daemon.context import Clock, PassContext, utcnow
 from slurmscale.hostlists import expand
 from slurmscale.model import (
     CapacityReservation,
@@ -468,3 +471,11 @@ def slurm_down(directory: Path) -> Path:
         (down / tool).write_text("#!/bin/sh\necho 'slurm_load: down' >&2\nexit 1\n")
         (down / tool).chmod(0o755)
     return down
+
+
+def pass_context(cfg: Config, store: Any, slurm: Any, event: Event = lambda *_a, **_k: None,
+                 cloud: Any = None, clock: Clock | None = None) -> PassContext[Any]:
+    """What the Reconciler gives each pass (one constructor style), for a pass built alone:
+    EC2 a `FakeCloud` unless given, the daemon's clock unless given."""
+    return PassContext(cfg, store, slurm, FakeCloud() if cloud is None else cloud,
+                       utcnow if clock is None else clock, event)

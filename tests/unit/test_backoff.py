@@ -13,7 +13,7 @@ from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.model import SlurmNode
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
-from tests.support.fakes import FakeSlurm
+from tests.support.fakes import FakeSlurm, pass_context
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -49,7 +49,7 @@ def world(cfg):  # type: ignore[no-untyped-def]
                             reason="bad PSU [admin@x]"),
         "od-1": SlurmNode("od-1", "IDLE+CLOUD+POWERED_DOWN", "od-1", "od-1")})
     events: list[tuple[str, str]] = []
-    b = CapacityBackoff(cfg, store, slurm, lambda k, m, **_: events.append((k, m)))
+    b = CapacityBackoff(pass_context(cfg, store, slurm, lambda k, m, **_: events.append((k, m))))
     yield b, slurm, store, events
     store.close()
 

@@ -12,7 +12,7 @@ from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
-from tests.support.fakes import FakeSlurm
+from tests.support.fakes import FakeSlurm, pass_context
 from tests.unit.conftest import base_config
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -43,7 +43,8 @@ def governed(tmp_path):  # type: ignore[no-untyped-def]
                              [down(f"spot-{i}") for i in range(1, 9)] + [down("od-1"),
                                                                          down("od-2")]})
     events: list[tuple[str, str]] = []
-    cp = CapacityPass(cfg, store, slurm, lambda kind, msg, **_: events.append((kind, msg)))
+    cp = CapacityPass(pass_context(cfg, store, slurm,
+                                   lambda kind, msg, **_: events.append((kind, msg))))
     yield cp, slurm, store, events
     store.close()
 

@@ -27,7 +27,7 @@ from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.resume_file import ResumeFileError, parse_resume_file
 from slurmscale.spool import RequestKind
 from tests.support.eventbridge_messages import ec2_event
-from tests.support.fakes import FakeQueue, FakeSlurm
+from tests.support.fakes import FakeQueue, FakeSlurm, pass_context
 from tests.unit.conftest import base_config
 from tests.unit.test_interruptions import store_with_spot_instance
 
@@ -216,7 +216,7 @@ def test_any_sqs_message_is_consumed_without_touching_our_instances(
     slurm.queue = [QueueJob("42", ("gpu-spot",), 1, 8, 3600, "2026-11-29T11:00:00", "None",
                             100, "alice", "RUNNING", nodelist="spot-1")]
     q = FakeQueue(bodies=list(bodies))
-    p = InterruptionPass(cfg, store, slurm, q, lambda *_a, **_k: None)
+    p = InterruptionPass(pass_context(cfg, store, slurm), q)
     assert p.run(T0) == len(bodies)
     assert len(q.deleted) == len(bodies), "every message deleted: none loops forever"
     assert slurm.calls == [] and store.preemptions() == [], "no message was about i-...01"

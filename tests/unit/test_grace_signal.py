@@ -18,7 +18,7 @@ from slurmscale.model import SlurmNode
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.rows import GraceRow, utc
 from tests.support.eventbridge_messages import spot_warning
-from tests.support.fakes import FakeSlurm
+from tests.support.fakes import FakeSlurm, pass_context
 from tests.unit.test_interruptions import T0, spot_world
 
 MARGIN_S = 40.0
@@ -31,7 +31,8 @@ def graced(tmp_path):  # type: ignore[no-untyped-def]
     events: list[tuple[str, str]] = []
 
     def new_pass() -> InterruptionPass:  # (a daemon's, or the one after its restart)
-        return InterruptionPass(cfg, store, slurm, q, lambda k, m, **_: events.append((k, m)))
+        return InterruptionPass(pass_context(cfg, store, slurm,
+                                             lambda k, m, **_: events.append((k, m))), q)
     yield new_pass, slurm, q, store, events
     store.close()
 

@@ -198,7 +198,7 @@ def _world(tmp_path, grace_s: float = 0, **spot_pool: object):  # type: ignore[n
     ctx = PassContext(cfg, store, slurm, cloud, lambda: now[0],
                       lambda k, m, **_: events.append((k, m)))
     q = FakeQueue()
-    ip = InterruptionPass(cfg, store, slurm, q, ctx.event)
+    ip = InterruptionPass(ctx, q)
     hp = HealthPass(ctx, ip)
     return hp, ip, slurm, cloud, store, events, now, q
 
@@ -317,7 +317,7 @@ def test_a_standby_drains_for_the_aws_health_message_the_leader_read(world) -> N
                                    "2026-11-30T12:00:00Z", "Wed, 02 Dec 2026 12:00:00 GMT"))
     assert ip.run(T0) == 1 and q.deleted == ["0"]
     assert "DRAIN" not in slurm.table["spot-1"].flags and set(store.timers(SCHEDULED)) == {IID}
-    standby = HealthPass(hp.ctx, InterruptionPass(hp.ctx.cfg, store, slurm, None, hp.ctx.event))
+    standby = HealthPass(hp.ctx, InterruptionPass(hp.ctx, None))
     standby.run(slurm.nodes(), None)
     n = slurm.table["spot-1"]
     assert "DRAIN" in n.flags and "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED" in n.reason

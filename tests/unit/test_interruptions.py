@@ -21,7 +21,7 @@ from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
 from slurmscale.store.rows import InstanceRow
 from tests.support.eventbridge_messages import ec2_event
-from tests.support.fakes import FakeQueue, FakeSlurm
+from tests.support.fakes import FakeQueue, FakeSlurm, pass_context
 from tests.unit.conftest import base_config
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -95,7 +95,8 @@ def spot_world(tmp_path, **pool: object):  # type: ignore[no-untyped-def]
 def world(tmp_path):  # type: ignore[no-untyped-def]
     cfg, store, slurm, q = spot_world(tmp_path, fallback_pool="gpu-od")
     events: list[tuple[str, str]] = []
-    p = InterruptionPass(cfg, store, slurm, q, lambda k, m, **_: events.append((k, m)))
+    p = InterruptionPass(pass_context(cfg, store, slurm,
+                                      lambda k, m, **_: events.append((k, m))), q)
     yield p, slurm, q, store, events
     store.close()
 
@@ -180,8 +181,8 @@ def test_a_standby_that_takes_over_mid_wait_powers_the_node_down_when_the_leader
     q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
     p.run(T0)
     assert q.deleted == ["0"] and not slurm.powered_down
-    standby = InterruptionPass(p.cfg, store, slurm, FakeQueue(),
-                               lambda k, m, **_: events.append((k, m)))
+    standby = InterruptionPass(pass_context(p.cfg, store, slurm,
+                                            lambda k, m, **_: events.append((k, m))), FakeQueue())
     standby.run(T0 + timedelta(seconds=COMPLETING_WAIT_S - 1))
     assert not slurm.powered_down, "not before the leader would have"
     standby.run(T0 + timedelta(seconds=COMPLETING_WAIT_S))
@@ -272,7 +273,8 @@ def test_warnings_put_the_spot_pool_in_capacity_backoff_once(world) -> None:  # 
     from slurmscale.daemon.backoff import CapacityBackoff
 
     p, slurm, q, store, events = world
-    p.backoff = CapacityBackoff(p.cfg, store, slurm, lambda k, m, **_: events.append((k, m)))
+    p.backoff = CapacityBackoff(pass_context(p.cfg, store, slurm,
+                                              lambda k, m, **_: events.append((k, m))))
     store.add_instances([InstanceRow(instance_id="i-0000000000000002", node="spot-2",
                                      pool="gpu-spot", gang_id="g", instance_type="p5.48xlarge",
                                      lifecycle="spot", launch_template_version="3",
@@ -296,7 +298,8 @@ def test_the_pools_powered_down_nodes_are_held_before_the_jobs_are_requeued(worl
     from slurmscale.daemon.backoff import CapacityBackoff
 
     p, slurm, q, store, events = world
-    p.backoff = CapacityBackoff(p.cfg, store, slurm, lambda k, m, **_: events.append((k, m)))
+    p.backoff = CapacityBackoff(pass_context(p.cfg, store, slurm,
+                                              lambda k, m, **_: events.append((k, m))))
     for i in range(2, 5):
         slurm.table[f"spot-{i}"] = SlurmNode(f"spot-{i}", "IDLE+CLOUD+POWERED_DOWN",
                                              f"spot-{i}", f"spot-{i}")

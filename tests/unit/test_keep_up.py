@@ -14,7 +14,7 @@ from slurmscale.hostlists import compress
 from slurmscale.model import SlurmNode
 from slurmscale.policy.reservations import Hold
 from slurmscale.store.repo import Store
-from tests.support.fakes import FakeSlurm
+from tests.support.fakes import FakeSlurm, pass_context
 from tests.unit.conftest import base_config
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -39,7 +39,8 @@ def _world(tmp_path, suspend_exc: str | None):  # type: ignore[no-untyped-def]
 
     def event(kind: str, msg: str, **_: object) -> None:
         events.append((kind, msg))
-    return CapacityPass(cfg, store, slurm, event), KeepUpPass(cfg, slurm, event), slurm, events
+    ctx = pass_context(cfg, store, slurm, event)
+    return CapacityPass(ctx), KeepUpPass(ctx), slurm, events
 
 
 def test_min_nodes_are_kept_up_and_the_admins_part_stays(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -40,3 +40,34 @@ def test_the_rule_sees_the_composition_roots_adapters() -> None:
     got = _imports(PKG / "daemon" / "service.py")
     assert {"slurmscale.cloud.ec2", "slurmscale.cloud.route53",
             "slurmscale.slurm.cli_backend"} <= got
+
+
+# infrastructure the Reconciler wraps the outside in (not passes): built from it, not from
+# the context
+NOT_PASSES = {"PassTimes", "CallFailures", "NodeWrites", "_Through"}
+
+
+def test_every_part_of_the_loop_takes_the_pass_context_first() -> None:
+    """One constructor style (issue 44): every pass and part of the reconcile loop the
+    Reconciler builds is given the one `PassContext` first, then the other parts it works
+    with, at construction (none is wired to another afterwards)."""
+    import inspect
+
+    from slurmscale.config_file import parse_config
+    from slurmscale.daemon.reconcile import Reconciler
+    from slurmscale.store.memory import MemoryStore
+    from tests.support.fakes import FakeCloud, FakeSlurm
+    from tests.unit.conftest import base_config
+
+    d = base_config()
+    d["dns"] = {"hosted_zone_id": "Z0123456789ABCDEFGHIJ", "domain": "cluster.internal"}
+    d["topology"] = {}
+    r = Reconciler(parse_config(d), MemoryStore(), FakeSlurm(), FakeCloud(),
+                   dns_zone=object())  # type: ignore[arg-type]
+    parts = {k: type(v) for k, v in vars(r).items()
+             if type(v).__module__.startswith("slurmscale.daemon.")
+             and type(v).__name__ not in NOT_PASSES}
+    assert {"capacity", "interruptions", "sweep", "health", "blocks", "keep_up", "names",
+            "topology", "reserved", "backoff"} <= parts.keys(), parts
+    firsts = {k: next(iter(inspect.signature(t).parameters), None) for k, t in parts.items()}
+    assert {k: p for k, p in firsts.items() if p != "ctx"} == {}

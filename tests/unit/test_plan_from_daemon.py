@@ -101,7 +101,7 @@ def test_the_daemon_serves_its_last_pass_once_per_pass(tmp_path) -> None:  # typ
     from slurmscale.daemon.capacity import CapacityPass
     from slurmscale.daemon.service import Daemon
     from slurmscale.model import QueueJob, SlurmNode
-    from tests.support.fakes import FakeSlurm
+    from tests.support.fakes import FakeSlurm, pass_context
     from tests.unit.conftest import base_config
 
     cfg = parse_config(base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}"))
@@ -114,7 +114,7 @@ def test_the_daemon_serves_its_last_pass_once_per_pass(tmp_path) -> None:  # typ
                                  for i in range(1, 9)})
         slurm.queue.append(QueueJob("77", ("gpu-spot",), 4, 8, 3600, "2026-11-29T11:00:00",
                                     "Resources", 100, "alice", "PENDING"))
-        cp = CapacityPass(cfg, d.store, slurm, lambda *_a, **_k: None)
+        cp = CapacityPass(pass_context(cfg, d.store, slurm))
         d.reconciler = SimpleNamespace(capacity=cp, slurm=slurm)  # type: ignore[assignment]
         assert d._plan(None)[0] == 503  # no pass yet
         now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -22,7 +22,7 @@ from slurmscale.policy.reservations import (
     plan_holds,
 )
 from slurmscale.store.repo import Store
-from tests.support.fakes import FakeSlurm
+from tests.support.fakes import FakeSlurm, pass_context
 from tests.unit.conftest import base_config
 
 K = ReservationKnobs(accumulate_after_s=600, hold_budget_gpu_hours=10, max_hold_s=3600)
@@ -188,7 +188,8 @@ def capped(tmp_path):  # type: ignore[no-untyped-def]
           for i in range(1, 5)]]
     slurm.resv["maint"] = SlurmReservation("maint", ("od-2",), ("admin",))
     events: list[tuple[str, str]] = []
-    cp = CapacityPass(cfg, store, slurm, lambda kind, msg, **_: events.append((kind, msg)))
+    cp = CapacityPass(pass_context(cfg, store, slurm,
+                                   lambda kind, msg, **_: events.append((kind, msg))))
     yield cp, slurm, store, events
     store.close()
 
@@ -219,7 +220,7 @@ def test_the_daemon_holds_drains_attaches_and_releases_leaving_admin_reservation
     assert store.hold("slurmscale-gang-500").state == "releasing"
     # a restarted daemon (new pass objects, same store) finishes the job once it is allowed
     slurm.queue, slurm.busy_reservations = [], set()
-    cp2 = CapacityPass(cp.cfg, store, slurm, cp.event)
+    cp2 = CapacityPass(pass_context(cp.cfg, store, slurm, cp.event))
     cp2.run(T0.replace(minute=7))
     assert "slurmscale-gang-500" not in slurm.resv
     assert store.hold("slurmscale-gang-500").state == "released"
