@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -41,6 +40,7 @@ from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.drains import undrain
 from slurmscale.daemon.edits import SlurmEdits
+from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.daemon.graces import Graces, Step, step
 from slurmscale.lifecycles import GraceState
 from slurmscale.model import SlurmNode
@@ -109,9 +109,10 @@ EVACUATING = "evacuating"  # the store's timers of evacuated nodes waiting for t
 
 class InterruptionPass:
     def __init__(self, ctx: PassContext[LaunchStore], queue: EventQueue | None,
-                 backoff: CapacityBackoff | None = None, *,
-                 on_block: Callable[[Ec2Event, datetime], bool] | None = None,
-                 reservations_changed: Callable[[], None] | None = None) -> None:
+                 backoff: CapacityBackoff | None = None,
+                 reserved: ReservedCapacity | None = None) -> None:
+        """`reserved`: the pools' capacity reservations as read from EC2 (a Capacity Block's
+        events go there; an interruptible reservation reclaimed has them read again)."""
         cfg, store, slurm, event = ctx.cfg, ctx.store, ctx.slurm, ctx.event
         self.cfg = cfg
         self.backoff = backoff
@@ -128,10 +129,7 @@ class InterruptionPass:
         # evacuated nodes whose power-down waits for Slurm to finish completing their jobs
         # (the store's, read at the first need: a standby that took over finishes them)
         self._evacuating: dict[str, Evacuating] | None = None
-        # Capacity Block events go there (the blocks as read from EC2): True once acted on
-        self.on_block = on_block
-        # an interruptible reservation reclaimed: the reservations are read again
-        self.reservations_changed = reservations_changed
+        self.reserved = reserved
 
     def run(self, now: datetime) -> int:
         """Handle what is queued now; returns the number of messages read. SQS delivers at
@@ -175,7 +173,7 @@ class InterruptionPass:
     def _handle(self, ev: Ec2Event, now: datetime) -> bool:
         """True once the event was acted on or is moot; False: try again later."""
         if ev.kind in (EventKind.BLOCK_DELIVERED, EventKind.BLOCK_EXPIRING):
-            return True if self.on_block is None else self.on_block(ev, now)
+            return True if self.reserved is None else self.reserved.block_event(ev, now)
         inst = self.store.instance(ev.instance_id)
         if inst is None:
             self.event(Kind.EVENT_DROPPED, f"{ev.kind.value} for {ev.instance_id}: not an "
@@ -193,8 +191,8 @@ class InterruptionPass:
                 why, cause = Why.INTERRUPTED, PreemptionCause.INTERRUPTED
                 if ev.kind is EventKind.RESERVATION_INTERRUPTION:
                     why, cause = Why.RECLAIMED, PreemptionCause.RECLAIMED
-                    if self.reservations_changed is not None:
-                        self.reservations_changed()  # (read again: its free count fell)
+                    if self.reserved is not None:
+                        self.reserved.changed()  # (read again: its free count fell)
                 reason = reasons.reason(why, f"{ev.time} ({ev.action or 'terminate'})")
                 self._reclaimed(inst, now)
                 issued = aws_time(ev.time)

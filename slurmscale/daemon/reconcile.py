@@ -101,9 +101,7 @@ class Reconciler:
         self.reserved = ReservedCapacity(ctx)
         # (an offering's AZ is its subnet's, read with the reservations' once)
         self.backoff = CapacityBackoff(ctx, self.reserved.zones)
-        self.interruptions = InterruptionPass(
-            ctx, queue, self.backoff,
-            on_block=self.reserved.block_event, reservations_changed=self.reserved.changed)
+        self.interruptions = InterruptionPass(ctx, queue, self.backoff, self.reserved)
         fleets = GangFleets(cfg, cloud, client_token)
         self.addresses = NodeAddresses(ctx)
         # (its delay on the store: a standby waits out the leader's)
