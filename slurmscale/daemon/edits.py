@@ -29,15 +29,14 @@ each outcome).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
 
 from slurmscale.audit import Event, Kind
 from slurmscale.hostlists import compress
 from slurmscale.policy.blocks import at
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.store.protocol import TimerStore
 
 log = logging.getLogger(__name__)
 
@@ -105,22 +104,15 @@ REFUSED = "refused-edit"
 SAID_BY_PASS = frozenset({EditKind.UNHOLD})
 
 
-class RefusalStore(Protocol):
-    """The store's timers, where the held-off edits' refusals are kept."""
-
-    def timers(self, kind: str) -> dict[str, float]: ...
-
-    def put_timers(self, kind: str, since: Mapping[str, float],
-                   notes: Mapping[str, str] | None = None) -> None: ...
-
-
 @dataclass(frozen=True)
 class Edit:
     """One change to Slurm. `nodes`: the nodes it edits (drain, undrain, power down, a
     reservation's) or the node a job's edit is about (the event's node); `job`: the job
     (requeue, move, attach; a reservation's job); `reason`: the drain or power-down reason;
     `partitions`: where a moved job may run; `reservation`, `users`, `duration_s`: a
-    reservation's; `said`: the audit event once Slurm took it (None: the pass says it)."""
+    reservation's (`start`, `end`: a closed window's); `partition`: the one set UP;
+    `value`: SuspendExcNodes' new value; `said`: the audit event once Slurm took it (None:
+    the pass says it)."""
 
     kind: EditKind
     nodes: tuple[str, ...] = ()
@@ -264,7 +256,7 @@ class SlurmEdits:
     same held-off edit is still in its wait (`store`: where those waits are kept; needed
     for the `HELD_OFF` kinds)."""
 
-    def __init__(self, slurm: SlurmClient, event: Event, store: RefusalStore | None = None
+    def __init__(self, slurm: SlurmClient, event: Event, store: TimerStore | None = None
                  ) -> None:
         self.slurm = slurm
         self.event = event

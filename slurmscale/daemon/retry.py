@@ -9,21 +9,12 @@ answers clears it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+
+from slurmscale.store.protocol import TimerStore
 
 RETRY = "ec2-retry"  # the store's timers of the endpoint's retry delay
 SUBJECT = "ec2"
-
-
-class RetryStore(Protocol):
-    def timers(self, kind: str) -> dict[str, float]: ...
-
-    def timer_notes(self, kind: str) -> dict[str, str]: ...
-
-    def put_timers(self, kind: str, since: Mapping[str, float],
-                   notes: Mapping[str, str] | None = None) -> None: ...
 
 
 @dataclass
@@ -33,7 +24,7 @@ class EndpointRetry:
 
     base_s: float
     cap_s: float = 60.0
-    store: RetryStore | None = field(default=None, repr=False)
+    store: TimerStore | None = field(default=None, repr=False)
     failures: int = 0
     until: float = 0.0
     _loaded: bool = field(default=False, repr=False)

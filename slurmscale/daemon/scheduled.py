@@ -10,26 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from typing import Protocol
 
 from slurmscale.model import ScheduledEvent
+from slurmscale.store.protocol import TimerStore
 
 log = logging.getLogger(__name__)
 
 SCHEDULED = "scheduled-event"
 
 
-class ScheduledStore(Protocol):
-    def timers(self, kind: str) -> dict[str, float]: ...
-
-    def timer_notes(self, kind: str) -> dict[str, str]: ...
-
-    def put_timers(self, kind: str, since: Mapping[str, float],
-                   notes: Mapping[str, str] | None = None) -> None: ...
-
-
-def heard(store: ScheduledStore, instance_id: str, ev: ScheduledEvent, at: float) -> None:
+def heard(store: TimerStore, instance_id: str, ev: ScheduledEvent, at: float) -> None:
     """Keep AWS Health's change `ev` for `instance_id` (heard at `at`)."""
     since, notes = store.timers(SCHEDULED), store.timer_notes(SCHEDULED)
     since[instance_id] = at
@@ -38,7 +28,7 @@ def heard(store: ScheduledStore, instance_id: str, ev: ScheduledEvent, at: float
     store.put_timers(SCHEDULED, since, notes)
 
 
-def known(store: ScheduledStore) -> dict[str, ScheduledEvent]:
+def known(store: TimerStore) -> dict[str, ScheduledEvent]:
     """The changes heard, by instance; a note that cannot be read is dropped with a warning
     (the instance status read names the change too, if EC2 lists it)."""
     out = {}
@@ -54,7 +44,7 @@ def known(store: ScheduledStore) -> dict[str, ScheduledEvent]:
     return out
 
 
-def keep_only(store: ScheduledStore, running: set[str]) -> None:
+def keep_only(store: TimerStore, running: set[str]) -> None:
     """Forget the changes of instances no longer running (and any unreadable one of them)."""
     since = store.timers(SCHEDULED)
     if since.keys() - running:

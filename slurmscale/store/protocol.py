@@ -86,7 +86,26 @@ class PassStore(Protocol):
     def active_instances(self, nodes: Iterable[str] | None = None) -> list[InstanceRow]: ...
 
 
-class LaunchStore(PassStore, Protocol):
+class TimerStore(Protocol):
+    """The waits a pass keeps on rows (table `timers`: kind, subject, since, note), so that a
+    standby that takes over decides what the leader would have."""
+
+    def timers(self, kind: str) -> dict[str, float]:
+        """subject -> since when (Unix seconds), of the timers of this kind."""
+        ...
+
+    def put_timers(self, kind: str, since: Mapping[str, float],
+                   notes: Mapping[str, str] | None = None) -> None:
+        """The timers of this kind are these, and only these (the others are ended); `notes`:
+        subject -> the pass's own note of that wait (none: no note)."""
+        ...
+
+    def timer_notes(self, kind: str) -> dict[str, str]:
+        """subject -> note, of the timers of this kind that have one."""
+        ...
+
+
+class LaunchStore(PassStore, TimerStore, Protocol):
     """What carrying out Slurm's requests needs besides (`daemon/requests.py`, `launch.py`):
     the requests themselves, gangs, and the instances launched and terminated."""
 
@@ -115,19 +134,6 @@ class LaunchStore(PassStore, Protocol):
 
     def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]: ...
 
-    def timers(self, kind: str) -> dict[str, float]:
-        """subject -> since when (Unix seconds), of the timers of this kind."""
-        ...
-
-    def put_timers(self, kind: str, since: Mapping[str, float],
-                   notes: Mapping[str, str] | None = None) -> None:
-        """The timers of this kind are these, and only these (the others are ended); `notes`:
-        subject -> the pass's own note of that wait (none: no note)."""
-        ...
-
-    def timer_notes(self, kind: str) -> dict[str, str]:
-        """subject -> note, of the timers of this kind that have one."""
-        ...
 
 
 class ReconcileStore(LaunchStore, Protocol):
