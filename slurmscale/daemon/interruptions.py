@@ -105,6 +105,7 @@ class Evacuating:
 
 
 EVACUATING = "evacuating"  # the store's timers of evacuated nodes waiting for their power-down
+EVACUATED = "evacuated"  # the store's timers of instances evacuated and powered down
 
 
 class InterruptionPass:
@@ -123,9 +124,10 @@ class InterruptionPass:
         self.edits = SlurmEdits(slurm, event)  # (every Slurm edit of this pass goes there)
         # jobs signalled before their requeue (a pool's grace_signal)
         self.graces = Graces(cfg, store, slurm, event)
-        # Instances already evacuated: the store calls them running until the suspend hook
-        # has terminated them, and neither a late event nor the sweep may requeue twice.
-        self.evacuated: set[str] = set()
+        # Instances already evacuated (powered down): the store calls them running until the
+        # suspend hook has terminated them, and neither a late event nor the sweep may
+        # evacuate them twice (the store's, read at the first need: a standby's too)
+        self._evacuated: dict[str, float] | None = None
         # evacuated nodes whose power-down waits for Slurm to finish completing their jobs
         # (the store's, read at the first need: a standby that took over finishes them)
         self._evacuating: dict[str, Evacuating] | None = None
@@ -229,7 +231,7 @@ class InterruptionPass:
         for inst in active:
             found = by_id.get(inst.instance_id)
             if (inst.state != "running" or found is None or found.state not in GONE_STATES
-                    or inst.instance_id in self.evacuated):
+                    or inst.instance_id in self.evacuated()):
                 continue
             why = found.state_reason or "no reason given"
             if why == SPOT_RECLAIM:
@@ -269,7 +271,7 @@ class InterruptionPass:
         each job gets the signal instead of the requeue, and `settle_graces` requeues it at
         the deadline less the margin if it is still there (`requeued`: how many it did, for
         the node's event)."""
-        if inst.instance_id in self.evacuated:
+        if inst.instance_id in self.evacuated():
             return True
         node = inst.node
         # The jobs first: draining a node that is still powering up makes Slurm requeue its
@@ -304,6 +306,24 @@ class InterruptionPass:
                             if was is None else replace(was, jobs=was.jobs + requeued))
         self._keep_evacuating()
         return node not in self.power_down_evacuated(now)
+
+    def evacuated(self) -> dict[str, float]:
+        """The instances evacuated and powered down (-> when), as on the store (read once,
+        then kept and written through)."""
+        if self._evacuated is None:
+            self._evacuated = self.store.timers(EVACUATED)
+        return self._evacuated
+
+    def _mark_evacuated(self, instance_id: str, now: datetime) -> None:
+        """One more instance evacuated; those the store no longer has running (the suspend
+        hook terminated them) are over."""
+        done = self.evacuated()
+        done[instance_id] = now.timestamp()
+        for iid in [i for i in done if i != instance_id]:
+            row = self.store.instance(iid)
+            if row is None or row.state != "running":
+                del done[iid]
+        self.store.put_timers(EVACUATED, done)
 
     def evacuating(self) -> dict[str, Evacuating]:
         """The nodes waiting for their power-down, as on the store (read once, then kept and
@@ -414,7 +434,7 @@ class InterruptionPass:
                 continue
             done.append(node)
             del evacuating[node]
-            self.evacuated.add(ev.instance_id)
+            self._mark_evacuated(ev.instance_id, now)
             self.event(Kind.NODE_EVACUATED, f"{node} ({ev.instance_id}): {ev.reason}; "
                        f"{ev.jobs} job(s) requeued, node powered down"
                        + (f" ({waited:.0f}s later: its jobs were completing there)"

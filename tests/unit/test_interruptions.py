@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -267,6 +267,36 @@ def test_an_instance_gone_without_notice_is_found_by_the_sweep_once(world) -> No
     # an instance the store does not know, or that EC2 no longer lists, is left alone
     assert p.sweep([CloudInstance("i-00000000000000ff", "terminated", {})], T0,
                    store.active_instances()) == 0
+
+
+def test_a_standby_does_not_evacuate_again_what_the_leader_evacuated(world) -> None:  # type: ignore[no-untyped-def]
+    """The leader evacuated the node (requeued, powered down) and died before the suspend hook
+    terminated its instance: the store still says running. The warning delivered again (SQS
+    delivers at least once) and EC2 reporting the instance gone reach the standby: the
+    evacuation is on the store, so nothing is drained, powered down or said a second time;
+    once the instance is terminated the row goes."""
+    from slurmscale.daemon.interruptions import EVACUATED
+
+    p, slurm, q, store, events = world
+    q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
+    p.run(T0)
+    calls, said = len(slurm.calls), len(events)
+    assert [k for k, _ in events].count("node_evacuated") == 1
+    assert set(store.timers(EVACUATED)) == {"i-0000000000000001"}
+    again = FakeQueue()
+    again.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
+    standby = InterruptionPass(pass_context(p.cfg, store, slurm,
+                                            lambda k, m, **_: events.append((k, m))), again)
+    standby.run(T0 + timedelta(seconds=30))
+    gone = CloudInstance("i-0000000000000001", "terminated", {},
+                         state_reason="Server.SpotInstanceTermination")
+    assert standby.sweep([gone], T0, store.active_instances()) == 0
+    assert len(slurm.calls) == calls and len(events) == said, events[said:]
+    assert again.deleted == ["0"]  # (handled: moot)
+    # the suspend hook terminates it; the next evacuation's write drops the row
+    store.mark_terminated(["i-0000000000000001"], T0)
+    standby._mark_evacuated("i-0000000000000002", T0)
+    assert set(store.timers(EVACUATED)) == {"i-0000000000000002"}
 
 
 def test_warnings_put_the_spot_pool_in_capacity_backoff_once(world) -> None:  # type: ignore[no-untyped-def]
