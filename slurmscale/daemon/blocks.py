@@ -45,8 +45,6 @@ from slurmscale.store.rows import CapacityReservationRow, PreemptionCause, utc
 log = logging.getLogger(__name__)
 
 
-
-
 def _owner() -> str:
     try:
         return pwd.getpwuid(os.geteuid()).pw_name

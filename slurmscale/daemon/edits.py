@@ -4,13 +4,12 @@ A pass says what it wants done to Slurm as an `Edit` (drain, undrain, power down
 job, move a job to other partitions; create a hold's reservation, set its nodes, point its job
 at it, take it out and delete the reservation; create or set a Capacity Block's closed
 window, delete a reservation, set a block partition UP; set SuspendExcNodes) and hands it to
-`SlurmEdits.apply`,
-which makes the call and says its outcome once: the edit's own audit event when Slurm took
-it, the kind's failure event when it refused (`FAILED`: slurm_update_failed,
-requeue_failed, steer_failed, reservation_failed). Each kind
-has one error policy here, not one per call site: a refused requeue of a job Slurm has already
-made pending (it requeues a configuring job itself when its booting node is drained) counts
-as done, and so does a refused detach; a refused edit of the `HELD_OFF` kinds is not sent
+`SlurmEdits.apply`, which makes the call and says its outcome once: the edit's own audit
+event when Slurm took it, the kind's failure event when it refused (`FAILED`:
+slurm_update_failed, requeue_failed, steer_failed, reservation_failed). Each kind has one
+error policy here, not one per call site: a refused requeue of a job Slurm has already made
+pending (it requeues a configuring job itself when its booting node is drained) counts as
+done, and so does a refused detach; a refused edit of the `HELD_OFF` kinds is not sent
 again, the same, before RETRY_REFUSED_S, its wait kept on the store's rows (a standby waits
 out the leader's); a hold's refused delete is said by the hold planner (`SAID_BY_PASS`:
 "release pending", once, then retried quietly each pass while its job runs there). So a
@@ -52,9 +51,6 @@ class EditKind(StrEnum):
     RESERVE = "create"  # a hold's reservation: from now, for a duration, for its users
     RESERVE_NODES = "extend"  # a reservation's whole node list (22.05 refuses Nodes+=)
     ATTACH = "attach"  # a pending job pointed at a reservation
-    # A Capacity Block pool's closed window (a reservation from `start` to `end`, over the
-    # pool's nodes): created, or its span and nodes set; any reservation deleted; a block
-    # partition set UP. Refused, the same edit is held off for RETRY_REFUSED_S (`HELD_OFF`).
     # A hold's reservation let go: its pending job taken out of it (a refusal is no failure:
     # the job runs in it, or is gone, and the delete says which), then the reservation
     # deleted (a refusal is said by the hold planner: "release pending", retried each pass
@@ -63,6 +59,9 @@ class EditKind(StrEnum):
     UNHOLD = "delete hold"
     # slurmctld's SuspendExcNodes set (`value`: the whole list, the admin's entries kept)
     SUSPEND_EXC = "SuspendExcNodes"
+    # A Capacity Block pool's closed window (a reservation from `start` to `end`, over the
+    # pool's nodes): created, or its span and nodes set; any reservation deleted; a block
+    # partition set UP. Refused, the same edit is held off for RETRY_REFUSED_S (`HELD_OFF`).
     WINDOW = "create window"
     WINDOW_SET = "update window"
     UNRESERVE = "delete"

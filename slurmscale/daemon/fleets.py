@@ -118,7 +118,6 @@ class ReservedCapacity:
         self.places: dict[str, NetworkPlace] = {}
         self._topology_failing = False
 
-
     def _save(self, found: list[CapacityReservation], now: float) -> None:
         """EC2's capacity reservations as last read, for status, plan and reports."""
         pool_of = {i: p.name for p in self.cfg.pools if p.capacity_reservations
@@ -131,6 +130,7 @@ class ReservedCapacity:
             instance_type=r.instance_type, availability_zone=r.availability_zone,
             total=r.total, available=r.available, state=r.state, start_at=at(r.start),
             end_at=at(r.end), read_at=datetime.fromtimestamp(now, UTC)) for r in found])
+
     def reservations(self, now: float) -> dict[str, CapacityReservation]:
         """id -> reservation; those EC2 did not return are missing (an event says so once)."""
         if not self.ids:

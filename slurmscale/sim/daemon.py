@@ -186,9 +186,9 @@ class DaemonDriver:
     def step(self, now: float, paid: frozenset[str] = frozenset()) -> None:
         """The daemon's timer pass at trace time `now`; `paid`: the nodes the engine runs in
         paid capacity by its own model (the daemon knows those it launched into the ODCR
-        from their instances). EventBridge's messages queued since are read by it, ten a pass, and
-        the passes that follow at once while messages are left (as the daemon's next pass
-        comes sooner when there is work)."""
+        from their instances). EventBridge's messages queued since are read by it, ten a
+        pass, and the passes that follow at once while messages are left (as the daemon's
+        next pass comes sooner when there is work)."""
         self.store.paid = paid
         self._tick(now)
         left = len(self.queue.messages)
