@@ -108,11 +108,9 @@ class HealthPass:
         leader, or the one before: they are on the store), their nodes drained on this pass
         (not at the next status read); those of instances gone are forgotten."""
         running = {i.instance_id for i in rows if i.state == "running"}
-        heard = scheduled.known(self.ctx.store)
-        for iid, ev in heard.items():
-            if iid in running and iid not in self.watch.announced:  # (once: as it came)
+        for iid, ev in scheduled.known(self.ctx.store, running).items():
+            if iid not in self.watch.announced:  # (once: as it came)
                 self.watch.heard(iid, ev)
-        scheduled.keep_only(self.ctx.store, running)
 
     def _read_statuses(self, t: float) -> None:
         every = self.cfg.status_interval_s

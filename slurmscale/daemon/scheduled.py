@@ -28,11 +28,15 @@ def heard(store: TimerStore, instance_id: str, ev: ScheduledEvent, at: float) ->
     store.put_timers(SCHEDULED, since, notes)
 
 
-def known(store: TimerStore) -> dict[str, ScheduledEvent]:
-    """The changes heard, by instance; a note that cannot be read is dropped with a warning
-    (the instance status read names the change too, if EC2 lists it)."""
+def known(store: TimerStore, running: set[str]) -> dict[str, ScheduledEvent]:
+    """The changes heard for the `running` instances (one read of the store a pass); those of
+    instances no longer running are forgotten. A note that cannot be read is dropped with a
+    warning (the instance status read names the change too, if EC2 lists it)."""
+    notes = store.timer_notes(SCHEDULED)
     out = {}
-    for iid, note in store.timer_notes(SCHEDULED).items():
+    for iid, note in notes.items():
+        if iid not in running:
+            continue
         try:
             d = json.loads(note)
             nb = d["not_before"]
@@ -41,13 +45,8 @@ def known(store: TimerStore) -> dict[str, ScheduledEvent]:
         except (ValueError, TypeError, KeyError):
             log.warning("scheduled change for %s unreadable on the store (%r): dropped", iid,
                         note)
-    return out
-
-
-def keep_only(store: TimerStore, running: set[str]) -> None:
-    """Forget the changes of instances no longer running (and any unreadable one of them)."""
-    since = store.timers(SCHEDULED)
-    if since.keys() - running:
-        notes = store.timer_notes(SCHEDULED)
+    if notes.keys() - running:  # (every change is written with its note)
+        since = store.timers(SCHEDULED)
         store.put_timers(SCHEDULED, {k: v for k, v in since.items() if k in running},
                          {k: v for k, v in notes.items() if k in running})
+    return out
