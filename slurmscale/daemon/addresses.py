@@ -4,21 +4,21 @@ at its own name once it is gone, whatever failed in between (slurmctld down duri
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_NODE, CloudError
 from slurmscale.config import AddressSource
+from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext, launched
+from slurmscale.daemon.edits import Edit
+from slurmscale.daemon.effects import Together
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus
 from slurmscale.model import LaunchedInstance, SlurmNode
-from slurmscale.slurm.protocol import SlurmError
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow
-
-log = logging.getLogger(__name__)
 
 TAG_THREADS = 8  # CreateTags in flight at once for one gang
 _RELEASING = frozenset({"POWERED_DOWN", "POWERING_DOWN"})
@@ -51,41 +51,26 @@ class NodeAddresses:
         if not pairs:
             return
         if address:
-            for node, addr, e in self.set_all([(node, *c.address(node, inst))
-                                               for node, inst in pairs]):
-                c.event(Kind.SLURM_UPDATE_FAILED, f"{node} nodeaddr={addr}: {e}", node=node,
-                        gang_id=gid)
+            self.set_all([(node, *c.address(node, inst)) for node, inst in pairs], gang=gid)
         self.set_instances([(node, inst.instance_id, inst.instance_type)
                             for node, inst in pairs])
 
     def set_instances(self, entries: list[tuple[str, str, str]]) -> None:
         """Slurm's node record says which instance backs each node (23.02+; `scontrol show
         node` InstanceId/InstanceType): informational, so a refusal is logged, not an event."""
-        try:
-            self.ctx.slurm.set_node_instances(entries)
-        except SlurmError as e:
-            log.warning("cannot write instance ids of %s: %s",
-                        compress([n for n, _, _ in entries]), e)
+        self.ctx.effects.apply([edits.instances(entries)])
 
-    def set_all(self, entries: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    def set_all(self, entries: list[tuple[str, str, str]], again: bool = False,
+                said: Callable[[str], tuple[Kind, str]] | None = None,
+                gang: str | None = None) -> set[str]:
         """(node, addr, hostname) set in one scontrol update; if Slurm refuses that, node by
-        node, so one bad node does not keep the others unaddressed. Returns (node, addr,
-        error) of those Slurm refused."""
-        c = self.ctx
-        if len(entries) > 1:
-            try:
-                c.slurm.set_node_addresses(entries)
-                return []
-            except SlurmError as e:
-                log.warning("addressing %s in one update failed (%s); node by node",
-                            compress([n for n, _, _ in entries]), e)
-        failed = []
-        for node, addr, host in entries:
-            try:
-                c.slurm.set_node_address(node, addr, host)
-            except SlurmError as e:
-                failed.append((node, addr, str(e)))
-        return failed
+        node, so one bad node does not keep the others unaddressed, each refusal said with
+        its node (`again`: only logged, the caller sets it again next pass). `said`: each
+        node's event once set. Returns the nodes Slurm refused."""
+        out = self.ctx.effects.apply([Together(tuple(
+            edits.address(node, addr, host, None if said is None else said(node), again, gang)
+            for node, addr, host in entries))])
+        return {a.effect.nodes[0] for a in out if not a.taken and isinstance(a.effect, Edit)}
 
     def _tag(self, node: str, inst: LaunchedInstance, gid: str | None) -> None:
         c = self.ctx
@@ -133,13 +118,9 @@ class NodeAddresses:
                 continue  # being released: release resets the address
             if not addr or n.addr == addr:
                 continue
-            try:
-                c.slurm.set_node_address(row.node, addr, host)
-            except SlurmError as e:
-                log.warning("cannot readdress %s: %s", row.node, e)
-                continue
-            c.event(Kind.NODE_ADDRESS_FIXED, f"{row.node} runs on {row.instance_id} but Slurm "
-                    f"had NodeAddr={n.addr}: set to {addr}", node=row.node)
+            c.effects.apply([edits.address(row.node, addr, host, again=True, said=(
+                Kind.NODE_ADDRESS_FIXED, f"{row.node} runs on {row.instance_id} but Slurm "
+                f"had NodeAddr={n.addr}: set to {addr}"))])
         self.given = given
 
     def reset_stale(self, nodes: list[SlurmNode]) -> None:
@@ -173,11 +154,7 @@ class NodeAddresses:
                 self.addr_kept[name] = n.addr
                 continue
             stale.append(name)
-        refused = {node: e for node, _, e in self.set_all([(s, s, s) for s in stale])}
-        for name in stale:
-            if name in refused:
-                log.warning("cannot reset the address of %s: %s", name, refused[name])
-                continue
-            c.event(Kind.NODE_ADDRESS_RESET, f"{name} is powered down and its instance "
-                    f"{last_of[name].instance_id} gone, but Slurm still addressed it at "
-                    f"{candidates[name].addr}: reset to its name", node=name)
+        self.set_all([(s, s, s) for s in stale], again=True, said=lambda name: (
+            Kind.NODE_ADDRESS_RESET, f"{name} is powered down and its instance "
+            f"{last_of[name].instance_id} gone, but Slurm still addressed it at "
+            f"{candidates[name].addr}: reset to its name"))

@@ -51,7 +51,6 @@ from slurmscale.policy.boots import (
     boot_verdicts,
 )
 from slurmscale.slurm import reasons
-from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow, ReplacementRow, utc
@@ -95,13 +94,12 @@ class BootPass:
         by_id = {r.instance_id: r for r in booting}
         for v in verdicts:
             row = by_id[v.instance_id]
-            try:
-                if v.step is BootStep.REPLACE:
-                    self._replace(v, row, cloud.get(v.instance_id))
-                else:
-                    self._give_up(v, row)
-            except SlurmError as e:  # one node's trouble never stops the others
-                c.event(Kind.SLURM_UPDATE_FAILED, f"{v.step.value} {v.node}: {e}", node=v.node)
+            # (Slurm's refusals are outcomes, said where they are applied: one node's
+            # trouble never stops the others)
+            if v.step is BootStep.REPLACE:
+                self._replace(v, row, cloud.get(v.instance_id))
+            else:
+                self._give_up(v, row)
 
     def _attempts(self, booting: list[InstanceRow], recent: list[ReplacementRow]
                   ) -> dict[str, int]:

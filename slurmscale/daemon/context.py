@@ -14,6 +14,7 @@ from slurmscale.cloud.protocol import CloudError, CloudProvider
 from slurmscale.config import AddressSource, Config
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.edits import SlurmEdits
+from slurmscale.daemon.effects import Effects
 from slurmscale.model import LaunchedInstance
 from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.store.protocol import LaunchStore
@@ -79,6 +80,12 @@ class PassContext(Generic[S]):
     def edits(self) -> SlurmEdits:
         """Where the pass's edits of Slurm are made, each outcome said once (edits.py)."""
         return SlurmEdits(self.slurm, self.event)
+
+    @property
+    def effects(self) -> Effects:
+        """Where the pass's effects are applied in order, each outcome returned
+        (effects.py)."""
+        return Effects(self.slurm, self.store, self.event)
 
     def address(self, node: str, inst: LaunchedInstance) -> tuple[str, str]:
         """The NodeAddr and NodeHostname slurmscale gives `node` running on `inst`."""

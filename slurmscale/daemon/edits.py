@@ -3,26 +3,25 @@
 A pass says what it wants done to Slurm as an `Edit` (drain, undrain, power down, requeue a
 job, move a job to other partitions; create a hold's reservation, set its nodes, point its job
 at it, take it out and delete the reservation; create or set a Capacity Block's closed
-window, delete a reservation, set a block partition UP; set SuspendExcNodes) and hands it to
-`SlurmEdits.apply`, which makes the call and says its outcome once: the edit's own audit
-event when Slurm took it, the kind's failure event when it refused (`FAILED`:
-slurm_update_failed, requeue_failed, steer_failed, reservation_failed). Each kind has one
-error policy here, not one per call site: a refused requeue of a job Slurm has already made
-pending (it requeues a configuring job itself when its booting node is drained) counts as
-done, and so does a refused detach; a refused edit of the `HELD_OFF` kinds is not sent
-again, the same, before RETRY_REFUSED_S, its wait kept on the store's rows (a standby waits
-out the leader's); a hold's refused delete is said by the hold planner (`SAID_BY_PASS`:
-"release pending", once, then retried quietly each pass while its job runs there). So a
-pass has no try/except of its own around Slurm's writes, and every failure reads the same in
-the audit log, with the nodes it concerns.
+window, delete a reservation, set a block partition UP; set SuspendExcNodes; a node's address
+and its instance id; reconfigure slurmctld) and hands it to `SlurmEdits.apply` (or, among
+other effects, to `effects.Effects`), which makes the call and says its outcome once: the
+edit's own audit event when Slurm took it, the kind's failure event when it refused
+(`FAILED`: slurm_update_failed, requeue_failed, steer_failed, reservation_failed). Each kind
+has one error policy here, not one per call site: a refused requeue of a job Slurm has
+already made pending (it requeues a configuring job itself when its booting node is drained)
+counts as done, and so does a refused detach; a refused edit of the `HELD_OFF` kinds is not
+sent again, the same, before RETRY_REFUSED_S, its wait kept on the store's rows (a standby
+waits out the leader's); a hold's refused delete is said by the hold planner and a refused
+reconfigure by the topology pass (`SAID_BY_PASS`: once, then retried quietly each pass); an
+address set again each pass until it holds, and a node's instance id (informational), are
+only logged (`LOGGED`). So no pass has a try/except of its own around Slurm's writes, and
+every failure reads the same in the audit log, with the nodes it concerns.
 
-Issue 44 (effects as data): the interruption pass, the node sweep, the capacity backoff and
-the capacity pass's actions, the Capacity Block pass (its windows, deletes, partition and
-close), the launch's rollback, the lifting of slurmscale's drains and the hold planner's
-reservations (created, extended, attached, detached, deleted) use it. Not yet: the health
-and boot passes' multi-step replacements, the executor records no outcome on rows, and
-passes still apply their edits as they decide (the interruption pass's next step depends on
-each outcome).
+Issue 44 (effects as data): every write to Slurm a pass makes goes through here. The
+interruption pass decides as a whole before it applies (`evacuation.py`); the other passes
+still make each edit where they decide it, and the executor records no outcome on rows of its
+own (the audit log says each).
 """
 
 from __future__ import annotations
@@ -62,6 +61,16 @@ class EditKind(StrEnum):
     # A Capacity Block pool's closed window (a reservation from `start` to `end`, over the
     # pool's nodes): created, or its span and nodes set; any reservation deleted; a block
     # partition set UP. Refused, the same edit is held off for RETRY_REFUSED_S (`HELD_OFF`).
+    # A node's NodeAddr/NodeHostname (`value`, `host`): said when refused (`ADDRESS`), or
+    # only logged (`READDRESS`: set again each pass until it holds); several at once in one
+    # call (`effects.Together`), node by node when Slurm refuses that. A node record's
+    # InstanceId/InstanceType (`entries`: 23.02+, informational: a refusal is logged).
+    ADDRESS = "nodeaddr"
+    READDRESS = "readdress"
+    INSTANCES = "instance ids"
+    # slurmctld told to read its configuration again (topology.conf written): a refusal is
+    # said by the topology pass, once until it works again (`SAID_BY_PASS`)
+    RECONFIGURE = "reconfigure"
     WINDOW = "create window"
     WINDOW_SET = "update window"
     UNRESERVE = "delete"
@@ -87,6 +96,10 @@ FAILED: dict[EditKind, Kind] = {
     EditKind.WINDOW_SET: Kind.SLURM_UPDATE_FAILED,
     EditKind.UNRESERVE: Kind.SLURM_UPDATE_FAILED,
     EditKind.PARTITION_UP: Kind.SLURM_UPDATE_FAILED,
+    EditKind.ADDRESS: Kind.SLURM_UPDATE_FAILED,
+    EditKind.READDRESS: Kind.SLURM_UPDATE_FAILED,
+    EditKind.INSTANCES: Kind.SLURM_UPDATE_FAILED,
+    EditKind.RECONFIGURE: Kind.TOPOLOGY_FAILED,
 }
 
 # Error policy "held off": an edit of these kinds Slurm refused is not sent again, the same,
@@ -100,7 +113,12 @@ RETRY_REFUSED_S = 300.0
 REFUSED = "refused-edit"
 # Error policy "said by the pass": a refusal of these kinds is no audit event here (the pass
 # says what it means for it) - `apply` is False and `last_error` says why.
-SAID_BY_PASS = frozenset({EditKind.UNHOLD})
+SAID_BY_PASS = frozenset({EditKind.UNHOLD, EditKind.RECONFIGURE})
+# Error policy "logged": a refusal is a warning in the daemon's log, no audit event (the
+# pass sends it again each pass until it holds, or it is only informational).
+LOGGED = frozenset({EditKind.READDRESS, EditKind.INSTANCES})
+# the kinds several edits of which go in one call (`apply_together`)
+TOGETHER = frozenset({EditKind.ADDRESS, EditKind.READDRESS})
 
 
 @dataclass(frozen=True)
@@ -126,7 +144,9 @@ class Edit:
     start: float | None = None  # a window's start (Unix s; None: now)
     end: float = 0.0  # a window's end (Unix s)
     partition: str = ""  # the partition set UP
-    value: str = ""  # SuspendExcNodes' new value
+    value: str = ""  # SuspendExcNodes' new value; a node's NodeAddr
+    host: str = ""  # a node's NodeHostname
+    entries: tuple[tuple[str, str, str], ...] = ()  # (node, instance id, type)
 
     @property
     def key(self) -> str:
@@ -154,6 +174,12 @@ class Edit:
             return f"delete reservation {self.reservation}"
         if self.kind is EditKind.PARTITION_UP:
             return f"partition {self.partition} UP"
+        if self.kind in TOGETHER:
+            return f"{self.where} nodeaddr={self.value}"
+        if self.kind is EditKind.INSTANCES:
+            return f"instance ids of {self.where}"
+        if self.kind is EditKind.RECONFIGURE:
+            return "scontrol reconfigure"
         if self.kind is EditKind.SUSPEND_EXC:
             return f"SuspendExcNodes={self.value}"
         verb = "power down" if self.kind is EditKind.RELEASE else self.kind.value
@@ -245,6 +271,23 @@ def partition_up(partition: str, nodes: list[str],
     return Edit(EditKind.PARTITION_UP, tuple(nodes), partition=partition, said=said)
 
 
+def address(node: str, addr: str, host: str, said: tuple[Kind, str] | None = None,
+            again: bool = False, gang: str | None = None) -> Edit:
+    """`node`'s NodeAddr and NodeHostname; `again`: set again each pass until it holds (a
+    refusal only logged)."""
+    return Edit(EditKind.READDRESS if again else EditKind.ADDRESS, (node,), value=addr,
+                host=host, said=said, gang=gang)
+
+
+def reconfigure(said: tuple[Kind, str] | None = None) -> Edit:
+    return Edit(EditKind.RECONFIGURE, said=said)
+
+
+def instances(entries: list[tuple[str, str, str]]) -> Edit:
+    """The nodes' InstanceId/InstanceType in Slurm's node records (node, id, type)."""
+    return Edit(EditKind.INSTANCES, tuple(n for n, _, _ in entries), entries=tuple(entries))
+
+
 RESERVATION_EDITS = frozenset({EditKind.RESERVE, EditKind.RESERVE_NODES, EditKind.ATTACH,
                                EditKind.DETACH, EditKind.UNHOLD})
 
@@ -279,6 +322,9 @@ class SlurmEdits:
                 self.last_error = e.stderr or str(e)
                 if edit.kind in SAID_BY_PASS:
                     return False
+                if edit.kind in LOGGED:
+                    log.warning("%s: %s", edit.label, e)
+                    return False
                 then = (f"; not sent again the same before {at(now + RETRY_REFUSED_S)}"
                         if held else "")
                 if held:
@@ -292,6 +338,21 @@ class SlurmEdits:
         if edit.said is not None:
             self.event(edit.said[0], edit.said[1], node=edit.where,
                        **({"gang_id": edit.gang} if edit.gang else {}))
+        return True
+
+    def apply_together(self, together: list[Edit]) -> bool:
+        """Edits of one `TOGETHER` kind in one call; False: Slurm refused it (logged: the
+        caller sends each alone, so that every refusal names its node)."""
+        try:
+            self.slurm.set_node_addresses([(e.nodes[0], e.value, e.host) for e in together])
+        except SlurmError as e:
+            self.last_error = e.stderr or str(e)
+            log.warning("%s in one update refused (%s); node by node",
+                        compress([n for x in together for n in x.nodes]), e)
+            return False
+        for x in together:
+            if x.said is not None:
+                self.event(x.said[0], x.said[1], node=x.where)
         return True
 
     def _keep(self, refused: dict[str, float], now: float) -> None:
@@ -328,6 +389,12 @@ class SlurmEdits:
                 self.slurm.set_job_reservation(edit.job, "")
             case EditKind.SUSPEND_EXC:
                 self.slurm.set_suspend_exc_nodes(edit.value)
+            case EditKind.ADDRESS | EditKind.READDRESS:
+                self.slurm.set_node_address(nodes[0], edit.value, edit.host)
+            case EditKind.INSTANCES:
+                self.slurm.set_node_instances(list(edit.entries))
+            case EditKind.RECONFIGURE:
+                self.slurm.reconfigure()
             case EditKind.UNHOLD:
                 self.slurm.delete_reservation(edit.reservation)
             case EditKind.WINDOW:

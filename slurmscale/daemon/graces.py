@@ -13,13 +13,12 @@ from enum import Enum
 
 from slurmscale.audit import Event, Kind
 from slurmscale.config import Config, GraceSignal, SignalTarget
-from slurmscale.crashpoints import crash_point
+from slurmscale.daemon.effects import Effects, EffectStore, Signal
 from slurmscale.lifecycles import GraceState
 from slurmscale.policy.health import REPLACED_KIND
 from slurmscale.slurm import reasons
-from slurmscale.slurm.protocol import SlurmClient, SlurmError
+from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.protocol import PassStore
 from slurmscale.store.rows import GraceRow, InstanceRow, PreemptionCause, utc
 
 log = logging.getLogger(__name__)
@@ -37,6 +36,23 @@ class Step(Enum):
     REQUEUE = "requeue"  # still there at requeue_at: requeue it now
 
 
+def signal(job: str, inst: InstanceRow, window: Window, cause: PreemptionCause | str,
+           kind: str, notice_time: str, now: datetime, again: bool = False) -> Signal:
+    """The job's signal for `window` (the pool's signal, its requeue time) and its grace's
+    row, as an effect. `again`: the job is in its grace for another node's warning (a
+    gang's): recorded for this node too, not signalled."""
+    gs, requeue_at = window
+    return Signal(GraceRow(
+        job_id=job, node=inst.node, instance_id=inst.instance_id, pool=inst.pool,
+        signal=gs.signal, signalled_at=now, requeue_at=requeue_at,
+        state=GraceState.SIGNALLED.value, cause=str(cause), kind=kind,
+        notice_time=notice_time), full=gs.target is SignalTarget.FULL, again=again, said=(
+            f"job {job} on {inst.node}: SIG{gs.signal} ({gs.target.value}) for {kind} at "
+            f"{notice_time}; requeued at {requeue_at:%H:%M:%S}Z "
+            f"({(requeue_at - now).total_seconds():.0f}s, EC2's deadline less "
+            f"{gs.margin_s:.0f}s) unless it leaves the node first"))
+
+
 def step(g: GraceRow, on_node: set[str], requeued_since: bool, now: datetime) -> Step:
     """Pure: a grace's next step from what Slurm shows on its node (`on_node`: the jobs
     there) and whether slurmscale requeued the job since its signal (its instance went
@@ -49,11 +65,11 @@ def step(g: GraceRow, on_node: set[str], requeued_since: bool, now: datetime) ->
 
 
 class Graces:
-    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient,
+    def __init__(self, cfg: Config, store: EffectStore, slurm: SlurmClient,
                  event: Event) -> None:
         self.cfg = cfg
         self.store = store
-        self.slurm = slurm
+        self.effects = Effects(slurm, store, event)
         self.event = event
 
     def window(self, pool_name: str, deadline: datetime | None, now: datetime) -> Window | None:
@@ -77,35 +93,10 @@ class Graces:
 
     def start(self, job: str, inst: InstanceRow, window: Window, cause: PreemptionCause,
               kind: str, notice_time: str, now: datetime, again: bool = False) -> bool:
-        """Signal the job and record its grace; False when Slurm refused (requeue it now).
-        Signalled before it is recorded: a daemon killed between the two signals again after
-        its restart (a second signal), never not at all. `again`: the job is in its grace
-        for another node's warning (a gang's): recorded for this node too, not signalled."""
-        gs, requeue_at = window
-        if again:
-            log.info("job %s on %s: signalled already (another of its nodes' warning)", job,
-                     inst.node)
-        else:
-            try:
-                self.slurm.signal_job(job, gs.signal, gs.target is SignalTarget.FULL)
-            except SlurmError as e:
-                self.event(Kind.SIGNAL_FAILED, f"job {job} on {inst.node}: {e}; requeued now",
-                           node=inst.node)
-                return False
-        self.store.put_grace(GraceRow(
-            job_id=job, node=inst.node, instance_id=inst.instance_id, pool=inst.pool,
-            signal=gs.signal, signalled_at=now, requeue_at=requeue_at,
-            state=GraceState.SIGNALLED.value, cause=str(cause), kind=kind,
-            notice_time=notice_time))
-        if again:
-            return True
-        self.event(Kind.JOB_SIGNALLED, f"job {job} on {inst.node}: SIG{gs.signal} "
-                   f"({gs.target.value}) for {kind} at {notice_time}; requeued at "
-                   f"{requeue_at:%H:%M:%S}Z ({(requeue_at - now).total_seconds():.0f}s, EC2's "
-                   f"deadline less {gs.margin_s:.0f}s) unless it leaves the node first",
-                   node=inst.node)
-        crash_point("grace:after_signal")
-        return True
+        """Signal the job and record its grace (`signal`); False when Slurm refused (requeue
+        it now)."""
+        return self.effects.apply([signal(job, inst, window, cause, kind, notice_time, now,
+                                          again)])[0].taken
 
     def requeued_since(self, g: GraceRow) -> bool:
         """Was the job requeued by slurmscale since its signal (off any node)?"""

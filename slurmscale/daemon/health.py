@@ -27,7 +27,8 @@ from slurmscale.cloud.protocol import CloudError
 from slurmscale.config import HealthSettings
 from slurmscale.daemon import edits, scheduled
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.interruptions import COMPLETING_WAIT_S, GONE_WAIT_S, InterruptionPass
+from slurmscale.daemon.evacuation import COMPLETING_WAIT_S, GONE_WAIT_S, Lost
+from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.model import InstanceHealth, SlurmNode
 from slurmscale.policy.health import (
@@ -41,7 +42,6 @@ from slurmscale.policy.health import (
     iso,
 )
 from slurmscale.slurm import reasons
-from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow, PreemptionCause, ReplacementRow
@@ -92,16 +92,15 @@ class HealthPass:
             inst = by_id.get(v.instance_id)
             if inst is None:
                 continue
-            try:
-                match v.step:
-                    case Step.DRAIN:
-                        self._drain(v)
-                    case Step.REPLACE:
-                        self._replace(v, inst, now)
-                    case Step.LEAVE:
-                        self._leave(v, inst, recent.get(v.node, 0), now)
-            except SlurmError as e:  # one node's trouble never stops the others
-                c.event(Kind.SLURM_UPDATE_FAILED, f"{v.step.value} {v.node}: {e}", node=v.node)
+            # (Slurm's refusals are outcomes, said where they are applied: one node's
+            # trouble never stops the others)
+            match v.step:
+                case Step.DRAIN:
+                    self._drain(v)
+                case Step.REPLACE:
+                    self._replace(v, inst, now)
+                case Step.LEAVE:
+                    self._leave(v, inst, recent.get(v.node, 0), now)
 
     def _heard(self, rows: list[InstanceRow]) -> None:
         """AWS Health's scheduled changes the interruption pass heard on the queue (this
@@ -140,9 +139,9 @@ class HealthPass:
         # (a node whose slurmd does not answer never reports its jobs completed: no wait)
         wait = GONE_WAIT_S if v.cause is Cause.NOT_RESPONDING else COMPLETING_WAIT_S
         deadline = None if v.deadline is None else datetime.fromtimestamp(v.deadline, UTC)
-        if not self.interruptions.evacuate(inst, PreemptionCause.UNHEALTHY,
-                                           f"{REPLACED_KIND}{v.cause.value}", iso(v.since),
-                                           reason, now, steer=False, wait_s=wait,
+        lost = Lost(PreemptionCause.UNHEALTHY, f"{REPLACED_KIND}{v.cause.value}",
+                    iso(v.since), reason)
+        if not self.interruptions.evacuate(inst, lost, now, steer=False, wait_s=wait,
                                            deadline=deadline):
             return  # Slurm did not let it finish: the next pass redoes what is left
         requeued = sum(1 for p in c.store.preemptions(since=v.since - 1)

@@ -32,46 +32,38 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from slurmscale.audit import Kind
-from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, aws_time, parse_events
+from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
-from slurmscale.config import INTERRUPTION_NOTICE_S, CapacityType
-from slurmscale.daemon import edits, scheduled
+from slurmscale.config import CapacityType
+from slurmscale.daemon import edits
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.drains import undrain
-from slurmscale.daemon.edits import SlurmEdits
+from slurmscale.daemon.edits import EditKind
+from slurmscale.daemon.effects import Effect, Effects, signalled, taken
+from slurmscale.daemon.evacuation import (
+    COMPLETING_WAIT_S,
+    GONE_STATES,
+    GONE_WAIT_S,
+    SPOT_RECLAIM,
+    Evacuate,
+    Lost,
+    on_event,
+    plan,
+    requeue,
+    steer_for,
+)
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.daemon.graces import Graces, Step, step
 from slurmscale.lifecycles import GraceState
 from slurmscale.model import SlurmNode
-from slurmscale.policy.health import iso
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.rows import (
-    NOT_PREEMPTED,
-    GraceRow,
-    InstanceRow,
-    PreemptionCause,
-    PreemptionRow,
-)
+from slurmscale.store.rows import NOT_PREEMPTED, GraceRow, InstanceRow, PreemptionCause
 
 log = logging.getLogger(__name__)
-
-
-SPOT_RECLAIM = "Server.SpotInstanceTermination"
-GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
-
-
-# How long an evacuated node's power-down waits for Slurm to finish completing its requeued
-# jobs there: KillWait (30 s by default) and an epilog's time; a node whose slurmd is gone
-# never reports, and is powered down regardless after this.
-COMPLETING_WAIT_S = 60.0
-# The same for an instance already gone (terminated, vanished): its slurmd never reports, so
-# the wait only keeps the power-down out of the second the other nodes revoked the job's
-# credential in (Slurm's revocation test compares whole seconds)
-GONE_WAIT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -121,7 +113,8 @@ class InterruptionPass:
         self.slurm = slurm
         self.queue = queue
         self.event = event
-        self.edits = SlurmEdits(slurm, event)  # (every Slurm edit of this pass goes there)
+        # (every effect of this pass is applied there, its outcome returned)
+        self.effects = Effects(slurm, store, event)
         # jobs signalled before their requeue (a pool's grace_signal)
         self.graces = Graces(cfg, store, slurm, event)
         # Instances already evacuated (powered down): the store calls them running until the
@@ -173,53 +166,21 @@ class InterruptionPass:
         return len(messages)
 
     def _handle(self, ev: Ec2Event, now: datetime) -> bool:
-        """True once the event was acted on or is moot; False: try again later."""
+        """True once the event was acted on or is moot; False: try again later. Decided
+        by `evacuation.on_event`, then applied."""
         if ev.kind in (EventKind.BLOCK_DELIVERED, EventKind.BLOCK_EXPIRING):
             return True if self.reserved is None else self.reserved.block_event(ev, now)
         inst = self.store.instance(ev.instance_id)
-        if inst is None:
-            self.event(Kind.EVENT_DROPPED, f"{ev.kind.value} for {ev.instance_id}: not an "
-                       "instance slurmscale launched; ignored")
-            return True
-        if inst.state != "running":
-            self.event(Kind.EVENT_DROPPED, f"{ev.kind.value} for {ev.instance_id} ({inst.node}):"
-                       f" already {inst.state}; nothing to do", node=inst.node)
-            return True
-        match ev.kind:
-            case EventKind.SPOT_WARNING | EventKind.RESERVATION_INTERRUPTION:
-                # (an interruptible reservation reclaimed: as a spot interruption, its
-                # instances go two minutes on and the jobs requeue; only a spot pool backs
-                # off, its normal capacity is what was taken back)
-                why, cause = Why.INTERRUPTED, PreemptionCause.INTERRUPTED
-                if ev.kind is EventKind.RESERVATION_INTERRUPTION:
-                    why, cause = Why.RECLAIMED, PreemptionCause.RECLAIMED
-                    if self.reserved is not None:
-                        self.reserved.changed()  # (read again: its free count fell)
-                reason = reasons.reason(why, f"{ev.time} ({ev.action or 'terminate'})")
-                self._reclaimed(inst, now)
-                issued = aws_time(ev.time)
-                deadline = datetime.fromtimestamp(
-                    (now.timestamp() if issued is None else issued) + INTERRUPTION_NOTICE_S, UTC)
-                return self.evacuate(inst, cause, ev.kind.value, ev.time, reason, now,
-                                     deadline=deadline)
-            case EventKind.REBALANCE:
-                reason = reasons.reason(Why.REBALANCE, ev.time)
-                return self.edits.apply(edits.drain([inst.node], reason, said=(
-                    Kind.REBALANCE_DRAINED, f"{inst.node} ({inst.instance_id}): {reason}; "
-                    "running jobs continue, nothing new starts there")))
-            case EventKind.SCHEDULED:
-                if ev.scheduled is not None:  # (the health pass drains and replaces)
-                    sc = ev.scheduled
-                    scheduled.heard(self.store, inst.instance_id, sc, now.timestamp())
-                    self.event(Kind.SCHEDULED_EVENT, f"{inst.node} ({inst.instance_id}): "
-                               f"{sc.code} from {iso(sc.not_before)} ({sc.description})",
-                               node=inst.node)
-            case EventKind.STATE_CHANGE:
-                if (ev.state or "") in GONE_STATES:
-                    reason = reasons.reason(Why.GONE, f"{inst.instance_id} {ev.state} at {ev.time}")
-                    return self.evacuate(inst, PreemptionCause.INTERRUPTED, ev.kind.value,
-                                         ev.time, reason, now, wait_s=GONE_WAIT_S)
-        return True
+        action = on_event(ev, inst, now)
+        if not isinstance(action, Evacuate):
+            return all(a.taken for a in self.effects.apply(action, now.timestamp()))
+        assert inst is not None
+        if action.reservation_changed and self.reserved is not None:
+            self.reserved.changed()  # (read again: its free count fell)
+        if action.reclaimed:
+            self._reclaimed(inst, now)
+        return self.evacuate(inst, action.lost, now, wait_s=action.wait_s,
+                             deadline=action.deadline)
 
     def sweep(self, seen: list[CloudInstance], now: datetime,
               active: list[InstanceRow]) -> int:
@@ -238,8 +199,9 @@ class InterruptionPass:
                 self._reclaimed(inst, now)
             reason = reasons.reason(Why.GONE, f"{inst.instance_id} {found.state} without "
                                     f"notice ({why})")
-            self.evacuate(inst, PreemptionCause.VANISHED, f"vanished:{why}",
-                          now.isoformat(timespec="seconds"), reason, now, wait_s=GONE_WAIT_S)
+            self.evacuate(inst, Lost(PreemptionCause.VANISHED, f"vanished:{why}",
+                                     now.isoformat(timespec="seconds"), reason), now,
+                          wait_s=GONE_WAIT_S)
             n += 1
         return n
 
@@ -256,53 +218,40 @@ class InterruptionPass:
                 if inst.subnet_id and inst.instance_type else None
             self.backoff.reclaimed(pool.name, now, where)
 
-    def evacuate(self, inst: InstanceRow, cause: PreemptionCause, kind: str,
-                 notice_time: str, reason: str, now: datetime, steer: bool = True,
+    def evacuate(self, inst: InstanceRow, lost: Lost, now: datetime, steer: bool = True,
                  wait_s: float = COMPLETING_WAIT_S, deadline: datetime | None = None,
                  requeued: int = 0) -> bool:
         """Drain, requeue the node's jobs, power it down once they are off it (now, or on a
         later pass: `power_down_evacuated`). True when done or in hand (now or before);
         False when Slurm did not let it finish: called again, it redoes only what is left.
-        Each job's lost run is recorded with its `cause` (and `kind`: what it came from).
-        `steer`: a job that lost `max_preemptions` runs moves to on-demand (spot's doing;
-        not for a node that was merely unhealthy). `wait_s`: the longest the power-down waits
-        for Slurm to finish completing the jobs there (GONE_WAIT_S: the instance is gone).
-        `deadline`: when EC2 takes the instance back; where the pool has a `grace_signal`,
-        each job gets the signal instead of the requeue, and `settle_graces` requeues it at
-        the deadline less the margin if it is still there (`requeued`: how many it did, for
-        the node's event)."""
+        Each job's lost run is recorded as `lost` says. `steer`: a job that lost
+        `max_preemptions` runs moves to on-demand (spot's doing; not for a node that was
+        merely unhealthy). `wait_s`: the longest the power-down waits for Slurm to finish
+        completing the jobs there (GONE_WAIT_S: the instance is gone). `deadline`: when EC2
+        takes the instance back; where the pool has a `grace_signal`, each job gets the
+        signal instead of the requeue, and `settle_graces` requeues it at the deadline less
+        the margin if it is still there (`requeued`: how many it did, for the node's event).
+        What is done is decided by `evacuation.plan` from what was read, then applied."""
         if inst.instance_id in self.evacuated():
             return True
         node = inst.node
-        # The jobs first: draining a node that is still powering up makes Slurm requeue its
-        # configuring job at once, and it would no longer be listed on the node.
         try:
             jobs = self.slurm.jobs_on_node(node)
         except SlurmError as e:
             self.event(Kind.SLURM_READ_FAILED, f"jobs on {node}: {e}; not powering it down "
                        "until they can be requeued", node=node)
             return False
-        self.edits.apply(edits.drain([node], reason))
-        graces = self.graces.open()
-        in_grace = {g.job_id for g in graces if g.instance_id == inst.instance_id}
-        signalled = {g.job_id for g in graces}  # (a gang: for another of its nodes' warning)
-        window = self.graces.window(inst.pool, deadline, now)
-        if deadline is None:  # (gone, or unhealthy: a grace no longer buys the job time)
-            in_grace = set()
-        for job in jobs:
-            if job in in_grace:
-                continue  # signalled when this warning first came (a message delivered again)
-            if window is not None and self.graces.start(job, inst, window, cause, kind,
-                                                        notice_time, now,
-                                                        again=job in signalled):
-                in_grace.add(job)
-                continue
-            requeued += self._requeue(job, inst, cause, kind, notice_time, reason, now, steer)
-        if in_grace:
+        todo = plan(inst, jobs, self.graces.open(), self.graces.window(inst.pool, deadline, now),
+                    lost, {j: self.store.preemptions(j) for j in jobs},
+                    steer_for(self.cfg, inst.pool) if steer else None, now,
+                    warned=deadline is not None)
+        done = self.effects.apply(todo.effects, now.timestamp())
+        if todo.kept or signalled(done):
             return True  # settle_graces powers the node down once its graces are over
+        requeued += len(taken(done, EditKind.REQUEUE))
         evacuating = self.evacuating()
         was = evacuating.get(node)
-        evacuating[node] = (Evacuating(inst.instance_id, reason, requeued, now, wait_s)
+        evacuating[node] = (Evacuating(inst.instance_id, lost.reason, requeued, now, wait_s)
                             if was is None else replace(was, jobs=was.jobs + requeued))
         self._keep_evacuating()
         return node not in self.power_down_evacuated(now)
@@ -344,24 +293,6 @@ class InterruptionPass:
         self.store.put_timers(EVACUATING, {n: e.since.timestamp() for n, e in ev.items()},
                               {n: e.note() for n, e in ev.items()})
 
-    def _requeue(self, job: str, inst: InstanceRow, cause: PreemptionCause | str, kind: str,
-                 notice_time: str, reason: str, now: datetime, steer: bool) -> bool:
-        """Requeue one job off `inst`'s node and record its lost run (once per instance);
-        False when Slurm refused and the job is still there (tried again later)."""
-        node = inst.node
-        if not self.edits.apply(edits.requeue(job, node)):
-            return False
-        if self.store.has_preemption(job, inst.instance_id):
-            return True  # an earlier, unfinished handling of this event requeued it
-        self.store.add_preemption(PreemptionRow(
-            at=now, job_id=job, node=node, instance_id=inst.instance_id, pool=inst.pool,
-            instance_type=inst.instance_type, lifecycle=inst.lifecycle, cause=cause,
-            kind=kind, notice_time=notice_time))
-        self.event(Kind.JOB_REQUEUED, f"job {job} on {node} requeued: {reason}", node=node)
-        if steer:
-            self._steer(job, inst.pool, node)
-        return True
-
     def settle_graces(self, now: datetime) -> None:
         """Each signalled job still in its grace (graces.py): off the node (ended, or
         requeued itself), its grace is over; still there at `requeue_at`, requeued. A node
@@ -391,18 +322,21 @@ class InterruptionPass:
                 continue  # the block pass powers a closed block's nodes down once idle
             if inst is not None and inst.state == "running" and not any(
                     g.state == GraceState.SIGNALLED.value for g in gs):
-                self.evacuate(inst, PreemptionCause(gs[0].cause), gs[0].kind,
-                              gs[0].notice_time, Graces.reason(gs[0]), now, requeued=sum(
-                                  g.state == GraceState.REQUEUED.value for g in gs))
+                self.evacuate(inst, Lost(PreemptionCause(gs[0].cause), gs[0].kind,
+                                         gs[0].notice_time, Graces.reason(gs[0])), now,
+                              requeued=sum(g.state == GraceState.REQUEUED.value for g in gs))
 
     def _requeue_graced(self, g: GraceRow, inst: InstanceRow | None, now: datetime) -> bool:
         """A job still on its node at the end of its grace, requeued (its lost run recorded;
         without a record where the instance's row cannot be read). False: Slurm refused."""
+        lost = Lost(g.cause, g.kind, g.notice_time, Graces.reason(g))
+        todo: Effect = edits.requeue(g.job_id, g.node, said=(
+            Kind.JOB_REQUEUED, f"job {g.job_id} on {g.node} requeued: {lost.reason}"))
         if inst is not None:
-            return self._requeue(g.job_id, inst, g.cause, g.kind, g.notice_time,
-                                 Graces.reason(g), now, g.cause not in NOT_PREEMPTED)
-        return self.edits.apply(edits.requeue(g.job_id, g.node, said=(
-            Kind.JOB_REQUEUED, f"job {g.job_id} on {g.node} requeued: {Graces.reason(g)}")))
+            todo = requeue(g.job_id, inst, lost, self.store.preemptions(g.job_id),
+                           steer_for(self.cfg, inst.pool) if g.cause not in NOT_PREEMPTED
+                           else None, now)
+        return self.effects.apply([todo], now.timestamp())[0].taken
 
     def power_down_evacuated(self, now: datetime) -> set[str]:
         """Power down the evacuated nodes once Slurm has finished completing their requeued
@@ -429,38 +363,20 @@ class InterruptionPass:
             waited = (now - ev.since).total_seconds()
             if node in busy and waited < ev.wait_s:
                 continue
-            if not self.edits.apply(edits.power_down([node], ev.reason)):
+            said = (Kind.NODE_EVACUATED, f"{node} ({ev.instance_id}): {ev.reason}; {ev.jobs} "
+                    "job(s) requeued, node powered down"
+                    + (f" ({waited:.0f}s later: its jobs were completing there)"
+                       if waited >= 1 else ""))
+            if not self.effects.apply([edits.power_down([node], ev.reason, said=said)],
+                                      now.timestamp())[0].taken:
                 refused.add(node)
                 continue
             done.append(node)
             del evacuating[node]
             self._mark_evacuated(ev.instance_id, now)
-            self.event(Kind.NODE_EVACUATED, f"{node} ({ev.instance_id}): {ev.reason}; "
-                       f"{ev.jobs} job(s) requeued, node powered down"
-                       + (f" ({waited:.0f}s later: its jobs were completing there)"
-                          if waited >= 1 else ""), node=node)
         if done:
             self._keep_evacuating()
         return refused
-
-    def _steer(self, job: str, pool_name: str, node: str) -> None:
-        """After `max_preemptions` (the preemptions recorded for it) a requeued job runs on
-        its pool's on-demand fallback only."""
-        try:
-            pool = self.cfg.pool(pool_name)
-        except KeyError:
-            return
-        if pool.fallback_pool is None:
-            return
-        times = sum(1 for p in self.store.preemptions(job)
-                    if p.cause not in NOT_PREEMPTED)
-        if times < pool.spot.max_preemptions:
-            return
-        partition = self.cfg.pool(pool.fallback_pool).partition
-        self.edits.apply(edits.move(job, [partition], node, said=(
-            Kind.JOB_STEERED, f"job {job} preempted {times} time(s) (max_preemptions "
-            f"{pool.spot.max_preemptions} in {pool.name}): now runs on partition "
-            f"{partition} only")))
 
     def return_powered_down_nodes(self, nodes: list[SlurmNode]) -> None:
         """Undrain nodes slurmscale drained for an interruption once they are powered down

@@ -187,8 +187,7 @@ class RequestPass:
                 self.ctx.event(Kind.RESUME_FAILED,
                            f"Slurm gave up on {node} (ResumeTimeout); instance released",
                            node=node, request_id=rid)
-        for node, _, err in self.addresses.set_all([(n, n, n) for n in nodes]):
-            self.ctx.event(Kind.SLURM_UPDATE_FAILED, f"reset nodeaddr of {node}: {err}", node=node)
+        self.addresses.set_all([(n, n, n) for n in nodes])
         self.addresses.set_instances([(n, "", "") for n in nodes])
         self.ctx.event(Kind.RELEASED, f"{compress(nodes)} ({'/'.join(sorted(kinds))}): "
                    f"{len(ids)} instance(s) terminated", node=compress(nodes))

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
+from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
 from slurmscale.model import NetworkPlace
-from slurmscale.slurm.protocol import SlurmError
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow
 from slurmscale.topology import render
@@ -73,19 +73,17 @@ class TopologyPass:
             self.reconfigure_due = True
         if self.reconfigure_due and (self.reconfigured_at is None or now - self.reconfigured_at
                                      >= self.settings.reconfigure_interval_s):
-            try:
-                self.ctx.slurm.reconfigure()
-            except SlurmError as e:
-                self._failed(f"scontrol reconfigure: {e}")
-                return
-            self.reconfigured_at, self.reconfigure_due, self.failing = now, False, False
             placed = sorted(running[i].node for i in self.placed)
             word = "block" if self.settings.plugin == "block" else "switch"
             parts = sum(1 for line in text.splitlines() if line.startswith(
                 f"{word.capitalize()}Name="))
-            self.ctx.event(Kind.TOPOLOGY_UPDATED, f"{self.path}: {len(placed)} node(s) placed "
-                           f"by EC2's network topology, {parts} {word}(s); slurmctld "
-                           "reconfigured")
+            done = self.ctx.edits
+            if not done.apply(edits.reconfigure(said=(
+                    Kind.TOPOLOGY_UPDATED, f"{self.path}: {len(placed)} node(s) placed by "
+                    f"EC2's network topology, {parts} {word}(s); slurmctld reconfigured"))):
+                self._failed(f"scontrol reconfigure: {done.last_error}")
+                return
+            self.reconfigured_at, self.reconfigure_due, self.failing = now, False, False
 
     def _read(self, running: dict[str, InstanceRow], now: float) -> None:
         every = self.settings.read_interval_s

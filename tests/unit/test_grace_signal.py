@@ -12,11 +12,12 @@ import pytest
 from pydantic import ValidationError
 
 from slurmscale.config import GraceSignal
+from slurmscale.daemon.evacuation import Lost
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.lifecycles import IllegalTransition
 from slurmscale.model import SlurmNode
 from slurmscale.slurm.reasons import Why
-from slurmscale.store.rows import GraceRow, utc
+from slurmscale.store.rows import GraceRow, PreemptionCause, utc
 from tests.support.eventbridge_messages import spot_warning
 from tests.support.fakes import FakeSlurm, pass_context
 from tests.unit.test_interruptions import T0, spot_world
@@ -94,9 +95,10 @@ def test_a_daemon_killed_in_the_grace_signals_once_and_requeues_on_time_after_it
     first = new_pass()
     q.bodies.append(spot_warning("i-0000000000000001"))
     first.queue = None  # (its pass reads no message: the delete is lost with it)
-    first.evacuate(store.instance("i-0000000000000001"), "interrupted",  # type: ignore[arg-type]
-                   "EC2 Spot Instance Interruption Warning", "2026-11-29T12:00:00Z",
-                   "interrupted", T0, deadline=T0 + timedelta(seconds=120))
+    first.evacuate(store.instance("i-0000000000000001"),  # type: ignore[arg-type]
+                   Lost(PreemptionCause.INTERRUPTED, "EC2 Spot Instance Interruption Warning",
+                        "2026-11-29T12:00:00Z", "interrupted"),
+                   T0, deadline=T0 + timedelta(seconds=120))
     assert ops(slurm).count("signal") == 1
     second = new_pass()
     second.run(T0 + timedelta(seconds=20))  # the message again

@@ -285,6 +285,39 @@ def test_a_node_past_the_guard_is_drained_for_an_admin_not_replaced(world) -> No
     assert len(store.replacements()) == 2
 
 
+def test_slurm_refusing_one_nodes_replacement_stops_no_other(world) -> None:  # type: ignore[no-untyped-def]
+    """Slurm's refusals are outcomes said where they are applied (effects.py), so the pass
+    has no catch of its own between nodes: one node's refused power-down is said and
+    retried, and the next node is replaced on the same pass."""
+    from dataclasses import replace
+
+    from slurmscale.slurm.protocol import SlurmError
+
+    hp, _, slurm, cloud, store, events, now, _ = world
+    iid2 = "i-0000000000000002"
+    store.add_instances([InstanceRow(
+        instance_id=iid2, node="spot-2", pool="gpu-spot", gang_id="g",
+        instance_type="p5.48xlarge", lifecycle="spot", launch_template_version="3",
+        state="running", launched_at=T0)])
+    slurm.table["spot-2"] = replace(slurm.table["spot-1"], name="spot-2")
+    cloud.instances[iid2] = CloudInstance(iid2, "running", {})
+    for iid in (IID, iid2):
+        cloud.health[iid] = InstanceHealth(iid, system_status="impaired")
+    plain = slurm.power_down_force
+
+    def refuse_spot_1(names: list[str], reason: str) -> None:
+        if names == ["spot-1"]:
+            raise SlurmError(["scontrol"], 1, "Invalid node state specified")
+        plain(names, reason)
+    slurm.power_down_force = refuse_spot_1
+    hp.run(slurm.nodes(), None)
+    assert [n for n, _ in slurm.powered_down] == [["spot-2"]]
+    assert [r.node for r in store.replacements()] == ["spot-2"]
+    failed = [m for k, m in events if k == "slurm_update_failed"]
+    assert failed and all(m.startswith("power down spot-1: ") and "Invalid node state" in m
+                          for m in failed), failed
+
+
 def test_an_aws_health_message_drains_the_node_on_the_same_pass(world) -> None:  # type: ignore[no-untyped-def]
     hp, ip, slurm, _, store, events, now, q = world
     q.bodies.append(health_message("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", [IID],

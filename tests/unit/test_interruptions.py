@@ -129,7 +129,7 @@ def test_a_node_is_powered_down_once_its_requeued_jobs_are_off_it(world, complet
     handled (deleted) at once; a node that never finishes is powered down after the wait."""
     from datetime import timedelta
 
-    from slurmscale.daemon.interruptions import COMPLETING_WAIT_S
+    from slurmscale.daemon.evacuation import COMPLETING_WAIT_S
 
     p, slurm, q, store, events = world
     plain = slurm.requeue
@@ -168,7 +168,7 @@ def test_a_standby_that_takes_over_mid_wait_powers_the_node_down_when_the_leader
     stayed drained with its instance running.)"""
     from datetime import timedelta
 
-    from slurmscale.daemon.interruptions import COMPLETING_WAIT_S
+    from slurmscale.daemon.evacuation import COMPLETING_WAIT_S
 
     p, slurm, q, store, events = world
     plain = slurm.requeue
@@ -200,7 +200,7 @@ def test_a_gone_instances_node_is_powered_down_seconds_after_the_requeue(world) 
     in), not for a completion that cannot come."""
     from datetime import timedelta
 
-    from slurmscale.daemon.interruptions import GONE_WAIT_S
+    from slurmscale.daemon.evacuation import GONE_WAIT_S
 
     p, slurm, q, _store, _events = world
     n = slurm.table["spot-1"]

@@ -71,3 +71,42 @@ def test_every_part_of_the_loop_takes_the_pass_context_first() -> None:
             "topology", "reserved", "backoff"} <= parts.keys(), parts
     firsts = {k: next(iter(inspect.signature(t).parameters), None) for k, t in parts.items()}
     assert {k: p for k, p in firsts.items() if p != "ctx"} == {}
+
+
+# Slurm's writes (the SlurmClient protocol's methods that change Slurm)
+SLURM_WRITES = {"set_node_address", "set_node_addresses", "power_down_force", "power_down",
+                "power_up", "set_job_partitions", "drain", "undrain", "create_reservation",
+                "create_window_reservation", "update_window_reservation",
+                "set_reservation_nodes", "delete_reservation", "set_partition_state",
+                "set_job_reservation", "requeue", "signal_job", "reconfigure",
+                "set_suspend_exc_nodes", "set_node_instances"}
+# where they are made: the edit executor, and the effects' (a job's signal)
+EXECUTORS = {"edits.py", "effects.py"}
+
+
+def _slurm_writes(path: Path) -> list[str]:
+    """`<...>.slurm.<write>(...)` and `slurm.<write>(...)` calls in `path`."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in SLURM_WRITES):
+            continue
+        owner = node.func.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        if name == "slurm":
+            out.append(f"{node.func.attr} (line {node.lineno})")
+    return out
+
+
+def test_only_the_executors_write_to_slurm() -> None:
+    """Effects as data (issue 44): every write a pass makes to Slurm is an edit applied by
+    one executor, with one error policy per kind; no pass calls Slurm's writes itself."""
+    found = {f"daemon/{p.name}": w for p in sorted((PKG / "daemon").glob("*.py"))
+             if p.name not in EXECUTORS and (w := _slurm_writes(p))}
+    assert found == {}
+
+
+def test_the_write_rule_sees_the_executors_writes() -> None:
+    """(the rule can fail: the executor's own calls are found)"""
+    got = _slurm_writes(PKG / "daemon" / "edits.py")
+    assert any(w.startswith("requeue ") for w in got) and len(got) >= 15, got
