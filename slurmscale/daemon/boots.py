@@ -37,6 +37,7 @@ from slurmscale.config import CapacityType
 from slurmscale.daemon import edits
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.effects import Record, Terminate
 from slurmscale.daemon.fleets import GangFleets
 from slurmscale.daemon.launch import client_token
 from slurmscale.daemon.metrics import Metrics
@@ -135,7 +136,7 @@ class BootPass:
         c = self.ctx
         pool = c.cfg.pool(row.pool)
         now = c.clock()
-        self._record(v, row, v.detail)
+        c.effects.apply([self._record(v, row, v.detail)])
         token = client_token(f"{row.gang_id}/boot/{v.node}/{v.attempt + 1}")
         tags = {TAG_CLUSTER: c.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: row.gang_id}
         try:
@@ -173,29 +174,31 @@ class BootPass:
         if self.metrics is not None:
             self.metrics.boot_failed(pool.name, v.cause, "replaced")
 
-    def _record(self, v: BootVerdict, row: InstanceRow, detail: str) -> None:
+    def _record(self, v: BootVerdict, row: InstanceRow, detail: str) -> Record:
         """One replacement row per boot failure (replaced or given up on): the attempts of a
         power-up, the replace-loop guard, `status` and `report` count them."""
         c = self.ctx
         gpus = c.cfg.pool(v.pool).gpus_per_node  # (verdicts are for the config's pools only)
         now = c.clock()
-        c.store.add_replacement(ReplacementRow(
+        return Record(ReplacementRow(
             at=now, detected_at=now, node=v.node, pool=v.pool, instance_id=v.instance_id,
             instance_type=row.instance_type, gpus=gpus,
             cause=(BOOT_CAUSE_PREFIX + v.cause)[:32], detail=detail[:500],
             jobs_requeued=0, left=False))
 
     def _give_up(self, v: BootVerdict, row: InstanceRow, why: str = "") -> None:
+        """The node's attempt recorded (unless a failed replacement did), its instance
+        terminated, the node powered down with slurmscale's boot-failed reason: Slurm
+        requeues its job."""
         c = self.ctx
         detail = f"{v.detail}; {why}" if why else v.detail
-        if not why:  # (a failed replacement recorded its attempt already)
-            self._record(v, row, detail)
-        c.terminate([v.instance_id], f"{v.node} failed to boot: {v.cause}")
         reason = reasons.reason(Why.BOOT_FAILED, f"{v.cause}: {detail}")[:250]
-        if not c.edits.apply(edits.power_down([v.node], reason, said=(
+        done = c.effects.apply([
+            *([] if why else [self._record(v, row, detail)]),
+            Terminate((v.instance_id,), f"{v.node} failed to boot: {v.cause}"),
+            edits.power_down([v.node], reason, gang=row.gang_id, said=(
                 Kind.BOOT_FAILED, f"{v.node} ({v.instance_id}) did not join Slurm: "
-                f"{v.cause}: {detail}; powered down, its job requeues"), gang=row.gang_id)):
-            return
-        if self.metrics is not None:
+                f"{v.cause}: {detail}; powered down, its job requeues"))])
+        if done[-1].taken and self.metrics is not None:
             self.metrics.boot_failed(v.pool, v.cause, "gave-up")
 

@@ -85,7 +85,7 @@ class PassContext(Generic[S]):
     def effects(self) -> Effects:
         """Where the pass's effects are applied in order, each outcome returned
         (effects.py)."""
-        return Effects(self.slurm, self.store, self.event)
+        return Effects(self.slurm, self.store, self.event, self.terminate)
 
     def address(self, node: str, inst: LaunchedInstance) -> tuple[str, str]:
         """The NodeAddr and NodeHostname slurmscale gives `node` running on `inst`."""

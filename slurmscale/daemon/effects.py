@@ -3,9 +3,10 @@
 A pass decides from what it read (pure: `evacuation.py` for the interruption pass) and hands
 the result, a sequence of effects, to `Effects.apply`. The effects are Slurm's edits
 (`edits.Edit`, applied by `SlurmEdits` with its per-kind error policy), an audit event
-(`Say`), a job's lost run recorded (`Record`), a job signalled ahead of its requeue with its
+(`Say`), a row recorded (`Record`: a job's lost run, a node's replacement), instances
+terminated (`Terminate`), a job signalled ahead of its requeue with its
 grace recorded (`Signal`), AWS Health's scheduled change kept (`Heard`), edits Slurm takes
-in one call (`Together`: the nodes' addresses, node by node when refused), and `Step`: an
+in one call (`Together`: the nodes' addresses, node by node when refused), and `Chain`: an
 effect and what follows it, `then` when it was taken, `otherwise` when it was not (a
 preemption is recorded only once its requeue was taken; a job whose signal Slurm refused
 is requeued at once). Where a later decision depends on an outcome, the pass reads it off
@@ -21,7 +22,7 @@ is lost, which ends the pass (nothing after them is applied); an audit event can
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,7 +33,7 @@ from slurmscale.daemon.edits import Edit, EditKind, SlurmEdits
 from slurmscale.model import ScheduledEvent
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.protocol import PassStore, TimerStore
-from slurmscale.store.rows import GraceRow, PreemptionRow
+from slurmscale.store.rows import GraceRow, PreemptionRow, ReplacementRow
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,20 @@ class Say:
 
 @dataclass(frozen=True)
 class Record:
-    """A job's lost run, recorded (the preemptions table: what `max_preemptions`, the
-    reports and the simulator's checks count)."""
+    """A row recorded: a job's lost run (the preemptions table: what `max_preemptions`, the
+    reports and the simulator's checks count), or a node's replacement (what the replace
+    loop guard, a power-up's boot attempts, `status` and `report` count)."""
 
-    row: PreemptionRow
+    row: PreemptionRow | ReplacementRow
+
+
+@dataclass(frozen=True)
+class Terminate:
+    """Instances terminated and marked so on the store (`PassContext.terminate`: a refusal
+    is said as terminate_failed, the store left as it was for the sweep to find)."""
+
+    instance_ids: tuple[str, ...]
+    why: str
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,7 @@ class Heard:
 
 
 @dataclass(frozen=True)
-class Step:
+class Chain:
     """An effect and what follows it: `then` once it was taken, `otherwise` when not."""
 
     first: Effect
@@ -96,14 +107,14 @@ class Together:
     edits: tuple[Edit, ...]
 
 
-Effect = Edit | Say | Record | Signal | Heard | Step | Together
+Effect = Edit | Say | Record | Signal | Heard | Terminate | Chain | Together
 
 
 @dataclass(frozen=True)
 class Applied:
     """One effect's outcome: taken, or refused (`error`: why, where it was said)."""
 
-    effect: Edit | Say | Record | Signal | Heard
+    effect: Edit | Say | Record | Signal | Heard | Terminate
     taken: bool
     error: str = ""
 
@@ -127,11 +138,14 @@ class Effects:
     """Applies a pass's effects in order; `apply` returns each one's outcome."""
 
     def __init__(self, slurm: SlurmClient, store: EffectStore, event: Event,
-                 edits: SlurmEdits | None = None) -> None:
+                 terminate: Callable[[list[str], str], bool] | None = None) -> None:
+        """`terminate`: how instances are terminated (`PassContext.terminate`; needed for
+        `Terminate`)."""
         self.slurm = slurm
         self.store = store
         self.event = event
-        self.edits = edits or SlurmEdits(slurm, event, store)
+        self.edits = SlurmEdits(slurm, event, store)
+        self.terminate = terminate
 
     def apply(self, effects: Iterable[Effect], now: float = 0.0) -> list[Applied]:
         """`now` (Unix s): when the pass asks (the held-off edits' waits)."""
@@ -141,7 +155,7 @@ class Effects:
         return out
 
     def _one(self, e: Effect, now: float, out: list[Applied]) -> bool:
-        if isinstance(e, Step):
+        if isinstance(e, Chain):
             ok = self._one(e.first, now, out)
             for f in e.then if ok else e.otherwise:
                 self._one(f, now, out)
@@ -158,8 +172,13 @@ class Effects:
                 error = "" if ok else self.edits.last_error
             case Say():
                 self.event(e.kind, e.text, node=e.node)
-            case Record():
-                self.store.add_preemption(e.row)
+            case Record(row=PreemptionRow() as row):
+                self.store.add_preemption(row)
+            case Record(row=ReplacementRow() as row):
+                self.store.add_replacement(row)
+            case Terminate():
+                assert self.terminate is not None, "Terminate needs the context's terminate"
+                ok = self.terminate(list(e.instance_ids), e.why)
             case Signal():
                 ok, error = self._signal(e)
             case Heard():

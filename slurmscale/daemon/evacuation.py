@@ -14,7 +14,7 @@ from slurmscale.audit import Kind
 from slurmscale.cloud.eventbridge import Ec2Event, EventKind, aws_time
 from slurmscale.config import INTERRUPTION_NOTICE_S, Config
 from slurmscale.daemon import edits
-from slurmscale.daemon.effects import Effect, Heard, Record, Say, Step
+from slurmscale.daemon.effects import Chain, Effect, Heard, Record, Say
 from slurmscale.daemon.graces import Window, signal
 from slurmscale.policy.health import iso
 from slurmscale.slurm import reasons
@@ -129,14 +129,14 @@ def steer_for(cfg: Config, pool_name: str) -> Steer | None:
 
 
 def requeue(job: str, inst: InstanceRow, lost: Lost, runs: list[PreemptionRow],
-            steer: Steer | None, now: datetime) -> Step:
+            steer: Steer | None, now: datetime) -> Chain:
     """The job requeued off `inst`'s node; once Slurm took it, its lost run recorded and
     said - unless `runs` (the job's recorded lost runs) has this instance's already (an
     earlier, unfinished handling of the event requeued it) - and, at its
     `max_preemptions`-th, the job moved to on-demand (`steer`)."""
     node = inst.node
     if any(r.instance_id == inst.instance_id for r in runs):
-        return Step(edits.requeue(job, node))
+        return Chain(edits.requeue(job, node))
     then: list[Effect] = [
         Record(PreemptionRow(at=now, job_id=job, node=node, instance_id=inst.instance_id,
                              pool=inst.pool, instance_type=inst.instance_type,
@@ -150,7 +150,7 @@ def requeue(job: str, inst: InstanceRow, lost: Lost, runs: list[PreemptionRow],
             Kind.JOB_STEERED, f"job {job} preempted {times} time(s) (max_preemptions "
             f"{steer.max_preemptions} in {steer.pool}): now runs on partition "
             f"{steer.partition} only")))
-    return Step(edits.requeue(job, node), then=tuple(then))
+    return Chain(edits.requeue(job, node), then=tuple(then))
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,6 @@ def plan(inst: InstanceRow, jobs: list[str], graces: list[GraceRow], window: Win
         if window is None:
             out.append(now_requeued)
             continue
-        out.append(Step(signal(job, inst, window, lost.cause, lost.kind, lost.notice_time,
+        out.append(Chain(signal(job, inst, window, lost.cause, lost.kind, lost.notice_time,
                                now, again=job in signalled_), otherwise=(now_requeued,)))
     return Plan(out, kept=bool(in_grace))

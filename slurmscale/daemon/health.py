@@ -27,6 +27,7 @@ from slurmscale.cloud.protocol import CloudError
 from slurmscale.config import HealthSettings
 from slurmscale.daemon import edits, scheduled
 from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.effects import Chain, Record, Say
 from slurmscale.daemon.evacuation import COMPLETING_WAIT_S, GONE_WAIT_S, Lost
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.metrics import Metrics
@@ -148,17 +149,18 @@ class HealthPass:
                        if p.instance_id == v.instance_id)
         graced = sum(1 for g in self.interruptions.graces.open()
                      if g.instance_id == v.instance_id)
-        gpus = self._record(v, inst, now, requeued, left=False)
+        row = self._row(v, inst, now, requeued, left=False)
         self.replacing[v.node] = (v.since, v.pool)
-        c.event(Kind.NODE_REPLACED, f"{v.node} ({v.instance_id}, pool {v.pool}): "
-                f"{v.cause.value}: {v.detail}; {requeued} job(s) requeued"
-                + (f", {graced} signalled (requeued before the event if still there)"
-                   if graced else "")
-                + ", instance terminated by the suspend hook, node returned once powered down",
-                node=v.node)
+        c.effects.apply([Record(row), Say(
+            Kind.NODE_REPLACED, f"{v.node} ({v.instance_id}, pool {v.pool}): "
+            f"{v.cause.value}: {v.detail}; {requeued} job(s) requeued"
+            + (f", {graced} signalled (requeued before the event if still there)"
+               if graced else "")
+            + ", instance terminated by the suspend hook, node returned once powered down",
+            v.node)])
         if self.metrics is not None:
             self.metrics.replaced(v.pool, v.cause.value,
-                                  gpus * max(0.0, now.timestamp() - v.since) / 3600)
+                                  row.gpus * max(0.0, now.timestamp() - v.since) / 3600)
 
     def _leave(self, v: Verdict, inst: InstanceRow, times: int, now: datetime) -> None:
         c = self.ctx
@@ -167,10 +169,9 @@ class HealthPass:
         said = (Kind.NODE_REPLACE_LOOP,
                 f"pool {v.pool} is losing nodes: {v.node} ({v.instance_id}) replaced {why}")
         reason = reasons.reason(Why.REPLACE_LOOP, why)[:250]
-        if not c.edits.apply(edits.drain([v.node], reason, said=said)):
-            return
-        self._record(v, inst, now, 0, left=True)
-        if self.metrics is not None:
+        (drained, *_) = c.effects.apply([Chain(edits.drain([v.node], reason, said=said),
+                                               then=(Record(self._row(v, inst, now, 0, True)),))])
+        if drained.taken and self.metrics is not None:
             self.metrics.left_drained(v.pool)
 
     def _fresh(self, nodes: list[SlurmNode], t: float) -> None:
@@ -184,19 +185,18 @@ class HealthPass:
                 if self.metrics is not None:
                     self.metrics.replacement_time(pool, t - since)
 
-    def _record(self, v: Verdict, inst: InstanceRow, now: datetime, requeued: int,
-                left: bool) -> int:
-        """One replacement row (the loop guard counts them); returns the node's GPUs."""
+    def _row(self, v: Verdict, inst: InstanceRow, now: datetime, requeued: int,
+             left: bool) -> ReplacementRow:
+        """One replacement row (the loop guard counts them)."""
         try:
             gpus = self.ctx.cfg.pool(inst.pool).gpus_per_node
         except KeyError:
             gpus = 0
-        self.ctx.store.add_replacement(ReplacementRow(
+        return ReplacementRow(
             at=now, detected_at=datetime.fromtimestamp(v.since, UTC), node=v.node,
             pool=v.pool, instance_id=v.instance_id, instance_type=inst.instance_type,
             gpus=gpus, cause=v.cause.value, detail=v.detail[:500], jobs_requeued=requeued,
-            left=left))
-        return gpus
+            left=left)
 
 
 def health_knobs(s: HealthSettings) -> HealthKnobs:

@@ -14,7 +14,7 @@ from slurmscale.cloud.eventbridge import parse_events
 from slurmscale.config import GraceSignal
 from slurmscale.daemon import edits
 from slurmscale.daemon.edits import EditKind
-from slurmscale.daemon.effects import Effects, Record, Say, Signal, Step, signalled, taken
+from slurmscale.daemon.effects import Chain, Effects, Record, Say, Signal, signalled, taken
 from slurmscale.daemon.evacuation import (
     GONE_WAIT_S,
     Evacuate,
@@ -37,14 +37,13 @@ def instance(state: str = "running") -> InstanceRow:
                        launch_template_version="1", state=state, launched_at=T0)
 
 
-INST = instance()
 LOST = Lost(PreemptionCause.INTERRUPTED, "EC2 Spot Instance Interruption Warning",
             "2026-11-29T12:00:00Z", "interrupted")
 STEER = Steer("gpu-spot", "gpu-od", 2)
 
 
 def one(detail_type: str, **detail: Any):  # type: ignore[no-untyped-def]
-    (ev,) = parse_events(ec2_event(detail_type, INST.instance_id, **detail))
+    (ev,) = parse_events(ec2_event(detail_type, "i-0000000000000001", **detail))
     return ev
 
 
@@ -55,6 +54,7 @@ def run(job: str, instance_id: str, cause: str = "interrupted") -> PreemptionRow
 
 
 def test_a_message_becomes_one_action() -> None:
+    INST = instance()
     warning = on_event(one("EC2 Spot Instance Interruption Warning",
                            **{"instance-action": "terminate"}), INST, T0)
     assert isinstance(warning, Evacuate) and warning.reclaimed
@@ -77,6 +77,7 @@ def test_a_message_becomes_one_action() -> None:
 
 
 def test_an_evacuation_is_a_drain_then_each_jobs_requeue_with_what_follows_it() -> None:
+    INST = instance()
     runs = {"7": [run("7", INST.instance_id)],  # requeued by an unfinished handling
             "8": [run("8", "i-00000000000000aa")],  # its second lost run: moved
             "9": []}
@@ -84,22 +85,23 @@ def test_an_evacuation_is_a_drain_then_each_jobs_requeue_with_what_follows_it() 
     assert not p.kept
     drain, *steps = p.effects
     assert isinstance(drain, edits.Edit) and drain.kind is EditKind.DRAIN
-    assert all(isinstance(s, Step) and isinstance(s.first, edits.Edit)
+    assert all(isinstance(s, Chain) and isinstance(s.first, edits.Edit)
                and s.first.kind is EditKind.REQUEUE for s in steps)
     s7, s8, s9 = steps
-    assert isinstance(s7, Step) and s7.then == ()  # not recorded twice
-    assert isinstance(s8, Step) and [type(e).__name__ for e in s8.then] == [
+    assert isinstance(s7, Chain) and s7.then == ()  # not recorded twice
+    assert isinstance(s8, Chain) and [type(e).__name__ for e in s8.then] == [
         "Record", "Say", "Edit"]
     move = s8.then[2]
     assert isinstance(move, edits.Edit) and move.partitions == ("gpu-od",)
-    assert isinstance(s9, Step) and [type(e).__name__ for e in s9.then] == ["Record", "Say"]
+    assert isinstance(s9, Chain) and [type(e).__name__ for e in s9.then] == ["Record", "Say"]
     # a cause that is not a preemption (a replacement) counts for no move
     unhealthy = Lost(PreemptionCause.UNHEALTHY, "replaced:x", "t", "unhealthy")
     (_, s) = plan(INST, ["8"], [], None, unhealthy, runs, STEER, T0, warned=False).effects
-    assert isinstance(s, Step) and [type(e).__name__ for e in s.then] == ["Record", "Say"]
+    assert isinstance(s, Chain) and [type(e).__name__ for e in s.then] == ["Record", "Say"]
 
 
 def test_with_a_grace_each_job_is_signalled_and_requeued_at_once_only_if_slurm_refuses() -> None:
+    INST = instance()
     window = (GraceSignal(signal="USR1", margin_s=20), T0 + timedelta(seconds=95))
     open_ = [GraceRow(job_id="5", node="spot-1", instance_id=INST.instance_id, pool="gpu-spot",
                       signal="USR1", signalled_at=T0, requeue_at=T0, state="signalled",
@@ -110,10 +112,10 @@ def test_with_a_grace_each_job_is_signalled_and_requeued_at_once_only_if_slurm_r
     p = plan(INST, ["5", "6", "7"], open_, window, LOST, {}, None, T0, warned=True)
     assert p.kept  # job 5: in its grace for this warning already (a message again)
     _, s6, s7 = p.effects
-    assert isinstance(s6, Step) and isinstance(s6.first, Signal) and s6.first.again
-    assert isinstance(s7, Step) and isinstance(s7.first, Signal) and not s7.first.again
+    assert isinstance(s6, Chain) and isinstance(s6.first, Signal) and s6.first.again
+    assert isinstance(s7, Chain) and isinstance(s7.first, Signal) and not s7.first.again
     (requeue,) = s7.otherwise
-    assert isinstance(requeue, Step) and isinstance(requeue.first, edits.Edit)
+    assert isinstance(requeue, Chain) and isinstance(requeue.first, edits.Edit)
     # gone, not warned: a grace no longer buys time; its jobs are requeued
     p = plan(INST, ["5"], open_, None, LOST, {}, None, T0, warned=False)
     assert not p.kept and len(p.effects) == 2
@@ -140,6 +142,7 @@ def said_to(said: list[Kind]) -> Any:
 
 
 def test_what_follows_an_effect_is_applied_on_its_outcome_only() -> None:
+    INST = instance()
     steps = plan(INST, ["9"], [], None, LOST, {"9": [run("9", "i-00000000000000aa")]}, STEER,
                  T0, warned=True).effects
     for refusing, recorded in (("requeue", 0), ("", 1)):
@@ -159,6 +162,7 @@ def test_what_follows_an_effect_is_applied_on_its_outcome_only() -> None:
 
 
 def test_a_refused_signal_is_said_and_its_job_requeued_at_once() -> None:
+    INST = instance()
     window = (GraceSignal(signal="USR1", margin_s=20), T0 + timedelta(seconds=95))
     steps = plan(INST, ["9"], [], window, LOST, {}, None, T0, warned=True).effects
     for refusing, graces in (("signal_job", 0), ("", 1)):
