@@ -22,7 +22,7 @@ from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.edits import SlurmEdits
+from slurmscale.daemon.effects import Effect
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.daemon.graces import Graces
 from slurmscale.hostlists import compress
@@ -104,7 +104,8 @@ class BlockPass:
         self.slurm = slurm
         self.reserved = reserved
         self.event = event
-        self.edits = SlurmEdits(slurm, event, store)  # (its refusals' waits on the store)
+        self.effects = ctx.effects  # (its refusals' waits on the store)
+        self.edits = self.effects.edits
         # a pool's grace_signal: the jobs still running at a close are signalled first
         self.graces = Graces(cfg, store, slurm, event)
         self.pools = [p for p in cfg.pools if p.capacity_type is CapacityType.CAPACITY_BLOCK]
@@ -146,9 +147,10 @@ class BlockPass:
                 planned.append(pool)
             if not plan.is_open:
                 self._close(pool, plan, nodes, now)
-        for name in sorted({r.name for r in slurm_has} - mine):
-            if not any(name.startswith(f"{self.prefix}{p.name}-") for p in self.pools):
-                self._delete(name, "no capacity-block pool of that name in the config", t)
+        self.effects.apply([
+            self._unreserve(name, "no capacity-block pool of that name in the config")
+            for name in sorted({r.name for r in slurm_has} - mine)
+            if not any(name.startswith(f"{self.prefix}{p.name}-") for p in self.pools)], t)
         if planned:
             self._open(planned, t)
 
@@ -157,7 +159,6 @@ class BlockPass:
         """Carry out the plan's edits, in its order (deletes, shrinks, moves, creates): never
         delete-then-create one span, in between the scheduler would see the pool open.
         True when Slurm now holds the whole plan (every edit made, or none needed)."""
-        done = True
         names = pool.node_names()
         todo = list(plan.edits)
         touched = {e.name for e in todo}
@@ -165,20 +166,20 @@ class BlockPass:
             r = held.get(c.name)
             if r is not None and c.name not in touched and sorted(r.nodes) != sorted(names):
                 todo.append(Edit(EditKind.UPDATE, c.name, None, c.end))
+        out: list[Effect] = []
         for e in todo:
             if e.kind is EditKind.DELETE:
-                done = self._delete(e.name, plan.reason, now) and done
+                out.append(self._unreserve(e.name, plan.reason))
                 continue
             start = None if e.start is None or e.start <= now else e.start
             until = ("until further notice" if e.end - now > FOREVER_S / 2
                      else f"until {at(e.end)}")
             said = (Kind.BLOCK_RESERVATION, f"{pool.name}: nodes closed from "
                     f"{'now' if start is None else at(start)} {until}: {plan.reason}")
-            done = self.edits.apply(
-                edits.window(e.name, names, [self.user], start, e.end, said=said)
-                if e.kind is EditKind.CREATE
-                else edits.window_set(e.name, names, start, e.end, said=said), now) and done
-        return done
+            out.append(edits.window(e.name, names, [self.user], start, e.end, said=said)
+                       if e.kind is EditKind.CREATE
+                       else edits.window_set(e.name, names, start, e.end, said=said))
+        return all(a.taken for a in self.effects.apply(out, now))
 
     def _open(self, pools: list[Pool], now: float) -> None:
         """The pools' partitions UP once Slurm holds their windows: the rendered slurm.conf
@@ -196,9 +197,9 @@ class BlockPass:
                     Kind.BLOCK_PARTITION_OPENED, f"{pool.partition}: UP, the block's windows "
                     "being in Slurm's reservations (slurm.conf starts it DOWN)")), now)
 
-    def _delete(self, name: str, why: str, now: float) -> bool:
-        return self.edits.apply(edits.unreserve(name, said=(
-            Kind.BLOCK_RESERVATION_DELETED, f"{name}: {why}")), now)
+    @staticmethod
+    def _unreserve(name: str, why: str) -> edits.Edit:
+        return edits.unreserve(name, said=(Kind.BLOCK_RESERVATION_DELETED, f"{name}: {why}"))
 
     def _close(self, pool: Pool, plan: BlockPlan, nodes: list[SlurmNode],
                now: datetime) -> None:
