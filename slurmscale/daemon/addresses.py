@@ -12,7 +12,6 @@ from slurmscale.cloud.protocol import TAG_NODE, CloudError
 from slurmscale.config import AddressSource
 from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext, launched
-from slurmscale.daemon.edits import Edit
 from slurmscale.daemon.effects import Together
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus
@@ -62,15 +61,14 @@ class NodeAddresses:
 
     def set_all(self, entries: list[tuple[str, str, str]], again: bool = False,
                 said: Callable[[str], tuple[Kind, str]] | None = None,
-                gang: str | None = None) -> set[str]:
+                gang: str | None = None) -> None:
         """(node, addr, hostname) set in one scontrol update; if Slurm refuses that, node by
         node, so one bad node does not keep the others unaddressed, each refusal said with
         its node (`again`: only logged, the caller sets it again next pass). `said`: each
-        node's event once set. Returns the nodes Slurm refused."""
-        out = self.ctx.effects.apply([Together(tuple(
+        node's event once set."""
+        self.ctx.effects.apply([Together(tuple(
             edits.address(node, addr, host, None if said is None else said(node), again, gang)
             for node, addr, host in entries))])
-        return {a.effect.nodes[0] for a in out if not a.taken and isinstance(a.effect, Edit)}
 
     def _tag(self, node: str, inst: LaunchedInstance, gid: str | None) -> None:
         c = self.ctx

@@ -19,6 +19,7 @@ from slurmscale.config import CapacityType, Config
 from slurmscale.daemon import edits
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.effects import Effect, Say
 from slurmscale.daemon.ledger import Ledger, PoolNow
 from slurmscale.daemon.observe import QueueView, build_snapshot, fallback_rules, gang_jobs
 from slurmscale.hostlists import compress
@@ -26,7 +27,7 @@ from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmNode, 
 from slurmscale.policy.decide import decide
 from slurmscale.policy.fallback import Rewrite, partition_rewrites
 from slurmscale.policy.limit_use import LimitUse
-from slurmscale.policy.model import Action, ActionKind, NodeState, Plan, Snapshot
+from slurmscale.policy.model import ActionKind, NodeState, Plan, Snapshot
 from slurmscale.policy.reservations import GangJob, HoldPlan, slipped
 from slurmscale.policy.routing import Routed
 from slurmscale.policy.standing import GangStanding, gang_standings
@@ -148,6 +149,35 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
                     tuple(blocks), standing, tuple(gangs), uses, tuple(store.graces()))
 
 
+def effects_of(p: PassPlan) -> list[Effect]:
+    """The plan's actions and partition rewrites as effects, in its order: a hold is a
+    drain with slurmscale's reason, an unhold its undrain, a release a power-down once idle,
+    a warm-up a power-up; an action with no edit of its own is said (a launch is the
+    resume hook's). Keeps are the plan's only."""
+    out: list[Effect] = []
+    for a in p.capacity.actions:
+        if a.kind is ActionKind.KEEP:
+            continue
+        nodes = list(a.nodes)
+        expr = compress(nodes) if nodes else None
+        said = (EVENT_KIND[a.kind], f"{a.pool}: {a.reason}" + (f" [{expr}]" if expr else ""))
+        match a.kind:
+            case ActionKind.HOLD:
+                out.append(edits.drain(nodes, reasons.reason(Why.HELD), said=said))
+            case ActionKind.UNHOLD:
+                out.append(edits.undrain(nodes, said=said))
+            case ActionKind.RELEASE:
+                out.append(edits.release(nodes, said=said))
+            case ActionKind.WARM:
+                out.append(edits.power_up(nodes, said=said))
+            case _:
+                out.append(Say(said[0], said[1], expr))
+    out += [edits.move(rw.job_id, list(rw.partitions), said=(
+        Kind.JOB_PARTITION_REWRITTEN, f"job {rw.job_id} -> partition "
+        f"{','.join(rw.partitions)}: {rw.reason}")) for rw in p.rewrites]
+    return out
+
+
 class CapacityPass:
     """`ledger`: records job starts/ends and capacity samples from this pass's reads (the
     daemon's; the simulator keeps its own accounts and passes none)."""
@@ -160,7 +190,7 @@ class CapacityPass:
         self.store = store
         self.slurm = ctx.slurm
         self.event = ctx.event
-        self.edits = ctx.edits
+        self.effects = ctx.effects
         self.holds = HoldPass(cfg, store, ctx.slurm, ctx.event)
         self.limit_use = LimitUseLearner(cfg, store)
         self.view = QueueView()  # the queue as the passes saw it (arrivals, job views)
@@ -188,33 +218,9 @@ class CapacityPass:
             self.event(Kind.SLURM_READ_OK, "Slurm readable again; capacity passes resumed")
             self._read_failing = False
         self.holds.apply(p.holds, list(p.gone), list(p.reservations), now)
-        for a in p.capacity.actions:
-            self._apply(a)
-        for rw in p.rewrites:
-            self.edits.apply(edits.move(rw.job_id, list(rw.partitions), said=(
-                Kind.JOB_PARTITION_REWRITTEN, f"job {rw.job_id} -> partition "
-                f"{','.join(rw.partitions)}: {rw.reason}")))
+        self.effects.apply(effects_of(p), now.timestamp())
         self.store.save_pool_memory(p.capacity.memory, now)
         if p.snapshot is not None and self.ledger is not None:
             self.pools_now = self.ledger.observe(p.snapshot, list(p.jobs), now)
         self.last = p
         return p
-
-    def _apply(self, a: Action) -> None:
-        nodes = list(a.nodes)
-        expr = compress(nodes) if nodes else None
-        if a.kind is ActionKind.KEEP:
-            log.debug("%s: keep %s: %s", a.pool, expr, a.reason)
-            return
-        said = (EVENT_KIND[a.kind], f"{a.pool}: {a.reason}" + (f" [{expr}]" if expr else ""))
-        match a.kind:
-            case ActionKind.HOLD:
-                self.edits.apply(edits.drain(nodes, reasons.reason(Why.HELD), said=said))
-            case ActionKind.UNHOLD:
-                self.edits.apply(edits.undrain(nodes, said=said))
-            case ActionKind.RELEASE:
-                self.edits.apply(edits.release(nodes, said=said))
-            case ActionKind.WARM:
-                self.edits.apply(edits.power_up(nodes, said=said))
-            case _:
-                self.event(said[0], said[1], node=expr)

@@ -1,4 +1,4 @@
-"""A pass's effects as values, applied in order in one place, each outcome recorded.
+"""A pass's effects as values, applied in order in one place, each outcome returned.
 
 A pass decides from what it read (pure: `evacuation.py` for the interruption pass) and hands
 the result, a sequence of effects, to `Effects.apply`. The effects are Slurm's edits

@@ -170,9 +170,9 @@ def plan(inst: InstanceRow, jobs: list[str], graces: list[GraceRow], window: Win
     listed there): left alone if already in its grace for this warning (a message delivered
     again), signalled where the pool's `window` leaves time for a grace (requeued at once if
     Slurm refuses the signal), else requeued. `graces`: the open ones; `runs`: each job's
-    recorded lost runs; `warned`: the event gave EC2's deadline (gone, or unhealthy: a grace
-    no longer buys the job time); `steer`: None where a job is not moved after its
-    `max_preemptions` (not spot's doing)."""
+    recorded lost runs; `warned`: a deadline was given (EC2's, a scheduled event's; without
+    one - gone, or unhealthy - a grace no longer buys the job time); `steer`: None where a
+    job is not moved after its `max_preemptions` (not spot's doing)."""
     in_grace = {g.job_id for g in graces if g.instance_id == inst.instance_id} if warned \
         else set()
     signalled_ = {g.job_id for g in graces}  # (a gang: for another of its nodes' warning)

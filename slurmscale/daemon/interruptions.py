@@ -40,7 +40,7 @@ from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.drains import undrain
 from slurmscale.daemon.edits import EditKind
-from slurmscale.daemon.effects import Effect, Effects, signalled, taken
+from slurmscale.daemon.effects import Effect, signalled, taken
 from slurmscale.daemon.evacuation import (
     COMPLETING_WAIT_S,
     GONE_STATES,
@@ -114,7 +114,7 @@ class InterruptionPass:
         self.queue = queue
         self.event = event
         # (every effect of this pass is applied there, its outcome returned)
-        self.effects = Effects(slurm, store, event)
+        self.effects = ctx.effects
         # jobs signalled before their requeue (a pool's grace_signal)
         self.graces = Graces(cfg, store, slurm, event)
         # Instances already evacuated (powered down): the store calls them running until the

@@ -77,11 +77,11 @@ class TopologyPass:
             word = "block" if self.settings.plugin == "block" else "switch"
             parts = sum(1 for line in text.splitlines() if line.startswith(
                 f"{word.capitalize()}Name="))
-            done = self.ctx.edits
-            if not done.apply(edits.reconfigure(said=(
+            sent = self.ctx.edits
+            if not sent.apply(edits.reconfigure(said=(
                     Kind.TOPOLOGY_UPDATED, f"{self.path}: {len(placed)} node(s) placed by "
                     f"EC2's network topology, {parts} {word}(s); slurmctld reconfigured"))):
-                self._failed(f"scontrol reconfigure: {done.last_error}")
+                self._failed(f"scontrol reconfigure: {sent.last_error}")
                 return
             self.reconfigured_at, self.reconfigure_due, self.failing = now, False, False
 
