@@ -24,6 +24,7 @@ from slurmscale.daemon.evacuation import (
     plan,
 )
 from slurmscale.slurm.protocol import SlurmError
+from slurmscale.store import tables  # noqa: F401  (rows mapped before any is made)
 from slurmscale.store.memory import MemoryStore
 from slurmscale.store.rows import GraceRow, InstanceRow, PreemptionCause, PreemptionRow
 from tests.support.eventbridge_messages import ec2_event
