@@ -335,10 +335,14 @@ class SlurmEdits:
         if edit.key in refused:
             del refused[edit.key]
             self._keep(refused, now)
+        self._say(edit)
+        return True
+
+    def _say(self, edit: Edit) -> None:
+        """The edit's own audit event, once Slurm took it."""
         if edit.said is not None:
             self.event(edit.said[0], edit.said[1], node=edit.where,
                        **({"gang_id": edit.gang} if edit.gang else {}))
-        return True
 
     def apply_together(self, together: list[Edit]) -> bool:
         """Edits of one `TOGETHER` kind in one call; False: Slurm refused it (logged: the
@@ -351,8 +355,7 @@ class SlurmEdits:
                         compress([n for x in together for n in x.nodes]), e)
             return False
         for x in together:
-            if x.said is not None:
-                self.event(x.said[0], x.said[1], node=x.where)
+            self._say(x)
         return True
 
     def _keep(self, refused: dict[str, float], now: float) -> None:

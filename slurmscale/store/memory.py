@@ -169,10 +169,6 @@ class MemoryStore:
         return [_copy(r) for r in self._preemptions[first:]
                 if job_id is None or r.job_id == job_id]
 
-    def has_preemption(self, job_id: str, instance_id: str) -> bool:
-        return any(r.job_id == job_id and r.instance_id == instance_id
-                   for r in self._preemptions)
-
     def graces(self, open_only: bool = True) -> list[GraceRow]:
         return [_copy(r) for r in self._graces
                 if not open_only or r.state == GraceState.SIGNALLED.value]

@@ -512,12 +512,6 @@ class Store:
                 or_(t.instances.c.terminated_at.is_(None), t.instances.c.terminated_at >= since)))
 
     # preemptions ----------------------------------------------------------------------
-    def has_preemption(self, job_id: str, instance_id: str) -> bool:
-        with self.session() as s:
-            return (s.scalar(select(func.count()).select_from(PreemptionRow).where(
-                t.preemptions.c.job_id == job_id,
-                t.preemptions.c.instance_id == instance_id)) or 0) > 0
-
     def add_preemption(self, row: PreemptionRow) -> None:
         with self.session() as s:
             s.add(row)

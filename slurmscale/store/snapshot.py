@@ -129,10 +129,6 @@ class StoreSnapshot:
         return [replace(p) for p in self.preemption_rows
                 if p.at.timestamp() >= since and (job_id is None or p.job_id == job_id)]
 
-    def has_preemption(self, job_id: str, instance_id: str) -> bool:
-        return any(p.job_id == job_id and p.instance_id == instance_id
-                   for p in self.preemption_rows)
-
     def job_runs(self, since: datetime) -> list[JobRun]:
         # (the runs read from `runs_since`, the same window's start as the plan's now gives)
         if self.runs_since is None or since.timestamp() < self.runs_since - 1:
