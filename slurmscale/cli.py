@@ -464,10 +464,13 @@ def _live_plan(cfg: Config) -> dict[str, Any]:
     # The daemon's memory (governed targets, cooldown clocks, hold budgets) makes this the
     # plan it would carry out: read by a child process while this one reads and parses
     # Slurm (opening the SQL store alone is SQLAlchemy's import: a third of the command)
+    # (and, once the queue is read, the gangs' standings by another: sprio's read and a
+    # sweep of the queue, while this one builds its snapshot)
     aside = ReadAside(lambda: _store(cfg), now - REQUEUED_RECENTLY_S,
                       limit_use_runs_since(cfg, now))
     try:
-        pp = current_plan(cfg, SlurmCLI(cfg.slurm), aside.snapshot, now, standings=True)
+        pp = current_plan(cfg, SlurmCLI(cfg.slurm), aside.snapshot, now, standings=True,
+                          aside=True)
     except SlurmError as e:
         click.echo(f"slurmscale: cannot read Slurm: {e}", err=True)
         sys.exit(1)

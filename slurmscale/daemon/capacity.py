@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from slurmscale.aside import Aside
 from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
 from slurmscale.daemon import edits
@@ -100,7 +101,8 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
                  plans_seen: dict[str, float] | None = None,
                  standings: bool = False,
                  nodes: list[SlurmNode] | None = None,
-                 limit_use: LimitUseLearner | None = None) -> PassPlan:
+                 limit_use: LimitUseLearner | None = None,
+                 aside: bool = False) -> PassPlan:
     """What the policy decides from Slurm as it is now (raises SlurmError if unreadable).
     `view`: the daemon's view of the queue kept across passes (QueueView: its arrival log,
     and what each unchanged job gave last pass);
@@ -110,26 +112,37 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     current (None: read them here); `limit_use`: the daemon's learner of the hold rule's
     limit_use (None: learned here, from the store). `store` may be a function that gives
     it, called once Slurm is read (`plan --live` reads the store in another process
-    meanwhile)."""
+    meanwhile). `aside`: with `standings`, read sprio and make the standings in a child
+    process while this one builds the snapshot (slurmscale/aside.py: a one-shot command's
+    second core, never the daemon's)."""
     from slurmscale.daemon.holds import HoldPass, LimitUseLearner, with_earliest_plans
 
     if nodes is None:
         nodes = slurm.nodes()
     jobs, res = slurm.active_jobs(), slurm.reservations()
-    if callable(store):
-        store = store()
-    requeued = frozenset(p.job_id for p in store.preemptions(since=now - REQUEUED_RECENTLY_S))
-    paid = store.reserved_nodes()
-    snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), view, requeued,
-                          paid)
-    holds = HoldPass(cfg, store, slurm, _no_event)
     gangs = with_earliest_plans(gang_jobs(cfg, jobs, 2, view=view), {} if plans_seen is None
                                 else plans_seen)
-    standing: tuple[GangStanding, ...] = ()
-    if standings or any(slipped(holds.knobs, g) for g in gangs):
+
+    def standings_now() -> tuple[GangStanding, ...]:
+        return gang_standings(gangs, {p.name: p.partition for p in cfg.pools}, jobs,
+                              *read_priorities(slurm), now)
+    made = Aside(standings_now) if standings and aside else None
+    try:
+        if callable(store):
+            store = store()
+        requeued = frozenset(p.job_id for p in store.preemptions(
+            since=now - REQUEUED_RECENTLY_S))
+        snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), view, requeued,
+                              store.reserved_nodes())
+        standing = made.result() if made is not None else None  # (None: not made yet)
+    finally:
+        if made is not None:
+            made.close()
+    holds = HoldPass(cfg, store, slurm, _no_event)
+    if standing is None and (standings or any(slipped(holds.knobs, g) for g in gangs)):
         # sprio only where a plan slipped (is age about to stop the overtaking?) or asked
-        standing = gang_standings(gangs, {p.name: p.partition for p in cfg.pools}, jobs,
-                                  *read_priorities(slurm), now)
+        standing = standings_now()
+    if standing is not None:
         lift = {s.job_id: s.lift_s for s in standing}
         gangs = tuple(g._replace(age_lift_s=lift.get(g.job_id)) for g in gangs)
     uses = (limit_use or LimitUseLearner(cfg, store)).current(now)
@@ -146,7 +159,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
                     partition_rewrites(fallback_rules(cfg), jobs, unavailable, now), snap,
                     tuple(jobs),
-                    tuple(blocks), standing, tuple(gangs), uses, tuple(store.graces()))
+                    tuple(blocks), standing or (), tuple(gangs), uses, tuple(store.graces()))
 
 
 def effects_of(p: PassPlan) -> list[Effect]:

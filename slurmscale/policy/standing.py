@@ -14,16 +14,17 @@ lifted by age alone.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
 from operator import itemgetter
+from typing import NamedTuple, cast
 
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob
-from slurmscale.policy.observe import slurm_time
+from slurmscale.policy.observe import _MISSING, slurm_time, time_memo
 from slurmscale.policy.reservations import GangJob
 
 
-@dataclass(frozen=True)
-class GangStanding:
+class GangStanding(NamedTuple):
+    """(A tuple: 10,000 of them are made, and `plan --live` hands them across a pipe.)"""
+
     job_id: str
     pool: str
     partition: str
@@ -70,22 +71,28 @@ def gang_standings(gangs: tuple[GangJob, ...], partition_of: dict[str, str],
     # (50,000 lines: keyed in C, (job_id, partition) being each line's first two fields)
     line = dict(zip(map(itemgetter(0, 1), prios), prios, strict=True))
     wanted = {partition_of[g.pool] for g in todo}
-    # per partition: (priority, age, submit) of every pending job
+    # per partition: (priority, age, submit) of every pending job (50,000 of them: fields
+    # taken by index in C, sprio's line and the submit time looked up before any call)
     queue: dict[str, list[tuple[float, float, float]]] = {p: [] for p in wanted}
-    for j in jobs:
-        if j.state != "PENDING":
+    get, times, missing = line.get, time_memo(), _MISSING
+    for job_id, parts, submit, prio, state in map(_FIELDS, jobs):
+        if state != "PENDING":
             continue
-        for part in j.partitions:
+        for part in parts:
             if part in wanted:
-                f = line.get((j.job_id, part))
-                queue[part].append((f.priority if f else float(j.priority),
-                                    f.age if f else 0.0,
-                                    slurm_time(j.submit_time) or now))
+                f = get((job_id, part))
+                got = times.get(submit, missing)
+                t = (slurm_time(submit) if got is missing else cast(float | None, got)) or now
+                queue[part].append((f[2], f[3], t) if f is not None
+                                   else (float(prio), 0.0, t))
     out: dict[tuple[str, str], GangStanding] = {}
     for part in wanted:
         mine = [g for g in todo if partition_of[g.pool] == part]
         out.update(_standings_in(part, mine, queue[part], line, weights, now))
     return tuple(out[g.job_id, g.pool] for g in todo)
+
+
+_FIELDS = itemgetter(0, 1, 5, 7, 9)  # QueueJob's job_id, partitions, submit_time, priority, state
 
 
 def _standings_in(part: str, gangs: list[GangJob], queue: list[tuple[float, float, float]],
@@ -96,7 +103,7 @@ def _standings_in(part: str, gangs: list[GangJob], queue: list[tuple[float, floa
     admitting the jobs ranked strictly above it into two Fenwick trees over submit-time
     rank - how many were submitted after a time, and the largest non-age priority among
     them - so each gang's `ahead`, `overtaken_by` and lift cost O(log n)."""
-    queue.sort(key=lambda x: -x[0])
+    queue.sort(key=itemgetter(0), reverse=True)  # (stable, as a sort by -priority)
     submits = sorted(x[2] for x in queue)
     n = len(submits)
     count = [0] * (n + 1)  # over reversed ranks: a suffix of submit times is a prefix here
@@ -107,7 +114,7 @@ def _standings_in(part: str, gangs: list[GangJob], queue: list[tuple[float, floa
     for g in gangs:
         f = line.get((g.job_id, part))
         ranked.append((f.priority if f else float(g.priority), f, g))
-    ranked.sort(key=lambda r: -r[0])
+    ranked.sort(key=itemgetter(0), reverse=True)
     for prio, f, g in ranked:
         age = f.age if f else 0.0
         while admitted < n and queue[admitted][0] > prio:

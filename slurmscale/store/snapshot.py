@@ -10,16 +10,12 @@ child hands them back as this snapshot, its records as plain field values throug
 
 from __future__ import annotations
 
-import io
-import os
-import pickle
-import signal
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from slurmscale.aside import Aside, AsideFailed
 from slurmscale.policy.model import PoolMemory
 from slurmscale.store.protocol import PassStore
 from slurmscale.store.rows import (
@@ -175,81 +171,29 @@ class StoreSnapshot:
 
 class ReadAside:
     """A `StoreSnapshot` read by a child process while this one goes on (reading Slurm):
-    `snapshot()` waits for it. `open_store`: the CLI's opener, which prints one line and
-    exits on a store that cannot be used - what it printed comes back with its code, and
-    `snapshot()` prints the same and exits the same. `close()` ends a child whose answer was
-    never waited for. Only this child is ever waited for or signalled, by its PID."""
+    `snapshot()` waits for it (raises StoreUnreadable). `open_store`: the CLI's opener, which
+    prints one line and exits on a store that cannot be used - what it printed comes back
+    with its code, and `snapshot()` prints the same and exits the same. `close()` ends a
+    child whose answer was never waited for (slurmscale/aside.py)."""
 
     def __init__(self, open_store: Callable[[], Any], preemptions_since: float,
                  runs_since: float | None = None) -> None:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            _child(w, open_store, preemptions_since, runs_since)  # (never returns)
-        os.close(w)
-        self.pid: int | None = pid
-        self._r = r
+        def read() -> dict[str, Any]:
+            store = open_store()
+            try:
+                return StoreSnapshot.read(store, preemptions_since, runs_since).to_plain()
+            finally:
+                store.close()
+        self._aside = Aside(read)
         self._got: StoreSnapshot | None = None
 
     def snapshot(self) -> StoreSnapshot:
-        if self._got is not None:
-            return self._got
-        if self.pid is None:
-            raise ReadOnly("the store's reader was ended before its answer was read")
-        with os.fdopen(self._r, "rb") as f:
-            data = f.read()
-        os.waitpid(self.pid, 0)
-        self.pid = None
-        if not data:
-            raise StoreUnreadable("the process reading it ended without an answer")
-        kind, value = pickle.loads(data)  # (our own child's bytes, through our own pipe)
-        if kind == "exit":
-            code, said = value
-            sys.stderr.write(said)
-            sys.exit(code)
-        if kind == "error":
-            raise StoreUnreadable(value)
-        self._got = StoreSnapshot.from_plain(value)
+        if self._got is None:
+            try:
+                self._got = StoreSnapshot.from_plain(self._aside.result())
+            except AsideFailed as e:
+                raise StoreUnreadable(str(e)) from None
         return self._got
 
     def close(self) -> None:
-        if self.pid is None:
-            return
-        os.close(self._r)  # (a child still writing gets EPIPE and ends)
-        try:
-            os.kill(self.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        os.waitpid(self.pid, 0)
-        self.pid = None
-
-
-def _child(w: int, open_store: Callable[[], Any], since: float,
-           runs_since: float | None) -> NoReturn:
-    """Reads the snapshot and writes ("ok", its fields), ("exit", (code, what was printed))
-    or ("error", text); then ends the process without running anything the parent set up for
-    its own exit. (What the opener prints is handed back, not printed here: the parent's
-    stderr may be a Python object, a test's capture, that this copy of it would keep.)"""
-    code = 0
-    said = io.StringIO()
-    sys.stderr = said
-    try:
-        try:
-            store = open_store()
-            try:
-                out: tuple[str, Any] = ("ok", StoreSnapshot.read(store, since, runs_since)
-                                          .to_plain())
-            finally:
-                store.close()
-        except SystemExit as e:
-            out = ("exit", (e.code if isinstance(e.code, int) else 1, said.getvalue()))
-        except Exception as e:  # noqa: BLE001 - handed to the parent, which reports it
-            # (its first line: a database error goes on with the SQL and a web link)
-            out = ("error", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
-        with os.fdopen(w, "wb") as f:
-            pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
-    except BaseException:  # noqa: BLE001 - the parent finds no answer and says so
-        code = 1
-    finally:
-        os._exit(code)
+        self._aside.close()
