@@ -2,11 +2,13 @@
 daemon's reconcile loop on it (`sim/daemon.py`, through `SimSlurm` and `SimEc2`); the other
 policies' plans are carried out as their tools would (`sim/other_policies.py`).
 
-The parts, each a module: the state and a node's power cycle (`state.py`), paid capacity's
-routing (`paid.py`), Slurm's scheduling (`scheduler.py`), what EC2 and the hardware do to
-running nodes (`disruptions.py`), the other policies (`other_policies.py`), and here the
-event loop that runs them in time order; the settings in `world.py`, the figures in
-`result.py`.
+The parts, each an object of its own module, built here on one shared `SimState` (the
+settings, the nodes, the agenda, the figures: `state.py`): the simulated Slurm
+(`scheduler.py`: its queue, scheduling, backfill and power saving), where its new nodes
+launch (`paid.py`), what EC2 and the hardware do to running nodes (`disruptions.py`), and
+the policy - the daemon's own loop on the simulated adapters (`daemon.py`) or one of the
+other policies (`other_policies.py`); here the event loop that runs them in time order. The
+settings in `world.py`, the figures in `result.py`.
 
 Simulated Slurm: jobs ordered and started as `sim/slurm_model.py` says (Slurm's main scheduler,
 backfill by time limits and multifactor priority; or the older greedy model); single-node jobs
@@ -39,13 +41,17 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from slurmscale.policy.model import Mode, PendingJob
+from slurmscale.policy.model import Mode
 from slurmscale.sim.daemon import DaemonDriver
+from slurmscale.sim.disruptions import Disruptions
 from slurmscale.sim.oracle import offline_up_s
 from slurmscale.sim.other_policies import OtherPolicies
+from slurmscale.sim.paid import PaidRouting
 from slurmscale.sim.policies import SimPolicy
 from slurmscale.sim.result import SimResult
+from slurmscale.sim.scheduler import SimSlurmctld
 from slurmscale.sim.slurm_model import SlurmModel
+from slurmscale.sim.state import SimState
 from slurmscale.sim.trace import TraceJob
 from slurmscale.sim.world import (
     BACKFILL,
@@ -69,38 +75,47 @@ __all__ = ["BlockSpec", "FailureModel", "PaidCapacity", "SimCloud", "SimResult",
            "SpotModel", "simulate"]
 
 
-class Simulation(OtherPolicies):
-    """One run of one policy over a trace: the event loop (submissions, nodes ready, ends,
-    Slurm's scheduler and backfill wake-ups, blocks' edges, the policy's tick) over the parts
-    it inherits."""
+class Simulation:
+    """One run of one policy over a trace: its parts (`st` the shared state, `slurm` the
+    simulated Slurm, `disruptions` EC2's and the hardware's, `daemon` slurmscale's daemon or
+    `others` another policy) and the event loop over them (submissions, nodes ready, ends,
+    Slurm's scheduler and backfill wake-ups, blocks' edges, the policy's tick)."""
 
     def __init__(self, jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,
                  spot: SpotModel | None = None, paid: PaidCapacity | None = None,
                  slurm: SlurmModel | None = None, failures: FailureModel | None = None,
                  progress: Callable[[float], None] | None = None) -> None:
         """`progress`: told the simulated time (s) at each policy tick (a terminal's line)."""
-        super().__init__(jobs, policy, cloud, spot, paid, slurm, failures)
+        self.st = st = SimState(policy, cloud, spot, paid, failures)
+        self.slurm = SimSlurmctld(st, jobs, slurm or SlurmModel(), PaidRouting(st))
+        self.disruptions = Disruptions(st, self.slurm)
         self.progress = progress
-        if self.daemon_config is not None:  # slurmscale's policies: the daemon's own loop
-            self.daemon = DaemonDriver(self, self.daemon_config, self.paid)
+        # the policy: the daemon's own loop on the simulated Slurm, or another policy's tool
+        self.daemon: DaemonDriver | None = None
+        self.others: OtherPolicies | None = None
+        if st.daemon_config is not None:
+            self.daemon = st.daemon = DaemonDriver(self.slurm, st.daemon_config, st.paid)
+        else:
+            self.others = OtherPolicies(st, self.slurm)
 
     def _tick(self, now: float) -> None:
         before = self._usable(now)
         self._policy_step(now)
         if before != self._usable(now):
-            self.bf_dirty = True  # the policy changed what Slurm may use
+            self.slurm.bf_dirty = True  # the policy changed what Slurm may use
 
     def _routed(self) -> None:
         """Where the daemon launched the nodes powered up since: a node whose instance went
         into the ODCR runs in paid capacity (on demand, not spot) from its launch. A node
         the daemon has not launched yet is asked again after its next pass; one powered
         down meanwhile (its launch rolled back) is dropped."""
-        if not self.unrouted:
+        st = self.st
+        if not st.unrouted:
             return
         assert self.daemon is not None
-        into = self.daemon.launched_into([n.name for n in self.unrouted])
+        into = self.daemon.launched_into([n.name for n in st.unrouted])
         left = []
-        for n in self.unrouted:
+        for n in st.unrouted:
             if n.state == "down":
                 continue
             rid = into.get(n.name)
@@ -108,112 +123,109 @@ class Simulation(OtherPolicies):
                 left.append(n)
             elif rid:
                 n.paid, n.spot = ODCR, False
-        self.unrouted = left
+        st.unrouted = left
 
     def _usable(self, now: float) -> tuple[object, ...]:
         """What a policy step can change of the nodes Slurm may use: targets, live nodes,
         a spot outage (the daemon's drains and reservations mark it themselves)."""
-        return (tuple(m.target for m in self.memory.values()), tuple(self.live_count.values()),
-                now < self.spot_down_until)
+        st = self.st
+        return (tuple(m.target for m in st.memory.values()), tuple(st.live_count.values()),
+                now < st.spot_down_until)
 
     def _policy_step(self, now: float) -> None:
-        if self.spot is not None:
-            self._interruptions(now)
-        if self.paid.reclaim_rate > 0:
-            self._reclaims(now)
-        if self.failures is not None:
-            self._fail(now)
+        st, world = self.st, self.disruptions
+        if st.spot is not None:
+            world.interruptions(now)
+        if st.paid.reclaim_rate > 0:
+            world.reclaims(now)
+        if st.failures is not None:
+            world.fail(now)
         if self.daemon is not None:
-            self.daemon.spot_outage(now < self.spot_down_until)
+            self.daemon.spot_outage(now < st.spot_down_until)
             res = self.daemon.cfg.reservations
             if res.enabled:  # squeue's StartTime, which the hold rule reads
-                self.estimate(now, res.accumulate_after_s)
-            paid = (frozenset(n.name for n in self.nodes if n.paid is not None)
-                    if (self.paid.reserved_nodes or self.paid.blocks)
-                    and not self.routes_reserved else frozenset())
+                self.slurm.bf.estimate(now, res.accumulate_after_s)
+            paid = (frozenset(n.name for n in st.nodes if n.paid is not None)
+                    if (st.paid.reserved_nodes or st.paid.blocks)
+                    and not st.routes_reserved else frozenset())
             self.daemon.step(now, paid)
             self._routed()
             self._limit_use(now)
         else:
-            self._apply(self.policy.decide(self._snapshot(now)), now)  # type: ignore[misc]
-        live_gpus = sum(n.gpus for n in self.nodes if n.state != "down")
-        demand = self.running_gpus + sum(j.gpus for j in self.pending.values())
-        self.result.timeline.append((now, demand, live_gpus))
+            assert self.others is not None
+            self.others.step(now)
+        live_gpus = sum(n.gpus for n in st.nodes if n.state != "down")
+        demand = self.slurm.running_gpus + sum(j.gpus for j in self.slurm.pending.values())
+        st.result.timeline.append((now, demand, live_gpus))
 
     def _limit_use(self, now: float) -> None:
         """The hold rule's share of a time limit, as the daemon uses it now for the pool."""
         assert self.daemon is not None
-        use = self.daemon.limit_use(self.main.name)
+        use = self.daemon.limit_use(self.st.main.name)
         if use is None:
             return
-        r = self.result
+        r = self.st.result
         r.limit_use, r.limit_use_jobs = use.value, use.jobs
         if r.limit_use_learned_s is None and use.source == "learned":
             r.limit_use_learned_s = now
 
     def run(self) -> SimResult:
-        for i, j in enumerate(self.jobs):
-            self._push(j.submit_s, SUBMIT, i)
-        for i, b in enumerate(self.paid.blocks):
-            self._push(b.start_s, BLOCK, -1 - i)
-            self._push(self.paid.taken_back_s(b), BLOCK, i)
-        if self.policy.all_up_from_start:
-            launch = self.new_launch()
-            for n in self.nodes:
-                self._power_up(n, 0.0, launch=launch)
-        self._push(0.0, TICK, -1)
+        st, slurm = self.st, self.slurm
+        for i, j in enumerate(slurm.jobs):
+            st.push(j.submit_s, SUBMIT, i)
+        for i, b in enumerate(st.paid.blocks):
+            st.push(b.start_s, BLOCK, -1 - i)
+            st.push(st.paid.taken_back_s(b), BLOCK, i)
+        if st.policy.all_up_from_start:
+            launch = st.new_launch()
+            for n in st.nodes:
+                slurm.power_up(n, 0.0, launch=launch)
+        st.push(0.0, TICK, -1)
         next_tick: float | None = 0.0  # the periodic pass due (None: none is)
-        outstanding = len(self.jobs)
+        outstanding = len(slurm.jobs)
         now = 0.0
-        while self.agenda:
-            now, kind, _, idx = heapq.heappop(self.agenda)
+        agenda = st.agenda
+        while agenda:
+            now, kind, _, idx = heapq.heappop(agenda)
             if kind == TICK:
                 next_tick = None
             if kind not in PERIODIC:
-                self.future_events -= 1
-                self.last_event_at = now
+                st.future_events -= 1
+                st.last_event_at = now
             if kind == SUBMIT:
                 self.submit(idx, now)
             elif kind == ELIGIBLE:
-                self.bf_dirty = True  # a requeued job may start again
+                slurm.bf_dirty = True  # a requeued job may start again
             elif kind == BLOCK:
                 if idx >= 0:  # its end (an opening only wakes the scheduler below)
-                    outstanding -= self._block_end(idx, now)
+                    outstanding -= self.disruptions.block_end(idx, now)
             elif kind == READY:
-                n = self.nodes[idx]
+                n = st.nodes[idx]
                 if n.state == "booting" and n.ready_at == now:
                     n.state = "up"
-                    self.touched.add(n.name)
+                    st.touched.add(n.name)
                     if n.jobs == 0:
                         n.idle_since = now
             elif kind == END:
-                job = self.jobs[idx]
-                if idx not in self.placed or self.start[idx] + job.duration_s != now:
+                ran = slurm.end(idx, now)
+                if ran is None:
                     continue  # a run cut short by an interruption
-                self._vacate(idx, now)
-                self.running_gpus -= job.gpus_per_node(self.main.gpus_per_node) * job.nodes
                 outstanding -= 1
-                self._record(idx, job, now)
+                self._record(slurm.jobs[idx], now, *ran)
             elif kind == SCHED:
-                self.sched_due = False
-                self.last_main_run = now
-                self._schedule(now)
+                slurm.main_run(now)
             elif kind == BACKFILL:
-                self.bf_due = False
-                self._backfill(now)
+                slurm.backfill(now)
             else:
                 self._tick(now)
                 if self.progress is not None:
                     self.progress(now)
                 if outstanding and self._ticks_go_on(now):
-                    next_tick = now + self.cloud.tick_s
-                    self._push(next_tick, TICK, -1)
+                    next_tick = now + st.cloud.tick_s
+                    st.push(next_tick, TICK, -1)
             if kind in (READY, END, BLOCK):
-                self.bf_dirty = True
-            if self.greedy:  # the greedy model schedules on every event
-                self._schedule(now)
-            elif kind not in PERIODIC:  # Slurm's own events ask for a main scheduler run
-                self.main_wanted = True
+                slurm.bf_dirty = True
+            slurm.after_event(now, kind not in PERIODIC)
             if self.daemon is not None:  # what Slurm's hooks asked of the daemon
                 self.daemon.carry_out(now)
                 self._routed()
@@ -221,81 +233,75 @@ class Simulation(OtherPolicies):
                     # that pass left work for the next (a hold made, its job still to be
                     # pointed at it) after the periodic passes had stopped: they go on,
                     # on their grid
-                    next_tick = (now // self.cloud.tick_s + 1) * self.cloud.tick_s
-                    self._push(next_tick, TICK, -1)
-            if not self.greedy:
-                self._queue_main_run(now)
-            if (not self.greedy and self.bf_dirty and self.pending and not self.bf_due
-                    and self.sched.bf_interval > 0):
-                self.bf_due = True
-                self._push(now + self.sched.bf_interval, BACKFILL, -1)
+                    next_tick = (now // st.cloud.tick_s + 1) * st.cloud.tick_s
+                    st.push(next_tick, TICK, -1)
+            slurm.queue_wake_ups(now)
         self._finish(now)
-        return self.result
+        return st.result
 
     def submit(self, idx: int, now: float) -> None:
-        """Job `idx` enters the queue (sbatch)."""
-        job = self.jobs[idx]
-        self.pending[idx] = job
-        self.pending_views[idx] = PendingJob(
-            job.job_id, self.main.name, job.nodes, job.gpus_per_node(self.main.gpus_per_node),
-            job.duration_s, job.submit_s, also=self.also)
-        if not job.carry_in and self.daemon is None:  # (the daemon keeps its own log)
-            self.arrivals.append((now, self.main.name, job.nodes))
-        self._queue(idx, now)
+        """Job `idx` enters the queue (sbatch); the other policies' forecast sees it arrive."""
+        self.slurm.submit(idx, now)
+        if self.others is not None:
+            self.others.arrived(now, self.slurm.jobs[idx])
 
     def _ticks_go_on(self, now: float) -> bool:
         """Is another periodic pass worth making: events are still to come, or a policy
         step may still start a pending job (for at most `give_up_after_s` of quiet)?"""
-        return bool(self.future_events) or (
-            self._tick_can_help() and now - self.last_event_at < self.cloud.give_up_after_s)
+        st = self.st
+        return bool(st.future_events) or (
+            self._tick_can_help() and now - st.last_event_at < st.cloud.give_up_after_s)
 
     def _tick_can_help(self) -> bool:
         """With nothing running, arriving or booting, only a policy step (a governed target
         rising, a hold released for its budget or time) can still start a pending job;
         otherwise the simulation is over."""
-        memory = self.memory if self.daemon is None else self.daemon.store.pool_memory()
+        st = self.st
+        memory = st.memory if self.daemon is None else self.daemon.store.pool_memory()
         return (self.daemon is not None and self.daemon.holding) or any(
             k.mode is Mode.GOVERNED and k.name in memory and memory[k.name].target < k.max_nodes
-            and any(j.nodes <= k.max_nodes for j in self.pending.values()) for k in self.pools)
+            and any(j.nodes <= k.max_nodes for j in self.slurm.pending.values())
+            for k in st.pools)
 
-    def _record(self, idx: int, job: TraceJob, now: float) -> None:
-        start = self.start.pop(idx)
-        g = job.gpus_per_node(self.main.gpus_per_node) * job.nodes
-        self.result.busy_gpu_s += g * (now - start)
-        waited = self.waited.pop(idx)
+    def _record(self, job: TraceJob, now: float, start: float, waited: float) -> None:
+        """A job's run that ended at `now` (started at `start`, after `waited` pending)."""
+        r = self.st.result
+        g = job.gpus_per_node(self.st.main.gpus_per_node) * job.nodes
+        r.busy_gpu_s += g * (now - start)
         if not job.carry_in:
-            self.result.jobs_completed += 1
-            self.result.waits.append(waited)
+            r.jobs_completed += 1
+            r.waits.append(waited)
             if job.nodes >= 2:
-                self.result.gang_waits.append(waited)
-                self.result.gang_starts.append((start, job.job_id))
+                r.gang_waits.append(waited)
+                r.gang_starts.append((start, job.job_id))
 
     def _finish(self, now: float) -> None:
-        self.result.end_s = now
-        self.result.paid_available_node_s = self.paid.reserved_nodes * now + sum(
-            b.nodes * (b.end_s - b.start_s) for b in self.paid.blocks)
-        self.result.jobs = sum(1 for j in self.jobs if not j.carry_in)
-        for idx, job in self.pending.items():  # never (re)started: censored at the end
-            if idx in self.preempted:
-                self.result.jobs_failed += 1  # preempted and never run to the end
+        st, slurm, r = self.st, self.slurm, self.st.result
+        r.end_s = now
+        r.paid_available_node_s = st.paid.reserved_nodes * now + sum(
+            b.nodes * (b.end_s - b.start_s) for b in st.paid.blocks)
+        r.jobs = sum(1 for j in slurm.jobs if not j.carry_in)
+        for idx, job in slurm.pending.items():  # never (re)started: censored at the end
+            if idx in slurm.preempted:
+                r.jobs_failed += 1  # preempted and never run to the end
             if not job.carry_in:
-                waited = self.waited.get(idx, 0.0) + now - self.pending_since.get(
+                waited = slurm.waited.get(idx, 0.0) + now - slurm.pending_since.get(
                     idx, job.submit_s)
-                self.result.waits.append(waited)
+                r.waits.append(waited)
                 if job.nodes >= 2:
-                    self.result.gang_waits.append(waited)
+                    r.gang_waits.append(waited)
         if self.daemon is not None:  # every hold's idle GPU time, as the daemon accounted it
-            self.result.reservation_idle_gpu_s = self.daemon.store.spent_gpu_s()
-            self.result.reservations_created = self.daemon.store.created()
-        for n in self.nodes:
+            r.reservation_idle_gpu_s = self.daemon.store.spent_gpu_s()
+            r.reservations_created = self.daemon.store.created()
+        for n in st.nodes:
             if n.state != "down":
-                self._power_down(n, now)
+                slurm.power_down(n, now)
         if self.daemon is not None:
             self.daemon.carry_out(now)
-        self.result.on_gpu_s = self.result.node_on_s * self.main.gpus_per_node
-        self.result.gpus_per_node = self.main.gpus_per_node
-        if self.policy.offline_cost:
-            self.result.offline_node_s = offline_up_s(self.node_runs, self.cloud.boot_s)
+        r.on_gpu_s = r.node_on_s * st.main.gpus_per_node
+        r.gpus_per_node = st.main.gpus_per_node
+        if st.policy.offline_cost:
+            r.offline_node_s = offline_up_s(st.node_runs, st.cloud.boot_s)
 
 
 def simulate(jobs: list[TraceJob], policy: SimPolicy, cloud: SimCloud,

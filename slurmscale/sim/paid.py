@@ -12,30 +12,40 @@ from slurmscale.sim.state import SimState
 from slurmscale.sim.world import ODCR, Node
 
 
-class PaidRouting(SimState):
-    def _in_paid(self, src: int) -> int:
-        return sum(1 for n in self.nodes if n.state != "down" and n.paid == src)
+class PaidRouting:
+    """Where the simulated Slurm's new nodes launch (its ResumeProgram's answer), read off
+    the shared state's nodes and paid capacity."""
 
-    def _paid_source(self, k: PoolKnobs, idx: int, need: int, now: float) -> int | None:
-        """Where `need` new nodes for job `idx` launch: a block they fit whole in (and the
-        job's limit ends in), the reservation they fit whole in, or normal capacity (None)."""
-        if k is not self.main:
+    def __init__(self, st: SimState) -> None:
+        self.st = st
+        self.paid = st.paid
+
+    def in_paid(self, src: int) -> int:
+        return sum(1 for n in self.st.nodes if n.state != "down" and n.paid == src)
+
+    def source(self, k: PoolKnobs, limit_s: float, preempted: int, need: int, now: float
+               ) -> int | None:
+        """Where `need` new nodes for a job (its time limit `limit_s`, preempted `preempted`
+        times) launch: a block they fit whole in (and the job's limit ends in), the
+        reservation they fit whole in, or normal capacity (None)."""
+        st, paid = self.st, self.paid
+        if k is not st.main:
             return None  # paid capacity is the main pool's
-        for i, b in enumerate(self.paid.blocks):
-            if (b.start_s <= now < self.paid.taken_back_s(b)
-                    and now + self.cloud.boot_s + self.limit[idx] <= self.paid.close_s(b)
-                    and b.nodes - self._in_paid(i) >= need):
+        for i, b in enumerate(paid.blocks):
+            if (b.start_s <= now < paid.taken_back_s(b)
+                    and now + st.cloud.boot_s + limit_s <= paid.close_s(b)
+                    and b.nodes - self.in_paid(i) >= need):
                 return i
-        if (self.paid.use_reserved and self.paid.reserved_nodes and not self.routes_reserved
-                and self.paid.reserved_nodes - self._in_paid(ODCR) >= need
-                and not (self.paid.reclaim_rate > 0
-                         and reclaims_exhausted(self.preempted.get(idx, 0),
-                                                self.paid.max_reclaims))):
+        if (paid.use_reserved and paid.reserved_nodes and not st.routes_reserved
+                and paid.reserved_nodes - self.in_paid(ODCR) >= need
+                and not (paid.reclaim_rate > 0
+                         and reclaims_exhausted(preempted, paid.max_reclaims))):
             return ODCR
         return None
 
-    def _outlasts(self, n: Node, start: float, idx: int) -> bool:
-        """Could job `idx` (by its limit) run past the end of the block node `n` is in?"""
+    def outlasts(self, n: Node, start: float, limit_s: float) -> bool:
+        """Could a job of time limit `limit_s` starting at `start` run past the end of the
+        block node `n` is in?"""
         if n.paid is None or n.paid == ODCR:
             return False
-        return start + self.limit[idx] > self.paid.close_s(self.paid.blocks[n.paid])
+        return start + limit_s > self.paid.close_s(self.paid.blocks[n.paid])

@@ -48,7 +48,8 @@ class SimNode(Protocol):
 
 
 class SimModel(Protocol):
-    """What this adapter reads and changes of the engine (`sim/engine.py`'s Simulation)."""
+    """What this adapter reads and changes of the simulated Slurm (`sim/scheduler.py`'s
+    SimSlurmctld), and through it of the world's nodes."""
 
     # (read-only here: the engine's own node type, not this protocol's, fills them)
     @property
@@ -57,18 +58,27 @@ class SimModel(Protocol):
     @property
     def by_name(self) -> Mapping[str, SimNode]: ...
 
-    node_index: dict[str, int]
-    touched: set[str]  # nodes changed since this adapter last read them
+    @property
+    def node_index(self) -> Mapping[str, int]: ...
+
+    @property
+    def touched(self) -> set[str]: ...  # nodes changed since this adapter last read them
+
+    @property
+    def main(self) -> PoolKnobs: ...  # the main pool (spot, where there is an on-demand fallback)
+
     jobs: list[TraceJob]
     slurm_ids: list[str]  # each job's id as Slurm gives it (squeue, sprio, the resume file)
     idx_of: dict[str, int]  # Slurm's job id -> the job
     limit: list[float]
-    main: PoolKnobs  # the main pool (spot, where there is an on-demand fallback)
     pending: dict[int, TraceJob]
     eligible_at: dict[int, float]
     steered: set[int]
     attached: dict[int, str]  # pending job -> the reservation it is pointed at
-    expected: dict[int, float]  # pending job -> backfill's planned start (squeue StartTime)
+
+    @property
+    def expected(self) -> Mapping[int, float]: ...  # pending job -> backfill's planned start
+
     @property
     def placed(self) -> Mapping[int, Sequence[tuple[SimNode, int]]]: ...
 
@@ -117,7 +127,7 @@ class SimReservation:
 
 
 class SimSlurm:
-    """Implements `SlurmClient` over a running `Simulation` (its `now` is the engine's)."""
+    """Implements `SlurmClient` over the simulated slurmctld (its `now` is the engine's)."""
 
     def __init__(self, sim: SimModel) -> None:
         self.sim = sim
@@ -148,11 +158,11 @@ class SimSlurm:
     # --- reads ---------------------------------------------------------------------------
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
         self._expire()
-        sim = self.sim
-        for name in sim.touched:
-            i = sim.node_index[name]
-            self._nodes[i] = self._node(sim.nodes[i])
-        sim.touched.clear()
+        touched, index, nodes = self.sim.touched, self.sim.node_index, self.sim.nodes
+        for name in touched:
+            i = index[name]
+            self._nodes[i] = self._node(nodes[i])
+        touched.clear()
         if names is not None:
             want = set(names)
             return [n for n in self._nodes if n.name in want]

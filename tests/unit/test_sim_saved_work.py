@@ -36,23 +36,23 @@ def jobs(gang: bool = True, **saving: object) -> list[TraceJob]:
 
 def test_without_saves_an_interrupted_run_is_lost_whole() -> None:
     sim = storm(jobs())
-    r = sim.result
+    r = sim.st.result
     assert r.requeues >= 1 and r.saved_gpu_s == 0
     assert r.lost_gpu_s > 0 and r.jobs_failed == 0
 
 
 def test_a_checkpointing_job_loses_only_the_time_since_its_last_save() -> None:
     plain, saving = storm(jobs(gang=False)), storm(jobs(gang=False, checkpoint_s=1800.0))
-    assert saving.result.requeues == plain.result.requeues >= 1
+    assert saving.st.result.requeues == plain.st.result.requeues >= 1
     # every lost run (8 GPUs) started after its boot and was cut at about 3,600 s: at most
     # 1,800 s of it since its last save
-    per_run = saving.result.lost_gpu_s / (8 * saving.result.requeues)
+    per_run = saving.st.result.lost_gpu_s / (8 * saving.st.result.requeues)
     assert 0 < per_run <= 1800.0 + 1
-    assert saving.result.saved_gpu_s > 0
-    assert saving.result.lost_gpu_s < plain.result.lost_gpu_s / 2
-    lost_plus_saved = saving.result.lost_gpu_s + saving.result.saved_gpu_s
-    assert lost_plus_saved == pytest.approx(plain.result.lost_gpu_s, rel=0.01)
-    assert saving.result.jobs_completed == plain.result.jobs_completed == 6
+    assert saving.st.result.saved_gpu_s > 0
+    assert saving.st.result.lost_gpu_s < plain.st.result.lost_gpu_s / 2
+    lost_plus_saved = saving.st.result.lost_gpu_s + saving.st.result.saved_gpu_s
+    assert lost_plus_saved == pytest.approx(plain.st.result.lost_gpu_s, rel=0.01)
+    assert saving.st.result.jobs_completed == plain.st.result.jobs_completed == 6
 
 
 def test_a_job_that_saves_on_the_signal_loses_only_its_grace() -> None:
@@ -65,14 +65,14 @@ def test_a_job_that_saves_on_the_signal_loses_only_its_grace() -> None:
     assert d is not None
     assert d.events["job_signalled"] >= 1 and d.events["job_requeued"] >= 1
     assert d.events["job_left_in_grace"] == 0
-    r = signalled.result
-    assert r.requeues == plain.result.requeues and r.jobs_completed == 6
+    r = signalled.st.result
+    assert r.requeues == plain.st.result.requeues and r.jobs_completed == 6
     per_run = r.lost_gpu_s / (8 * r.requeues)
-    assert per_run <= 80.0 + 2 * signalled.cloud.tick_s, per_run
-    assert r.lost_gpu_s < plain.result.lost_gpu_s / 10
+    assert per_run <= 80.0 + 2 * signalled.st.cloud.tick_s, per_run
+    assert r.lost_gpu_s < plain.st.result.lost_gpu_s / 10
     with_gang = storm(jobs(saves_on_signal=True), grace_margin_s=40.0)
-    assert with_gang.result.jobs_completed == 7 and with_gang.result.saved_gpu_s > 0
+    assert with_gang.st.result.jobs_completed == 7 and with_gang.st.result.saved_gpu_s > 0
     # no signal without the pool's grace_signal, whatever the jobs do
     unsignalled = storm(jobs(saves_on_signal=True))
-    assert unsignalled.result.saved_gpu_s == 0
+    assert unsignalled.st.result.saved_gpu_s == 0
     assert unsignalled.daemon is not None and unsignalled.daemon.events["job_signalled"] == 0

@@ -32,7 +32,7 @@ def test_the_simulated_slurm_lists_priority_factors_as_sprio_does() -> None:
     assert sim.daemon is not None
     for i in range(3):
         sim.submit(i, 0.0)
-    sim.eligible_at[2] = 3600.0  # requeued: waits for its BeginTime
+    sim.slurm.eligible_at[2] = 3600.0  # requeued: waits for its BeginTime
     slurm = sim.daemon.slurm
     slurm.begin_pass(0.0)
     # (Slurm's ids: 1 gang, 2 one, 3 later)

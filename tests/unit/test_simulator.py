@@ -202,7 +202,7 @@ def test_a_storm_reaches_the_daemons_interruption_pass_through_the_simulated_ec2
         assert inst is not None and inst.node == p.node and inst.state == "terminated"
     assert all(p.lifecycle == "spot" and p.kind == "EC2 Spot Instance Interruption Warning"
                for p in rows)
-    assert not any(n.drain for n in sim.nodes)  # returned once powered down
+    assert not any(n.drain for n in sim.st.nodes)  # returned once powered down
     assert d.store.active_instances() == [] and d.ec2.find({}) == []  # all ended at the end
 
 

@@ -54,13 +54,13 @@ BACKFILL_JOBS = [
 def _starts(jobs: list[TraceJob], model: SlurmModel) -> dict[str, float]:
     sim = Simulation(jobs, builtin_policy("static", TWO), CLOUD, slurm=model)
     starts: dict[str, float] = {}
-    original = sim._start
+    original = sim.slurm._start
 
     def spy(idx, job, now, k, chosen, new):  # type: ignore[no-untyped-def]
         n = original(idx, job, now, k, chosen, new)
-        starts[job.job_id] = sim.start[idx]
+        starts[job.job_id] = sim.slurm.start[idx]
         return n
-    sim._start = spy  # type: ignore[method-assign]
+    sim.slurm._start = spy  # type: ignore[method-assign]
     sim.run()
     return starts
 
@@ -271,13 +271,13 @@ def test_every_job_runs_to_its_end_and_no_node_is_overcommitted(
     knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=3)
     sim = Simulation(jobs, builtin_policy("slurmscale", knobs), SimCloud(boot_s=60.0),
                      slurm=SlurmModel(time_limits=limits, bf_interval=30.0))
-    original = sim._start
+    original = sim.slurm._start
 
     def checked(idx, job, now, k, chosen, new):  # type: ignore[no-untyped-def]
         n = original(idx, job, now, k, chosen, new)
-        assert all(0 <= m.free <= m.gpus for m in sim.nodes), "a node overcommitted"
+        assert all(0 <= m.free <= m.gpus for m in sim.st.nodes), "a node overcommitted"
         return n
-    sim._start = checked  # type: ignore[method-assign]
+    sim.slurm._start = checked  # type: ignore[method-assign]
     r = sim.run()
     assert r.jobs_completed == len(jobs)
     assert all(w >= 0 for w in r.waits)
@@ -334,17 +334,17 @@ def test_backfill_expected_start_is_what_squeue_shows_the_daemon() -> None:
     would, even when nothing can start: the gang's StartTime is where the running jobs' time
     limits free its two nodes."""
     sim = Simulation(BACKFILL_JOBS, builtin_policy("slurmscale", TWO), CLOUD, slurm=SlurmModel())
-    g = next(i for i, j in enumerate(sim.jobs) if j.job_id == "G")
+    g = next(i for i, j in enumerate(sim.slurm.jobs) if j.job_id == "G")
     seen: list[tuple[float, float, str]] = []
     step = sim._policy_step
 
     def spy(now: float) -> None:
         step(now)
-        if g in sim.pending:
+        if g in sim.slurm.pending:
             # (squeue names the job by Slurm's number for it, not the trace's id)
             (q,) = [j for j in sim.daemon.slurm.pending_jobs()  # type: ignore[union-attr]
-                    if j.job_id == sim.slurm_ids[g]]
-            seen.append((now, sim.expected.get(g, -1.0), q.expected_start))
+                    if j.job_id == sim.slurm.slurm_ids[g]]
+            seen.append((now, sim.slurm.expected.get(g, -1.0), q.expected_start))
     sim._policy_step = spy  # type: ignore[method-assign]
     sim.run()
     late = [(t, text) for now, t, text in seen if now >= 610]
