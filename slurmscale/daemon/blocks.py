@@ -22,7 +22,7 @@ from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Effect
+from slurmscale.daemon.effects import Effect, taken
 from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.daemon.graces import Graces
 from slurmscale.hostlists import compress
@@ -105,7 +105,6 @@ class BlockPass:
         self.reserved = reserved
         self.event = event
         self.effects = ctx.effects  # (its refusals' waits on the store)
-        self.edits = self.effects.edits
         # a pool's grace_signal: the jobs still running at a close are signalled first
         self.graces = Graces(cfg, store, slurm, event)
         self.pools = [p for p in cfg.pools if p.capacity_type is CapacityType.CAPACITY_BLOCK]
@@ -191,11 +190,10 @@ class BlockPass:
         except SlurmError as e:
             log.warning("partitions not read: %s", e)
             return
-        for pool in pools:
-            if states.get(pool.partition, "UP") == "DOWN":
-                self.edits.apply(edits.partition_up(pool.partition, pool.node_names(), said=(
-                    Kind.BLOCK_PARTITION_OPENED, f"{pool.partition}: UP, the block's windows "
-                    "being in Slurm's reservations (slurm.conf starts it DOWN)")), now)
+        self.effects.apply([edits.partition_up(pool.partition, pool.node_names(), said=(
+            Kind.BLOCK_PARTITION_OPENED, f"{pool.partition}: UP, the block's windows being in "
+            "Slurm's reservations (slurm.conf starts it DOWN)")) for pool in pools
+            if states.get(pool.partition, "UP") == "DOWN"], now)
 
     @staticmethod
     def _unreserve(name: str, why: str) -> edits.Edit:
@@ -203,14 +201,16 @@ class BlockPass:
 
     def _close(self, pool: Pool, plan: BlockPlan, nodes: list[SlurmNode],
                now: datetime) -> None:
-        """Outside a window: requeue what still runs on the pool, power its nodes down. With
+        """Outside a window: requeue what still runs on the pool, power its idle nodes down
+        (decided as edits, then applied in order: the requeues, then the power-down). With
         the pool's `grace_signal`, a job still running is signalled first and requeued by
         the interruption pass (`settle_graces`) at EC2's terminations less the margin, if
-        it has not left by then."""
+        it has not left by then. A job on several of the nodes is requeued once (a refusal
+        is tried again next pass)."""
         up = [n for n in nodes if pool.owns(n.name)
               and not ({"POWERED_DOWN", "POWERING_DOWN"} & n.flags)]
         idle = []
-        requeued: set[str] = set()
+        requeues: dict[str, Effect] = {}
         graced = self._graced(pool, up, now)
         for n in up:
             try:
@@ -219,20 +219,20 @@ class BlockPass:
                 log.warning("block %s: cannot list jobs on %s: %s", pool.name, n.name, e)
                 continue
             for job in jobs:
-                if job in requeued or graced(job, n.name):
+                if job in requeues or graced(job, n.name):
                     continue
-                if self.edits.apply(edits.requeue(job, n.name, said=(
-                        Kind.BLOCK_JOB_REQUEUED, f"job {job} still running on {n.name} when "
-                        f"{pool.name}'s block window closed: requeued ({plan.reason})"))):
-                    requeued.add(job)
+                requeues[job] = edits.requeue(job, n.name, said=(
+                    Kind.BLOCK_JOB_REQUEUED, f"job {job} still running on {n.name} when "
+                    f"{pool.name}'s block window closed: requeued ({plan.reason})"))
             if not jobs and n.base_state == "IDLE":
                 idle.append(n.name)
-        if requeued:
+        t = now.timestamp()
+        if taken(self.effects.apply(requeues.values(), t), edits.EditKind.REQUEUE):
             crash_point("block:after_requeue")
         if idle:
-            self.edits.apply(edits.release(idle, said=(
+            self.effects.apply([edits.release(idle, said=(
                 Kind.BLOCK_CLOSED, f"{pool.name}: {compress(idle)} powered down, the block "
-                f"window is closed ({plan.reason})")))
+                f"window is closed ({plan.reason})"))], t)
 
     def _graced(self, pool: Pool, up: list[SlurmNode], now: datetime
                 ) -> Callable[[str, str], bool]:

@@ -60,10 +60,6 @@ EVENT_KIND = {
 REQUEUED_RECENTLY_S = 3600.0
 
 
-def _no_event(*_a: object, **_k: object) -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class PassPlan:
     capacity: Plan
@@ -138,7 +134,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     finally:
         if made is not None:
             made.close()
-    holds = HoldPass(cfg, store, slurm, _no_event)
+    holds = HoldPass(cfg, store)
     if standing is None and (standings or any(slipped(holds.knobs, g) for g in gangs)):
         # sprio only where a plan slipped (is age about to stop the overtaking?) or asked
         standing = standings_now()
@@ -204,7 +200,7 @@ class CapacityPass:
         self.slurm = ctx.slurm
         self.event = ctx.event
         self.effects = ctx.effects
-        self.holds = HoldPass(cfg, store, ctx.slurm, ctx.event)
+        self.holds = HoldPass(cfg, store, ctx.effects)
         self.limit_use = LimitUseLearner(cfg, store)
         self.view = QueueView()  # the queue as the passes saw it (arrivals, job views)
         self.plans_seen: dict[str, float] = {}  # pending gang -> earliest backfill plan

@@ -3,7 +3,7 @@
 A pass decides from what it read (pure: `evacuation.py` for the interruption pass) and hands
 the result, a sequence of effects, to `Effects.apply`. The effects are Slurm's edits
 (`edits.Edit`, applied by `SlurmEdits` with its per-kind error policy), an audit event
-(`Say`), a row recorded (`Record`: a job's lost run, a node's replacement), instances
+(`Say`), a row recorded (`Record`: a job's lost run, a node's replacement, a hold), instances
 terminated (`Terminate`), a job signalled ahead of its requeue with its
 grace recorded (`Signal`), AWS Health's scheduled change kept (`Heard`), edits Slurm takes
 in one call (`Together`: the nodes' addresses, node by node when refused), and `Chain`: an
@@ -33,7 +33,7 @@ from slurmscale.daemon.edits import Edit, EditKind, SlurmEdits
 from slurmscale.model import ScheduledEvent
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.protocol import PassStore, TimerStore
-from slurmscale.store.rows import GraceRow, PreemptionRow, ReplacementRow
+from slurmscale.store.rows import GraceRow, HoldRow, PreemptionRow, ReplacementRow
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,11 @@ class Say:
 @dataclass(frozen=True)
 class Record:
     """A row recorded: a job's lost run (the preemptions table: what `max_preemptions`, the
-    reports and the simulator's checks count), or a node's replacement (what the replace
-    loop guard, a power-up's boot attempts, `status` and `report` count)."""
+    reports and the simulator's checks count), a node's replacement (what the replace
+    loop guard, a power-up's boot attempts, `status` and `report` count), or a hold as it
+    stands (its budget, its nodes, its end)."""
 
-    row: PreemptionRow | ReplacementRow
+    row: PreemptionRow | ReplacementRow | HoldRow
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,8 @@ class Effects:
                 self.store.add_preemption(row)
             case Record(row=ReplacementRow() as row):
                 self.store.add_replacement(row)
+            case Record(row=HoldRow() as row):
+                self.store.put_hold(row)
             case Terminate():
                 assert self.terminate is not None, "Terminate needs the context's terminate"
                 ok = self.terminate(list(e.instance_ids), e.why)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from slurmscale.audit import Event, Kind
+from slurmscale.audit import Kind
 from slurmscale.config import Config
 from slurmscale.daemon import edits
-from slurmscale.daemon.edits import SlurmEdits
+from slurmscale.daemon.edits import Edit, EditKind
+from slurmscale.daemon.effects import Effect, Effects, Record, Say
 from slurmscale.lifecycles import HoldState
 from slurmscale.model import SlurmReservation
 from slurmscale.policy.limit_use import LimitUse, Shares, fixed
@@ -31,7 +33,6 @@ from slurmscale.policy.reservations import (
     ReservationKnobs,
     plan_holds,
 )
-from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.store.protocol import PassStore
 from slurmscale.store.rows import HoldRow
 
@@ -161,12 +162,14 @@ def with_earliest_plans(jobs: tuple[GangJob, ...], seen: dict[str, float]
 
 
 class HoldPass:
-    def __init__(self, cfg: Config, store: PassStore, slurm: SlurmClient, event: Event) -> None:
+    """The hold planner on the store's holds (`plan`), and its plan carried out (`apply`)
+    through the pass's effects executor: `effects` None for a HoldPass that only plans
+    (`plan --live`)."""
+
+    def __init__(self, cfg: Config, store: PassStore, effects: Effects | None = None) -> None:
         self.cfg = cfg
         self.store = store
-        self.slurm = slurm
-        self.event = event
-        self.edits = SlurmEdits(slurm, event)  # (its reservations' edits go there)
+        self.effects = effects
         self.knobs = hold_knobs(cfg)
 
     def plan(self, nodes: tuple[NodeView, ...], jobs: tuple[GangJob, ...],
@@ -182,78 +185,104 @@ class HoldPass:
 
     def apply(self, plan: HoldPlan, gone: list[str], slurm_res: list[SlurmReservation],
               now: datetime) -> frozenset[str]:
-        """Carry out the plan; returns the nodes now held (for the capacity policy)."""
+        """Carry out the plan, as effects: Slurm's edits first, in the plan's order (a
+        release is its pending job taken out of the reservation, then the reservation
+        deleted; a release Slurm refused before is tried again), then what each outcome
+        calls for - the holds' rows and the events of their ends. Returns the nodes now held
+        (for the capacity policy)."""
+        fx = self.effects
+        assert fx is not None, "a HoldPass made to plan applies nothing"
         t = now.timestamp()
-        for name in gone:
-            self._finish(name, "the reservation is gone from Slurm (deleted or expired)", t)
-        self._retry_releasing({r.name for r in slurm_res}, t)
         after = {h.name: h for h in plan.holds}
-        failed: set[str] = set()
-        not_attached: set[str] = set()  # an attach Slurm refused is tried again next pass
+        then: list[Effect] = []
+        for name in gone:
+            then += self._finished(self.store.hold(name), name, GONE, t)
+        # releases to ask of Slurm: name -> (its row, why, exhausted, tried before)
+        releases: dict[str, tuple[HoldRow | None, str, bool, bool]] = {}
+        existing = {r.name for r in slurm_res}
+        for row in self.store.holds((HoldState.RELEASING.value,)):
+            if row.name in gone:
+                continue  # (finished above)
+            if row.name not in existing:
+                then += self._finished(row, row.name, row.reason, t)
+            else:
+                releases[row.name] = (row, row.reason, False, True)
+        asked: list[Effect] = [e for name, (row, _, _, _) in releases.items()
+                               for e in _deletes(name, row)]
         for a in plan.actions:
             said = (HOLD_EVENT[a.kind], f"{a.name}: {a.reason}")
             match a.kind:
                 case HoldActionKind.CREATE:
-                    edit = edits.reserve(a.name, list(a.nodes), [after[a.name].user],
-                                         self.knobs.max_hold_s + self.knobs.end_margin_s,
-                                         a.job_id, said)
+                    asked.append(edits.reserve(a.name, list(a.nodes), [after[a.name].user],
+                                               self.knobs.max_hold_s + self.knobs.end_margin_s,
+                                               a.job_id, said))
                 case HoldActionKind.EXTEND:
-                    edit = edits.reserve_nodes(a.name, list(a.nodes), a.job_id, said)
+                    asked.append(edits.reserve_nodes(a.name, list(a.nodes), a.job_id, said))
                 case HoldActionKind.ATTACH:
-                    edit = edits.attach(a.job_id, a.name, list(a.nodes), said)
+                    asked.append(edits.attach(a.job_id, a.name, list(a.nodes), said))
                 case _:  # RELEASE
-                    self._release(a.name, a.reason, t, a.exhausted)
-                    continue
-            if not self.edits.apply(edit):
-                failed.add(a.name)
-                if a.kind is HoldActionKind.ATTACH:
-                    not_attached.add(a.name)
+                    held = self.store.hold(a.name)
+                    releases[a.name] = (held, a.reason, a.exhausted, False)
+                    asked += _deletes(a.name, held)
+        failed: set[str] = set()
+        not_attached: set[str] = set()  # an attach Slurm refused is tried again next pass
+        for out in fx.apply(asked, t):
+            e = out.effect
+            assert isinstance(e, Edit)
+            if e.kind is EditKind.UNHOLD:
+                was, why, exhausted, before = releases[e.reservation]
+                if out.taken:
+                    then += self._finished(was, e.reservation, why, t, exhausted)
+                elif not before:  # Slurm keeps a reservation its job runs in: retried
+                    then += _releasing(was, e.reservation, why, exhausted, out.error)
+            elif not out.taken and e.kind is not EditKind.DETACH:
+                failed.add(e.reservation)
+                if e.kind is EditKind.ATTACH:
+                    not_attached.add(e.reservation)
         for h in plan.holds:
             if h.name in failed and self.store.hold(h.name) is None:
                 continue  # never created: nothing to remember
-            self.store.put_hold(HoldRow(
+            then.append(Record(HoldRow(
                 name=h.name, pool=h.pool, job_id=h.job_id, user_name=h.user, needed=h.needed,
                 nodes=json.dumps(list(h.nodes)), created_s=h.created_s,
                 spent_gpu_s=h.spent_gpu_s, accounted_s=h.accounted_s,
                 attached=h.attached and h.name not in not_attached,
-                state=HoldState.ACTIVE, reason="", exhausted=False, released_s=None))
+                state=HoldState.ACTIVE, reason="", exhausted=False, released_s=None)))
+        fx.apply(then, t)
         return frozenset(n for h in plan.holds for n in h.nodes)
 
-    def _release(self, name: str, why: str, t: float, exhausted: bool) -> None:
-        """`exhausted`: it spent its budget or time, so its job is never held for again."""
-        row = self.store.hold(name)
-        if not self._delete(name, row.job_id if row is not None else None):
-            # Slurm keeps a reservation its job runs in: the job owns the nodes now; retry
-            # each pass until the job ends.
-            if row is not None:
-                row.state, row.reason, row.exhausted = HoldState.RELEASING, why, exhausted
-                self.store.put_hold(row)
-            self.event(Kind.RESERVATION_RELEASE_PENDING, f"{name}: {why}; Slurm kept it for "
-                       f"now ({self.edits.last_error}), retrying each pass")
-            return
-        self._finish(name, why, t, exhausted)
+    @staticmethod
+    def _finished(row: HoldRow | None, name: str, why: str, t: float,
+                  exhausted: bool = False) -> list[Effect]:
+        """A hold ended (its reservation deleted, or gone from Slurm): its row released
+        (`exhausted`: it spent its budget or time, so its job is never held for again),
+        and said with the idle GPU time it spent."""
+        if row is None:
+            return [Say(Kind.RESERVATION_RELEASED, f"{name}: {why}")]
+        done = replace(row, state=HoldState.RELEASED, reason=why, released_s=t,
+                       exhausted=row.exhausted or exhausted)
+        return [Record(done), Say(Kind.RESERVATION_RELEASED, f"{name}: {why} "
+                                  f"({row.spent_gpu_s / 3600:.2f} idle GPU-hours spent)")]
 
-    def _finish(self, name: str, why: str, t: float, exhausted: bool = False) -> None:
-        row = self.store.hold(name)
-        if row is not None:
-            row.state, row.reason, row.released_s = HoldState.RELEASED, why, t
-            row.exhausted = row.exhausted or exhausted
-            self.store.put_hold(row)
-        spent = f" ({row.spent_gpu_s / 3600:.2f} idle GPU-hours spent)" if row else ""
-        self.event(Kind.RESERVATION_RELEASED, f"{name}: {why}{spent}")
 
-    def _retry_releasing(self, existing: set[str], t: float) -> None:
-        for row in self.store.holds((HoldState.RELEASING.value,)):
-            if row.name not in existing:
-                self._finish(row.name, row.reason, t)
-                continue
-            if self._delete(row.name, row.job_id):
-                self._finish(row.name, row.reason, t)
+GONE = "the reservation is gone from Slurm (deleted or expired)"
 
-    def _delete(self, name: str, job_id: str | None) -> bool:
-        """Delete a hold's reservation: True when deleted. Slurm refuses while any job
-        points at it, a pending one too: the hold's job, if still pending, is first taken
-        out of it (a running job keeps it, and the delete is retried once it ends)."""
-        if job_id is not None:
-            self.edits.apply(edits.detach(job_id, name))
-        return self.edits.apply(edits.unhold(name))
+
+def _deletes(name: str, row: HoldRow | None) -> list[Effect]:
+    """A hold's reservation deleted. Slurm refuses while any job points at it, a pending one
+    too: the hold's job, if still pending, is first taken out of it (a running job keeps
+    it, and the delete is retried once it ends)."""
+    job = [edits.detach(row.job_id, name)] if row is not None else []
+    return [*job, edits.unhold(name)]
+
+
+def _releasing(row: HoldRow | None, name: str, why: str, exhausted: bool, error: str
+               ) -> list[Effect]:
+    """A release Slurm refused (the job runs in the reservation: it owns the nodes now):
+    the row kept as releasing, tried each pass until the job ends."""
+    said = Say(Kind.RESERVATION_RELEASE_PENDING, f"{name}: {why}; Slurm kept it for now "
+               f"({error}), retrying each pass")
+    if row is None:
+        return [said]
+    return [Record(replace(row, state=HoldState.RELEASING, reason=why, exhausted=exhausted)),
+            said]
