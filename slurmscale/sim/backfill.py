@@ -7,14 +7,47 @@ it places jobs through the same calls."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
-from slurmscale.sim.slurm_model import NodePlan, gang_start
+from slurmscale.policy.model import PoolKnobs
+from slurmscale.sim.paid import PaidRouting
+from slurmscale.sim.slurm_model import NodePlan, SlurmModel, gang_start
+from slurmscale.sim.state import SimState
 from slurmscale.sim.trace import TraceJob
 from slurmscale.sim.world import ODCR, Node
 
-if TYPE_CHECKING:
-    from slurmscale.sim.scheduler import SimSlurmctld
+
+class Slurmctld(Protocol):
+    """What the backfill reads and asks of the simulated slurmctld (`scheduler.py`'s
+    SimSlurmctld): its queue, its jobs' limits and placements, and its placement calls."""
+
+    st: SimState
+    sched: SlurmModel
+    routing: PaidRouting
+    greedy: bool
+    bf_dirty: bool
+    jobs: list[TraceJob]
+    limit: list[float]
+    pending: dict[int, TraceJob]
+    attached: dict[int, str]
+    eligible_at: dict[int, float]
+    placed: dict[int, list[tuple[Node, int]]]
+    start: dict[int, float]
+
+    def by_priority(self, now: float) -> list[int]: ...
+
+    def ordered(self) -> list[int]: ...
+
+    def pools_of(self, idx: int) -> list[PoolKnobs]: ...
+
+    def pool_room(self, k: PoolKnobs, now: float) -> list[int]: ...
+
+    def spare(self, pool: list[Node], headroom: int, allow: Callable[[Node], bool] | None,
+              resv: str | None = None) -> list[Node]: ...
+
+    def try_start(self, idx: int, job: TraceJob, k: PoolKnobs, room: dict[str, list[int]],
+                  now: float, allow: Callable[[Node], bool] | None = None) -> bool: ...
 
 
 class SimBackfill:
@@ -22,7 +55,7 @@ class SimBackfill:
     `planned_to` how far down the queue they were planned (None: to plan again, something
     changed)."""
 
-    def __init__(self, slurm: SimSlurmctld) -> None:
+    def __init__(self, slurm: Slurmctld) -> None:
         self.slurm = slurm
         self.expected: dict[int, float] = {}
         self.planned_to: int | None = None
