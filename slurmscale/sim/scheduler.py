@@ -5,9 +5,9 @@ schedules as `sim/slurm_model.py` parameterises it: placement (single-node jobs 
 GPUs, best fit; gangs on whole idle nodes, all at once; a job placed on powered-down nodes
 powers them up and starts once the last has booted), the main scheduler (priority order, a
 partition blocked after its first job that cannot start; or the older greedy model),
-multifactor priorities, backfill by time limits and the start estimates squeue shows; its
-power saving (ResumeProgram and SuspendProgram: a node powered up boots for the cloud's
-delay, into the capacity `PaidRouting` says); and what slurmctld does when the daemon
+multifactor priorities (its backfill beside it: `backfill.py`); its power saving
+(ResumeProgram and SuspendProgram: a node powered up boots for the cloud's delay, into the
+capacity `PaidRouting` says); and what slurmctld does when the daemon
 (through `SimSlurm`, whose `SimModel` this is) or the other policies tell it: power nodes
 down or up, requeue, signal or move a job. The nodes are the shared state's (`state.py`):
 Slurm changes their jobs and power, the cloud part their failures and ends."""
