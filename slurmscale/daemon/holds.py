@@ -196,7 +196,7 @@ class HoldPass:
         after = {h.name: h for h in plan.holds}
         then: list[Effect] = []
         for name in gone:
-            then += self._finished(self.store.hold(name), name, GONE, t)
+            then += _finished(self.store.hold(name), name, GONE, t)
         # releases to ask of Slurm: name -> (its row, why, exhausted, tried before)
         releases: dict[str, tuple[HoldRow | None, str, bool, bool]] = {}
         existing = {r.name for r in slurm_res}
@@ -204,7 +204,7 @@ class HoldPass:
             if row.name in gone:
                 continue  # (finished above)
             if row.name not in existing:
-                then += self._finished(row, row.name, row.reason, t)
+                then += _finished(row, row.name, row.reason, t)
             else:
                 releases[row.name] = (row, row.reason, False, True)
         asked: list[Effect] = [e for name, (row, _, _, _) in releases.items()
@@ -232,7 +232,7 @@ class HoldPass:
             if e.kind is EditKind.UNHOLD:
                 was, why, exhausted, before = releases[e.reservation]
                 if out.taken:
-                    then += self._finished(was, e.reservation, why, t, exhausted)
+                    then += _finished(was, e.reservation, why, t, exhausted)
                 elif not before:  # Slurm keeps a reservation its job runs in: retried
                     then += _releasing(was, e.reservation, why, exhausted, out.error)
             elif not out.taken and e.kind is not EditKind.DETACH:
@@ -251,21 +251,21 @@ class HoldPass:
         fx.apply(then, t)
         return frozenset(n for h in plan.holds for n in h.nodes)
 
-    @staticmethod
-    def _finished(row: HoldRow | None, name: str, why: str, t: float,
-                  exhausted: bool = False) -> list[Effect]:
-        """A hold ended (its reservation deleted, or gone from Slurm): its row released
-        (`exhausted`: it spent its budget or time, so its job is never held for again),
-        and said with the idle GPU time it spent."""
-        if row is None:
-            return [Say(Kind.RESERVATION_RELEASED, f"{name}: {why}")]
-        done = replace(row, state=HoldState.RELEASED, reason=why, released_s=t,
-                       exhausted=row.exhausted or exhausted)
-        return [Record(done), Say(Kind.RESERVATION_RELEASED, f"{name}: {why} "
-                                  f"({row.spent_gpu_s / 3600:.2f} idle GPU-hours spent)")]
-
 
 GONE = "the reservation is gone from Slurm (deleted or expired)"
+
+
+def _finished(row: HoldRow | None, name: str, why: str, t: float,
+              exhausted: bool = False) -> list[Effect]:
+    """A hold ended (its reservation deleted, or gone from Slurm): its row released
+    (`exhausted`: it spent its budget or time, so its job is never held for again),
+    and said with the idle GPU time it spent."""
+    if row is None:
+        return [Say(Kind.RESERVATION_RELEASED, f"{name}: {why}")]
+    done = replace(row, state=HoldState.RELEASED, reason=why, released_s=t,
+                   exhausted=row.exhausted or exhausted)
+    return [Record(done), Say(Kind.RESERVATION_RELEASED, f"{name}: {why} "
+                              f"({row.spent_gpu_s / 3600:.2f} idle GPU-hours spent)")]
 
 
 def _deletes(name: str, row: HoldRow | None) -> list[Effect]:

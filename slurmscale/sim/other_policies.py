@@ -74,7 +74,7 @@ class OtherPolicies:
             k = st.main
             launch = st.new_launch()
             for n in st.nodes_of[k.name]:
-                if st.live(k.name) >= min(st.memory[k.name].target, k.max_nodes):
+                if st.live_count[k.name] >= min(st.memory[k.name].target, k.max_nodes):
                     break
                 if n.state == "down":
                     slurm.power_up(n, now, launch=launch)

@@ -108,9 +108,6 @@ class SimState:
             self.future_events += 1
         heapq.heappush(self.agenda, (t, kind, next(self.seq), idx))
 
-    def live(self, pool: str) -> int:
-        return self.live_count[pool]
-
     def new_launch(self) -> int:
         """An id for the nodes about to be powered up together (one launch)."""
         self.launches += 1
