@@ -63,6 +63,27 @@ class QueueJob(NamedTuple):
     array_throttle: int = 0
 
 
+class QueueRead(list[QueueJob]):
+    """One squeue read's records in squeue's order, with what changed since an earlier read
+    of the same command where the parse knows it (kv.LineMemo): `changed`, the records
+    parsed afresh (new jobs, and jobs whose line changed); `dropped`, the earlier read's
+    records not printed again (jobs gone, and the old records of the changed ones). `since`
+    names that earlier read (its `serial`); None: no change known, only the records. The
+    daemon's queue view works out a pass from the change alone when it saw that read
+    (daemon/observe.QueueView), so a pass's cost follows what changed."""
+
+    __slots__ = ("serial", "since", "changed", "dropped")
+
+    def __init__(self, records: list[QueueJob], serial: int, since: int | None = None,
+                 changed: list[QueueJob] | None = None,
+                 dropped: list[QueueJob] | None = None) -> None:
+        super().__init__(records)
+        self.serial = serial
+        self.since = since
+        self.changed: list[QueueJob] = changed or []
+        self.dropped: list[QueueJob] = dropped or []
+
+
 class JobPriority(NamedTuple):
     """One pending job's priority in one of its partitions, broken into its weighted factors
     as `sprio` prints them (each already multiplied by its PriorityWeight*): what decides its

@@ -94,16 +94,14 @@ def read_priorities(slurm: SlurmClient) -> Priorities:
 def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[], PassStore],
                  now: float,
                  view: QueueView | None = None,
-                 plans_seen: dict[str, float] | None = None,
                  standings: bool = False,
                  nodes: list[SlurmNode] | None = None,
                  limit_use: LimitUseLearner | None = None,
                  aside: bool = False) -> PassPlan:
     """What the policy decides from Slurm as it is now (raises SlurmError if unreadable).
     `view`: the daemon's view of the queue kept across passes (QueueView: its arrival log,
-    and what each unchanged job gave last pass);
-    `plans_seen`: its memory of each pending gang's earliest backfill plan
-    (see with_earliest_plans); `standings`: read sprio for every pending gang's standing
+    each pending gang's earliest backfill plan, and what each unchanged job gave last
+    pass); `standings`: read sprio for every pending gang's standing
     (`plan` shows it), not only where a gang's plan slipped; `nodes`: the pass's node read,
     current (None: read them here); `limit_use`: the daemon's learner of the hold rule's
     limit_use (None: learned here, from the store). `store` may be a function that gives
@@ -116,8 +114,9 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     if nodes is None:
         nodes = slurm.nodes()
     jobs, res = slurm.active_jobs(), slurm.reservations()
-    gangs = with_earliest_plans(gang_jobs(cfg, jobs, 2, view=view), {} if plans_seen is None
-                                else plans_seen)
+    gangs = gang_jobs(cfg, jobs, 2, view=view)  # (the view's: with their earliest plans)
+    if view is None:
+        gangs = with_earliest_plans(gangs, {})
 
     def standings_now() -> tuple[GangStanding, ...]:
         return gang_standings(gangs, {p.name: p.partition for p in cfg.pools}, jobs,
@@ -142,7 +141,8 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
         lift = {s.job_id: s.lift_s for s in standing}
         gangs = tuple(g._replace(age_lift_s=lift.get(g.job_id)) for g in gangs)
     uses = (limit_use or LimitUseLearner(cfg, store)).current(now)
-    hold_plan, gone = holds.plan(snap.nodes, gangs, res, now, uses)
+    hold_plan, gone = holds.plan(snap.nodes, gangs, res, now, uses,
+                                 view.ranked if view is not None else None)
     if hold_plan.grabbed:
         # Idle nodes a hold takes this pass are not idle for the pool-size decision.
         snap = replace(snap, nodes=tuple(
@@ -203,7 +203,6 @@ class CapacityPass:
         self.holds = HoldPass(cfg, store, ctx.effects)
         self.limit_use = LimitUseLearner(cfg, store)
         self.view = QueueView()  # the queue as the passes saw it (arrivals, job views)
-        self.plans_seen: dict[str, float] = {}  # pending gang -> earliest backfill plan
         self._read_failing = False
         self.ledger = ledger
         self.pools_now: list[PoolNow] = []  # the last pass's capacity and demand (metrics)
@@ -213,7 +212,7 @@ class CapacityPass:
         """`nodes`: the pass's node read as it stands now (None: read here)."""
         try:
             p = current_plan(self.cfg, self.slurm, self.store, now.timestamp(),
-                             self.view, self.plans_seen, nodes=nodes,
+                             self.view, nodes=nodes,
                              limit_use=self.limit_use)
         except SlurmError as e:
             # Logged every pass, recorded once per outage: the audit log is for decisions.

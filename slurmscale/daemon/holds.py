@@ -20,6 +20,7 @@ from slurmscale.config import Config
 from slurmscale.daemon import edits
 from slurmscale.daemon.edits import Edit, EditKind
 from slurmscale.daemon.effects import Effect, Effects, Record, Say
+from slurmscale.daemon.observe import hold_knobs
 from slurmscale.lifecycles import HoldState
 from slurmscale.model import SlurmReservation
 from slurmscale.policy.limit_use import LimitUse, Shares, fixed
@@ -30,7 +31,8 @@ from slurmscale.policy.reservations import (
     Hold,
     HoldActionKind,
     HoldPlan,
-    ReservationKnobs,
+    RankedGangs,
+    earliest_plan,
     plan_holds,
 )
 from slurmscale.store.protocol import PassStore
@@ -45,11 +47,6 @@ HOLD_EVENT = {
     HoldActionKind.ATTACH: Kind.RESERVATION_ATTACH,
     HoldActionKind.RELEASE: Kind.RESERVATION_RELEASE,
 }
-
-
-def hold_knobs(cfg: Config) -> ReservationKnobs:
-    r = cfg.reservations
-    return ReservationKnobs(**r.model_dump(exclude={"limit_use_auto"}))
 
 
 def limit_use_runs_since(cfg: Config, now: float) -> float | None:
@@ -143,22 +140,13 @@ def with_earliest_plans(jobs: tuple[GangJob, ...], seen: dict[str, float]
                         ) -> tuple[GangJob, ...]:
     """Each pending gang with the earliest start backfill has planned for it so far (`seen`,
     the caller's memory across passes, updated here; jobs gone or started are forgotten): a
-    plan later than that one has slipped."""
-    out = []
-    pending = set()
-    for j in jobs:
-        if j.pending and j.expected_start_s is not None:
-            pending.add(j.job_id)
-            first = seen[j.job_id] = min(seen.get(j.job_id, j.expected_start_s),
-                                         j.expected_start_s)
-            j = j._replace(first_expected_s=first)
-        elif j.pending and j.job_id in seen:
-            pending.add(j.job_id)
-            j = j._replace(first_expected_s=seen[j.job_id])
-        out.append(j)
+    plan later than that one has slipped. (The daemon's queue view keeps its own, job by
+    job as they change: daemon/observe.gang_jobs.)"""
+    out = tuple(earliest_plan(j, seen) for j in jobs)
+    pending = {j.job_id for j in out if j.pending}
     for gone in [i for i in seen if i not in pending]:
         del seen[gone]
-    return tuple(out)
+    return out
 
 
 class HoldPass:
@@ -174,13 +162,15 @@ class HoldPass:
 
     def plan(self, nodes: tuple[NodeView, ...], jobs: tuple[GangJob, ...],
              slurm_res: list[SlurmReservation], now: float,
-             limit_use: Mapping[str, LimitUse]) -> tuple[HoldPlan, list[str]]:
-        """`limit_use`: each pool's share of their limits jobs run (LimitUseLearner)."""
+             limit_use: Mapping[str, LimitUse],
+             ranked: RankedGangs | None = None) -> tuple[HoldPlan, list[str]]:
+        """`limit_use`: each pool's share of their limits jobs run (LimitUseLearner);
+        `ranked`: the queue view's ranking of `jobs` (None: ranked here)."""
         holds, gone, reserved = current_holds(self.cfg, self.store, slurm_res, now)
         plan = plan_holds(self.knobs, {p.name: p.gpus_per_node for p in self.cfg.pools},
                           {p.name: p.max_nodes for p in self.cfg.pools}, nodes, jobs,
                           tuple(holds), self.store.exhausted_jobs(), now, reserved,
-                          {p: u.value for p, u in limit_use.items()})
+                          {p: u.value for p, u in limit_use.items()}, ranked)
         return plan, gone
 
     def apply(self, plan: HoldPlan, gone: list[str], slurm_res: list[SlurmReservation],

@@ -19,10 +19,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import eq, itemgetter
 
 from slurmscale.config import Config
 from slurmscale.model import QueueJob
+from slurmscale.policy.demand import gpu_seconds
 from slurmscale.policy.model import NodeState, NodeView, PendingJob, Snapshot
 from slurmscale.policy.observe import slurm_time
 from slurmscale.slurm.protocol import SlurmError
@@ -54,20 +56,34 @@ class PoolNow:
 
 
 def pools_now(snap: Snapshot) -> list[PoolNow]:
-    """Each pool's capacity and demand now: one walk of the snapshot's nodes and jobs, grouped
-    by pool (a walk per pool was ten walks of 30,000 jobs a pass at ten pools)."""
+    """Each pool's capacity and demand now: one walk of the snapshot's nodes, grouped by pool
+    (a walk per pool was ten walks a pass at ten pools); the demand from the snapshot's
+    tallies where it has them exact (the daemon's: kept as jobs come and go), else from
+    one walk of its jobs."""
     nodes_of: dict[str, list[NodeView]] = {k.name: [] for k in snap.pools}
-    jobs_of: dict[str, list[PendingJob]] = {k.name: [] for k in snap.pools}
     for n in snap.nodes:
         if n.pool in nodes_of:
             nodes_of[n.pool].append(n)
-    for j in snap.jobs:
-        if j.actionable and j.pool in jobs_of:
-            jobs_of[j.pool].append(j)
+    tallies = snap.tallies or {}
+    walk = [k for k in snap.pools if k.name not in tallies or not tallies[k.name].exact(k)]
+    jobs_of: dict[str, list[PendingJob]] = {k.name: [] for k in walk}
+    if walk:
+        for j in snap.jobs:
+            if j.actionable and j.pool in jobs_of:
+                jobs_of[j.pool].append(j)
     out = []
     for k in snap.pools:
-        nodes, jobs = nodes_of[k.name], jobs_of[k.name]
+        nodes = nodes_of[k.name]
         count = Counter(n.state for n in nodes)
+        if k.name in jobs_of:
+            jobs = jobs_of[k.name]
+            gpus = sum(j.nodes * j.gpus_per_node * j.tasks for j in jobs)
+            gpu_h = sum(j.nodes * j.gpus_per_node * j.tasks
+                        * (j.time_limit_s or k.default_time_limit_s) for j in jobs) / 3600.0
+            gangs = sum(j.tasks for j in jobs if j.nodes >= 2)
+        else:
+            t = tallies[k.name]
+            gpus, gpu_h, gangs = t.gpus, gpu_seconds(k, t) / 3600.0, t.gang_tasks
         out.append(PoolNow(
             pool=k.name,
             nodes_up=len(nodes) - count[NodeState.POWERED_DOWN],
@@ -75,11 +91,7 @@ def pools_now(snap: Snapshot) -> list[PoolNow]:
             nodes_booting=count[NodeState.BOOTING],
             nodes_held=count[NodeState.RESERVED] + sum(1 for n in nodes if n.held),
             nodes_idle=count[NodeState.IDLE],
-            pending_gpus=sum(j.nodes * j.gpus_per_node * j.tasks for j in jobs),
-            pending_gpu_hours=sum(j.nodes * j.gpus_per_node * j.tasks
-                                  * (j.time_limit_s or k.default_time_limit_s)
-                                  for j in jobs) / 3600.0,
-            pending_gangs=sum(j.tasks for j in jobs if j.nodes >= 2)))
+            pending_gpus=gpus, pending_gpu_hours=gpu_h, pending_gangs=gangs))
     return out
 
 
@@ -145,8 +157,9 @@ class Ledger:
         starts = []
         active = set(map(itemgetter(0), jobs))  # (job ids; every job every pass: in C)
         running = self.running
-        for j in jobs:
-            if j[9] != "RUNNING" or j[0] in running:  # (state, job id)
+        # (the running jobs picked out in C: a queue is mostly pending jobs)
+        for j in compress(jobs, map(eq, map(itemgetter(9), jobs), repeat("RUNNING"))):
+            if j[0] in running:
                 continue
             row = self._row(j, now)
             if row is not None:

@@ -5,13 +5,16 @@ Slurm and the clock."""
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
-from typing import cast
+from collections.abc import Callable, Collection
+from typing import Generic, NamedTuple, TypeVar, cast
 
 from slurmscale import timeframe
 from slurmscale.config import CapacityType, Config, Pool
-from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.policy import observe as reading
+from slurmscale.policy.demand import DemandBook
 from slurmscale.policy.fallback import FallbackRule
 from slurmscale.policy.model import (
     BufferRule,
@@ -29,7 +32,12 @@ from slurmscale.policy.observe import (
     slurm_time,
     state_facts,
 )
-from slurmscale.policy.reservations import GangJob
+from slurmscale.policy.reservations import (
+    GangJob,
+    RankedGangs,
+    ReservationKnobs,
+    earliest_plan,
+)
 from slurmscale.slurm.reasons import Why, drained_by_us
 
 
@@ -44,6 +52,12 @@ def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
         for p in cfg.pools)
 
 
+def hold_knobs(cfg: Config) -> ReservationKnobs:
+    """The config's reservation settings as the hold planner's knobs."""
+    r = cfg.reservations
+    return ReservationKnobs(**r.model_dump(exclude={"limit_use_auto"}))
+
+
 def buffer_rules(cfg: Config, pool: str) -> tuple[BufferRule, ...]:
     """The safety buffers on-demand pool `pool` keeps for the spot pools falling back to it."""
     return tuple(BufferRule(p.name, p.spot.on_demand_buffer, p.spot.warm_on_demand_nodes)
@@ -51,26 +65,123 @@ def buffer_rules(cfg: Config, pool: str) -> tuple[BufferRule, ...]:
                  and (p.spot.on_demand_buffer or p.spot.warm_on_demand_nodes))
 
 
+V = TypeVar("V")
+
+
+class Changes(NamedTuple):
+    todo: list[QueueJob]  # the records to work out this pass
+    came: list[QueueJob]  # the records new since last pass (new jobs, changed ones)
+    went: list[QueueJob]  # the records let go (jobs gone, the old records of changed ones)
+
+
+class PerJob(Generic[V]):
+    """One of QueueView's memories: what each job in the queue gave last pass, the record
+    it was made from, and the read it is current with. A pass works out afresh only the
+    records that changed: told by the read itself (QueueRead: the squeue parse's account of
+    what it parsed and what it no longer saw) when the memory is current with the read it is
+    relative to, else found by walking the records against the kept ones (the simulated
+    Slurm keeps its records; any other list). Then the pass's result, in squeue's order, is
+    looked up job by job without a loop of slurmscale's own (`in_order`)."""
+
+    __slots__ = ("records", "made", "read", "redo", "told")
+
+    def __init__(self, told: Callable[[V | None, V | None], None] | None = None) -> None:
+        self.records: dict[str, QueueJob] = {}  # job id -> the record `made` is from
+        self.made: dict[str, V] = {}  # job id -> what it gave (absent: nothing)
+        self.read: int | None = None  # the QueueRead these are current with
+        self.redo: set[str] = set()  # jobs worked out again every pass (see todo)
+        self.told = told  # told each change of what a job gives: (was, is)
+
+    def give(self, job_id: str, value: V | None) -> None:
+        """What the job gives now (None: nothing)."""
+        was = self.made.pop(job_id, None) if value is None else self.made.get(job_id)
+        if value is not None:
+            self.made[job_id] = value
+        if self.told is not None and was is not value:
+            self.told(was, value)
+
+    def todo(self, jobs: list[QueueJob], also: Collection[str] = ()) -> Changes:
+        """What to work out this pass: the records new or changed since last pass, those
+        kept in `redo` (what they give depends on more than their record), and those of the
+        jobs in `also`. Forgets what the records let go gave (jobs gone, the old records of
+        changed ones); keeps each new record, so what the caller makes is current."""
+        records = self.records
+        let_go: list[QueueJob] = []
+        if (isinstance(jobs, QueueRead) and self.read is not None
+                and jobs.since == self.read):
+            changed = jobs.changed
+            for j in jobs.dropped:
+                if records.get(j[0]) is j:
+                    let_go.append(records.pop(j[0]))
+                    self.give(j[0], None)
+        else:
+            get = records.get
+            changed = [j for j in jobs if get(j[0]) is not j]
+            for j in changed:
+                old = records.pop(j[0], None)
+                if old is not None:
+                    let_go.append(old)
+                    self.give(j[0], None)
+            if len(records) + len(changed) != len(jobs):  # (some kept jobs are gone)
+                for job_id in records.keys() - set(map(_job_id, jobs)):
+                    let_go.append(records.pop(job_id))
+                    self.give(job_id, None)
+        self.read = jobs.serial if isinstance(jobs, QueueRead) else None
+        todo = {j[0]: j for j in changed}
+        for j in changed:
+            records[j[0]] = j
+        redo = self.redo
+        if let_go:
+            redo.difference_update(map(_job_id, let_go))
+        for job_id in (*redo, *also):
+            if job_id not in todo and job_id in records:
+                todo[job_id] = records[job_id]
+        return Changes(list(todo.values()), changed, let_go)
+
+    def in_order(self, jobs: list[QueueJob]) -> list[V]:
+        """What the jobs gave, in the queue's order (the jobs that gave nothing left out)."""
+        return list(filter(None, map(self.made.get, map(_job_id, jobs))))
+
+
+_job_id = operator.itemgetter(0)
+
+
 class QueueView:
     """The queue as the daemon's passes saw it, kept from one pass to the next: what each
     job's record gave the snapshot and the hold planner last pass is given again while Slurm
     prints the same record (the squeue parse hands back the very record for an unchanged
     line; the simulated Slurm keeps its records), and worked out afresh for the jobs that
-    changed. So a pass's cost follows what changed, not the queue's length (issue 44;
-    `tests/benchmarks/observe_delta.py`). Also the arrival log (job id -> submit, pool,
-    nodes): a job that already finished is gone from squeue but still counts as an arrival
-    within the reuse forecast's window.
+    changed: the records the squeue parse says changed (QueueRead), or, for a list that
+    does not say, those not the very ones of last pass. What the pass's decisions take
+    from the whole queue is kept up to date the same way, job by job as they change: the
+    pools' pending demand summed up (`book`, policy/demand.py: `decide` reads its tallies
+    and no longer walks the queue), the gangs a hold could be for ranked per pool
+    (`ranked`: the hold planner takes them from the top), each pending gang's earliest
+    backfill plan (`plans`: a later one has slipped). So a pass's cost follows what
+    changed, not the queue's length (issue 44; `tests/benchmarks/observe_delta.py`). Also
+    the arrival log (job id -> submit, pool, nodes): a job that already finished is gone
+    from squeue but still counts as an arrival within the reuse forecast's window.
 
     What a job's view depends on beyond its record is either part of the key (the config
-    object, the clock's eras) or never remembered (a job slurmscale requeued, a throttled
-    array, a submit time Slurm does not give)."""
+    object, the clock's eras), followed (a throttled array's line is worked out again when
+    its array's running tasks change), or never remembered (a job slurmscale requeued, a
+    submit time Slurm does not give)."""
 
     def __init__(self) -> None:
         self.arrivals: dict[str, tuple[float, str, int]] = {}
-        # job id -> (its record, its arrival (None: no pool's), its demand (None: not pending))
-        self._jobs: dict[str, tuple[QueueJob, tuple[float, str, int] | None,
-                                    PendingJob | None]] = {}
-        self._gangs: dict[str, tuple[QueueJob, GangJob | None]] = {}
+        # pending gang -> the earliest start backfill planned for it (a later one: slipped)
+        self.plans: dict[str, float] = {}
+        self._sorted: tuple[tuple[float, str, int], ...] = ()  # the log's, while unchanged
+        self._logged = False  # the log changed since it was sorted
+        self.book = DemandBook(())  # the pools' pending demand, summed up (made per config)
+        self.hold_knobs = ReservationKnobs()  # the config's (made per config, as `knobs`)
+        self.max_nodes: dict[str, int] = {}  # each pool's
+        self.ranked = RankedGangs(self.hold_knobs, self.max_nodes)  # (made per config)
+        self._jobs: PerJob[PendingJob] = PerJob()  # each pending job's demand
+        self._gangs: PerJob[GangJob] = PerJob()  # each gang the hold planner considers
+        # array job -> its tasks running or starting (what a `%N` throttle leaves to start)
+        self._array_running: Counter[str] = Counter()
+        self._throttled: dict[str, dict[str, QueueJob]] = {}  # array job -> its `%N` lines
         self._running: list[QueueJob] = []
         self._ends: tuple[dict[str, float], dict[str, int]] = ({}, {})
         # node name -> (its record, its view (None: no pool's)), made under these ends/paid
@@ -81,8 +192,51 @@ class QueueView:
 
     def forget(self) -> None:
         """Every job's view (not the arrival log): the next pass reads the whole queue."""
-        self._jobs, self._gangs, self._running, self._ends = {}, {}, [], ({}, {})
+        self.book = DemandBook(k.name for k in self.knobs)
+        self.ranked = RankedGangs(self.hold_knobs, self.max_nodes)
+        self._jobs, self._gangs = PerJob(self.book.swap), PerJob(self.ranked.swap)
+        self._array_running, self._throttled = Counter(), {}
+        self._running, self._ends = [], ({}, {})
         self._nodes, self._nodes_under = {}, None
+
+    def arrays(self, came: list[QueueJob], went: list[QueueJob]
+               ) -> tuple[Counter[str], list[QueueJob]]:
+        """After these records came and went: the array tasks running or starting, by
+        array job; and the throttled array lines (`%N`) to work out again, as what they may
+        start moved with those running (their own records unchanged)."""
+        running, throttled = self._array_running, self._throttled
+        moved: set[str] = set()
+        for sign, records in ((-1, went), (1, came)):
+            for j in records:
+                if not j.array_job:
+                    continue
+                if j.array_throttle:
+                    lines = throttled.setdefault(j.array_job, {})
+                    if sign > 0:
+                        lines[j[0]] = j
+                    elif lines.get(j[0]) is j:
+                        del lines[j[0]]
+                if j.state != "PENDING":
+                    moved.add(j.array_job)
+                    running[j.array_job] += sign
+                    if not running[j.array_job]:
+                        del running[j.array_job]
+        return running, [j for a in moved for j in throttled.get(a, {}).values()]
+
+    def log(self, job_id: str, arrival: tuple[float, str, int]) -> None:
+        if self.arrivals.get(job_id) != arrival:
+            self.arrivals[job_id] = arrival
+            self._logged = True
+
+    def recent(self, since: float) -> tuple[tuple[float, str, int], ...]:
+        """The arrivals logged at or after `since`, sorted; older ones let go. Sorted again
+        only when the log changed (at rest, a pass asks for the same tuple again)."""
+        if self._logged or (self._sorted and self._sorted[0][0] < since):
+            log = self.arrivals
+            for job_id in [k for k, (t, _, _) in log.items() if t < since]:
+                del log[job_id]
+            self._sorted, self._logged = tuple(sorted(log.values())), False
+        return self._sorted
 
     def valid_for(self, cfg: Config) -> None:
         """Forget the views made under another config or before the host's clock stepped
@@ -91,6 +245,8 @@ class QueueView:
         if key != self._key:
             self._key = key
             self.knobs = knobs(cfg)
+            self.hold_knobs = hold_knobs(cfg)
+            self.max_nodes = {p.name: p.max_nodes for p in cfg.pools}
             self.forget()
 
     def ends(self, jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
@@ -116,21 +272,18 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
     # (tens of thousands a pass: each GangJob made as the tuple it is, in field order, and
     # a time looked up in slurm_time's memo before calling it)
     make, missing, times = tuple.__new__, reading._MISSING, reading.time_memo()
-    keep = view is not None and min_nodes == 2  # (the daemon's pass: its list is kept)
-    if view is not None:
+    keep: PerJob[GangJob] | None = None  # the daemon's pass (its gangs kept pass to pass)
+    todo, went = jobs, list[QueueJob]()
+    plans: dict[str, float] = {}
+    if view is not None and min_nodes == 2:
         view.valid_for(cfg)
-    last = view._gangs if keep and view is not None else {}
-    fresh: dict[str, tuple[QueueJob, GangJob | None]] = {}
-    for j in jobs:
-        hit = last.get(j[0])
-        if hit is not None and hit[0] is j and (hit[1] is not None or j[0] not in also):
-            fresh[j[0]] = hit
-            if hit[1] is not None:
-                out.append(hit[1])
-            continue
+        keep, plans = view._gangs, view.plans
+        todo, _, went = keep.todo(jobs, also)
+    for j in todo:
         if j.num_nodes < min_nodes and j.job_id not in also:
-            if keep:
-                fresh[j[0]] = (j, None)
+            if keep is not None:
+                keep.give(j[0], None)
+                keep.redo.discard(j[0])
             continue
         if j.partitions in pool_of:
             pool = pool_of[j.partitions]
@@ -138,8 +291,9 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
             pool = pool_of[j.partitions] = next(
                 (by_partition[p] for p in j.partitions if p in by_partition), None)
         if pool is None:
-            if keep:
-                fresh[j[0]] = (j, None)
+            if keep is not None:
+                keep.give(j[0], None)
+                keep.redo.discard(j[0])
             continue
         submit = times.get(j.submit_time, missing)
         if submit is missing:
@@ -156,12 +310,21 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
             reason in CAPACITY_REASONS or reason.startswith("ReqNodeNotAvail"),
             reason.startswith("JobHeld") or j.priority == 0, j.reservation, expected,
             None, None))
-        out.append(g)
-        if keep and j.num_nodes >= min_nodes:  # (one in `also` alone: looked at each time)
-            fresh[j[0]] = (j, g)
-    if keep and view is not None:
-        view._gangs = fresh
-    return tuple(out)
+        if keep is None:
+            out.append(g)
+        else:
+            keep.give(j[0], earliest_plan(g, plans))
+            if j.num_nodes < min_nodes:  # (only for `also`: looked at again next pass)
+                keep.redo.add(j[0])
+    if keep is None:
+        return tuple(out)
+    # a gang gone, started or no longer one: its earliest plan forgotten
+    made = keep.made
+    for job_id in (*(j[0] for j in todo), *(j[0] for j in went)):
+        now_made = made.get(job_id)
+        if (now_made is None or not now_made.pending) and job_id in plans:
+            del plans[job_id]
+    return tuple(keep.in_order(jobs))
 
 
 def _node_views(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob],
@@ -236,24 +399,23 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
     arrivals: list[tuple[float, str, int]] = []
     window = max((p.policy.reuse_window_s for p in cfg.pools), default=3600.0)
     # a throttled array (`%N`) starts no more tasks than N less those running
-    running_tasks: Counter[str] = Counter()
-    if any(j.array_throttle for j in jobs):
-        running_tasks.update(j.array_job for j in jobs if j.array_job and j.state != "PENDING")
-    log = view.arrivals if view is not None else None
-    last = view._jobs if view is not None else {}
+    kept: PerJob[PendingJob] | None = None
+    if view is None:
+        todo = jobs
+        running_tasks: Counter[str] = Counter()
+        if any(j.array_throttle for j in jobs):
+            running_tasks.update(j.array_job for j in jobs
+                                 if j.array_job and j.state != "PENDING")
+    else:
+        kept = view._jobs
+        todo, came, went = kept.todo(jobs, requeued)
+        running_tasks, again = view.arrays(came, went)
+        if again:
+            todo = list({j[0]: j for j in (*todo, *again)}.values())
     times, missing = reading.time_memo(), reading._MISSING  # (looked up before slurm_time)
-    fresh: dict[str, tuple[QueueJob, tuple[float, str, int] | None, PendingJob | None]] = {}
-    for j in jobs:
-        job_id = j[0]
-        hit = last.get(job_id)
-        if hit is not None and hit[0] is j and job_id not in requeued:
-            # unchanged since the last pass: its arrival is logged, its demand the same
-            fresh[job_id] = hit
-            if hit[2] is not None:
-                pending.append(hit[2])
-            continue
+    for j in todo:
         # (every changed job: each QueueJob unpacked once, not read field by field)
-        (_, partitions, num_nodes, gpus, limit, submit_time, reason, priority, _user,
+        (job_id, partitions, num_nodes, gpus, limit, submit_time, reason, priority, _user,
          state, _account, _resv, _end, _nodes, _start, _expected, array_job, tasks,
          throttle) = j
         if partitions in pool_of:
@@ -264,8 +426,9 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
                 p.name for p in mine[1:] if p is not mine[0]), mine[0].max_nodes,
                 mine[0].gpus_per_node) if mine else None
         if seen is None:
-            if view is not None:
-                fresh[job_id] = (j, None, None)
+            if kept is not None:
+                kept.give(job_id, None)
+                kept.redo.discard(job_id)
             continue
         pool_name, also, max_nodes, pool_gpus = seen
         got = times.get(submit_time, missing)
@@ -274,10 +437,10 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         # (a pending array line: every task is an arrival; the log keys tasks by line)
         arrival = (submit, pool_name, num_nodes * min(tasks, max_nodes))
         if submit >= now - window:  # (no pool's forecast looks further back)
-            if log is None:
+            if view is None:
                 arrivals.append(arrival)
             else:
-                log[job_id] = arrival
+                view.log(job_id, arrival)
         demand = None
         if state == "PENDING":  # (running or starting: an arrival, not demand)
             startable = tasks
@@ -287,18 +450,22 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
                 job_id, pool_name, num_nodes, gpus or pool_gpus, limit, submit, priority,
                 (reason in CAPACITY_REASONS or job_id in requeued) and priority > 0
                 and startable > 0, also, tasks, startable)
-            pending.append(demand)
-        if view is not None and submitted and not throttle and job_id not in requeued:
-            fresh[job_id] = (j, arrival, demand)
-    if view is not None:
-        view._jobs = fresh
-    if log is not None:
-        for job_id in [k for k, (t, _, _) in log.items() if t < now - window]:
-            del log[job_id]
-        arrivals = list(log.values())
-    return Snapshot(now=now, pools=knobs(cfg) if view is None else view.knobs,
-                    nodes=tuple(views), jobs=tuple(pending),
-                    memory=dict(memory or {}), arrivals=tuple(sorted(arrivals)))
+            if kept is None:
+                pending.append(demand)
+        if kept is not None:
+            kept.give(job_id, demand)
+            # what it gives hangs on more than its record: worked out again next pass
+            if submitted and job_id not in requeued:
+                kept.redo.discard(job_id)
+            else:
+                kept.redo.add(job_id)
+    if view is None:
+        return Snapshot(now=now, pools=knobs(cfg), nodes=tuple(views), jobs=tuple(pending),
+                        memory=dict(memory or {}), arrivals=tuple(sorted(arrivals)))
+    return Snapshot(now=now, pools=view.knobs, nodes=tuple(views),
+                    jobs=tuple(view._jobs.in_order(jobs)), memory=dict(memory or {}),
+                    arrivals=view.recent(now - window), tallies=view.book.tallies(),
+                    near=view.book.near())
 
 
 def fallback_rules(cfg: Config) -> tuple[FallbackRule, ...]:

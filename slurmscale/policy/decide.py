@@ -25,10 +25,13 @@ they cost and what they save is measured in docs/spot.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
+from collections.abc import Callable
 
 from slurmscale.hostlists import node_order_key
+from slurmscale.policy.demand import demand_of, pending_nodes, pool_demand, tally_nodes
 from slurmscale.policy.model import (
     Action,
     ActionKind,
@@ -40,6 +43,7 @@ from slurmscale.policy.model import (
     PoolDemand,
     PoolKnobs,
     PoolMemory,
+    PoolTally,
     Snapshot,
     StepSizing,
 )
@@ -47,44 +51,12 @@ from slurmscale.policy.model import (
 LIVE = (NodeState.BOOTING, NodeState.IDLE, NodeState.ALLOCATED, NodeState.RESERVED)
 
 
-def pool_demand(knobs: PoolKnobs, jobs: list[PendingJob], now: float) -> PoolDemand:
-    """A pending array line counts as its tasks (GPU-hours, jobs); its gangs (multi-node
-    tasks) as many as may start now, no more than the pool could hold."""
-    act = [j for j in jobs if j.actionable]
-    gpu_h = sum(j.nodes * j.gpus_per_node * (j.time_limit_s or knobs.default_time_limit_s)
-                * j.tasks for j in act) / 3600.0
-    # (only the gangs' order is used: the single-node jobs, most of a queue, go unsorted)
-    order = sorted((j for j in act if j.nodes >= 2),
-                   key=lambda j: (-j.priority, j.submit_s, j.job_id))
-    gangs = tuple((j.job_id, j.nodes) for j in order
-                  for _ in range(min(j.startable, max(1, knobs.max_nodes // j.nodes))))
-    oldest = max((now - j.submit_s for j in act), default=0.0)
-    return PoolDemand(sum(j.tasks for j in act), round(gpu_h, 6), gangs, max(0.0, oldest))
-
-
-def _pending_nodes(k: PoolKnobs, jobs: list[PendingJob]) -> int:
-    """Nodes the pending jobs would fill if every one that may start now started: a multi-node
-    job (or a job without GPUs, or any job in a pool without them) takes whole nodes,
-    single-node jobs' GPUs are packed onto nodes; never more than the pool holds. Worked out
-    only when a governed pool steps (a walk of the whole queue: not every pass)."""
-    whole, gpus = 0, 0
-    for j in jobs:
-        if not j.actionable:
-            continue
-        if j.nodes >= 2 or not k.gpus_per_node or not j.gpus_per_node:
-            whole += j.nodes * j.startable
-        else:
-            gpus += j.gpus_per_node * j.startable
-    packed = math.ceil(gpus / k.gpus_per_node) if gpus else 0
-    return min(k.max_nodes, whole + packed)
-
-
 def _clamp(v: int, k: PoolKnobs) -> int:
     return max(k.min_nodes, min(k.max_nodes, v))
 
 
 def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand,
-                     jobs: list[PendingJob], live: int, idle: int, now: float,
+                     need: Callable[[], int], live: int, idle: int, now: float,
                      actions: list[Action]) -> PoolMemory:
     target = _clamp(mem.target, k)
     above_since = mem.above_since
@@ -121,7 +93,7 @@ def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand,
         sustained = now - above_since >= k.sustained_s or waited_out
         cooled = last_step is None or now - last_step >= k.cooldown_s
         if sustained and cooled and target < k.max_nodes:
-            step, sized = _step(k, demand, jobs, idle + (base - live))
+            step, sized = _step(k, demand, need, idle + (base - live))
             new = _clamp(target + step, k)
             why = (f"pending {demand.pending_gpu_hours:.1f} GPU-h > {k.queue_gpu_hours:g} for "
                    f"{now - above_since:.0f}s" if not waited_out else
@@ -135,15 +107,16 @@ def _governed_target(k: PoolKnobs, mem: PoolMemory, demand: PoolDemand,
     return PoolMemory(target, above_since, last_step)
 
 
-def _step(k: PoolKnobs, demand: PoolDemand, jobs: list[PendingJob],
+def _step(k: PoolKnobs, demand: PoolDemand, pending: Callable[[], int],
           free: int) -> tuple[int, str]:
-    """How far queue pressure raises the target, and what the reason adds. `pending`: the
-    nodes the pending jobs need beyond the `free` ones (idle, or under the target), but no
-    more than would run their GPU-hours (by time limit) within one cooldown - work shorter
-    than the cooldown can share nodes one job after another - and at least `step_nodes`."""
+    """How far queue pressure raises the target, and what the reason adds: the nodes the
+    pending jobs need (`pending`, worked out only here) beyond the `free` ones (idle, or
+    under the target), but no more than would run their GPU-hours (by time limit) within one
+    cooldown - work shorter than the cooldown can share nodes one job after another - and at
+    least `step_nodes`."""
     if k.step_sizing is StepSizing.FIXED:
         return k.step_nodes, ""
-    need = _pending_nodes(k, jobs)
+    need = pending()
     short = max(0, need - free)
     if k.gpus_per_node and k.cooldown_s > 0:
         per_cooldown = math.ceil(demand.pending_gpu_hours * 3600.0
@@ -310,16 +283,63 @@ def _scale_down(k: PoolKnobs, nodes: list[NodeView], demand: PoolDemand, target:
     return out
 
 
+class _Demand:
+    """A snapshot's pending demand, pool by pool: from its tallies where it has them and
+    they are exact for the pool, else by walking its jobs (sorted by pool once, and only if
+    asked)."""
+
+    def __init__(self, s: Snapshot) -> None:
+        self.s = s
+        self._by_pool: tuple[dict[str, list[PendingJob]], dict[str, list[PendingJob]]] | None \
+            = None
+
+    def _walked(self) -> tuple[dict[str, list[PendingJob]], dict[str, list[PendingJob]]]:
+        if self._by_pool is None:
+            jobs: dict[str, list[PendingJob]] = defaultdict(list)
+            also: dict[str, list[PendingJob]] = defaultdict(list)
+            for j in self.s.jobs:
+                jobs[j.pool].append(j)
+                for other in j.also:
+                    also[other].append(j)
+            self._by_pool = jobs, also
+        return self._by_pool
+
+    def _tally(self, k: PoolKnobs, near: bool) -> PoolTally | None:
+        t = self.s.tallies.get(k.name) if self.s.tallies is not None else None
+        if t is not None and near and k.name in self.s.near:
+            t = t.plus(self.s.near[k.name])
+        return t if t is not None and t.exact(k) else None
+
+    def own(self, k: PoolKnobs) -> PoolDemand:
+        t = self._tally(k, False)
+        if t is not None:
+            return demand_of(k, t, self.s.now)
+        return pool_demand(k, self._walked()[0][k.name], self.s.now)
+
+    def near(self, k: PoolKnobs, own: PoolDemand) -> PoolDemand:
+        """With the jobs that may also run here (requeued spot jobs waiting for the
+        on-demand buffer, say): what is about to use its idle nodes, for scale-down."""
+        if self.s.tallies is not None:
+            if k.name not in self.s.near:
+                return own
+            t = self._tally(k, True)
+            if t is not None:
+                return demand_of(k, t, self.s.now)
+        jobs, also = self._walked()
+        return pool_demand(k, jobs[k.name] + also[k.name], self.s.now) if also[k.name] \
+            else own
+
+    def nodes(self, k: PoolKnobs) -> int:
+        t = self._tally(k, False)
+        return tally_nodes(k, t) if t is not None else pending_nodes(k,
+                                                                     self._walked()[0][k.name])
+
+
 def decide(s: Snapshot) -> Plan:
     nodes_by_pool: dict[str, list[NodeView]] = defaultdict(list)
     for n in s.nodes:
         nodes_by_pool[n.pool].append(n)
-    jobs_by_pool: dict[str, list[PendingJob]] = defaultdict(list)
-    also_by_pool: dict[str, list[PendingJob]] = defaultdict(list)
-    for j in s.jobs:
-        jobs_by_pool[j.pool].append(j)
-        for other in j.also:
-            also_by_pool[other].append(j)
+    pending = _Demand(s)
     arrivals_by_pool: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for t, pool, arrived in s.arrivals:
         arrivals_by_pool[pool].append((t, arrived))
@@ -330,7 +350,7 @@ def decide(s: Snapshot) -> Plan:
     gpus_by_pool = {k.name: k.gpus_per_node for k in s.pools}
     for k in sorted(s.pools, key=lambda p: p.name):
         nodes = sorted(nodes_by_pool[k.name], key=lambda n: n.name)
-        demand = pool_demand(k, jobs_by_pool[k.name], s.now)
+        demand = pending.own(k)
         demands[k.name] = demand
         live = sum(1 for n in nodes if n.state in LIVE)
         idle = sum(1 for n in nodes if n.state is NodeState.IDLE and n.usable and not n.held)
@@ -343,16 +363,15 @@ def decide(s: Snapshot) -> Plan:
         if k.mode is Mode.IMMEDIATE:
             mem = PoolMemory(k.max_nodes, None, mem.last_step_at)
         else:
-            mem = _governed_target(k, mem, demand, jobs_by_pool[k.name], live, idle, s.now,
-                                   actions)
+            mem = _governed_target(k, mem, demand, functools.partial(pending.nodes, k), live,
+                                   idle, s.now, actions)
             if mem.target < floor:
                 actions.append(Action(ActionKind.RAISE_TARGET, k.name, f"{why_buffer}: target "
                                       f"{mem.target} -> {floor}", count=floor - mem.target))
                 mem = PoolMemory(floor, mem.above_since, s.now)
         # Jobs that may also run here are about to use its idle nodes too (e.g. requeued
         # spot jobs waiting for the on-demand buffer): they count for scale-down only.
-        near = (pool_demand(k, jobs_by_pool[k.name] + also_by_pool[k.name], s.now)
-                if also_by_pool[k.name] else demand)
+        near = pending.near(k, demand)
         released = _scale_down(k, nodes, near, mem.target, arrivals_by_pool[k.name], s.now,
                                actions, floor=floor)
         if k.mode is Mode.GOVERNED and released:

@@ -6,6 +6,8 @@ here reads a clock, so the same snapshot always gives the same plan.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
@@ -91,6 +93,44 @@ class PendingJob(NamedTuple):
     startable: int = 1
 
 
+def gang_order(j: PendingJob) -> tuple[int, float, str]:
+    """Pending gangs in priority order: the highest first, then the longest waiting."""
+    return (-j.priority, j.submit_s, j.job_id)
+
+
+class PoolTally(NamedTuple):
+    """A pool's actionable pending jobs summed up: what a snapshot carries (immutable)."""
+
+    tasks: int = 0
+    limited_gpu_s: int = 0  # nodes x GPUs x time limit x tasks, of the jobs with a limit
+    unlimited_gpus: int = 0  # nodes x GPUs x tasks of those without (x the pool's default)
+    inexact: int = 0  # jobs whose limit is not a whole number of seconds
+    multi_nodes: int = 0  # nodes x startable, of multi-node jobs and jobs without GPUs
+    single_gpus: int = 0  # GPUs x startable, of single-node jobs with GPUs
+    single_nodes: int = 0  # nodes x startable, of those
+    gpus: int = 0  # nodes x GPUs x tasks (the GPUs they ask for)
+    gang_tasks: int = 0  # tasks of the multi-node jobs
+    gangs: tuple[PendingJob, ...] = ()  # multi-node jobs, in priority order
+    oldest_submit: float | None = None
+
+    def exact(self, k: PoolKnobs) -> bool:
+        return not self.inexact and (not self.unlimited_gpus
+                                     or float(k.default_time_limit_s).is_integer())
+
+    def plus(self, other: PoolTally) -> PoolTally:
+        """The two tallies' jobs together (a pool's own, and those that may also run in
+        it)."""
+        olds = [t for t in (self.oldest_submit, other.oldest_submit) if t is not None]
+        return PoolTally(
+            self.tasks + other.tasks, self.limited_gpu_s + other.limited_gpu_s,
+            self.unlimited_gpus + other.unlimited_gpus, self.inexact + other.inexact,
+            self.multi_nodes + other.multi_nodes, self.single_gpus + other.single_gpus,
+            self.single_nodes + other.single_nodes, self.gpus + other.gpus,
+            self.gang_tasks + other.gang_tasks,
+            tuple(heapq.merge(self.gangs, other.gangs, key=gang_order)),
+            min(olds) if olds else None)
+
+
 class NodeView(NamedTuple):
     """A NamedTuple: the daemon and the simulator build one per node every pass."""
 
@@ -123,6 +163,10 @@ class Snapshot:
     memory: dict[str, PoolMemory] = field(default_factory=dict)
     # (submit time, pool, nodes) of recent job arrivals, pending or not: the reuse forecast
     arrivals: tuple[tuple[float, str, int], ...] = ()
+    # every pool's pending jobs summed up, where kept as jobs came and went (None: decide
+    # walks `jobs`); `near`: per pool, the tally of other pools' jobs that may also run there
+    tallies: Mapping[str, PoolTally] | None = None
+    near: Mapping[str, PoolTally] = field(default_factory=dict)
 
 
 class ActionKind(StrEnum):

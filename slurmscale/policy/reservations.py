@@ -16,8 +16,9 @@ The daemon and the simulator run this same function.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Literal, NamedTuple
@@ -144,6 +145,20 @@ def slipped(k: ReservationKnobs, j: GangJob) -> bool:
             and j.expected_start_s - j.first_expected_s > k.accumulate_after_s)
 
 
+def earliest_plan(j: GangJob, seen: dict[str, float]) -> GangJob:
+    """Pending gang `j` with the earliest start backfill has planned for it so far (`seen`:
+    job id -> that start, updated here; the caller forgets the jobs no longer pending)."""
+    if not j.pending:
+        return j
+    if j.expected_start_s is not None:
+        first = seen[j.job_id] = min(seen.get(j.job_id, j.expected_start_s),
+                                     j.expected_start_s)
+        return j._replace(first_expected_s=first)
+    if j.job_id in seen:
+        return j._replace(first_expected_s=seen[j.job_id])
+    return j
+
+
 def limit_use_of(k: ReservationKnobs, pool: str, learned: Mapping[str, float]) -> float:
     """The share of their limits `pool`'s jobs run: the config's, or (auto) what was
     learned for the pool (policy/limit_use.py), 1.0 before that."""
@@ -213,14 +228,58 @@ def _release_reason(k: ReservationKnobs, h: Hold, job: GangJob | None,
     return None
 
 
+def _rank(j: GangJob) -> tuple[int, float, str]:
+    return (-j.priority, j.submit_s, j.job_id)
+
+
+def _may_hold(k: ReservationKnobs, max_nodes: Mapping[str, int], j: GangJob) -> bool:
+    """What makes gang `j` one a hold could be for, whatever the clock: pending for
+    capacity, not held, in no reservation, of a size its pool can hold."""
+    return (j.pending and not j.held and j.waiting_for_capacity and not j.reservation
+            and k.min_gang_nodes <= j.nodes <= max_nodes.get(j.pool, 0))
+
+
+class RankedGangs:
+    """Per pool, the gangs a hold could be for whatever the clock (`_may_hold`), in
+    priority order, kept as gangs come and go (`swap`): the daemon's queue view keeps them
+    from pass to pass, so the hold planner takes the highest ones without walking and
+    sorting every gang in the queue each pass."""
+
+    def __init__(self, k: ReservationKnobs, max_nodes: Mapping[str, int],
+                 jobs: Iterable[GangJob] = ()) -> None:
+        """`jobs`: the gangs to start with (ranked at once, not one by one)."""
+        self.k, self.max_nodes = k, max_nodes
+        # pool -> (rank, nodes, job id) of its gangs, in priority order
+        self.by_pool: dict[str, list[tuple[tuple[int, float, str], int, str]]] = {}
+        for j in jobs:
+            if _may_hold(k, max_nodes, j):
+                self.by_pool.setdefault(j.pool, []).append((_rank(j), j.nodes, j.job_id))
+        for ranked in self.by_pool.values():
+            ranked.sort()
+
+    def swap(self, old: GangJob | None, new: GangJob | None) -> None:
+        """A gang was `old` and is `new` (None: none)."""
+        for j, sign in ((old, -1), (new, 1)):
+            if j is None or not _may_hold(self.k, self.max_nodes, j):
+                continue
+            ranked, key = self.by_pool.setdefault(j.pool, []), _rank(j)
+            if sign > 0:
+                bisect.insort(ranked, (key, j.nodes, j.job_id))
+            else:
+                del ranked[bisect.bisect_left(ranked, (key,))]  # (its own rank)
+
+
 def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: dict[str, int],
                nodes: tuple[NodeView, ...], jobs: tuple[GangJob, ...],
                holds: tuple[Hold, ...], exhausted: frozenset[str], now: float,
                reserved: frozenset[str] = frozenset(),
-               limit_use: Mapping[str, float] | None = None) -> HoldPlan:
+               limit_use: Mapping[str, float] | None = None,
+               ranked: RankedGangs | None = None) -> HoldPlan:
     """`exhausted`: jobs whose hold was already released for budget or time; never again.
     `reserved`: nodes in any reservation (an admin's included): never taken. `limit_use`:
-    each pool's learned share of its limits a job runs (for `limit_use: auto`)."""
+    each pool's learned share of its limits a job runs (for `limit_use: auto`). `ranked`:
+    `jobs`' gangs a hold could be for, ranked per pool as they came and went (None: ranked
+    here)."""
     if not holds and not (k.enabled and any(
             j.pending and j.nodes >= k.min_gang_nodes
             and now - j.submit_s >= k.accumulate_after_s for j in jobs)):
@@ -231,7 +290,7 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
     for h in sorted(holds, key=lambda h: h.name):
         p.carry_on(h, by_job.get(h.job_id))
     if k.enabled:
-        p.new_holds(jobs, max_nodes, exhausted)
+        p.new_holds(by_job, ranked or RankedGangs(k, max_nodes, jobs), exhausted)
     return HoldPlan(tuple(p.actions), tuple(p.kept), frozenset(p.grabbed), tuple(p.skipped))
 
 
@@ -367,7 +426,7 @@ class _Planner:
                                            "pointed at it", h.nodes))
         self.kept.append(h)
 
-    def new_holds(self, jobs: tuple[GangJob, ...], max_nodes: dict[str, int],
+    def new_holds(self, jobs: Mapping[str, GangJob], ranked: RankedGangs,
                   exhausted: frozenset[str]) -> None:
         """Per pool, up to `per_pool` holds for the highest-priority gangs that have waited
         long enough and that the pool cannot start now; the first gang the rule turns down
@@ -378,18 +437,19 @@ class _Planner:
         for pool in sorted(self.gpus_per_node):
             if sum(1 for h in kept if h.pool == pool) >= k.per_pool:
                 continue
-            cands = sorted(
-                (j for j in jobs if j.pool == pool and j.pending and not j.held
-                 and j.waiting_for_capacity and not j.reservation
-                 and k.min_gang_nodes <= j.nodes <= max_nodes.get(pool, 0)
-                 and now - j.submit_s >= k.accumulate_after_s
-                 and j.job_id not in held_jobs and j.job_id not in exhausted),
-                key=lambda j: (-j.priority, j.submit_s, j.job_id))
-            for j in cands:
+            # taken from the top of the pool's ranked gangs (`ranked`: kept as they came and
+            # went), as far as the rule goes; a gang the pool can start now is passed over
+            # first, before it is even looked up (most of them, where nodes are free)
+            room = len(self.free.get(pool, [])) + len(self.down.get(pool, []))
+            for _, nodes, job_id in ranked.by_pool.get(pool, ()):
+                if nodes <= room:
+                    continue  # the pool can start it now: Slurm (and the policy) will
+                j = jobs[job_id]
+                if (now - j.submit_s < k.accumulate_after_s or job_id in held_jobs
+                        or job_id in exhausted):
+                    continue  # not waited long enough, held already, or its hold spent
                 if sum(1 for h in kept if h.pool == pool) >= k.per_pool:
                     break
-                if j.nodes <= len(self.free.get(pool, [])) + len(self.down.get(pool, [])):
-                    continue  # the pool can start it now: Slurm (and the policy) will
                 hold, why = hold_verdict(k, j, self.gather_at(pool, j.nodes), now,
                                          limit_use_of(k, pool, self.limit_use))
                 if not hold:
@@ -399,6 +459,7 @@ class _Planner:
                     break
                 if not self._create(j, pool, why):
                     break  # nothing to hold yet: the highest-priority gang waits for it
+                room = len(self.free.get(pool, [])) + len(self.down.get(pool, []))
 
     def _create(self, j: GangJob, pool: str, why: str) -> bool:
         """A hold for gang `j` with what can be taken now (False: nothing to take)."""

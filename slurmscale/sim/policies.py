@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from slurmscale.policy.decide import pool_demand
+from slurmscale.policy.demand import pool_demand
 from slurmscale.policy.model import (
     Action,
     ActionKind,

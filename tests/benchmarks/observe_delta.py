@@ -2,16 +2,18 @@
 which 1 % of the jobs changed since the last pass (a new priority: slurmctld's periodic
 recalculation, or a job that moved), observed incrementally (the squeue parse's line memo
 and the daemon's QueueView kept from pass to pass, as the daemon keeps them) against the
-same pass rebuilt from scratch (a fresh memo and view each pass: what every pass did before
-issue 44), alternated pass by pass so the machine's load touches both alike; medians.
+same pass rebuilt from scratch (no memo and no view: what every pass did before issue 44,
+and what a one-shot command such as `plan --live` does), alternated pass by pass so the
+machine's load touches both alike; medians.
 
 Two levels, the same queue:
 - the observe layer: squeue's lines parsed, the policy's snapshot and the hold planner's
   gang list built (slurmscale's own work per pass, no command run);
-- the capacity pass's whole decision (`current_plan`: the canned Slurm reads of
-  `tests/benchmarks/canned_slurm.py` through the real SlurmCLI, a SQLite store, the
-  snapshot, `decide` and the hold planner), where the reads and the decision itself still
-  cost what the queue's length makes them cost.
+- the capacity pass's whole work but its effects (`current_plan`: the canned Slurm reads
+  of `tests/benchmarks/canned_slurm.py` through the real SlurmCLI, a SQLite store, the
+  snapshot, `decide` and the hold planner; then the ledger's accounts of the pass: jobs
+  started and ended, each pool's capacity and demand), where the reads still cost what
+  the queue's length makes them cost.
 
     .venv/bin/python -m tests.benchmarks.observe_delta [PENDING] [NODES] [PASSES]
 
@@ -27,12 +29,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
 from slurmscale.config_file import load_config
 from slurmscale.daemon.capacity import current_plan
+from slurmscale.daemon.ledger import Ledger
 from slurmscale.daemon.observe import QueueView, build_snapshot, gang_jobs
 from slurmscale.gc_tuning import tune_gc
 from slurmscale.slurm.cli_backend import SlurmCLI, _parse_nodes
@@ -68,6 +72,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="ss-bench-"))
     try:
         now = time.time()
+        at = datetime.fromtimestamp(now, UTC)
         bin_dir = canned_slurm.install(root, n_pending, 3_000, n_nodes, now)
         (root / "c.yaml").write_text(yaml.safe_dump(canned_slurm.config(root, bin_dir,
                                                                          n_nodes)))
@@ -78,33 +83,43 @@ def main() -> None:
         nodes = _parse_nodes((root / "nodes.txt").read_text().splitlines(keepends=True))
         tune_gc()  # as the daemon does once started
 
-        def observe(memo: LineMemo, view: QueueView, text: list[str]) -> None:
+        def observe(memo: LineMemo | None, view: QueueView | None, text: list[str]) -> None:
             jobs = parse_squeue_fixed(text, memo)
             build_snapshot(cfg, nodes, jobs, now, {}, view)
             gang_jobs(cfg, jobs, 2, view=view)
 
-        def whole(slurm: SlurmCLI, view: QueueView) -> None:
-            current_plan(cfg, slurm, store, now, view, {})
+        def whole(slurm: SlurmCLI, view: QueueView | None, ledger: Ledger) -> None:
+            p = current_plan(cfg, slurm, store, now, view)
+            assert p.snapshot is not None
+            ledger.observe(p.snapshot, list(p.jobs), at)
 
         kept_memo, kept_view = LineMemo(), QueueView()
         kept_slurm, kept_plan_view = SlurmCLI(cfg.slurm, remember=True), QueueView()
+        # (each its own job accounts, in a store of its own, kept from pass to pass as the
+        # daemon keeps them)
+        books = [Store(f"sqlite:///{root}/{name}.db") for name in ("kept", "rebuilt")]
+        for book in books:
+            book.upgrade()
+        kept_ledger, rebuilt_ledger = Ledger(cfg, books[0]), Ledger(cfg, books[1])
         observe(kept_memo, kept_view, lines)  # the pass before: the view's first fill
-        whole(kept_slurm, kept_plan_view)
+        whole(kept_slurm, kept_plan_view, kept_ledger)
+        whole(SlurmCLI(cfg.slurm), None, rebuilt_ledger)
         obs_full, obs_inc, plan_full, plan_inc = [], [], [], []
         for _ in range(passes):
             lines = changed(lines, rng)
             (root / "jobs.txt").write_text("".join(lines))
             obs_inc.append(timed(observe, kept_memo, kept_view, lines))
-            obs_full.append(timed(observe, LineMemo(), QueueView(), lines))
-            plan_inc.append(timed(whole, kept_slurm, kept_plan_view))
-            plan_full.append(timed(whole, SlurmCLI(cfg.slurm), QueueView()))
-        store.close()
+            obs_full.append(timed(observe, None, None, lines))
+            plan_inc.append(timed(whole, kept_slurm, kept_plan_view, kept_ledger))
+            plan_full.append(timed(whole, SlurmCLI(cfg.slurm), None, rebuilt_ledger))
+        for book in (store, *books):
+            book.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"a pass at {n_pending:,} pending + 3,000 running jobs, {n_nodes:,} nodes, "
           f"{CHANGED:.0%} of the jobs changed since the last; medians of {passes}")
     for label, full, inc in (("observe (parse, snapshot, gangs)", obs_full, obs_inc),
-                             ("whole decision (reads, decide, holds)", plan_full, plan_inc)):
+                             ("whole pass (reads, decisions, ledger)", plan_full, plan_inc)):
         f, i = statistics.median(full), statistics.median(inc)
         print(f"  {label:<38} rebuilt {f * 1000:6.0f} ms  incremental {i * 1000:6.0f} ms  "
               f"{i / f:.2f}x  {'OK' if i < 0.3 * f else 'OVER'} (target < 0.3x)")

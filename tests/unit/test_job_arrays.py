@@ -13,7 +13,8 @@ from slurmscale.config_file import parse_config
 from slurmscale.daemon.ledger import pools_now
 from slurmscale.daemon.observe import build_snapshot
 from slurmscale.model import QueueJob, SlurmNode
-from slurmscale.policy.decide import decide, pool_demand
+from slurmscale.policy.decide import decide
+from slurmscale.policy.demand import pool_demand
 from slurmscale.slurm.kv import array_tasks, parse_squeue_fixed
 from tests.unit.conftest import base_config
 

@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.observe import QueueView, build_snapshot, gang_jobs
-from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.daemon.holds import with_earliest_plans
+from slurmscale.daemon.observe import QueueView, build_snapshot, gang_jobs, hold_knobs
+from slurmscale.model import QueueJob, QueueRead, SlurmNode
+from slurmscale.policy.reservations import RankedGangs
 from slurmscale.slurm.kv import SQUEUE_FIELDS, LineMemo, parse_squeue_fixed
 from tests.unit.conftest import base_config
 
@@ -22,7 +24,7 @@ NODES = [SlurmNode(f"spot-{i}", "ALLOCATED+CLOUD" if i <= 4 else "IDLE+CLOUD", f
                    f"spot-{i}", last_busy="2026-11-29T11:40:00") for i in range(1, 9)]
 
 change = st.sampled_from(["same", "same", "same", "prio", "reason", "run", "gone", "submit",
-                          "requeued", "throttle"])
+                          "requeued", "throttle", "sooner", "later"])
 
 
 def job(i: int) -> QueueJob:
@@ -45,6 +47,9 @@ def changed(j: QueueJob, how: str) -> QueueJob:
             return j._replace(submit_time="Unknown")
         case "throttle":
             return j._replace(array_job="7", array_tasks=5, array_throttle=2)
+        case "sooner" | "later":  # backfill's plan for it moves
+            hour = 12 if how == "sooner" else 15
+            return j._replace(expected_start=f"2026-11-29T{hour}:{int(j.job_id) % 60:02d}:00")
     return j
 
 
@@ -56,14 +61,17 @@ NODE_STATES = ("ALLOCATED+CLOUD", "IDLE+CLOUD", "IDLE+CLOUD+POWERED_DOWN", "MIXE
        st.integers(0, 3),
        st.lists(st.tuples(st.integers(0, 7), st.sampled_from(NODE_STATES),
                           st.sampled_from([frozenset(), frozenset({"spot-1"})])),
-                min_size=6, max_size=6))
+                min_size=6, max_size=6),
+       st.lists(st.booleans(), min_size=6, max_size=6))
 def test_the_view_kept_across_passes_gives_what_a_rebuild_gives(
         passes: list[list[str]], arrivals: int,
-        node_changes: list[tuple[int, str, frozenset[str]]]) -> None:
+        node_changes: list[tuple[int, str, frozenset[str]]], plain: list[bool]) -> None:
     cfg = parse_config(base_config())
-    kept, rebuilt = QueueView(), QueueView()
+    kept, rebuilt, told = QueueView(), QueueView(), QueueView()
     queue = [job(i) for i in range(12)]
     nodes = list(NODES)
+    read = QueueRead(queue, 1)
+    plans: dict[str, float] = {}  # the earliest plans, as a rebuild keeps them
     for p, hows in enumerate(passes):
         now = NOW + 60 * p
         k, state, paid = node_changes[p]
@@ -80,7 +88,37 @@ def test_the_view_kept_across_passes_gives_what_a_rebuild_gives(
         assert a == b
         assert kept.arrivals == rebuilt.arrivals
         also = frozenset(j.job_id for j in queue[:2])
-        assert gang_jobs(cfg, queue, 2, also, kept) == gang_jobs(cfg, queue, 2, also)
+        rebuilt_gangs = with_earliest_plans(gang_jobs(cfg, queue, 2, also), plans)
+        assert gang_jobs(cfg, queue, 2, also, kept) == rebuilt_gangs
+        assert kept.plans == plans
+        # the same queue as the daemon's squeue read hands it over: with what changed since
+        # the read before; or, now and then, a plain list (the next read's change is then
+        # relative to a read this view never saw: it walks the records instead)
+        read = delta_read(read, queue, p + 2)
+        given = list(queue) if plain[p] else read
+        assert build_snapshot(cfg, nodes, given, now, view=told, requeued=requeued,
+                              paid=paid) == b
+        assert told.arrivals == rebuilt.arrivals
+        assert gang_jobs(cfg, given, 2, also, told) == rebuilt_gangs
+        assert told.plans == plans
+        # the gangs a hold could be for, ranked per pool as they came and went: as ranked
+        # from scratch
+        fresh = RankedGangs(hold_knobs(cfg), {q.name: q.max_nodes for q in cfg.pools},
+                            rebuilt_gangs)
+        for view in (kept, told):
+            assert {k: v for k, v in view.ranked.by_pool.items() if v} == fresh.by_pool
+        # and it holds the queue's jobs, no more: a job gone is let go
+        ids = {j.job_id for j in queue}
+        for kept_jobs in (told._jobs, told._gangs):
+            assert set(kept_jobs.records) == ids and set(kept_jobs.made) <= ids
+
+
+def delta_read(before: QueueRead, queue: list[QueueJob], serial: int) -> QueueRead:
+    """`queue` as a read that says what changed since `before` (by the records' identity,
+    as the squeue parse's memo tells it)."""
+    now, then = {id(j) for j in queue}, {id(j) for j in before}
+    return QueueRead(queue, serial, before.serial, [j for j in queue if id(j) not in then],
+                     [j for j in before if id(j) not in now])
 
 
 def test_an_unchanged_job_is_not_looked_at_again() -> None:
@@ -111,9 +149,37 @@ def test_a_line_printed_again_gives_back_its_record_unparsed() -> None:
     assert again[0] is first[0]
     assert again[1] is not first[1] and again[1].priority == 21
     assert again == parse_squeue_fixed([line(1, 10), line(2, 21), line(3, 30)])
+    # and it says what changed since the read before: the line parsed afresh and the ones
+    # no longer printed
+    assert (again.since, again.changed, again.dropped) == (first.serial, again[1:],
+                                                           [first[1]])
+    assert parse_squeue_fixed([line(1, 10), line(2, 21), line(3, 30)], memo).changed == []
     # only the last read's lines are kept: a queue that shrinks lets go of the rest
-    parse_squeue_fixed([line(3, 30)], memo)
+    shrunk = parse_squeue_fixed([line(3, 30)], memo)
     assert list(memo.last) == [line(3, 30)]
+    assert shrunk.changed == [] and sorted(shrunk.dropped) == sorted(again[:2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(1, 9), st.integers(0, 2)), max_size=9),
+                min_size=1, max_size=6))
+def test_each_read_against_the_memo_is_the_plain_parse_and_says_what_changed(
+        reads: list[list[tuple[int, int]]]) -> None:
+    """Reads of jobs 1-9 at a few priorities (one line each; a job's line changes with its
+    priority; priority 2's line is one squeue prints that slurmscale cannot read): each read
+    through the memo gives what the plain parse gives, and what changed since the read
+    before by the records' identity."""
+    memo, before = LineMemo(), None
+    for jobs in reads:
+        text = [line(i, p) if p < 2 else f"{i}|garbled\n" for i, p in dict(jobs).items()]
+        read = parse_squeue_fixed(text, memo)
+        assert read == parse_squeue_fixed(text)
+        if before is not None:
+            assert read.since == before.serial
+            assert {id(j) for j in read.changed} == {id(j) for j in read} - {id(j) for j in before}
+            assert {id(j) for j in read.dropped} == {id(j) for j in before} - {id(j) for j in read}
+        assert sorted(memo.last.values()) == sorted(read)
+        before = read
 
 
 def test_the_daemons_slurm_client_parses_only_what_changed_and_a_command_reads_afresh(
