@@ -184,6 +184,7 @@ class QueueView:
         self._throttled: dict[str, dict[str, QueueJob]] = {}  # array job -> its `%N` lines
         self._running: list[QueueJob] = []
         self._ends: tuple[dict[str, float], dict[str, int]] = ({}, {})
+        self._ends_read: int | None = None  # the QueueRead the ends are current with
         # node name -> (its record, its view (None: no pool's)), made under these ends/paid
         self._nodes: dict[str, tuple[SlurmNode, NodeView | None]] = {}
         self._nodes_under: tuple[object, frozenset[str]] | None = None
@@ -196,7 +197,7 @@ class QueueView:
         self.ranked = RankedGangs(self.hold_knobs, self.max_nodes)
         self._jobs, self._gangs = PerJob(self.book.swap), PerJob(self.ranked.swap)
         self._array_running, self._throttled = Counter(), {}
-        self._running, self._ends = [], ({}, {})
+        self._running, self._ends, self._ends_read = [], ({}, {}), None
         self._nodes, self._nodes_under = {}, None
 
     def arrays(self, came: list[QueueJob], went: list[QueueJob]
@@ -250,11 +251,20 @@ class QueueView:
             self.forget()
 
     def ends(self, jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
-        """running_ends, again only when a running job's record changed."""
+        """running_ends, again only when a running job's record changed: as the read says,
+        when it follows the one the ends were worked out from (no walk of the queue),
+        else found by walking its running jobs."""
+        if (isinstance(jobs, QueueRead) and jobs.since is not None
+                and jobs.since == self._ends_read
+                and not any(j[13] for j in jobs.changed)  # (NodeList: a running job's)
+                and not any(j[13] for j in jobs.dropped)):
+            self._ends_read = jobs.serial
+            return self._ends
         running = [j for j in jobs if j[13]]  # (NodeList: only a running job's is read)
         if len(running) != len(self._running) or any(
                 a is not b for a, b in zip(running, self._running, strict=True)):
             self._running, self._ends = running, running_ends(running)
+        self._ends_read = jobs.serial if isinstance(jobs, QueueRead) else None
         return self._ends
 
 
