@@ -222,6 +222,11 @@ class CapacityPass:
                            f"capacity pass skipped until Slurm answers: {e}")
             self._read_failing = True
             return None
+        except Exception:
+            # a pass that failed part-way may leave the queue's view half brought up to
+            # date (its records kept, what they give not): the next reads the queue afresh
+            self.view.forget()
+            raise
         if self._read_failing:
             self.event(Kind.SLURM_READ_OK, "Slurm readable again; capacity passes resumed")
             self._read_failing = False

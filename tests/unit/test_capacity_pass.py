@@ -104,3 +104,24 @@ def test_an_unreachable_slurm_skips_the_pass_and_is_recorded_once(governed) -> N
     slurm.fail = False
     assert cp.run(T0 + timedelta(seconds=20)) is not None
     assert [k for k, _ in events][:2] == ["slurm_read_failed", "slurm_read_ok"]
+
+
+def test_a_pass_that_fails_part_way_leaves_the_next_to_read_the_queue_afresh(
+        governed, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The queue's view kept from pass to pass must never be left half brought up to date:
+    a pass that fails after the gangs were worked out (here: the store, as the snapshot is
+    built) forgets it, and the next pass plans from the whole queue again."""
+    cp, slurm, store, _ = governed
+    slurm.queue = [job("4242", 4, T0)]
+    cp.run(T0)
+    assert cp.view._gangs.records and cp.view._jobs.records
+    slurm.queue = [job("4242", 4, T0), job("4343", 2, T0)]
+    monkeypatch.setattr(store, "pool_memory", lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cp.run(T0 + timedelta(seconds=10))
+    assert not cp.view._gangs.records and not cp.view._jobs.records
+    monkeypatch.undo()
+    plan = cp.run(T0 + timedelta(seconds=20))
+    assert plan is not None
+    assert [g.job_id for g in plan.gangs] == ["4242", "4343"]
+    assert plan.capacity.demand["gpu-spot"].pending_jobs == 2
