@@ -5,6 +5,7 @@ Slurm and the clock."""
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections import Counter
 from collections.abc import Callable, Collection
@@ -144,6 +145,7 @@ class PerJob(Generic[V]):
 
 
 _job_id = operator.itemgetter(0)
+_arrival, _job_of_arrival = operator.itemgetter(0, 1, 2), operator.itemgetter(3)
 
 
 class QueueView:
@@ -171,8 +173,10 @@ class QueueView:
         self.arrivals: dict[str, tuple[float, str, int]] = {}
         # pending gang -> the earliest start backfill planned for it (a later one: slipped)
         self.plans: dict[str, float] = {}
+        # the log in time order, each with its job: (submit, pool, nodes, job id)
+        self._by_time: list[tuple[float, str, int, str]] = []
         self._sorted: tuple[tuple[float, str, int], ...] = ()  # the log's, while unchanged
-        self._logged = False  # the log changed since it was sorted
+        self._logged = False  # the log changed since `_sorted` was made
         self.book = DemandBook(())  # the pools' pending demand, summed up (made per config)
         self.hold_knobs = ReservationKnobs()  # the config's (made per config, as `knobs`)
         self.max_nodes: dict[str, int] = {}  # each pool's
@@ -182,7 +186,7 @@ class QueueView:
         # array job -> its tasks running or starting (what a `%N` throttle leaves to start)
         self._array_running: Counter[str] = Counter()
         self._throttled: dict[str, dict[str, QueueJob]] = {}  # array job -> its `%N` lines
-        self._running: list[QueueJob] = []
+        self._running: dict[str, QueueJob] = {}  # job id -> its record, the running jobs
         self._ends: tuple[dict[str, float], dict[str, int]] = ({}, {})
         self._ends_read: int | None = None  # the QueueRead the ends are current with
         # node name -> (its record, its view (None: no pool's)), made under these ends/paid
@@ -197,7 +201,7 @@ class QueueView:
         self.ranked = RankedGangs(self.hold_knobs, self.max_nodes)
         self._jobs, self._gangs = PerJob(self.book.swap), PerJob(self.ranked.swap)
         self._array_running, self._throttled = Counter(), {}
-        self._running, self._ends, self._ends_read = [], ({}, {}), None
+        self._running, self._ends, self._ends_read = {}, ({}, {}), None
         self._nodes, self._nodes_under = {}, None
 
     def arrays(self, came: list[QueueJob], went: list[QueueJob]
@@ -225,18 +229,29 @@ class QueueView:
         return running, [j for a in moved for j in throttled.get(a, {}).values()]
 
     def log(self, job_id: str, arrival: tuple[float, str, int]) -> None:
-        if self.arrivals.get(job_id) != arrival:
+        """A job's arrival, kept in time order as it comes (no sort of the whole log)."""
+        old = self.arrivals.get(job_id)
+        if old != arrival:
+            by_time = self._by_time
+            if old is not None:
+                del by_time[bisect.bisect_left(by_time, (*old, job_id))]
+            bisect.insort(by_time, (*arrival, job_id))
             self.arrivals[job_id] = arrival
             self._logged = True
 
     def recent(self, since: float) -> tuple[tuple[float, str, int], ...]:
-        """The arrivals logged at or after `since`, sorted; older ones let go. Sorted again
-        only when the log changed (at rest, a pass asks for the same tuple again)."""
-        if self._logged or (self._sorted and self._sorted[0][0] < since):
-            log = self.arrivals
-            for job_id in [k for k, (t, _, _) in log.items() if t < since]:
-                del log[job_id]
-            self._sorted, self._logged = tuple(sorted(log.values())), False
+        """The arrivals logged at or after `since`, sorted; older ones let go (from the
+        front of the time order). Made again only when the log changed (at rest, a pass
+        asks for the same tuple again)."""
+        by_time = self._by_time
+        cut = bisect.bisect_left(by_time, (since,))
+        if cut:
+            for job_id in map(_job_of_arrival, by_time[:cut]):
+                del self.arrivals[job_id]
+            del by_time[:cut]
+            self._logged = True
+        if self._logged:
+            self._sorted, self._logged = tuple(map(_arrival, by_time)), False
         return self._sorted
 
     def valid_for(self, cfg: Config) -> None:
@@ -251,19 +266,26 @@ class QueueView:
             self.forget()
 
     def ends(self, jobs: list[QueueJob]) -> tuple[dict[str, float], dict[str, int]]:
-        """running_ends, again only when a running job's record changed: as the read says,
-        when it follows the one the ends were worked out from (no walk of the queue),
-        else found by walking its running jobs."""
+        """running_ends, again only when a running job's record changed: the running jobs
+        brought up to date from what the read says changed, when it follows the one they
+        were taken from (no walk of the queue), else found by walking the queue."""
         if (isinstance(jobs, QueueRead) and jobs.since is not None
-                and jobs.since == self._ends_read
-                and not any(j[13] for j in jobs.changed)  # (NodeList: a running job's)
-                and not any(j[13] for j in jobs.dropped)):
+                and jobs.since == self._ends_read):
+            # (NodeList: only a running job's is read)
+            came, went = [j for j in jobs.changed if j[13]], [j for j in jobs.dropped if j[13]]
+            if came or went:
+                by_id = self._running
+                for j in went:
+                    if by_id.get(j[0]) is j:
+                        del by_id[j[0]]
+                by_id.update((j[0], j) for j in came)
+                self._ends = running_ends(list(by_id.values()))
             self._ends_read = jobs.serial
             return self._ends
-        running = [j for j in jobs if j[13]]  # (NodeList: only a running job's is read)
+        running = [j for j in jobs if j[13]]
         if len(running) != len(self._running) or any(
-                a is not b for a, b in zip(running, self._running, strict=True)):
-            self._running, self._ends = running, running_ends(running)
+                a is not b for a, b in zip(running, self._running.values(), strict=True)):
+            self._running, self._ends = {j[0]: j for j in running}, running_ends(running)
         self._ends_read = jobs.serial if isinstance(jobs, QueueRead) else None
         return self._ends
 
