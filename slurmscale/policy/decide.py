@@ -331,8 +331,9 @@ class _Demand:
 
     def nodes(self, k: PoolKnobs) -> int:
         t = self._tally(k, False)
-        return tally_nodes(k, t) if t is not None else pending_nodes(k,
-                                                                     self._walked()[0][k.name])
+        if t is not None:
+            return tally_nodes(k, t)
+        return pending_nodes(k, self._walked()[0][k.name])
 
 
 def decide(s: Snapshot) -> Plan:

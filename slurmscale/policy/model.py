@@ -10,7 +10,7 @@ import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 
 class Mode(StrEnum):
@@ -93,8 +93,20 @@ class PendingJob(NamedTuple):
     startable: int = 1
 
 
-def gang_order(j: PendingJob) -> tuple[int, float, str]:
-    """Pending gangs in priority order: the highest first, then the longest waiting."""
+class Queued(Protocol):
+    """A queued job as ranked among gangs (a PendingJob, the hold planner's GangJob)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def submit_s(self) -> float: ...
+
+
+def gang_order(j: Queued) -> tuple[int, float, str]:
+    """Pending gangs in priority order: the highest first, then the longest waiting (the
+    pools' demand and the hold planner rank them alike)."""
     return (-j.priority, j.submit_s, j.job_id)
 
 

@@ -25,7 +25,7 @@ from typing import Literal, NamedTuple
 
 from slurmscale.hostlists import node_order_key
 from slurmscale.policy.limit_use import UNLEARNED
-from slurmscale.policy.model import NodeState, NodeView
+from slurmscale.policy.model import NodeState, NodeView, gang_order
 
 
 @dataclass(frozen=True)
@@ -228,10 +228,6 @@ def _release_reason(k: ReservationKnobs, h: Hold, job: GangJob | None,
     return None
 
 
-def _rank(j: GangJob) -> tuple[int, float, str]:
-    return (-j.priority, j.submit_s, j.job_id)
-
-
 def _may_hold(k: ReservationKnobs, max_nodes: Mapping[str, int], j: GangJob) -> bool:
     """What makes gang `j` one a hold could be for, whatever the clock: pending for
     capacity, not held, in no reservation, of a size its pool can hold."""
@@ -253,7 +249,7 @@ class RankedGangs:
         self.by_pool: dict[str, list[tuple[tuple[int, float, str], int, str]]] = {}
         for j in jobs:
             if _may_hold(k, max_nodes, j):
-                self.by_pool.setdefault(j.pool, []).append((_rank(j), j.nodes, j.job_id))
+                self.by_pool.setdefault(j.pool, []).append((gang_order(j), j.nodes, j.job_id))
         for ranked in self.by_pool.values():
             ranked.sort()
 
@@ -262,7 +258,7 @@ class RankedGangs:
         for j, sign in ((old, -1), (new, 1)):
             if j is None or not _may_hold(self.k, self.max_nodes, j):
                 continue
-            ranked, key = self.by_pool.setdefault(j.pool, []), _rank(j)
+            ranked, key = self.by_pool.setdefault(j.pool, []), gang_order(j)
             if sign > 0:
                 bisect.insort(ranked, (key, j.nodes, j.job_id))
             else:
