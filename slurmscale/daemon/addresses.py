@@ -5,21 +5,19 @@ at its own name once it is gone, whatever failed in between (slurmctld down duri
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from slurmscale.audit import Kind
-from slurmscale.cloud.protocol import TAG_NODE, CloudError
+from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.config import AddressSource
 from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext, launched
-from slurmscale.daemon.effects import Together
+from slurmscale.daemon.effects import Effect, GangUpdate, Say, Tag, Together
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus
 from slurmscale.model import LaunchedInstance, SlurmNode
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow
 
-TAG_THREADS = 8  # CreateTags in flight at once for one gang
 _RELEASING = frozenset({"POWERED_DOWN", "POWERING_DOWN"})
 
 
@@ -35,47 +33,49 @@ class NodeAddresses:
 
     def finish_nodes(self, pairs: list[tuple[str, LaunchedInstance]], address: bool,
                      gid: str | None = None) -> None:
-        """Tag each instance with its node and point Slurm's NodeAddr at it; failures are
-        events (the resume is replayed, and both steps are idempotent). A gang's tags go out
-        in parallel (one CreateTags per instance: the node tag differs; at most TAG_THREADS
-        at once, well within EC2's mutating-call rate), its addresses in one scontrol
-        update; if Slurm refuses that, node by node, so each failure names its node."""
-        c = self.ctx
-        if len(pairs) > 2:
-            with ThreadPoolExecutor(min(TAG_THREADS, len(pairs))) as pool:
-                list(pool.map(lambda p: self._tag(p[0], p[1], gid), pairs))
-        else:
-            for node, inst in pairs:
-                self._tag(node, inst, gid)
-        if not pairs:
-            return
-        if address:
-            self.set_all([(node, *c.address(node, inst)) for node, inst in pairs], gang=gid)
-        self.set_instances([(node, inst.instance_id, inst.instance_type)
-                            for node, inst in pairs])
+        """Tag each instance with its node and point Slurm's NodeAddr at it (`finish`)."""
+        self.ctx.effects.apply(self.finish(pairs, address, gid))
 
-    def set_instances(self, entries: list[tuple[str, str, str]]) -> None:
-        """Slurm's node record says which instance backs each node (23.02+; `scontrol show
-        node` InstanceId/InstanceType): informational, so a refusal is logged, not an event."""
-        self.ctx.effects.apply([edits.instances(entries)])
+    def finish(self, pairs: list[tuple[str, LaunchedInstance]], address: bool,
+               gid: str | None = None) -> list[Effect]:
+        """Each instance tagged with its node, Slurm's NodeAddr pointed at it and its node
+        record told which instance backs it; failures are events (the resume is replayed,
+        and every step is idempotent). A gang's tags go out in parallel, its addresses in one
+        scontrol update (node by node if Slurm refuses that, so each failure names its
+        node)."""
+        c = self.ctx
+        if not pairs:
+            return []
+        name = c.cfg.cluster_name
+        out: list[Effect] = [Together(tuple(
+            Tag(inst.instance_id, node, {TAG_NODE: node, "Name": f"{name}-{node}"}, gid)
+            for node, inst in pairs))]
+        if address:
+            out.append(self.addressed([(node, *c.address(node, inst)) for node, inst in pairs],
+                                      gang=gid))
+        # Slurm's node record says which instance backs each node (23.02+; `scontrol show
+        # node` InstanceId/InstanceType): informational, so a refusal is logged, not an event
+        out.append(edits.instances([(node, inst.instance_id, inst.instance_type)
+                                    for node, inst in pairs]))
+        return out
 
     def set_all(self, entries: list[tuple[str, str, str]], again: bool = False,
                 said: Callable[[str], tuple[Kind, str]] | None = None,
                 gang: str | None = None) -> None:
+        """(node, addr, hostname) set (`addressed`)."""
+        self.ctx.effects.apply([self.addressed(entries, again, said, gang)])
+
+    @staticmethod
+    def addressed(entries: list[tuple[str, str, str]], again: bool = False,
+                  said: Callable[[str], tuple[Kind, str]] | None = None,
+                  gang: str | None = None) -> Together:
         """(node, addr, hostname) set in one scontrol update; if Slurm refuses that, node by
         node, so one bad node does not keep the others unaddressed, each refusal said with
         its node (`again`: only logged, the caller sets it again next pass). `said`: each
         node's event once set."""
-        self.ctx.effects.apply([Together(tuple(
+        return Together(tuple(
             edits.address(node, addr, host, None if said is None else said(node), again, gang)
-            for node, addr, host in entries))])
-
-    def _tag(self, node: str, inst: LaunchedInstance, gid: str | None) -> None:
-        c = self.ctx
-        try:
-            c.cloud.tag(inst.instance_id, {TAG_NODE: node, "Name": f"{c.cfg.cluster_name}-{node}"})
-        except CloudError as e:
-            c.event(Kind.TAG_FAILED, f"{inst.instance_id} ({node}): {e}", node=node, gang_id=gid)
+            for node, addr, host in entries))
 
     def readdress(self, nodes: list[str]) -> None:
         """Nodes whose instances are recorded: tag and address them again (both idempotent),
@@ -91,11 +91,12 @@ class NodeAddresses:
             if gang is None or gang.status != GangStatus.LAUNCHING:
                 continue
             mine = [r for r in rows if r.gang_id == gid]
-            c.store.update_gang(gid, status=GangStatus.LAUNCHED, updated_at=c.clock())
-            c.event(Kind.LAUNCHED, f"{compress([r.node for r in mine])}: "
+            c.effects.apply([
+                GangUpdate(gid, dict(status=GangStatus.LAUNCHED, updated_at=c.clock())),
+                Say(Kind.LAUNCHED, f"{compress([r.node for r in mine])}: "
                     + ", ".join(f"{r.node}={r.instance_id}" for r in mine)
                     + " (recorded before a restart; the launch is finished now)",
-                    gang_id=gid, node=compress([r.node for r in mine]))
+                    node=compress([r.node for r in mine]), gang=gid)])
 
     def keep(self, nodes: list[SlurmNode], active: list[InstanceRow]) -> None:
         """A node with an instance up whose NodeAddr is not the address slurmscale gave it

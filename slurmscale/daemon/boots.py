@@ -29,7 +29,6 @@ from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
     TAG_GANG,
     TAG_POOL,
-    CloudError,
     CloudInstance,
     FleetSpec,
 )
@@ -37,12 +36,21 @@ from slurmscale.config import CapacityType
 from slurmscale.daemon import edits
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Record, Terminate
+from slurmscale.daemon.effects import (
+    Chain,
+    Effect,
+    Fleet,
+    Record,
+    Say,
+    Terminate,
+    Untrack,
+    fleet,
+)
 from slurmscale.daemon.fleets import GangFleets
 from slurmscale.daemon.launch import client_token
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.lifecycles import InstanceState
-from slurmscale.model import SlurmNode
+from slurmscale.model import LaunchedInstance, SlurmNode
 from slurmscale.policy.boots import (
     BOOT_CAUSE_PREFIX,
     TAG_BOOT_ERROR,
@@ -135,44 +143,50 @@ class BootPass:
     def _replace(self, v: BootVerdict, row: InstanceRow, inst: CloudInstance | None) -> None:
         c = self.ctx
         pool = c.cfg.pool(row.pool)
-        now = c.clock()
-        c.effects.apply([self._record(v, row, v.detail)])
         token = client_token(f"{row.gang_id}/boot/{v.node}/{v.attempt + 1}")
         tags = {TAG_CLUSTER: c.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: row.gang_id}
-        try:
-            result = c.cloud.launch(pool, 1, 1, token, tags, self._spec(row, inst))
-        except CloudError as e:
-            if is_transient(e.code):
-                c.event(Kind.BOOT_REPLACE_DEFERRED, f"{v.node} ({v.instance_id}): {v.cause}; "
-                        f"EC2 did not answer ({e.code}), tried again next pass", node=v.node)
+        sent = fleet(c.effects.apply([self._record(v, row, v.detail),
+                                      Fleet(pool, 1, 1, token, tags, self._spec(row, inst))]))
+        if sent.fleet is None:
+            if is_transient(sent.code):
+                c.effects.apply([Say(
+                    Kind.BOOT_REPLACE_DEFERRED, f"{v.node} ({v.instance_id}): {v.cause}; EC2 "
+                    f"did not answer ({sent.code}), tried again next pass", node=v.node)])
                 return
-            return self._give_up(v, row, f"no fresh instance: {e.code}")
-        if not result.instances:
+            return self._give_up(v, row, f"no fresh instance: {sent.code}")
+        if not sent.fleet.instances:
             return self._give_up(v, row, "no fresh instance: "
-                                 f"{result.error_code or 'InsufficientInstanceCapacity'}")
-        fresh = result.instances[0]
-        surplus = [i.instance_id for i in result.instances[1:]]
-        if surplus:
-            c.terminate(surplus, f"surplus fresh instances for {v.node}")
-        c.store.add_instances([InstanceRow(
-            instance_id=fresh.instance_id, node=v.node, pool=pool.name, gang_id=row.gang_id,
-            instance_type=fresh.instance_type or row.instance_type,
-            lifecycle=fresh.lifecycle or row.lifecycle, image_id=fresh.image_id,
-            launch_template_version=row.launch_template_version,
-            capacity_reservation_id=fresh.capacity_reservation_id,
-            subnet_id=fresh.subnet_id or row.subnet_id, private_ip=fresh.private_ip,
-            state=InstanceState.RUNNING, launched_at=now)])
-        if not c.terminate([v.instance_id], f"{v.node} failed to boot: {v.cause}"):
-            # one instance per node in the store: the failed one, untracked now, is the
-            # sweep's to terminate as a leak (its node has the fresh one)
-            c.store.mark_terminated([v.instance_id], now)
-        self.addresses.finish_nodes([(v.node, fresh)], address=True, gid=row.gang_id)
-        c.event(Kind.BOOT_REPLACED, f"{v.node}: {v.instance_id} failed to join Slurm "
-                f"({v.cause}: {v.detail}); fresh instance {fresh.instance_id} "
-                f"(attempt {v.attempt + 1} of {pool.max_boot_retries}), Slurm still waits",
-                node=v.node, gang_id=row.gang_id)
+                                 f"{sent.fleet.error_code or 'InsufficientInstanceCapacity'}")
+        c.effects.apply(self._replaced(v, row, sent.fleet.instances))
         if self.metrics is not None:
             self.metrics.boot_failed(pool.name, v.cause, "replaced")
+
+    def _replaced(self, v: BootVerdict, row: InstanceRow,
+                  got: tuple[LaunchedInstance, ...]) -> list[Effect]:
+        """The fresh instance (the first EC2 gave; any other terminated) recorded for the
+        node, the failed one terminated (untracked if EC2 will not: one instance a node on
+        the store, the sweep terminates it as a leak), the fresh one tagged and the node
+        addressed at it."""
+        c = self.ctx
+        fresh, surplus = got[0], tuple(i.instance_id for i in got[1:])
+        max_tries = c.cfg.pool(row.pool).max_boot_retries
+        return [
+            *([Terminate(surplus, f"surplus fresh instances for {v.node}")] if surplus else []),
+            Record((InstanceRow(
+                instance_id=fresh.instance_id, node=v.node, pool=row.pool, gang_id=row.gang_id,
+                instance_type=fresh.instance_type or row.instance_type,
+                lifecycle=fresh.lifecycle or row.lifecycle, image_id=fresh.image_id,
+                launch_template_version=row.launch_template_version,
+                capacity_reservation_id=fresh.capacity_reservation_id,
+                subnet_id=fresh.subnet_id or row.subnet_id, private_ip=fresh.private_ip,
+                state=InstanceState.RUNNING, launched_at=c.clock()),)),
+            Chain(Terminate((v.instance_id,), f"{v.node} failed to boot: {v.cause}"),
+                  otherwise=(Untrack((v.instance_id,)),)),
+            *self.addresses.finish([(v.node, fresh)], address=True, gid=row.gang_id),
+            Say(Kind.BOOT_REPLACED, f"{v.node}: {v.instance_id} failed to join Slurm "
+                f"({v.cause}: {v.detail}); fresh instance {fresh.instance_id} "
+                f"(attempt {v.attempt + 1} of {max_tries}), Slurm still waits",
+                node=v.node, gang=row.gang_id)]
 
     def _record(self, v: BootVerdict, row: InstanceRow, detail: str) -> Record:
         """One replacement row per boot failure (replaced or given up on): the attempts of a

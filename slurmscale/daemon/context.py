@@ -9,12 +9,11 @@ from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
 from slurmscale import timeframe
-from slurmscale.audit import Event, Kind
-from slurmscale.cloud.protocol import CloudError, CloudProvider
+from slurmscale.audit import Event
+from slurmscale.cloud.protocol import CloudProvider
 from slurmscale.config import AddressSource, Config
-from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.edits import SlurmEdits
-from slurmscale.daemon.effects import Effects
+from slurmscale.daemon.effects import Effects, Terminate
 from slurmscale.model import LaunchedInstance
 from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.store.protocol import LaunchStore
@@ -85,7 +84,7 @@ class PassContext(Generic[S]):
     def effects(self) -> Effects:
         """Where the pass's effects are applied in order, each outcome returned
         (effects.py)."""
-        return Effects(self.slurm, self.store, self.event, self.terminate)
+        return Effects(self.slurm, self.store, self.event, self.cloud, self.clock)
 
     def address(self, node: str, inst: LaunchedInstance) -> tuple[str, str]:
         """The NodeAddr and NodeHostname slurmscale gives `node` running on `inst`."""
@@ -98,14 +97,6 @@ class PassContext(Generic[S]):
                 return inst.private_ip, node
 
     def terminate(self, instance_ids: list[str], why: str) -> bool:
-        """Terminate and record; False (an event says why) when EC2 did not do it."""
-        crash_point("release:before_terminate")
-        try:
-            self.cloud.terminate(instance_ids)
-        except CloudError as e:
-            self.event(Kind.TERMINATE_FAILED, f"{','.join(instance_ids)} ({why}): {e}")
-            return False
-        crash_point("release:after_terminate")
-        self.store.mark_terminated(instance_ids, self.clock())
-        self.event(Kind.TERMINATED, f"{','.join(instance_ids)} ({why})")
-        return True
+        """Terminate and record (the `Terminate` effect applied alone); False (an event says
+        why) when EC2 did not do it."""
+        return self.effects.apply([Terminate(tuple(instance_ids), why)])[0].taken

@@ -3,67 +3,147 @@
 A pass decides from what it read (pure: `evacuation.py` for the interruption pass) and hands
 the result, a sequence of effects, to `Effects.apply`. The effects are Slurm's edits
 (`edits.Edit`, applied by `SlurmEdits` with its per-kind error policy), an audit event
-(`Say`), a row recorded (`Record`: a job's lost run, a node's replacement, a hold), instances
-terminated (`Terminate`), a job signalled ahead of its requeue with its
-grace recorded (`Signal`), AWS Health's scheduled change kept (`Heard`), edits Slurm takes
-in one call (`Together`: the nodes' addresses, node by node when refused), and `Chain`: an
-effect and what follows it, `then` when it was taken, `otherwise` when it was not (a
-preemption is recorded only once its requeue was taken; a job whose signal Slurm refused
-is requeued at once). Where a later decision depends on an outcome, the pass reads it off
-the `Applied` list `apply` returns (how many requeues Slurm took, whether a grace began),
-never off a call made in the middle of the decision.
+(`Say`), a row recorded (`Record`: a job's lost run, a node's replacement, a hold, a gang's
+launch begun, the instances it got), a gang's row moved on (`GangUpdate`), EC2's writes
+(`Fleet`: one CreateFleet; `Terminate`; `Tag`; `PlacementGroup` made, `DropPlacementGroup`),
+instances no longer tracked though not terminated (`Untrack`), a job signalled ahead of its
+requeue with its grace recorded (`Signal`), AWS Health's scheduled change kept (`Heard`),
+effects of one kind sent at once (`Together`: the nodes' addresses in one scontrol call,
+node by node when refused; the instances' tags in parallel), and `Chain`: an effect and what
+follows it, `then` when it was taken, `otherwise` when it was not (a preemption is recorded
+only once its requeue was taken; a job whose signal Slurm refused is requeued at once; an
+instance EC2 would not terminate is untracked). Where a later decision depends on an
+outcome, the pass reads it off the `Applied` list `apply` returns (how many requeues Slurm
+took, whether a grace began, what a CreateFleet gave), never off a call made in the middle
+of the decision.
 
 Error policy per kind: an edit's is `SlurmEdits`'s (said, held off, said by the pass, done
-anyway); a signal Slurm refused is said (`signal_failed`) and its `otherwise` applied; the
-store's writes are fenced by the leader's epoch (store/repo.py) and raise when the lease
-is lost, which ends the pass (nothing after them is applied); an audit event cannot fail.
+anyway); a signal Slurm refused is said (`signal_failed`) and its `otherwise` applied; a
+terminate EC2 refused is said (`terminate_failed`), the store left as it was for the sweep
+to find; a tag refused is said (`tag_failed`: the resume is replayed, tags are idempotent);
+a placement group not deleted is logged (an instance still shutting down: the sweep tries
+again next pass); a CreateFleet refused or unanswered is its outcome (`Applied.code`): a
+retry is the pass's decision (the same ClientToken: never a second launch); the store's
+writes are fenced by the leader's epoch (store/repo.py) and raise when the lease is lost,
+which ends the pass (nothing after them is applied); an audit event cannot fail. The
+effects are the only place the daemon writes to Slurm or EC2 (tests/unit/test_layering.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from datetime import datetime
 
 from slurmscale.audit import Event, Kind
+from slurmscale.cloud.protocol import CloudError, CloudProvider, FleetSpec
+from slurmscale.config import Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon import scheduled
 from slurmscale.daemon.edits import Edit, EditKind, SlurmEdits
-from slurmscale.model import ScheduledEvent
+from slurmscale.model import LaunchResult, ScheduledEvent
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
-from slurmscale.store.protocol import PassStore, TimerStore
-from slurmscale.store.rows import GraceRow, HoldRow, PreemptionRow, ReplacementRow
+from slurmscale.store.protocol import LaunchStore
+from slurmscale.store.rows import (
+    GangRow,
+    GraceRow,
+    HoldRow,
+    InstanceRow,
+    PreemptionRow,
+    ReplacementRow,
+)
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Say:
-    """An audit event."""
+    """An audit event (about a node, a gang)."""
 
     kind: Kind
     text: str
     node: str | None = None
+    gang: str | None = None
 
 
 @dataclass(frozen=True)
 class Record:
     """A row recorded: a job's lost run (the preemptions table: what `max_preemptions`, the
     reports and the simulator's checks count), a node's replacement (what the replace
-    loop guard, a power-up's boot attempts, `status` and `report` count), or a hold as it
-    stands (its budget, its nodes, its end)."""
+    loop guard, a power-up's boot attempts, `status` and `report` count), a hold as it
+    stands (its budget, its nodes, its end), a gang's launch begun (before its CreateFleet:
+    a daemon killed after it looks for the gang's instances by tag), or the instances a
+    launch got, each with its node (in one write: none of a gang's, or all)."""
 
-    row: PreemptionRow | ReplacementRow | HoldRow
+    row: PreemptionRow | ReplacementRow | HoldRow | GangRow | tuple[InstanceRow, ...]
+
+
+@dataclass(frozen=True)
+class GangUpdate:
+    """A gang's row moved on (its status `WHERE status = old`: store/repo.py)."""
+
+    gang_id: str
+    values: Mapping[str, object]
 
 
 @dataclass(frozen=True)
 class Terminate:
-    """Instances terminated and marked so on the store (`PassContext.terminate`: a refusal
-    is said as terminate_failed, the store left as it was for the sweep to find)."""
+    """Instances terminated and marked so on the store (a refusal is said as
+    terminate_failed, the store left as it was for the sweep to find)."""
 
     instance_ids: tuple[str, ...]
     why: str
+
+
+@dataclass(frozen=True)
+class Untrack:
+    """Instances marked terminated on the store though EC2 was not told (one instance per
+    node: a node given a fresh one whose failed one EC2 would not terminate). The sweep
+    finds the instance by its tags and terminates it as a leak."""
+
+    instance_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """One instant CreateFleet: `count` instances, at least `need` of them or none. What EC2
+    gave is the outcome's `fleet`; a refusal or no answer, its `code` (and `error`): whether
+    that is worth another try is the pass's (with the same `token`, EC2's ClientToken, a
+    retry is the same request and never launches twice)."""
+
+    pool: Pool
+    count: int
+    need: int
+    token: str
+    tags: Mapping[str, str]
+    spec: FleetSpec
+
+
+@dataclass(frozen=True)
+class Tag:
+    """An instance tagged with its node (its bootstrap waits for that tag)."""
+
+    instance_id: str
+    node: str
+    tags: Mapping[str, str]
+    gang: str | None = None
+
+
+@dataclass(frozen=True)
+class PlacementGroup:
+    """A placement group made if it does not exist yet (a pool's, or a gang's)."""
+
+    name: str
+    tags: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class DropPlacementGroup:
+    """A gang's placement group deleted once no instance of the gang is left."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -101,23 +181,34 @@ class Chain:
 
 @dataclass(frozen=True)
 class Together:
-    """Edits of one kind Slurm takes in one call (edits.TOGETHER: nodes' addresses): sent
-    together, then each alone if Slurm refuses that, so every refusal names its node. Each
-    edit's outcome is its own."""
+    """Effects of one kind sent at once, each outcome its own. Edits Slurm takes in one call
+    (edits.TOGETHER: nodes' addresses): sent together, then each alone if Slurm refuses
+    that, so every refusal names its node. Tags: one CreateTags per instance (the node tag
+    differs), at most TAG_THREADS in flight (well within EC2's mutating-call rate), their
+    outcomes in order."""
 
-    edits: tuple[Edit, ...]
+    edits: tuple[Edit, ...] | tuple[Tag, ...]
 
 
-Effect = Edit | Say | Record | Signal | Heard | Terminate | Chain | Together
+TAG_THREADS = 8  # CreateTags in flight at once for one gang
+
+# what one effect is (Chain and Together hold others)
+Single = (Edit | Say | Record | GangUpdate | Signal | Heard | Terminate | Untrack | Fleet | Tag
+          | PlacementGroup | DropPlacementGroup)
+Effect = Single | Chain | Together
 
 
 @dataclass(frozen=True)
 class Applied:
-    """One effect's outcome: taken, or refused (`error`: why, where it was said)."""
+    """One effect's outcome: taken, or refused (`error`: why, where it was said; EC2's
+    refusals: its message, and its error `code`). A CreateFleet's: the instances EC2 gave
+    (`fleet`)."""
 
-    effect: Edit | Say | Record | Signal | Heard | Terminate
+    effect: Single
     taken: bool
     error: str = ""
+    code: str = ""
+    fleet: LaunchResult | None = None
 
 
 def taken(outcomes: Iterable[Applied], kind: EditKind) -> list[Edit]:
@@ -131,22 +222,28 @@ def signalled(outcomes: Iterable[Applied]) -> list[GraceRow]:
     return [a.effect.grace for a in outcomes if a.taken and isinstance(a.effect, Signal)]
 
 
-class EffectStore(PassStore, TimerStore, Protocol):
-    """What the effects write: preemptions, graces (PassStore) and timers."""
+def fleet(outcomes: Iterable[Applied]) -> Applied:
+    """The outcome of the (one) CreateFleet among `outcomes`."""
+    return next(a for a in outcomes if isinstance(a.effect, Fleet))
+
+
+# what the effects write: preemptions, graces, holds, timers, gangs, instances
+EffectStore = LaunchStore
 
 
 class Effects:
     """Applies a pass's effects in order; `apply` returns each one's outcome."""
 
     def __init__(self, slurm: SlurmClient, store: EffectStore, event: Event,
-                 terminate: Callable[[list[str], str], bool] | None = None) -> None:
-        """`terminate`: how instances are terminated (`PassContext.terminate`; needed for
-        `Terminate`)."""
+                 cloud: CloudProvider | None = None,
+                 clock: Callable[[], datetime] | None = None) -> None:
+        """`cloud` and `clock` (when an instance was terminated): needed for EC2's effects."""
         self.slurm = slurm
         self.store = store
         self.event = event
         self.edits = SlurmEdits(slurm, event, store)
-        self.terminate = terminate
+        self.cloud = cloud
+        self.clock = clock
 
     def apply(self, effects: Iterable[Effect], now: float = 0.0) -> list[Applied]:
         """`now` (Unix s): when the pass asks (the held-off edits' waits)."""
@@ -162,32 +259,96 @@ class Effects:
                 self._one(f, now, out)
             return ok
         if isinstance(e, Together):
-            if len(e.edits) > 1 and self.edits.apply_together(list(e.edits)):
-                out.extend(Applied(x, True) for x in e.edits)
-                return True
-            return all([self._one(x, now, out) for x in e.edits])
+            return self._together(e, now, out)
+        if isinstance(e, (Fleet, Tag, Terminate, PlacementGroup, DropPlacementGroup)):
+            done = self._cloud(e)
+            out.append(done)
+            return done.taken
         ok, error = True, ""
         match e:
             case Edit():
                 ok = self.edits.apply(e, now)
                 error = "" if ok else self.edits.last_error
             case Say():
-                self.event(e.kind, e.text, node=e.node)
+                self.event(e.kind, e.text, node=e.node, gang_id=e.gang)
             case Record(row=PreemptionRow() as row):
                 self.store.add_preemption(row)
             case Record(row=ReplacementRow() as row):
                 self.store.add_replacement(row)
             case Record(row=HoldRow() as row):
                 self.store.put_hold(row)
-            case Terminate():
-                assert self.terminate is not None, "Terminate needs the context's terminate"
-                ok = self.terminate(list(e.instance_ids), e.why)
+            case Record(row=GangRow() as row):
+                self.store.add_gang(row)
+            case Record(row=tuple() as rows):
+                self.store.add_instances(rows)
+            case GangUpdate():
+                self.store.update_gang(e.gang_id, **e.values)
+            case Untrack():
+                self.store.mark_terminated(e.instance_ids, self._now())
             case Signal():
                 ok, error = self._signal(e)
             case Heard():
                 scheduled.heard(self.store, e.instance_id, e.change, e.at)
         out.append(Applied(e, ok, error))
         return ok
+
+    def _together(self, e: Together, now: float, out: list[Applied]) -> bool:
+        items = e.edits
+        if items and isinstance(items[0], Tag):
+            tags = [x for x in items if isinstance(x, Tag)]
+            if len(tags) > 2:
+                with ThreadPoolExecutor(min(TAG_THREADS, len(tags))) as pool:
+                    done = list(pool.map(self._cloud, tags))
+            else:
+                done = [self._cloud(t) for t in tags]
+            out.extend(done)
+            return all(a.taken for a in done)
+        edits = [x for x in items if isinstance(x, Edit)]
+        if len(edits) > 1 and self.edits.apply_together(edits):
+            out.extend(Applied(x, True) for x in edits)
+            return True
+        return all([self._one(x, now, out) for x in edits])
+
+    def _now(self) -> datetime:
+        assert self.clock is not None, "EC2's effects need the context's clock"
+        return self.clock()
+
+    def _cloud(self, e: Fleet | Tag | Terminate | PlacementGroup | DropPlacementGroup
+               ) -> Applied:
+        """One of EC2's writes, its outcome by the kind's error policy (module docstring)."""
+        assert self.cloud is not None, "EC2's effects need the context's cloud"
+        cloud = self.cloud
+        if isinstance(e, Terminate):
+            crash_point("release:before_terminate")
+        try:
+            match e:
+                case Fleet():
+                    got = cloud.launch(e.pool, e.count, e.need, e.token, dict(e.tags), e.spec)
+                    return Applied(e, True, fleet=got)
+                case Tag():
+                    cloud.tag(e.instance_id, dict(e.tags))
+                case Terminate():
+                    cloud.terminate(list(e.instance_ids))
+                case PlacementGroup():
+                    cloud.ensure_placement_group(e.name, dict(e.tags))
+                case DropPlacementGroup():
+                    cloud.delete_placement_group(e.name)
+        except CloudError as err:
+            match e:
+                case Tag():
+                    self.event(Kind.TAG_FAILED, f"{e.instance_id} ({e.node}): {err}",
+                               node=e.node, gang_id=e.gang)
+                case Terminate():
+                    self.event(Kind.TERMINATE_FAILED,
+                               f"{','.join(e.instance_ids)} ({e.why}): {err}")
+                case DropPlacementGroup():
+                    log.info("placement group %s not deleted yet: %s", e.name, err)
+            return Applied(e, False, err.message, err.code)
+        if isinstance(e, Terminate):
+            crash_point("release:after_terminate")
+            self.store.mark_terminated(e.instance_ids, self._now())
+            self.event(Kind.TERMINATED, f"{','.join(e.instance_ids)} ({e.why})")
+        return Applied(e, True)
 
     def _signal(self, s: Signal) -> tuple[bool, str]:
         g = s.grace

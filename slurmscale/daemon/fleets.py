@@ -14,7 +14,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from slurmscale.audit import Kind
@@ -23,19 +23,18 @@ from slurmscale.cloud.protocol import (
     TAG_CLUSTER,
     TAG_GANG,
     CloudError,
-    CloudProvider,
     FleetSpec,
 )
 from slurmscale.config import (
     BLOCK_WARNING_LEAD_S,
     CapacityType,
-    Config,
     Placement,
     Pool,
     ReservationPreference,
 )
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.effects import Applied, DropPlacementGroup, Fleet, PlacementGroup
 from slurmscale.model import (
     INTERRUPTIBLE,
     CapacityReservation,
@@ -54,7 +53,7 @@ from slurmscale.policy.routing import (
     route_gang,
     take,
 )
-from slurmscale.store.protocol import ReconcileStore
+from slurmscale.store.protocol import LaunchStore, ReconcileStore
 from slurmscale.store.rows import CapacityReservationRow
 
 log = logging.getLogger(__name__)
@@ -273,14 +272,15 @@ class ReservedCapacity:
                        f"{cr.max_reclaims})")
 
 
-@dataclass
 class GangFleets:
-    """Launches one gang as one or several fleets."""
+    """Launches one gang as one or several fleets (EC2's calls: effects, `effects.py`)."""
 
-    cfg: Config
-    cloud: CloudProvider
-    token: Token  # gang id (+ part) -> EC2 ClientToken
-    groups_made: set[str] = field(default_factory=set)  # pools' groups known to exist
+    def __init__(self, ctx: PassContext[LaunchStore], token: Token) -> None:
+        """`token`: gang id (+ part) -> EC2 ClientToken."""
+        self.ctx = ctx
+        self.cfg = ctx.cfg
+        self.token = token
+        self.groups_made: set[str] = set()  # pools' groups known to exist
 
     def spec(self, pool: Pool, route: Route, gid: str,
              excluded: frozenset[tuple[str, str]] = frozenset()) -> FleetSpec:
@@ -313,18 +313,22 @@ class GangFleets:
             return gang_placement_group(self.cfg.cluster_name, gid)
         return pool.placement_group
 
-    def _ensure_group(self, name: str, gid: str | None) -> None:
+    def _ensure_group(self, name: str, gid: str | None) -> Applied | None:
+        """The group made unless known to exist; its outcome (None: known)."""
         if name in self.groups_made:
-            return
+            return None
         tags = {TAG_CLUSTER: self.cfg.cluster_name, **({TAG_GANG: gid} if gid else {})}
-        self.cloud.ensure_placement_group(name, tags)
-        if gid is None:  # a pool's group lives on; a gang's is deleted with the gang
+        (made,) = self.ctx.effects.apply([PlacementGroup(name, tags)])
+        if made.taken and gid is None:  # a pool's group lives on; a gang's goes with the gang
             self.groups_made.add(name)
+        return made
 
     def launch(self, pool: Pool, gang: Gang, gid: str, tags: dict[str, str],
-               spec: FleetSpec, have: tuple[LaunchedInstance, ...] = ()) -> LaunchResult:
+               spec: FleetSpec, have: tuple[LaunchedInstance, ...] = ()
+               ) -> LaunchResult | Applied:
         """All parts of the gang, stopping at the first that falls short (the caller rolls
-        back everything carrying the gang's tag). Raises CloudError as `launch` does.
+        back everything carrying the gang's tag). Where EC2 refused or did not answer a call
+        (the placement group, a CreateFleet), that call's outcome (its `code`).
 
         `have`: what an earlier attempt of this gang launched (found by its tag after a
         restart). Each part is all or nothing and sent in order, so `have` is whole parts: the
@@ -332,8 +336,10 @@ class GangFleets:
         first attempt would have), pinned where the first part went. A count that is not a
         whole number of parts is a real shortfall."""
         if spec.placement_group:
-            self._ensure_group(spec.placement_group,
-                               gid if pool.placement is Placement.PER_GANG else None)
+            made = self._ensure_group(spec.placement_group,
+                                      gid if pool.placement is Placement.PER_GANG else None)
+            if made is not None and not made.taken:
+                return made
         parts = fleet_parts(gang.size, self.cfg.aws.max_instances_per_fleet)
         got: list[LaunchedInstance] = list(have)
         fleets: list[str] = []
@@ -352,7 +358,10 @@ class GangFleets:
                 continue
             need = 1 if gang.coalesced else n
             token = self.token(gid if i == 0 else f"{gid}#{i}")
-            r = self.cloud.launch(pool, n, need, token, tags, spec)
+            (sent,) = self.ctx.effects.apply([Fleet(pool, n, need, token, tags, spec)])
+            if sent.fleet is None:
+                return sent
+            r = sent.fleet
             got += r.instances
             fleets.append(r.fleet_id)
             errors += r.errors
@@ -377,19 +386,12 @@ class GangFleets:
         if not any(p.placement is Placement.PER_GANG for p in self.cfg.pools):
             return []
         try:
-            groups = self.cloud.placement_groups({TAG_CLUSTER: self.cfg.cluster_name})
+            groups = self.ctx.cloud.placement_groups({TAG_CLUSTER: self.cfg.cluster_name})
         except CloudError as e:
             log.warning("cannot list placement groups: %s", e)
             return []
-        done = []
-        for name, tags in sorted(groups.items()):
-            gid = tags.get(TAG_GANG)
-            if not gid or gid in live_gangs:
-                continue
-            try:
-                self.cloud.delete_placement_group(name)
-            except CloudError as e:
-                log.info("placement group %s not deleted yet: %s", name, e)
-                continue
-            done.append(name)
-        return done
+        done = self.ctx.effects.apply([
+            DropPlacementGroup(name) for name, tags in sorted(groups.items())
+            if tags.get(TAG_GANG) and tags[TAG_GANG] not in live_gangs])
+        return [a.effect.name for a in done
+                if a.taken and isinstance(a.effect, DropPlacementGroup)]

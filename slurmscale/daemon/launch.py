@@ -26,6 +26,8 @@ from slurmscale.daemon import edits
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.edits import Edit
+from slurmscale.daemon.effects import GangUpdate, Record, Say, Terminate
 from slurmscale.daemon.fleets import STATE_DUE_TTL_S, GangFleets, ReservedCapacity
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.retry import EndpointRetry
@@ -132,14 +134,14 @@ class GangLauncher:
                                 self.backoff.excluded(pool, capacity, now) if capacity
                                 else frozenset())
         if existing is None:
-            self.ctx.store.add_gang(GangRow(
+            self.ctx.effects.apply([Record(GangRow(
                 id=gid, pool=gang.pool, nodes=nodes_expr, size=gang.size,
                 job_ids=json.dumps(list(gang.job_ids)),
                 request_ids=json.dumps(list(gang.request_ids)), coalesced=gang.coalesced,
                 status=GangStatus.LAUNCHING, client_token=token,
                 launch_template_version=spec.launch_template_version,
                 created_at=now, updated_at=now,
-            ))
+            ))])
         what = f"{_what(gang)} {nodes_expr}"
         # a launch cut off by a crash: whatever it launched carries the gang's tag
         recovered = self._recover(gid) if recovering else None
@@ -204,23 +206,23 @@ class GangLauncher:
         EC2 refused or did not answer, what became of the launch."""
         tags = {TAG_CLUSTER: self.ctx.cfg.cluster_name, TAG_POOL: pool.name, TAG_GANG: gid,
                 TAG_REQUEST: gang.request_ids[0] if gang.request_ids else ""}
-        try:
-            return self.fleets.launch(pool, gang, gid, tags, spec,
-                                      have.instances if have is not None else ())
-        except CloudError as e:
-            at = self.ctx.clock().timestamp()
-            if is_transient(e.code) and at < give_up_at:
-                delay = self.ec2_retry.failed(at)
-                self._count_launch(pool, Outcome.DEFERRED, e.code)
-                self.ctx.event(Kind.LAUNCH_DEFERRED,
-                               f"{what}: EC2 did not answer ({e.code}); retrying in "
-                               f"{delay:.0f}s, giving up in {give_up_at - at:.0f}s",
-                               gang_id=gid, node=nodes_expr)
-                return Launch(Outcome.DEFERRED, e.code, self.ec2_retry.until)
-            self._fail_gang(gang, gid, e.code, e.message, obtained=[])
-            self.backoff.launch_failed(pool.name, e.code, e.message, self.ctx.clock())
-            self._count_launch(pool, Outcome.FAILED, e.code)
-            return Launch(Outcome.FAILED, e.code)
+        sent = self.fleets.launch(pool, gang, gid, tags, spec,
+                                  have.instances if have is not None else ())
+        if isinstance(sent, LaunchResult):
+            return sent
+        code, at = sent.code, self.ctx.clock().timestamp()
+        if is_transient(code) and at < give_up_at:
+            delay = self.ec2_retry.failed(at)
+            self._count_launch(pool, Outcome.DEFERRED, code)
+            self.ctx.event(Kind.LAUNCH_DEFERRED,
+                           f"{what}: EC2 did not answer ({code}); retrying in "
+                           f"{delay:.0f}s, giving up in {give_up_at - at:.0f}s",
+                           gang_id=gid, node=nodes_expr)
+            return Launch(Outcome.DEFERRED, code, self.ec2_retry.until)
+        self._fail_gang(gang, gid, code, sent.error, obtained=[])
+        self.backoff.launch_failed(pool.name, code, sent.error, self.ctx.clock())
+        self._count_launch(pool, Outcome.FAILED, code)
+        return Launch(Outcome.FAILED, code)
 
     def _count_reserved(self, route: Route, result: LaunchResult) -> None:
         """Gangs routed later this pass must not count the capacity this one took."""
@@ -245,40 +247,44 @@ class GangLauncher:
         return LaunchResult(instances=found, error_code="", error_message="", fleet_id="")
 
     def _accept(self, gang: Gang, gid: str, result: LaunchResult, lt_version: str) -> None:
+        """The instances recorded with their nodes (before anything else: a daemon killed
+        after it finishes them from the store), then tagged and addressed, the gang
+        launched, and any node EC2 gave no instance powered down with EC2's reason."""
         pool = self.ctx.cfg.pool(gang.pool)
         now = self.ctx.clock()
         pairs = list(zip(gang.nodes, sorted(result.instances, key=lambda i: i.instance_id),
                          strict=False))
         assigned = {i.instance_id for _, i in pairs}
-        surplus = [i.instance_id for i in result.instances if i.instance_id not in assigned]
-        if surplus:
-            self.ctx.terminate(surplus, f"surplus instances of {gid}")
-        self.ctx.store.add_instances([
-            InstanceRow(instance_id=i.instance_id, node=node, pool=pool.name, gang_id=gid,
-                        instance_type=i.instance_type, lifecycle=i.lifecycle,
-                        image_id=i.image_id, launch_template_version=lt_version,
-                        capacity_reservation_id=i.capacity_reservation_id,
-                        subnet_id=i.subnet_id, private_ip=i.private_ip,
-                        state=InstanceState.RUNNING, launched_at=now)
-            for node, i in pairs
-        ])
+        surplus = tuple(i.instance_id for i in result.instances
+                        if i.instance_id not in assigned)
+        self.ctx.effects.apply([
+            *([Terminate(surplus, f"surplus instances of {gid}")] if surplus else []),
+            Record(tuple(
+                InstanceRow(instance_id=i.instance_id, node=node, pool=pool.name, gang_id=gid,
+                            instance_type=i.instance_type, lifecycle=i.lifecycle,
+                            image_id=i.image_id, launch_template_version=lt_version,
+                            capacity_reservation_id=i.capacity_reservation_id,
+                            subnet_id=i.subnet_id, private_ip=i.private_ip,
+                            state=InstanceState.RUNNING, launched_at=now)
+                for node, i in pairs))])
         crash_point("launch:after_record")
-        self.addresses.finish_nodes(pairs, address=True, gid=gid)
         missing = list(gang.nodes[len(pairs):])
         images = sorted({i.image_id for _, i in pairs if i.image_id})
-        self.ctx.store.update_gang(gid, status=GangStatus.LAUNCHED, fleet_id=result.fleet_id,
-                               error_code=result.error_code or None,
-                               error_message=result.error_message or None, updated_at=now)
-        self.ctx.event(Kind.LAUNCHED,
-                   f"{compress([n for n, _ in pairs])}: "
-                   + ", ".join(f"{n}={i.instance_id}" for n, i in pairs)
-                   + f" (AMI {','.join(images) or '?'}, LT v{lt_version}"
-                   + "".join(sorted({f", {i.instance_type} in {i.capacity_reservation_id}"
-                                     for _, i in pairs if i.capacity_reservation_id}))
-                   + ")",
-                   gang_id=gid, node=compress([n for n, _ in pairs]))
-        if missing:
-            self._power_down(missing, result.error_code or "PartialCapacity", gid)
+        self.ctx.effects.apply([
+            *self.addresses.finish(pairs, address=True, gid=gid),
+            GangUpdate(gid, dict(status=GangStatus.LAUNCHED, fleet_id=result.fleet_id,
+                                 error_code=result.error_code or None,
+                                 error_message=result.error_message or None, updated_at=now)),
+            Say(Kind.LAUNCHED,
+                f"{compress([n for n, _ in pairs])}: "
+                + ", ".join(f"{n}={i.instance_id}" for n, i in pairs)
+                + f" (AMI {','.join(images) or '?'}, LT v{lt_version}"
+                + "".join(sorted({f", {i.instance_type} in {i.capacity_reservation_id}"
+                                  for _, i in pairs if i.capacity_reservation_id}))
+                + ")",
+                node=compress([n for n, _ in pairs]), gang=gid),
+            *([self._power_down(missing, result.error_code or "PartialCapacity", gid)]
+              if missing else [])])
 
     def _fail_gang(self, gang: Gang, gid: str, code: str, message: str,
                    obtained: list[str]) -> None:
@@ -291,21 +297,21 @@ class GangLauncher:
         except CloudError as e:
             self.ctx.event(Kind.CLOUD_ERROR, f"listing instances of failed gang {gid}: {e}",
                        gang_id=gid)
-        to_kill = sorted(set(obtained) | set(strays))
-        if to_kill:
-            self.ctx.terminate(to_kill, f"rollback of gang {gid}")
-        self.ctx.store.update_gang(gid, status=GangStatus.FAILED, error_code=code,
-                               error_message=message[:2000], updated_at=self.ctx.clock())
-        self.ctx.event(Kind.LAUNCH_FAILED,
-                   f"{compress(list(gang.nodes))}: {code}: {message}; "
-                   f"rolled back {len(to_kill)} instance(s)",
-                   gang_id=gid, node=compress(list(gang.nodes)))
-        self._power_down(list(gang.nodes), code, gid)
+        to_kill = tuple(sorted(set(obtained) | set(strays)))
+        nodes = compress(list(gang.nodes))
+        self.ctx.effects.apply([
+            *([Terminate(to_kill, f"rollback of gang {gid}")] if to_kill else []),
+            GangUpdate(gid, dict(status=GangStatus.FAILED, error_code=code,
+                                 error_message=message[:2000], updated_at=self.ctx.clock())),
+            Say(Kind.LAUNCH_FAILED, f"{nodes}: {code}: {message}; rolled back "
+                f"{len(to_kill)} instance(s)", node=nodes, gang=gid),
+            self._power_down(list(gang.nodes), code, gid)])
 
-    def _power_down(self, nodes: list[str], code: str, gid: str) -> None:
+    @staticmethod
+    def _power_down(nodes: list[str], code: str, gid: str) -> Edit:
         reason = reasons.reason(Why.LAUNCH_FAILED, code)
-        self.ctx.edits.apply(edits.power_down(nodes, reason, said=(
-            Kind.NODES_POWERED_DOWN, f"{compress(nodes)}: {reason}"), gang=gid))
+        return edits.power_down(nodes, reason, gang=gid, said=(
+            Kind.NODES_POWERED_DOWN, f"{compress(nodes)}: {reason}"))
 
 
 def _what(gang: Gang) -> str:

@@ -102,7 +102,7 @@ class Reconciler:
         # (an offering's AZ is its subnet's, read with the reservations' once)
         self.backoff = CapacityBackoff(ctx, self.reserved.zones)
         self.interruptions = InterruptionPass(ctx, queue, self.backoff, self.reserved)
-        fleets = GangFleets(cfg, cloud, client_token)
+        fleets = GangFleets(ctx, client_token)
         self.addresses = NodeAddresses(ctx)
         # (its delay on the store: a standby waits out the leader's)
         ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds), store=store)

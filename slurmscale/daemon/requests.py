@@ -12,6 +12,7 @@ from pathlib import Path
 from slurmscale import timeframe
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError
+from slurmscale.daemon import edits
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext, TickResult
 from slurmscale.daemon.launch import GangLauncher, Outcome
@@ -187,8 +188,8 @@ class RequestPass:
                 self.ctx.event(Kind.RESUME_FAILED,
                            f"Slurm gave up on {node} (ResumeTimeout); instance released",
                            node=node, request_id=rid)
-        self.addresses.set_all([(n, n, n) for n in nodes])
-        self.addresses.set_instances([(n, "", "") for n in nodes])
+        self.ctx.effects.apply([self.addresses.addressed([(n, n, n) for n in nodes]),
+                                edits.instances([(n, "", "") for n in nodes])])
         self.ctx.event(Kind.RELEASED, f"{compress(nodes)} ({'/'.join(sorted(kinds))}): "
                    f"{len(ids)} instance(s) terminated", node=compress(nodes))
         return len(nodes), []

@@ -24,9 +24,11 @@ from pathlib import Path
 import boto3
 
 from slurmscale.cloud.ec2 import EC2Cloud
+from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext, utcnow
+from slurmscale.daemon.effects import Tag
 from slurmscale.model import LaunchedInstance
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.memory import MemoryStore
@@ -72,7 +74,8 @@ def main() -> None:
 
             def before(pairs: list[tuple[str, LaunchedInstance]] = pairs) -> None:
                 for node, inst in pairs:  # what finish_node did, once per node
-                    addresses._tag(node, inst, None)
+                    ctx.effects.apply([Tag(inst.instance_id, node, {
+                        TAG_NODE: node, "Name": f"{cfg.cluster_name}-{node}"})])
                     slurm.set_node_address(node, *ctx.address(node, inst))
 
             def now(pairs: list[tuple[str, LaunchedInstance]] = pairs) -> None:

@@ -201,6 +201,9 @@ class FakeCloud:
 
     def tag(self, instance_id: str, tags: dict[str, str]) -> None:
         self._up()
+        if instance_id not in self.instances:  # (as EC2's CreateTags)
+            raise CloudError("InvalidInstanceID.NotFound",
+                             f"The instance ID '{instance_id}' does not exist")
         self.instances[instance_id].tags.update(tags)
 
     def terminate(self, instance_ids: list[str]) -> None:

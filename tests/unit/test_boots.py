@@ -125,7 +125,7 @@ def world(tmp_path):  # type: ignore[no-untyped-def]
     events: list[tuple[str, str]] = []
     ctx = PassContext(cfg, store, slurm, cloud, lambda: now[0],
                       lambda k, m, **_: events.append((k, m)))
-    bp = BootPass(ctx, GangFleets(cfg, cloud, client_token), NodeAddresses(ctx))
+    bp = BootPass(ctx, GangFleets(ctx, client_token), NodeAddresses(ctx))
     group = bp.fleets.placement_group(cfg.pool("gpu-spot"), "g1")
     assert group is not None
     cloud.ensure_placement_group(group, ours)  # (the gang's launch made it)

@@ -196,3 +196,72 @@ def test_addresses_go_in_one_call_and_node_by_node_when_slurm_refuses_it() -> No
         out = Effects(slurm, MemoryStore(), said_to(said)).apply([addresses(again)])  # type: ignore[arg-type]
         assert slurm.calls == ["set_node_addresses", "set_node_address", "set_node_address"]
         assert [a.taken for a in out] == [False, False] and said == failed
+
+
+def test_ec2s_writes_are_effects_each_with_its_own_error_policy() -> None:
+    """EC2's writes (issue 44: the launch steps too): a CreateFleet's outcome carries what
+    EC2 gave, or its refusal's code for the pass to judge (no exception reaches the pass);
+    a refused tag or terminate is said, the store left as it was; a placement group not
+    deleted is only logged (the sweep tries again)."""
+    from slurmscale.cloud.protocol import CloudError, FleetSpec
+    from slurmscale.config_file import parse_config
+    from slurmscale.daemon.effects import (
+        DropPlacementGroup,
+        Fleet,
+        PlacementGroup,
+        Tag,
+        Terminate,
+    )
+    from tests.support.fakes import FakeCloud
+    from tests.unit.conftest import base_config
+
+    pool = parse_config(base_config()).pools[0]
+    ask = Fleet(pool, 2, 2, "tok", {"k": "v"}, FleetSpec.of(pool))
+    for down in (None, CloudError("RequestLimitExceeded", "Request limit exceeded.")):
+        cloud, store, said = FakeCloud(), MemoryStore(), list[Kind]()
+        x = Effects(Slurm(), store, said_to(said), cloud,  # type: ignore[arg-type]
+                    lambda: T0)
+        store.add_instances([instance()])
+        (got,) = x.apply([ask])
+        assert got.fleet is not None and len(got.fleet.instances) == 2 and got.taken
+        first = got.fleet.instances[0].instance_id
+        cloud.down = down
+        out = x.apply([Tag(first, "spot-1", {"n": "spot-1"}),
+                       Terminate(("i-0000000000000001",), "why"),
+                       PlacementGroup("pg", {}), DropPlacementGroup("pg"), ask])
+        if down is None:
+            assert [a.taken for a in out] == [True] * 5
+            assert said == [Kind.TERMINATED] and store.active_instances() == []
+            assert cloud.instances[first].tags["n"] == "spot-1"
+        else:
+            assert [a.taken for a in out] == [False] * 5
+            assert {a.code for a in out} == {"RequestLimitExceeded"}
+            assert out[-1].fleet is None and out[-1].error == "Request limit exceeded."
+            assert said == [Kind.TAG_FAILED, Kind.TERMINATE_FAILED]
+            assert [r.instance_id for r in store.active_instances()] == ["i-0000000000000001"]
+
+
+def test_tags_go_out_together_each_outcome_its_own_and_an_untrack_follows_a_refusal() -> None:
+    from slurmscale.cloud.protocol import CloudError
+    from slurmscale.config_file import parse_config
+    from slurmscale.daemon.effects import Tag, Terminate, Together, Untrack
+    from tests.support.fakes import FakeCloud
+    from tests.unit.conftest import base_config
+
+    cloud, store, said = FakeCloud(), MemoryStore(), list[Kind]()
+    x = Effects(Slurm(), store, said_to(said), cloud, lambda: T0)  # type: ignore[arg-type]
+    got = cloud.launch(parse_config(base_config()).pools[0], 4, 4, "tok", {})
+    ids = [i.instance_id for i in got.instances]
+    ids.insert(2, "i-0123456789abcdef0")  # (one EC2 does not know)
+    tags = Together(tuple(Tag(i, f"spot-{n}", {"n": str(n)}) for n, i in enumerate(ids)))
+    out = x.apply([tags])  # (in parallel: 5 > 2)
+    assert [a.taken for a in out] == [True, True, False, True, True]
+    assert [a.effect for a in out] == list(tags.edits) and said == [Kind.TAG_FAILED]
+    assert out[2].code == "InvalidInstanceID.NotFound"
+    assert [cloud.instances[i].tags["n"] for i in ids if i in cloud.instances] == \
+        ["0", "1", "3", "4"]
+    store.add_instances([instance()])
+    cloud.down = CloudError("UnauthorizedOperation", "not allowed")
+    out = x.apply([Chain(Terminate(("i-0000000000000001",), "failed to boot"),
+                         otherwise=(Untrack(("i-0000000000000001",)),))])
+    assert [a.taken for a in out] == [False, True] and store.active_instances() == []

@@ -84,18 +84,22 @@ SLURM_WRITES = {"set_node_address", "set_node_addresses", "power_down_force", "p
 EXECUTORS = {"edits.py", "effects.py"}
 
 
-def _slurm_writes(path: Path) -> list[str]:
-    """`<...>.slurm.<write>(...)` and `slurm.<write>(...)` calls in `path`."""
+def _writes(path: Path, methods: set[str], owner: str) -> list[str]:
+    """`<...>.<owner>.<method>(...)` and `<owner>.<method>(...)` calls in `path`."""
     out = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in SLURM_WRITES):
+                and node.func.attr in methods):
             continue
-        owner = node.func.value
-        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
-        if name == "slurm":
+        o = node.func.value
+        name = o.attr if isinstance(o, ast.Attribute) else getattr(o, "id", "")
+        if name == owner:
             out.append(f"{node.func.attr} (line {node.lineno})")
     return out
+
+
+def _slurm_writes(path: Path) -> list[str]:
+    return _writes(path, SLURM_WRITES, "slurm")
 
 
 def test_only_the_executors_write_to_slurm() -> None:
@@ -110,3 +114,27 @@ def test_the_write_rule_sees_the_executors_writes() -> None:
     """(the rule can fail: the executor's own calls are found)"""
     got = _slurm_writes(PKG / "daemon" / "edits.py")
     assert any(w.startswith("requeue ") for w in got) and len(got) >= 15, got
+
+
+# EC2's writes (the CloudProvider protocol's methods that change EC2)
+EC2_WRITES = {"launch", "tag", "terminate", "ensure_placement_group",
+              "delete_placement_group"}
+
+
+def _ec2_writes(path: Path) -> list[str]:
+    return _writes(path, EC2_WRITES, "cloud")
+
+
+def test_only_the_effects_write_to_ec2() -> None:
+    """Effects as data (issue 44): a launch's CreateFleet, a node's tags, a terminate, a
+    placement group made or deleted are effects the executor applies, each kind with its
+    error policy; no pass calls EC2's writes itself."""
+    found = {f"daemon/{p.name}": w for p in sorted((PKG / "daemon").glob("*.py"))
+             if p.name != "effects.py" and (w := _ec2_writes(p))}
+    assert found == {}
+
+
+def test_the_ec2_rule_sees_the_executors_writes() -> None:
+    """(the rule can fail: the executor's own calls are found)"""
+    got = {w.split()[0] for w in _ec2_writes(PKG / "daemon" / "effects.py")}
+    assert got == EC2_WRITES, got
