@@ -59,6 +59,23 @@ class SimBackfill:
         self.slurm = slurm
         self.expected: dict[int, float] = {}
         self.planned_to: int | None = None
+        # what could not start now / found no start within the window, per (pool, several
+        # nodes?), as (nodes, GPUs a node, time limit), since the plan last changed: a job
+        # asking as much or more of the same plan cannot either (a long queue's tail is
+        # mostly such jobs; each was a walk of the pool's nodes)
+        self._unstartable: dict[tuple[str, bool], list[tuple[int, int, float]]] = {}
+        self._unplannable: dict[tuple[str, bool], list[tuple[int, int, float]]] = {}
+
+    def _plan_changed(self) -> None:
+        self._unstartable.clear()
+        self._unplannable.clear()
+
+    @staticmethod
+    def _known(failed: dict[tuple[str, bool], list[tuple[int, int, float]]],
+               key: tuple[str, bool], nodes: int, gpn: int, lim: float) -> bool:
+        """Did a job asking no more than this (nodes, GPUs a node, limit) fail, on the
+        same plan? (Fitting is monotone in each: more of any fits nowhere less would not.)"""
+        return any(n <= nodes and g <= gpn and t <= lim for n, g, t in failed.get(key, ()))
 
     def cycle(self, now: float) -> None:
         """One backfill cycle: in priority order, start what can start now without taking
@@ -85,13 +102,18 @@ class SimBackfill:
             lim = slurm.limit[idx]
             for k in slurm.pools_of(idx):
                 gpus = job.gpus_per_node(k.gpus_per_node)
+                key = (k.name, job.nodes > 1)
+                if self._known(self._unstartable, key, job.nodes, gpus, lim):
+                    continue
 
                 def fits(n: Node, g: int = gpus, t: float = lim) -> bool:
                     return busy[n.name].fits_now(g, t)
                 if slurm.try_start(idx, job, k, room, now, fits):
                     for n, g in slurm.placed[idx]:
                         busy[n.name].add(now, slurm.start[idx] + lim, g)
+                    self._plan_changed()
                     break
+                self._unstartable.setdefault(key, []).append((job.nodes, gpus, lim))
             else:
                 self._expect(idx, self._plan_later(idx, job, now, horizon, busy, room, held))
 
@@ -99,6 +121,7 @@ class SimBackfill:
         """A backfill cycle's starting plan: every running job's nodes busy until its time
         limit, held nodes until their reservation ends."""
         slurm = self.slurm
+        self._plan_changed()
         busy = {n.name: NodePlan(n.gpus, now) for n in slurm.st.nodes}
         for idx, placed in slurm.placed.items():
             end = slurm.start[idx] + slurm.limit[idx]
@@ -218,16 +241,22 @@ class SimBackfill:
             gpn = job.gpus_per_node(k.gpus_per_node)
             if job.nodes > k.max_nodes or gpn > k.gpus_per_node:
                 continue
+            key = (k.name, job.nodes > 1)
+            if self._known(self._unplannable, key, job.nodes, gpn, lim):
+                continue
             nodes = slurm.st.nodes_of[k.name]
             pool = [n for n in nodes if n.state != "down" and n.resv is None]
             pool += slurm.spare(nodes, room[k.name][0], None)
             pool += held.get(k.name, [])
             found = self._earliest(idx, job, pool, gpn, now, horizon, busy)
-            if found is not None and (best is None or found[0] < best[0]):
+            if found is None:
+                self._unplannable.setdefault(key, []).append((job.nodes, gpn, lim))
+            elif best is None or found[0] < best[0]:
                 best = (found[0], found[1], gpn)
         if best is None:
             return None
         t, nodes, gpn = best
         for n in nodes:
             busy[n.name].add(t, t + lim, gpn)
+        self._plan_changed()
         return t

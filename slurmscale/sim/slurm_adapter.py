@@ -13,9 +13,11 @@ trace's 0 being `EPOCH` (printed in UTC with an offset, so no local-time ambigui
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import ne
 from typing import Protocol
 
 from slurmscale.hostlists import compress
@@ -133,7 +135,9 @@ class SimSlurm:
         self.sim = sim
         self.now = 0.0
         self.res: dict[str, SimReservation] = {}
-        self._pending: dict[int, tuple[tuple[object, ...], QueueJob]] = {}
+        # each pending job's record as last read, and what it showed
+        self._pending: dict[int, QueueJob] = {}
+        self._keys: dict[int, tuple[int, bool, str, bool, float | None]] = {}
         self._running: dict[int, tuple[float, QueueJob]] = {}
         self.addr: dict[str, tuple[str, str]] = {}  # NodeAddr, NodeHostname where set
         self.suspend_exc = ""  # SuspendExcNodes as last set (23.02+: settable at run time)
@@ -193,33 +197,35 @@ class SimSlurm:
         return self.pending_jobs() + self._started()
 
     def pending_jobs(self) -> list[QueueJob]:
-        sim = self.sim
-        out = []
-        # (every pending job every pass: the lookups bound once)
-        prio_of, now, steered = sim.queue_priority, self.now, sim.steered
-        eligible, attached, expected_of = sim.eligible_at.get, sim.attached.get, \
-            sim.expected.get
-        cached = self._pending.get
-        for idx in sim.pending:
-            expected = expected_of(idx)
-            key = (prio_of(idx), eligible(idx, 0.0) > now, attached(idx, ""), idx in steered,
-                   expected)
-            hit = cached(idx)
-            if hit is None or hit[0] != key:
-                prio, waiting, resv = key[0], key[1], key[2]
-                job = sim.jobs[idx]
-                # a requeued job waits out Slurm's requeue delay as BeginTime
-                hit = (key, QueueJob(
-                    sim.slurm_ids[idx], sim.partitions(idx), job.nodes,
-                    job.gpus_per_node(sim.main.gpus_per_node), _limit(sim.limit[idx]),
-                    stamp(job.submit_s), "BeginTime" if waiting else "Resources", prio,
-                    job.user or "user", "PENDING", reservation=resv,
-                    expected_start="N/A" if expected is None else stamp(expected)))
-                self._pending[idx] = hit
-            out.append(hit[1])
-        for idx in [i for i in self._pending if i not in sim.pending]:
-            del self._pending[idx]
-        return out
+        """squeue's pending lines: a job's record is made again only when what it shows
+        changed (its priority, whether it waits for its BeginTime, its reservation, its
+        partitions, backfill's expected start), else the same record as last read (so the
+        daemon's queue view, which compares records by identity, works out only those).
+        The keys are made and compared in C (map, zip): every pending job every pass."""
+        sim, now = self.sim, self.now
+        pend = list(sim.pending)
+        waiting = {i for i, t in sim.eligible_at.items() if t > now}
+        keys = list(zip(map(sim.queue_priority, pend), map(waiting.__contains__, pend),
+                        map(sim.attached.get, pend, itertools.repeat("")),
+                        map(sim.steered.__contains__, pend), map(sim.expected.get, pend),
+                        strict=True))
+        known = self._keys
+        changed = map(ne, keys, map(known.get, pend))
+        for idx, key in itertools.compress(zip(pend, keys, strict=True), changed):
+            prio, wait, resv, _, expected = key
+            job = sim.jobs[idx]
+            known[idx] = key
+            # a requeued job waits out Slurm's requeue delay as BeginTime
+            self._pending[idx] = QueueJob(
+                sim.slurm_ids[idx], sim.partitions(idx), job.nodes,
+                job.gpus_per_node(sim.main.gpus_per_node), _limit(sim.limit[idx]),
+                stamp(job.submit_s), "BeginTime" if wait else "Resources", prio,
+                job.user or "user", "PENDING", reservation=resv,
+                expected_start="N/A" if expected is None else stamp(expected))
+        if len(known) != len(pend):  # jobs left the queue
+            for idx in known.keys() - sim.pending.keys():
+                del known[idx], self._pending[idx]
+        return list(map(self._pending.__getitem__, pend))
 
     def _started(self) -> list[QueueJob]:
         sim = self.sim
