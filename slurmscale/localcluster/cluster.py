@@ -86,8 +86,11 @@ class LocalCluster:
                 "LC_ALL": "C", "HOME": str(self.root)}
 
     def slurm(self, *args: str, check: bool = True, timeout: float = 30) -> str:
+        """A Slurm command run against this cluster, from its own directory: a batch job's
+        working directory, where its slurm-<id>.out goes (not the caller's: a checkout)."""
         p = subprocess.run([*self.prefix, *args], env=self.env(), capture_output=True,
-                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                           text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                           cwd=self.root)
         if check and p.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} exited {p.returncode}: {p.stderr.strip()}")
         return p.stdout

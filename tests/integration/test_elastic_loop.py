@@ -31,7 +31,9 @@ def _no_instances_left(c: LocalCluster) -> bool:
 
 def test_four_node_gang_gets_one_fleet_runs_and_is_scaled_down(make_cluster) -> None:
     c, proxy = make_cluster(suspend_time=20, metrics=True)
-    four_node_gang_scenario(c, proxy)
+    job = four_node_gang_scenario(c, proxy)
+    # the job's output went to the cluster's own directory, not the caller's (a checkout)
+    assert (c.root / f"slurm-{job}.out").is_file()
     # what a Prometheus scrape during the run shows: the launch and the gang's start
     text = c.scrape()
     assert ('slurmscale_launches_total{capacity_type="spot",code="",pool="gpu-spot",'
@@ -40,9 +42,9 @@ def test_four_node_gang_gets_one_fleet_runs_and_is_scaled_down(make_cluster) -> 
     assert "slurmscale_leader 1.0" in text
 
 
-def four_node_gang_scenario(c: LocalCluster, proxy) -> None:  # type: ignore[no-untyped-def]
+def four_node_gang_scenario(c: LocalCluster, proxy) -> int:  # type: ignore[no-untyped-def]
     """sbatch -N 4 -> one CreateFleet (total = min = 4) -> four slurmd -> COMPLETED ->
-    SuspendProgram after the idle time -> all four instances terminated."""
+    SuspendProgram after the idle time -> all four instances terminated. Returns the job."""
     t0 = time.monotonic()
     # runs for several daemon passes, so the ledger sees it RUNNING and the metrics scraped
     # below count its start (a job shorter than a tick is found later, from Slurm's ended jobs)
@@ -88,6 +90,7 @@ def four_node_gang_scenario(c: LocalCluster, proxy) -> None:  # type: ignore[no-
     assert [e["node"] for e in c.events() if e["kind"] == "node_address_reset"] == ["spot-2"]
     assert c.node("spot-8").get("NodeAddr") == configured
     print(f"4-node gang: sbatch -> RUNNING in {t_running:.1f}s")
+    return job
 
 
 def test_two_gangs_and_coalesced_singles(make_cluster) -> None:
