@@ -187,7 +187,7 @@ class Together:
     differs), at most TAG_THREADS in flight (well within EC2's mutating-call rate), their
     outcomes in order."""
 
-    edits: tuple[Edit, ...] | tuple[Tag, ...]
+    parts: tuple[Edit, ...] | tuple[Tag, ...]
 
 
 TAG_THREADS = 8  # CreateTags in flight at once for one gang
@@ -293,7 +293,7 @@ class Effects:
         return ok
 
     def _together(self, e: Together, now: float, out: list[Applied]) -> bool:
-        items = e.edits
+        items = e.parts
         if items and isinstance(items[0], Tag):
             tags = [x for x in items if isinstance(x, Tag)]
             if len(tags) > 2:

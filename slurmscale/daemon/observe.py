@@ -6,6 +6,7 @@ Slurm and the clock."""
 from __future__ import annotations
 
 import bisect
+import itertools
 import operator
 from collections import Counter
 from collections.abc import Callable, Collection
@@ -116,8 +117,9 @@ class PerJob(Generic[V]):
                     let_go.append(records.pop(j[0]))
                     self.give(j[0], None)
         else:
-            get = records.get
-            changed = [j for j in jobs if get(j[0]) is not j]
+            # (the records not the very ones kept, picked out in C: every job every pass)
+            changed = list(itertools.compress(
+                jobs, map(operator.is_not, map(records.get, map(_job_id, jobs)), jobs)))
             for j in changed:
                 old = records.pop(j[0], None)
                 if old is not None:

@@ -256,7 +256,7 @@ def test_tags_go_out_together_each_outcome_its_own_and_an_untrack_follows_a_refu
     tags = Together(tuple(Tag(i, f"spot-{n}", {"n": str(n)}) for n, i in enumerate(ids)))
     out = x.apply([tags])  # (in parallel: 5 > 2)
     assert [a.taken for a in out] == [True, True, False, True, True]
-    assert [a.effect for a in out] == list(tags.edits) and said == [Kind.TAG_FAILED]
+    assert [a.effect for a in out] == list(tags.parts) and said == [Kind.TAG_FAILED]
     assert out[2].code == "InvalidInstanceID.NotFound"
     assert [cloud.instances[i].tags["n"] for i in ids if i in cloud.instances] == \
         ["0", "1", "3", "4"]
