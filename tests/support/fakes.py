@@ -201,7 +201,9 @@ class FakeCloud:
 
     def tag(self, instance_id: str, tags: dict[str, str]) -> None:
         self._up()
-        if instance_id not in self.instances:  # (as EC2's CreateTags)
+        # an unknown instance: EC2's client error InvalidInstanceID.NotFound (Amazon EC2 API
+        # Reference, "Error codes for the Amazon EC2 API", APIReference/errors-overview.html)
+        if instance_id not in self.instances:
             raise CloudError("InvalidInstanceID.NotFound",
                              f"The instance ID '{instance_id}' does not exist")
         self.instances[instance_id].tags.update(tags)
