@@ -14,18 +14,21 @@ import click
 from slurmscale import __version__
 from slurmscale.cli_common import (
     EXIT_SLURM_UNREADABLE,
+    OWN_PROCESS,
     _db_url,
     _load,
     _open_store,
     _parse_since,
     _store,
     _table,
+    end_at_once,
     in_time,
 )
 from slurmscale.config import Config
 from slurmscale.spool import RequestKind
 
 if TYPE_CHECKING:
+    from slurmscale.daemon.capacity import PassPlan
     from slurmscale.model import InstanceShape
 
 log = logging.getLogger("slurmscale")
@@ -378,12 +381,14 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
 
     cfg = _load(ctx)
     data = None if live else _daemon_plan(cfg)
+    heap = None
     if data is None:
-        data = _live_plan(cfg)
+        data, heap = _live_plan(cfg)
     if as_json:
         # indented for a person at a terminal; compact for a program (json's C encoder does
         # not indent: at 10,000 gangs the indented dump alone took 0.5 s)
         click.echo(json.dumps(data, indent=2 if sys.stdout.isatty() else None))
+        end_at_once(ctx, (data, heap))
         return
     age = _time.time() - data["now"]
     click.echo(f"the daemon's plan of {age:.0f}s ago (--live: from Slurm now)"
@@ -425,6 +430,7 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
         left = g["requeue_at"] - data["now"]
         click.echo(f"grace        job {g['job_id']} on {g['node']}: SIG{g['signal']} "
                    f"({g['cause']}); requeued in {max(0.0, left):.0f}s unless it leaves first")
+    end_at_once(ctx, (data, heap))
 
 
 def _daemon_plan(cfg: Config) -> dict[str, Any] | None:
@@ -445,7 +451,9 @@ def _daemon_plan(cfg: Config) -> dict[str, Any] | None:
     return None
 
 
-def _live_plan(cfg: Config) -> dict[str, Any]:
+def _live_plan(cfg: Config) -> tuple[dict[str, Any], PassPlan]:
+    """The plan from live Slurm state now, as `plan` prints it, and the pass's plan it came
+    from (the whole queue read: the caller may end the process without freeing it)."""
     import gc
     import time as _time
 
@@ -479,7 +487,7 @@ def _live_plan(cfg: Config) -> dict[str, Any]:
         sys.exit(1)
     finally:
         aside.close()
-    return plan_data(pp, SOURCE_LIVE)
+    return plan_data(pp, SOURCE_LIVE), pp
 
 
 FACTORS = "age/fs/size/part/qos"  # sprio's weighted factors, as the plan's table heads them
@@ -500,7 +508,7 @@ def main() -> None:
     from slurmscale.gc_tuning import tune_gc
 
     tune_gc()
-    cli(obj={})
+    cli(obj={OWN_PROCESS: True})
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ opening the store read-only-safely, plain tables."""
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +23,29 @@ EXIT_SLURM_UNREADABLE = 3
 # Slurm's answer for a start it cannot plan is a time about a year ahead (backfill gives a
 # job it cannot place within its window no plan); shown as what it means
 NO_PLAN_AFTER_S = 300 * 86400.0
+
+
+# main()'s mark in the context's object: this process is the command's own (not a caller's
+# CliRunner, whose process must go on after the command)
+OWN_PROCESS = "own_process"
+
+
+def end_at_once(ctx: click.Context, heap: object) -> None:
+    """Ends a one-shot command that built a big heap (`plan --live`: about a million objects
+    at 50,000 jobs, `heap` holding them) as soon as its output is out: the interpreter's
+    exit would free them one by one (~0.07 s of the command), for memory the kernel takes
+    back whole. Only in the command's own process (main() marks it); a flush that fails (a
+    closed pipe) leaves the ordinary exit to say so."""
+    if not (ctx.obj or {}).get(OWN_PROCESS):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    logging.shutdown()
+    del heap  # (held until here, so no return freed it piece by piece)
+    os._exit(0)
 
 
 def in_time(t: float | None, now: float, none: str) -> str:

@@ -111,9 +111,11 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     second core, never the daemon's)."""
     from slurmscale.daemon.holds import HoldPass, LimitUseLearner, with_earliest_plans
 
-    if nodes is None:
+    # Slurm read as the daemon reads it: nodes, queue, reservations; with the standings made
+    # aside, the child starts once the queue is read, and the nodes are read meanwhile
+    if nodes is None and not (standings and aside):
         nodes = slurm.nodes()
-    jobs, res = slurm.active_jobs(), slurm.reservations()
+    jobs = slurm.active_jobs()
     gangs = gang_jobs(cfg, jobs, 2, view=view)  # (the view's: with their earliest plans)
     if view is None:
         gangs = with_earliest_plans(gangs, {})
@@ -122,6 +124,13 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
         return gang_standings(gangs, {p.name: p.partition for p in cfg.pools}, jobs,
                               *read_priorities(slurm), now)
     made = Aside(standings_now) if standings and aside else None
+    if nodes is None:
+        nodes = slurm.nodes()
+    res = slurm.reservations()
+
+    def lifted(standing: tuple[GangStanding, ...]) -> tuple[GangJob, ...]:
+        lift = {s.job_id: s.lift_s for s in standing}
+        return tuple(g._replace(age_lift_s=lift.get(g.job_id)) for g in gangs)
     try:
         if callable(store):
             store = store()
@@ -129,30 +138,36 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
             since=now - REQUEUED_RECENTLY_S))
         snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), view, requeued,
                               store.reserved_nodes())
-        standing = made.result() if made is not None else None  # (None: not made yet)
+        holds = HoldPass(cfg, store)
+        # A gang's age lift weighs in the hold rule only where its plan slipped (is age
+        # about to stop the overtaking?): sprio is read for that, or when asked; made
+        # aside, the standings are waited for before the decisions only then
+        needed = any(slipped(holds.knobs, g) for g in gangs)
+        standing = None
+        if needed or (standings and made is None):
+            standing = made.result() if made is not None else standings_now()
+            gangs = lifted(standing)
+        uses = (limit_use or LimitUseLearner(cfg, store)).current(now)
+        hold_plan, gone = holds.plan(snap.nodes, gangs, res, now, uses,
+                                     view.ranked if view is not None else None)
+        if hold_plan.grabbed:
+            # Idle nodes a hold takes this pass are not idle for the pool-size decision.
+            snap = replace(snap, nodes=tuple(
+                n._replace(state=NodeState.RESERVED)
+                if n.name in hold_plan.grabbed and n.state is NodeState.IDLE else n
+                for n in snap.nodes))
+        unavailable = {r.pool: r.until_s for r in store.offerings() if not r.offering}
+        blocks = (block_outlook(cfg, store.capacity_reservations(), jobs, now)
+                  if any(p.capacity_type is CapacityType.CAPACITY_BLOCK for p in cfg.pools)
+                  else [])
+        capacity = decide(snap)
+        if standing is None and made is not None:  # (shown, not decided on: made meanwhile)
+            standing = made.result()
+            gangs = lifted(standing)
     finally:
         if made is not None:
             made.close()
-    holds = HoldPass(cfg, store)
-    if standing is None and (standings or any(slipped(holds.knobs, g) for g in gangs)):
-        # sprio only where a plan slipped (is age about to stop the overtaking?) or asked
-        standing = standings_now()
-    if standing is not None:
-        lift = {s.job_id: s.lift_s for s in standing}
-        gangs = tuple(g._replace(age_lift_s=lift.get(g.job_id)) for g in gangs)
-    uses = (limit_use or LimitUseLearner(cfg, store)).current(now)
-    hold_plan, gone = holds.plan(snap.nodes, gangs, res, now, uses,
-                                 view.ranked if view is not None else None)
-    if hold_plan.grabbed:
-        # Idle nodes a hold takes this pass are not idle for the pool-size decision.
-        snap = replace(snap, nodes=tuple(
-            n._replace(state=NodeState.RESERVED)
-            if n.name in hold_plan.grabbed and n.state is NodeState.IDLE else n
-            for n in snap.nodes))
-    unavailable = {r.pool: r.until_s for r in store.offerings() if not r.offering}
-    blocks = (block_outlook(cfg, store.capacity_reservations(), jobs, now)
-              if any(p.capacity_type is CapacityType.CAPACITY_BLOCK for p in cfg.pools) else [])
-    return PassPlan(decide(snap), hold_plan, tuple(gone), tuple(res),
+    return PassPlan(capacity, hold_plan, tuple(gone), tuple(res),
                     partition_rewrites(fallback_rules(cfg), jobs, unavailable, now), snap,
                     tuple(jobs),
                     tuple(blocks), standing or (), tuple(gangs), uses, tuple(store.graces()))

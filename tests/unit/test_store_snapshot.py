@@ -124,11 +124,20 @@ def _cluster(tmp_path: Path) -> Path:
 
 def _live(conf: Path) -> subprocess.CompletedProcess[str]:
     """`plan --json --live` as its own process; stderr's last line says whether that process
-    (not the store's reader) ever imported SQLAlchemy."""
-    code = ("import sys\nfrom slurmscale.entry import main\n"
+    (not the store's reader) ever imported SQLAlchemy, and how it ended: "at once" (its
+    output out, the heap left to the kernel: cli_common.end_at_once) or "returned"."""
+    code = ("import os, sys\nfrom slurmscale.entry import main\n"
+            "me, end = os.getpid(), os._exit\n"
+            "def said(how):\n"
+            "    print('sqlalchemy imported:', 'sqlalchemy' in sys.modules, how,"
+            " file=sys.stderr, flush=True)\n"
+            "def at_once(code):\n"
+            "    if os.getpid() == me:\n"
+            "        said('at once')\n"
+            "    end(code)\n"
+            "os._exit = at_once\n"
             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
-            "print('sqlalchemy imported:', 'sqlalchemy' in sys.modules, file=sys.stderr)\n"
-            "sys.exit(code)\n")
+            "said('returned')\nsys.exit(code)\n")
     return subprocess.run([sys.executable, "-c", code, "--config", str(conf), "plan", "--json",
                            "--live"], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
@@ -178,7 +187,8 @@ def test_plan_live_reads_the_store_aside_without_sqlalchemy(tmp_path: Path) -> N
     store.close()
     out = _live(conf)
     assert out.returncode == 0, out.stderr
-    assert out.stderr.strip().endswith("sqlalchemy imported: False"), out.stderr
+    # its output out, the command ended without freeing its heap object by object
+    assert out.stderr.strip().endswith("sqlalchemy imported: False at once"), out.stderr
     live = json.loads(out.stdout)
     assert live["pools"]["p1"]["target"] == 7  # the daemon's memory, read by the child
     assert live["gangs"] and live["actions"]
