@@ -251,8 +251,8 @@ class SimEc2:
         gone = self.clock() - VISIBLE_AFTER_END
         while self._ended and self._ended[0][0] < gone:
             del self.instances[self._ended.popleft()[1]]
-        return [i for i in self.instances.values()
-                if all(i.tags.get(k) == v for k, v in tags.items())]
+        want = tags.items()  # (tags are strings: all of them carried is a subset, in C)
+        return [i for i in self.instances.values() if want <= i.tags.items()]
 
     def find(self, tags: dict[str, str], include_terminated: bool = False,
              ids: list[str] | None = None) -> list[CloudInstance]:

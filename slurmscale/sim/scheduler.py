@@ -75,6 +75,9 @@ class SimSlurmctld:
         self.steered: set[int] = set()  # preempted max_preemptions times: on-demand only
         # priorities (the slurm model): per pending job, recomputed every calc period
         self.prio: dict[int, float] = {}
+        # per pending job: its priority as squeue shows it, kept as it changes (the simulated
+        # squeue looks every pending job's up each daemon pass)
+        self.shown: dict[int, int] = {}
         self.factors: dict[int, tuple[float, float, float]] = {}  # age, size, fair-share
         self.fairshare = FairShare(model.priority_decay_half_life)
         self.next_calc = 0.0
@@ -282,6 +285,7 @@ class SimSlurmctld:
         del self.pending_views[idx]
         self.eligible_at.pop(idx, None)
         self.prio.pop(idx, None)
+        self.shown.pop(idx, None)
         self.factors.pop(idx, None)
         self.bf.expected.pop(idx, None)
         self.bf.planned_to = None
@@ -406,7 +410,8 @@ class SimSlurmctld:
                 running[u] = running.get(u, 0.0) + sum(g for _, g in placed)
             self.fairshare.accrue(now, running)
         for idx in self.pending:
-            self.prio[idx] = self._priority(idx, now)
+            self.prio[idx] = p = self._priority(idx, now)
+            self.shown[idx] = max(1, int(p))
         self.order = None
         self.bf_dirty = True  # a new order may let backfill start other jobs
 
@@ -432,9 +437,12 @@ class SimSlurmctld:
 
     def enqueue(self, idx: int, now: float) -> None:
         """A job enters the queue (submitted or requeued): Slurm gives it a priority now."""
-        if not self.greedy:
+        if self.greedy:
+            self.shown[idx] = 10**10 - int(self.jobs[idx].submit_s)
+        else:
             self.fairshare.see(self.jobs[idx].user)
-            self.prio[idx] = self._priority(idx, now)
+            self.prio[idx] = p = self._priority(idx, now)
+            self.shown[idx] = max(1, int(p))
             self.order = None
             self.bf_dirty = True
 
@@ -474,12 +482,10 @@ class SimSlurmctld:
         self.bf_dirty = True
 
     def queue_priority(self, idx: int) -> int:
-        """Job `idx`'s priority as squeue shows it: the Slurm model's multifactor value; in
-        the greedy model earlier submits rank higher. Slurm never shows a queued job that is
-        not held a priority below 1."""
-        if self.greedy:
-            return 10**10 - int(self.jobs[idx].submit_s)
-        return max(1, int(self.prio[idx]))
+        """Pending job `idx`'s priority as squeue shows it: the Slurm model's multifactor
+        value; in the greedy model earlier submits rank higher. Slurm never shows a queued
+        job that is not held a priority below 1. (Kept in `shown` as it changes.)"""
+        return self.shown[idx]
 
     def partitions(self, idx: int) -> tuple[str, ...]:
         if idx in self.steered:

@@ -90,6 +90,9 @@ class SimModel(Protocol):
     main_wanted: bool  # a main scheduler run is asked for (what an update RPC does in Slurm)
     sched: SlurmModel
 
+    @property
+    def shown(self) -> Mapping[int, int]: ...  # each pending job's priority as squeue shows it
+
     def queue_priority(self, idx: int) -> int: ...
 
     def priority_factors(self, idx: int) -> tuple[float, float, float]: ...
@@ -205,7 +208,7 @@ class SimSlurm:
         sim, now = self.sim, self.now
         pend = list(sim.pending)
         waiting = {i for i, t in sim.eligible_at.items() if t > now}
-        keys = list(zip(map(sim.queue_priority, pend), map(waiting.__contains__, pend),
+        keys = list(zip(map(sim.shown.__getitem__, pend), map(waiting.__contains__, pend),
                         map(sim.attached.get, pend, itertools.repeat("")),
                         map(sim.steered.__contains__, pend), map(sim.expected.get, pend),
                         strict=True))
