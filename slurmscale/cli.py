@@ -388,7 +388,7 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
         # indented for a person at a terminal; compact for a program (json's C encoder does
         # not indent: at 10,000 gangs the indented dump alone took 0.5 s)
         click.echo(json.dumps(data, indent=2 if sys.stdout.isatty() else None))
-        end_at_once(ctx, (data, heap))
+        end_at_once(ctx, heap)
         return
     age = _time.time() - data["now"]
     click.echo(f"the daemon's plan of {age:.0f}s ago (--live: from Slurm now)"
@@ -430,7 +430,7 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
         left = g["requeue_at"] - data["now"]
         click.echo(f"grace        job {g['job_id']} on {g['node']}: SIG{g['signal']} "
                    f"({g['cause']}); requeued in {max(0.0, left):.0f}s unless it leaves first")
-    end_at_once(ctx, (data, heap))
+    end_at_once(ctx, heap)
 
 
 def _daemon_plan(cfg: Config) -> dict[str, Any] | None:

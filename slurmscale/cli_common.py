@@ -31,12 +31,13 @@ OWN_PROCESS = "own_process"
 
 
 def end_at_once(ctx: click.Context, heap: object) -> None:
-    """Ends a one-shot command that built a big heap (`plan --live`: about a million objects
-    at 50,000 jobs, `heap` holding them) as soon as its output is out: the interpreter's
-    exit would free them one by one (~0.07 s of the command), for memory the kernel takes
-    back whole. Only in the command's own process (main() marks it); a flush that fails (a
-    closed pipe) leaves the ordinary exit to say so."""
-    if not (ctx.obj or {}).get(OWN_PROCESS):
+    """Ends a one-shot command that built a big heap (`plan --live`: hundreds of thousands of
+    objects at 50,000 jobs; `heap`, held by the caller so that no return frees it piece by
+    piece) as soon as its output is out: the interpreter's exit would free them one by one
+    (~0.07 s of the command), for memory the kernel takes back whole. Only in the command's
+    own process (main() marks it); a flush that fails (a closed pipe) leaves the ordinary
+    exit to say so; no heap (None), nothing to spare."""
+    if heap is None or not (ctx.obj or {}).get(OWN_PROCESS):
         return
     try:
         sys.stdout.flush()
@@ -44,7 +45,6 @@ def end_at_once(ctx: click.Context, heap: object) -> None:
     except (OSError, ValueError):
         return
     logging.shutdown()
-    del heap  # (held until here, so no return freed it piece by piece)
     os._exit(0)
 
 
