@@ -410,10 +410,15 @@ class SimSlurmctld:
                 running[u] = running.get(u, 0.0) + sum(g for _, g in placed)
             self.fairshare.accrue(now, running)
         for idx in self.pending:
-            self.prio[idx] = p = self._priority(idx, now)
-            self.shown[idx] = max(1, int(p))
+            self._prioritise(idx, now)
         self.order = None
         self.bf_dirty = True  # a new order may let backfill start other jobs
+
+    def _prioritise(self, idx: int, now: float) -> None:
+        """Pending job `idx`'s priority calculated now, and as squeue shows it (never below
+        1 for a queued job that is not held)."""
+        self.prio[idx] = p = self._priority(idx, now)
+        self.shown[idx] = max(1, int(p))
 
     def _priority(self, idx: int, now: float) -> float:
         """Job `idx`'s priority now (its weighted factors kept for `sprio`)."""
@@ -441,8 +446,7 @@ class SimSlurmctld:
             self.shown[idx] = 10**10 - int(self.jobs[idx].submit_s)
         else:
             self.fairshare.see(self.jobs[idx].user)
-            self.prio[idx] = p = self._priority(idx, now)
-            self.shown[idx] = max(1, int(p))
+            self._prioritise(idx, now)
             self.order = None
             self.bf_dirty = True
 
