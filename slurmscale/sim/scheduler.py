@@ -75,8 +75,10 @@ class SimSlurmctld:
         self.steered: set[int] = set()  # preempted max_preemptions times: on-demand only
         # priorities (the slurm model): per pending job, recomputed every calc period
         self.prio: dict[int, float] = {}
-        # per pending job: its priority as squeue shows it, kept as it changes (the simulated
-        # squeue looks every pending job's up each daemon pass)
+        # per pending job: its priority as squeue and sprio show it, kept as it changes (the
+        # simulated squeue looks every pending job's up each daemon pass): the Slurm model's
+        # multifactor value, never below 1 for a queued job that is not held; in the greedy
+        # model earlier submits rank higher
         self.shown: dict[int, int] = {}
         self.factors: dict[int, tuple[float, float, float]] = {}  # age, size, fair-share
         self.fairshare = FairShare(model.priority_decay_half_life)
@@ -484,12 +486,6 @@ class SimSlurmctld:
         self.steered.add(idx)
         self.pending_views[idx] = self.pending_views[idx]._replace(pool=fallback.name, also=())
         self.bf_dirty = True
-
-    def queue_priority(self, idx: int) -> int:
-        """Pending job `idx`'s priority as squeue shows it: the Slurm model's multifactor
-        value; in the greedy model earlier submits rank higher. Slurm never shows a queued
-        job that is not held a priority below 1. (Kept in `shown` as it changes.)"""
-        return self.shown[idx]
 
     def partitions(self, idx: int) -> tuple[str, ...]:
         if idx in self.steered:

@@ -93,8 +93,6 @@ class SimModel(Protocol):
     @property
     def shown(self) -> Mapping[int, int]: ...  # each pending job's priority as squeue shows it
 
-    def queue_priority(self, idx: int) -> int: ...
-
     def priority_factors(self, idx: int) -> tuple[float, float, float]: ...
 
     def partitions(self, idx: int) -> tuple[str, ...]: ...
@@ -267,7 +265,7 @@ class SimSlurm:
             if sim.eligible_at.get(idx, 0.0) > self.now:
                 continue
             age, size, fairshare = sim.priority_factors(idx)
-            prio = float(sim.queue_priority(idx))
+            prio = float(sim.shown[idx])
             job_id = sim.slurm_ids[idx]
             out += [JobPriority(job_id, p, prio, age, fairshare, size, 0.0, 0.0)
                     for p in sim.partitions(idx)]
