@@ -20,8 +20,11 @@ from slurmscale.policy.model import (
 # shows while slurmscale holds a governed pool's nodes: that is the demand the target serves.
 _HELD_OUT = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority " \
     "partitions"
+# "None" is a job just submitted that the scheduler has not looked at yet (squeue prints None
+# until its next run sets a reason): Slurm places it at that run, on the idle nodes a pass
+# might otherwise release a moment before (a released node then boots again for it).
 CAPACITY_REASONS = frozenset({
-    "Resources", "Priority", "PowerUpNode", _HELD_OUT, _HELD_OUT.replace(" ", "_"),
+    "Resources", "Priority", "PowerUpNode", "None", _HELD_OUT, _HELD_OUT.replace(" ", "_"),
 })
 
 

@@ -138,6 +138,18 @@ def test_running_jobs_are_arrivals_and_held_out_jobs_are_demand() -> None:
     assert sorted(n for _, _, n in snap.arrivals) == [1, 4]
 
 
+def test_a_job_the_scheduler_has_not_looked_at_yet_is_demand() -> None:
+    """Just submitted, a pending job's reason is None until the scheduler's next run: it is
+    about to take idle nodes, so they are not idle for the scale-down (an integration run
+    released two idle nodes under four such jobs, and two of them waited for a boot)."""
+    cfg = parse_config(base_config())
+    now = datetime(2026, 11, 29, 12, 0).timestamp()
+    jobs = [QueueJob(str(i), ("gpu-spot",), 1, 8, 60, "2026-11-29T11:59:58", "None", 1,
+                     "alice", "PENDING") for i in range(4)]
+    snap = build_snapshot(cfg, [], jobs, now)
+    assert [j.actionable for j in snap.jobs] == [True] * 4
+
+
 def test_the_daemons_arrival_log_remembers_finished_jobs_for_the_reuse_forecast() -> None:
     cfg = parse_config(base_config())
     now = datetime(2026, 11, 29, 12, 0).timestamp()
