@@ -27,6 +27,7 @@ class Slurmctld(Protocol):
     routing: PaidRouting
     greedy: bool
     bf_dirty: bool
+    windowed: bool  # a node is in a window reservation (Node.windows)
     jobs: list[TraceJob]
     limit: list[float]
     pending: dict[int, TraceJob]
@@ -119,7 +120,8 @@ class SimBackfill:
 
     def _plan_base(self, now: float) -> tuple[dict[str, NodePlan], dict[str, list[Node]]]:
         """A backfill cycle's starting plan: every running job's nodes busy until its time
-        limit, held nodes until their reservation ends."""
+        limit, held nodes until their reservation ends, nodes in a window reservation for
+        its span."""
         slurm = self.slurm
         self._plan_changed()
         busy = {n.name: NodePlan(n.gpus, now) for n in slurm.st.nodes}
@@ -127,6 +129,11 @@ class SimBackfill:
             end = slurm.start[idx] + slurm.limit[idx]
             for n, g in placed:  # held from now (a booting node's job starts later)
                 busy[n.name].add(now, end, g)
+        if slurm.windowed:  # a window reservation: its nodes taken for its span
+            for n in slurm.st.nodes:
+                for start, end in n.windows:
+                    if end > now:
+                        busy[n.name].add(start, end, n.gpus)
         return busy, self._held(busy)
 
     def _expect(self, idx: int, start: float | None) -> None:

@@ -249,4 +249,5 @@ class DaemonDriver:
 
     @property
     def holding(self) -> bool:
-        return bool(self.slurm.res)
+        """Does the daemon hold nodes for a gang (a window reservation is not a hold)?"""
+        return any(not r.window for r in self.slurm.res.values())

@@ -90,6 +90,8 @@ class SimSlurmctld:
         self.last_main_run = -math.inf
         self.bf = SimBackfill(self)  # backfill's cycles and the start estimates it plans
         self.bf_dirty = True  # something changed since the last backfill cycle
+        self.windowed = False  # a node is in a window reservation (Node.windows)
+        self.down: set[str] = set()  # partitions set DOWN (scontrol update State=DOWN)
 
     # --- what SimSlurm reads of the world through this one (its `SimModel`) --------------
     @property
@@ -220,6 +222,8 @@ class SimSlurmctld:
             outlasts, lim = self.routing.outlasts, self.limit[idx]
             live = [n for n in live if not outlasts(n, max(now, n.ready_at), lim)]
         spare = self.spare(pool, headroom, allow, resv)
+        if self.windowed:
+            live, spare = self.clear(live, now, idx), self.clear(spare, now, idx)
         if job.nodes == 1:
             fits_now = [n for n in live if n.free >= gpn and (allow is None or allow(n))]
             if fits_now:
@@ -234,6 +238,14 @@ class SimSlurmctld:
         if need <= len(spare):
             return whole + spare[:need], spare[:need]
         return None
+
+    def clear(self, nodes: list[Node], now: float, idx: int) -> list[Node]:
+        """The nodes job `idx` may be allocated now as far as window reservations go: none
+        its time limit, counted from now, would reach (Slurm checks the allocation's end
+        against reservations; a powered-up node's boot then delays the job's start, which
+        the daemon's block margin covers: `Config.block_end_margin_s`)."""
+        end = now + self.limit[idx]
+        return [n for n in nodes if not any(s < end and now < e for s, e in n.windows)]
 
     @staticmethod
     def spare(pool: list[Node], headroom: int, allow: Callable[[Node], bool] | None,
@@ -333,10 +345,13 @@ class SimSlurmctld:
             self._schedule_main(now)
 
     def pools_of(self, idx: int) -> list[PoolKnobs]:
-        """The partitions a job may run in, in Slurm's PriorityTier order."""
+        """The partitions a job may run in, in Slurm's PriorityTier order (a partition set
+        DOWN: none starts there)."""
         if idx in self.steered:
-            return [self.st.fallback] if self.st.fallback is not None else []
-        return self.st.pools
+            pools = [self.st.fallback] if self.st.fallback is not None else []
+        else:
+            pools = self.st.pools
+        return [k for k in pools if k.name not in self.down] if self.down else pools
 
     def _schedule_greedy(self, now: float) -> None:
         """The greedy model: submit order, and any job that fits starts."""
@@ -386,7 +401,7 @@ class SimSlurmctld:
                     break
             else:
                 blocked.update(k.name for k in tried)
-                if len(blocked) == len(self.st.pools):
+                if len(blocked) + len(self.down) >= len(self.st.pools):
                     return
 
     def by_priority(self, now: float) -> list[int]:

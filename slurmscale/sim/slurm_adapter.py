@@ -45,6 +45,7 @@ class SimNode(Protocol):
     jobs: int
     idle_since: float | None
     resv: str | None
+    windows: tuple[tuple[float, float], ...]  # window reservations' spans over it
     drain: str
     failed_at: float | None  # hardware failed: Slurm has it DOWN, not responding
 
@@ -88,6 +89,8 @@ class SimModel(Protocol):
     started_in: dict[str, str]  # the trace's job id -> the reservation it started in
     bf_dirty: bool
     main_wanted: bool  # a main scheduler run is asked for (what an update RPC does in Slurm)
+    windowed: bool  # a node is in a window reservation (its `windows`)
+    down: set[str]  # partitions set DOWN
     sched: SlurmModel
 
     @property
@@ -127,6 +130,9 @@ class SimReservation:
     users: tuple[str, ...]
     start: float
     end: float
+    # over a time window (a block pool's closed span): its nodes' `windows`, no job in it;
+    # otherwise a hold, its nodes' `resv`, its gang pointed at it
+    window: bool = False
 
 
 class SimSlurm:
@@ -142,9 +148,6 @@ class SimSlurm:
         self._running: dict[int, tuple[float, QueueJob]] = {}
         self.addr: dict[str, tuple[str, str]] = {}  # NodeAddr, NodeHostname where set
         self.suspend_exc = ""  # SuspendExcNodes as last set (23.02+: settable at run time)
-        # partitions set other than UP (the simulated Slurm's partitions all start UP: its
-        # first daemon pass comes before any job)
-        self.partition_state: dict[str, str] = {}
         # every node as last read; only those the engine touched since are read again
         self._nodes: list[SlurmNode] = [self._node(n) for n in sim.nodes]
         self._partitions = sorted({p for n in self._nodes for p in n.partitions})
@@ -301,7 +304,8 @@ class SimSlurm:
     def reservations(self) -> list[SlurmReservation]:
         self._expire()
         return [SlurmReservation(r.name, r.nodes, r.users, start_time=stamp(r.start),
-                                 end_time=stamp(r.end), state="ACTIVE")
+                                 end_time=stamp(r.end),
+                                 state="ACTIVE" if r.start <= self.now else "INACTIVE")
                 for r in self.res.values()]
 
     # --- nodes ---------------------------------------------------------------------------
@@ -406,20 +410,72 @@ class SimSlurm:
                              "Duplicate reservation name")
         # Duration in whole minutes, as the CLI backend gives it
         end = self.now + max(1, round(duration_s / 60)) * 60.0
+        self._refuse_overlap(["scontrol", "create", "reservation", name],
+                             SimReservation(name, tuple(nodes), tuple(users), self.now, end))
         self.res[name] = SimReservation(name, (), tuple(users), self.now, end)
         self.set_reservation_nodes(name, nodes)
 
     def create_window_reservation(self, name: str, nodes: list[str], users: list[str],
                                   start_s: float | None, end_s: float) -> None:
-        raise SlurmError(["scontrol", "create", "reservation", name], 1,
-                         "window reservations (capacity blocks) are not simulated this way")
+        """A reservation over a time window (the daemon's Unix seconds; start None: now),
+        Flags=IGNORE_JOBS as the CLI backend makes it: made whatever runs on its nodes.
+        Slurm refuses one that overlaps another reservation on any of the same nodes."""
+        cmd = ["scontrol", "create", "reservation", name]
+        if name in self.res:
+            raise SlurmError(cmd, 1, "Duplicate reservation name")
+        start = self.now if start_s is None else int(start_s - EPOCH)
+        self._place_window(cmd, SimReservation(name, (), tuple(users), start,
+                                               int(end_s - EPOCH), window=True), nodes)
 
     def update_window_reservation(self, name: str, nodes: list[str], start_s: float | None,
                                   end_s: float) -> None:
-        self.create_window_reservation(name, nodes, [], start_s, end_s)
+        """Moved in place (start None: kept), under the same overlap rule."""
+        cmd = ["scontrol", "update", f"ReservationName={name}"]
+        r = self.res.get(name)
+        if r is None or not r.window:
+            raise SlurmError(cmd, 1, "Invalid reservation name")
+        start = r.start if start_s is None else int(start_s - EPOCH)
+        self._place_window(cmd, SimReservation(name, (), r.users, start, int(end_s - EPOCH),
+                                               window=True), nodes)
+
+    def _place_window(self, cmd: list[str], r: SimReservation, nodes: list[str]) -> None:
+        """Window reservation `r` over `nodes` in place of any of its name, or refused."""
+        if r.end <= r.start or not nodes:
+            raise SlurmError(cmd, 1, "Invalid reservation request")
+        r.nodes = tuple(sorted(nodes, key=self.sim.node_index.__getitem__))
+        self._refuse_overlap(cmd, r)
+        old = self.res.get(r.name)
+        self.res[r.name] = r
+        self._windows({*(old.nodes if old else ()), *r.nodes})
+
+    def _refuse_overlap(self, cmd: list[str], r: SimReservation) -> None:
+        """Slurm's rule: no two reservations on one node for overlapping times (a hold is
+        checked against the window reservations only: the model holds a node in one hold
+        at a time, `Node.resv`)."""
+        want = set(r.nodes)
+        for o in self.res.values():
+            if (o.name != r.name and (r.window or o.window) and want.intersection(o.nodes)
+                    and o.start < r.end and r.start < o.end):
+                raise SlurmError(cmd, 1, "Reservation request overlaps another reservation")
+
+    def _windows(self, names: set[str]) -> None:
+        """The nodes' window spans as the window reservations now say (the model checks a
+        job's time limit against them)."""
+        spans: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+        for r in self.res.values():
+            if r.window:
+                for n in names.intersection(r.nodes):
+                    spans[n].append((r.start, r.end))
+        for n, got in spans.items():
+            self.sim.by_name[n].windows = tuple(sorted(got))
+        self.sim.windowed = any(r.window for r in self.res.values())
+        self._changed(sorted(names))
 
     def set_reservation_nodes(self, name: str, nodes: list[str]) -> None:
         r = self.res[name]
+        if r.window:
+            self.update_window_reservation(name, nodes, None, r.end + EPOCH)
+            return
         self._changed(r.nodes)
         for n in r.nodes:
             self.sim.by_name[n].resv = None
@@ -429,10 +485,20 @@ class SimSlurm:
         self._changed(r.nodes)
 
     def partition_states(self) -> dict[str, str]:
-        return {p: self.partition_state.get(p, "UP") for p in self._partitions}
+        return {p: "DOWN" if p in self.sim.down else "UP" for p in self._partitions}
 
     def set_partition_state(self, name: str, state: str) -> None:
-        self.partition_state[name] = state
+        """UP or DOWN (a DOWN partition starts no job; one submitted to several partitions
+        runs in another)."""
+        if name not in self._partitions or state not in ("UP", "DOWN"):
+            raise SlurmError(["scontrol", "update", f"PartitionName={name}", f"State={state}"],
+                             1, "Invalid partition name specified" if state in ("UP", "DOWN")
+                             else "Invalid input: State")
+        if state == "DOWN":
+            self.sim.down.add(name)
+        else:
+            self.sim.down.discard(name)
+        self._changed()
 
     def delete_reservation(self, name: str) -> None:
         if name not in self.res:
@@ -448,6 +514,9 @@ class SimSlurm:
 
     def _drop(self, name: str) -> None:
         r = self.res.pop(name)
+        if r.window:
+            self._windows(set(r.nodes))
+            return
         self._changed(r.nodes)
         for n in r.nodes:
             if self.sim.by_name[n].resv == name:

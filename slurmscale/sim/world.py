@@ -33,6 +33,9 @@ class Node:
     # the launch it came up in (nodes powered up together: one fleet, one cluster placement
     # group, which EC2 "packs close together" - user guide, "Placement strategies")
     launch: int = 0
+    # Slurm reservations over a time window on it (start, end; no job in them: a Capacity
+    # Block pool's closed windows): Slurm starts no job whose time limit would reach one
+    windows: tuple[tuple[float, float], ...] = ()
 
 
 

@@ -8,6 +8,7 @@ import getpass
 
 import pytest
 
+from slurmscale import timeframe
 from slurmscale.model import PriorityWeights
 from slurmscale.slurm.cli_backend import SlurmCLI
 from tests.support.slurm_contract import Harness, check_contract, check_priorities
@@ -22,7 +23,7 @@ def test_real_slurm_keeps_the_slurm_contract(make_cluster) -> None:  # type: ign
                    "60", "--wrap", "true")
     assert c.cfg is not None
     check_contract(Harness(SlurmCLI(c.cfg.slurm), ("spot-1", "spot-2"), "gpu-spot", str(job),
-                           getpass.getuser()))
+                           getpass.getuser(), lambda: timeframe.FRAME.now()))
 
 
 def test_real_slurm_lists_eligible_pending_jobs_priority_factors(make_cluster) -> None:  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@ EC2 and the real adapter on moto); what it adds are the faults the unit tests in
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from slurmscale.model import (
     SlurmNode,
     SlurmReservation,
 )
+from slurmscale.policy.observe import slurm_time
 from slurmscale.sim.ec2_adapter import free_places, network_places, reported
 from slurmscale.slurm.protocol import SlurmError
 
@@ -338,23 +340,43 @@ class FakeSlurm:
         from datetime import datetime
 
         self.calls.append(("create_window_reservation", [name, *nodes]))
-        self.resv[name] = SlurmReservation(
+        if name in self.resv:
+            raise SlurmError(["scontrol"], 1, "Error creating the reservation: Duplicate "
+                             "reservation name")
+        r = SlurmReservation(
             name, tuple(nodes), tuple(users),
             start_time=self.now_text if start_s is None
             else datetime.fromtimestamp(start_s).isoformat(timespec="seconds"),
             end_time=datetime.fromtimestamp(end_s).isoformat(timespec="seconds"))
+        self._refuse_overlap(r)
+        self.resv[name] = r
+
+    def _refuse_overlap(self, r: SlurmReservation) -> None:
+        """Slurm's rule: no two reservations on one node for overlapping times."""
+        def span(x: SlurmReservation) -> tuple[float, float]:
+            return slurm_time(x.start_time) or 0.0, slurm_time(x.end_time) or math.inf
+        lo, hi = span(r)
+        for o in self.resv.values():
+            olo, ohi = span(o)
+            if o.name != r.name and set(o.nodes) & set(r.nodes) and olo < hi and lo < ohi:
+                raise SlurmError(["scontrol"], 1, "Error creating the reservation: "
+                                 "Requested nodes are busy")
 
     def update_window_reservation(self, name: str, nodes: list[str], start_s: float | None,
                                   end_s: float) -> None:
         from datetime import datetime
 
         self.calls.append(("update_window_reservation", [name, *nodes]))
-        old = self.resv[name]
-        self.resv[name] = replace(
+        old = self.resv.get(name)
+        if old is None:
+            raise SlurmError(["scontrol"], 1, "Requested reservation is invalid")
+        r = replace(
             old, nodes=tuple(nodes),
             start_time=old.start_time if start_s is None
             else datetime.fromtimestamp(start_s).isoformat(timespec="seconds"),
             end_time=datetime.fromtimestamp(end_s).isoformat(timespec="seconds"))
+        self._refuse_overlap(r)
+        self.resv[name] = r
 
     def set_reservation_nodes(self, name: str, nodes: list[str]) -> None:
         self.calls.append(("set_reservation_nodes", [name, *nodes]))

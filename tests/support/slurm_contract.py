@@ -3,7 +3,8 @@
 tests) must pass: the simulator is only as good as its adapter's agreement with Slurm.
 
 Each step is a call the passes make (drain and undrain a held node, create, resize, attach and
-delete a hold's reservation) and what the next read must show.
+delete a hold's reservation; create, move and delete a block pool's window reservation) and
+what the next read must show.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Harness:
     partition: str
     job_id: str  # a pending 2-node job that may run in `partition`, not held
     user: str  # its user
+    now: Callable[[], float]  # the daemon's clock (Unix seconds) as this Slurm reads it
 
 
 def check_contract(h: Harness, refresh: Callable[[], None] = lambda: None) -> None:
@@ -95,6 +97,44 @@ def check_contract(h: Harness, refresh: Callable[[], None] = lambda: None) -> No
     assert name not in {r.name for r in s.reservations()}
     with pytest.raises(SlurmError):
         s.delete_reservation(name)
+    check_windows(h, refresh)
+
+
+def check_windows(h: Harness, refresh: Callable[[], None]) -> None:
+    """A Capacity Block pool's closed spans as the block pass keeps them: a reservation over
+    a time window, listed with its span, moved in place (its start kept when not given),
+    its nodes changed; Slurm refuses a second one over any of the same nodes for
+    overlapping hours (the block plan orders its edits by that rule: policy/blocks.py)."""
+    s, (a, b) = h.slurm, h.down
+    t0 = h.now()
+
+    def span(name: str) -> tuple[float, float, tuple[str, ...]]:
+        refresh()
+        (r,) = [r for r in s.reservations() if r.name == name]
+        start, end = slurm_time(r.start_time), slurm_time(r.end_time)
+        assert start is not None and end is not None, r
+        return start, end, tuple(sorted(r.nodes))
+
+    w, w2 = "slurmscale-contract-window", "slurmscale-contract-window-2"
+    s.create_window_reservation(w, [a, b], [h.user], t0 + 7200, t0 + 10800)
+    start, end, nodes = span(w)
+    assert nodes == tuple(sorted((a, b)))
+    assert start == pytest.approx(t0 + 7200, abs=60) and end == pytest.approx(t0 + 10800, abs=60)
+    with pytest.raises(SlurmError):  # the same hours on one of its nodes
+        s.create_window_reservation(w2, [b], [h.user], t0 + 9000, t0 + 12600)
+    s.update_window_reservation(w, [a, b], t0 + 3600, t0 + 14400)
+    start, end, _ = span(w)
+    assert start == pytest.approx(t0 + 3600, abs=60) and end == pytest.approx(t0 + 14400, abs=60)
+    s.update_window_reservation(w, [a], None, t0 + 18000)  # the start left as it is
+    start, end, nodes = span(w)
+    assert nodes == (a,) and start == pytest.approx(t0 + 3600, abs=60)
+    assert end == pytest.approx(t0 + 18000, abs=60)
+    s.create_window_reservation(w2, [b], [h.user], t0 + 9000, t0 + 12600)  # b is free now
+    assert span(w2)[2] == (b,)
+    for name in (w, w2):
+        s.delete_reservation(name)
+    refresh()
+    assert not {w, w2} & {r.name for r in s.reservations()}
 
 
 def check_priorities(s: SlurmClient, eligible: Mapping[str, tuple[str, ...]],

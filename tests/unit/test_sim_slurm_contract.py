@@ -4,10 +4,13 @@ what the next read shows."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from slurmscale.model import PriorityWeights, QueueJob, SlurmNode
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.engine import SimCloud, Simulation
 from slurmscale.sim.policies import builtin_policy
+from slurmscale.sim.slurm_adapter import EPOCH
 from slurmscale.sim.trace import TraceJob
 from tests.support.fakes import FakeSlurm
 from tests.support.slurm_contract import Harness, check_contract, check_priorities
@@ -21,7 +24,7 @@ def test_the_simulated_slurm_keeps_the_slurm_contract() -> None:
     sim.submit(0, 0.0)
     slurm = sim.daemon.slurm
     slurm.begin_pass(0.0)
-    check_contract(Harness(slurm, ("n-1", "n-2"), "gpu", "1", "ana"))
+    check_contract(Harness(slurm, ("n-1", "n-2"), "gpu", "1", "ana", lambda: EPOCH + slurm.now))
 
 
 def test_the_simulated_slurm_lists_priority_factors_as_sprio_does() -> None:
@@ -48,4 +51,5 @@ def test_the_unit_tests_fake_slurm_keeps_the_slurm_contract() -> None:
         table={n: SlurmNode(n, down, n, n, partitions=("gpu",)) for n in ("gpu-1", "gpu-2")},
         queue=[QueueJob("7", ("gpu",), 2, 8, 3600, "2026-11-29T11:00:00", "Resources", 100,
                         "ana", "PENDING")])
-    check_contract(Harness(slurm, ("gpu-1", "gpu-2"), "gpu", "7", "ana"))
+    check_contract(Harness(slurm, ("gpu-1", "gpu-2"), "gpu", "7", "ana",
+                           datetime.fromisoformat(slurm.now_text).timestamp))
