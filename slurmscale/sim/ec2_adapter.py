@@ -23,9 +23,15 @@ against the real adapter on moto behind the fault-injecting proxy:
   first "up to the target On-Demand capacity" and launches the rest as ordinary on-demand (EC2
   user guide, "Use Capacity Reservations to reserve On-Demand capacity in EC2 Fleet"). A
   reservation's free count is what it had free less the live instances in it.
-- Not modelled: a Capacity Block's window (the engine's paid capacity stands in: the
-  simulator's daemon launches with preference none); ClientToken idempotency (the simulator
-  never retries a launch; moto does not honour it either, so the contract cannot check it).
+- A Capacity Block (reservation type `capacity-block`, with its start and end): its state
+  follows its window - scheduled before the start, active until the end, expired after (EC2
+  user guide, "Capacity Blocks for ML") - so a fleet into it before its start gets nothing but
+  the capacity error; from `BLOCK_TERMINATION_LEAD_S` (30 minutes) before its end EC2
+  terminates its instances (`take_back`; the user guide, "Monitor Capacity Blocks using
+  EventBridge": "we begin terminating any instances that are running in the Capacity Block
+  30 minutes before the reservation end time").
+- Not modelled: ClientToken idempotency (the simulator never retries a launch; moto does not
+  honour it either, so the contract cannot check it).
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ ON_DEMAND = "on-demand"
 USER_SHUTDOWN = "Client.UserInitiatedShutdown"
 SPOT_RECLAIM = "Server.SpotInstanceTermination"
 VISIBLE_AFTER_END = timedelta(hours=1)
+BLOCK = "capacity-block"  # a Capacity Block's reservation type
+WINDOW_STATES = frozenset({"scheduled", "active", "expired"})  # a block's, by its window
 LIVE = frozenset({"pending", "running", "stopping", "stopped", "shutting-down"})
 
 
@@ -184,7 +192,29 @@ class SimEc2:
                    and i.state in LIVE)
 
     def _reserved_slots(self, itype: str, ids: tuple[str, ...]) -> list[str]:
+        self._follow_windows()
         return free_places(self.reservations, self._in, itype, ids)
+
+    def _follow_windows(self) -> None:
+        """Each Capacity Block's state as its window says at the clock's time (a block that
+        ended early - cancelled, failed - keeps its state)."""
+        now = self.clock().timestamp()
+        for rid, r in self.reservations.items():
+            if r.reservation_type == BLOCK and r.state in WINDOW_STATES and r.start is not None:
+                state = ("scheduled" if now < r.start else "expired"
+                         if r.end is not None and now >= r.end else "active")
+                if state != r.state:
+                    self.reservations[rid] = replace(r, state=state)
+
+    def take_back(self, rid: str) -> list[str]:
+        """EC2 begins terminating the Capacity Block's instances (from 30 minutes before its
+        end): its live ones, terminated; returns their ids. (With no state reason: the API
+        reference's StateReason lists none for it.)"""
+        gone = [i for i in self.instances.values() if i.reservation == rid and i.state in LIVE]
+        for inst in gone:
+            self._due.pop(inst.id, None)
+            self._end(inst, "")
+        return [i.id for i in gone]
 
     @staticmethod
     def _launched(i: _Instance) -> LaunchedInstance:
@@ -263,6 +293,7 @@ class SimEc2:
 
     # --- reservations, zones, placement groups --------------------------------------------
     def capacity_reservations(self, ids: list[str]) -> list[CapacityReservation]:
+        self._follow_windows()
         missing = [i for i in ids if i not in self.reservations]
         if missing:
             raise CloudError("InvalidCapacityReservationId.NotFound",

@@ -4,8 +4,10 @@ behind the fault-injecting proxy: no root, loopback only."""
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -47,6 +49,13 @@ class SimSide:
         self.ec2.reservations[rid] = CapacityReservation(rid, instance_type, "us-east-1a",
                                                          total, total, "active")
 
+    def add_block(self, rid: str, instance_type: str, total: int, start: float, end: float
+                  ) -> None:
+        # (its state follows its window at each read: the one given here is replaced)
+        self.ec2.reservations[rid] = CapacityReservation(
+            rid, instance_type, "us-east-1a", total, total, "scheduled", "capacity-block",
+            start, end)
+
     def impair(self, instance_id: str) -> None:
         self.ec2.instances[instance_id].impaired = True
 
@@ -77,6 +86,14 @@ class FakeSide:
     def add_reservation(self, rid: str, instance_type: str, total: int) -> None:
         self.fake.reservations[rid] = CapacityReservation(rid, instance_type, "us-east-1a",
                                                           total, total, "active")
+
+    def add_block(self, rid: str, instance_type: str, total: int, start: float, end: float
+                  ) -> None:
+        # (FakeCloud's reservations keep the state a test gives them: the window's, now)
+        state = "scheduled" if time.time() < start else "active"
+        self.fake.reservations[rid] = CapacityReservation(
+            rid, instance_type, "us-east-1a", total, total, state, "capacity-block", start,
+            end)
 
     def impair(self, instance_id: str) -> None:
         self.fake.health[instance_id] = InstanceHealth(instance_id, instance_status="impaired")
@@ -112,6 +129,12 @@ class MotoSide:
 
     def add_reservation(self, rid: str, instance_type: str, total: int) -> None:
         self.proxy.capacity.add(Reservation(rid, instance_type, total))
+
+    def add_block(self, rid: str, instance_type: str, total: int, start: float, end: float
+                  ) -> None:
+        self.proxy.capacity.add(Reservation(
+            rid, instance_type, total, reservation_type="capacity-block",
+            start=datetime.fromtimestamp(start, UTC), end=datetime.fromtimestamp(end, UTC)))
 
     def impair(self, instance_id: str) -> None:
         self.proxy.impaired.add(instance_id)
