@@ -105,7 +105,9 @@ if TYPE_CHECKING:
               metavar="START_S:END_S:NODES",
               help="Paid capacity: a Capacity Block of NODES nodes from START_S to END_S "
                    "(trace seconds); repeatable. EC2 terminates its instances from 30 "
-                   "minutes before END_S, as AWS documents.")
+                   "minutes before END_S, as AWS documents. slurmscale's policies run it as "
+                   "the daemon's capacity-block pool, beside --max-nodes; the others within "
+                   "it.")
 @click.option("--block-end-margin", "block_margin", type=click.FloatRange(min=0),
               default=None, metavar="S",
               help="The daemon's capacity_blocks.end_margin_s: no job may run past a block's "

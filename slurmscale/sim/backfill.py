@@ -188,7 +188,7 @@ class SimBackfill:
                   horizon: float, busy: dict[str, NodePlan]
                   ) -> tuple[float, list[Node]] | None:
         """Job `idx`'s earliest start on `pool`'s nodes by the plan, and the nodes."""
-        lim, paid = self.slurm.limit[idx], self.slurm.st.paid
+        lim, paid, blocks = self.slurm.limit[idx], self.slurm.st.paid, self.slurm.st.engine_blocks
         if job.nodes == 1:  # (the hot loop of a busy queue: kept flat)
             best, at = None, horizon
             for n in pool:
@@ -200,7 +200,7 @@ class SimBackfill:
                     if lo >= at:
                         break
                     if hi - lo >= lim:
-                        if not (paid.blocks and self.slurm.routing.outlasts(n, lo, lim)):
+                        if not (blocks and self.slurm.routing.outlasts(n, lo, lim)):
                             best, at = n, lo
                         break
                 if at <= now:  # no node starts it sooner: the first such node is the one
@@ -208,7 +208,7 @@ class SimBackfill:
             return None if best is None else (at, [best])
         windows = [busy[n.name].windows(n.gpus, lim, horizon) for n in pool]
         for i, n in enumerate(pool):  # a block node: only while the job ends before it does
-            if n.paid is not None and n.paid != ODCR:
+            if blocks and n.paid is not None and n.paid != ODCR:
                 last = paid.close_s(paid.blocks[n.paid]) - lim
                 windows[i] = [(lo, min(hi, last)) for lo, hi in windows[i] if lo <= last]
         found = gang_start(windows, job.nodes)

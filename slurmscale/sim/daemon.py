@@ -11,15 +11,16 @@ and a `MemoryStore`. What reaches it is what reaches the daemon:
   error: rolled back, nodes powered down, job requeued, pool in backoff); a suspend
   terminates the node's instances;
 - EC2's events: a spot interruption's warning on the queue, read by the next pass.
-The passes the simulated world gives nothing to do (EC2's status checks, Capacity Blocks'
-windows, bootstrap failures, leaks) run all the same and find nothing; with node failures
-modelled the health pass replaces a node Slurm has DOWN and not responding after
-`health.grace_s` (EC2's status is not read: the simulated failure is the hardware under
-slurmd, which Slurm sees first). What stays the engine's: Slurm's scheduling, when a node is
-ready (the boot delay), when interruptions come, and which nodes run in a Capacity Block
-(and, with blocks, in the ODCR: `PaidCapacity.routed_by_daemon`); without blocks the daemon's
-own launch pass routes gangs into the ODCR, as on EC2, and the engine reads where each node
-went from its instance (`launched_into`).
+The passes the simulated world gives nothing to do (EC2's status checks, bootstrap failures,
+leaks) run all the same and find nothing; with node failures modelled the health pass
+replaces a node Slurm has DOWN and not responding after `health.grace_s` (EC2's status is
+not read: the simulated failure is the hardware under slurmd, which Slurm sees first). Paid
+capacity is the daemon's to route, as on EC2: its launch pass puts gangs into the ODCR
+(preference use_first) and a capacity-block pool's gangs into the open block, its block
+pass keeps the block pool's closed windows in Slurm and opens its partition, and the engine
+reads where each node went from its instance (`launched_into`). What stays the engine's:
+Slurm's scheduling, when a node is ready (the boot delay), when interruptions come, and
+EC2 taking a block's instances back 30 minutes before its end.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from slurmscale.config import (
     INTERRUPTION_NOTICE_S,
+    CapacityBlockSettings,
     CapacityReservations,
     CapacitySettings,
     CapacityType,
@@ -55,15 +57,21 @@ from slurmscale.model import INTERRUPTIBLE, CapacityReservation
 from slurmscale.policy.limit_use import LimitUse
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.policy.reservations import ReservationKnobs
-from slurmscale.sim.ec2_adapter import SPOT, SimEc2, SimQueue
+from slurmscale.sim.ec2_adapter import BLOCK, SPOT, SimEc2, SimQueue
 from slurmscale.sim.slurm_adapter import EPOCH, SimModel, SimSlurm
 from slurmscale.sim.world import PaidCapacity
 from slurmscale.spool import RequestKind, SpooledRequest
 from slurmscale.store.memory import MemoryStore
 
-MAIN_PREFIX = "n-"  # the simulated pools' node names: n-1.., od-1..
+MAIN_PREFIX = "n-"  # the simulated pools' node names: n-1.., od-1.., cb-1..
 OD_PREFIX = "od-"
+BLOCK_PREFIX = "cb-"
 RESERVATION_ID = "cr-0000000000000000"  # the simulated pool's ODCR
+
+
+def block_id(i: int) -> str:
+    """The reservation id of the simulated Capacity Block `i` (`PaidCapacity.blocks`)."""
+    return f"cr-0b10c{i + 1:012x}"
 
 
 def _pool(k: PoolKnobs, prefix: str, capacity: CapacityType, **extra: object) -> Pool:
@@ -77,20 +85,22 @@ def _pool(k: PoolKnobs, prefix: str, capacity: CapacityType, **extra: object) ->
 
 def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | None = None,
                spot: SpotSettings | None = None, reclaim_backoff_s: float = 180.0,
-               paid: PaidCapacity | None = None, grace: GraceSignal | None = None) -> Config:
+               paid: PaidCapacity | None = None, grace: GraceSignal | None = None,
+               block: PoolKnobs | None = None) -> Config:
     """The config the daemon runs with for the simulated pools: `main` (spot when `od` is
     its on-demand fallback), its knobs as the pool policy; `holds` None: no reservations;
-    `paid`: the capacity paid whether used or not; `grace`: the spot pool's grace_signal."""
+    `paid`: the capacity paid whether used or not; `grace`: the spot pool's grace_signal;
+    `block`: the capacity-block pool for `paid`'s blocks."""
     extra: dict[str, object] = {}
     if paid is not None:  # an idle node in paid capacity is kept (release_idle false).
-        # The ODCR is used first by the daemon's own route (preference use_first) unless the
-        # engine models it (`PaidCapacity.routed_by_daemon`): then preference none, the
-        # simulated EC2 reporting the reservation but the daemon launching nothing into it
+        # The ODCR is used first by the daemon's own route (preference use_first); with
+        # --reserved-preference none (or no reserved nodes) preference none: the simulated
+        # EC2 reports the reservation, the daemon launches nothing into it
         extra["capacity_reservations"] = CapacityReservations(
             ids=[RESERVATION_ID], launch_template_version="2", release_idle=False,
             max_reclaims=paid.max_reclaims,
-            preference=ReservationPreference.USE_FIRST if paid.routed_by_daemon()
-            else ReservationPreference.NONE)
+            preference=ReservationPreference.USE_FIRST
+            if paid.use_reserved and paid.reserved_nodes else ReservationPreference.NONE)
     pools = []
     if od is not None:
         pools.append(_pool(main, MAIN_PREFIX, CapacityType.SPOT, fallback_pool=od.name,
@@ -98,13 +108,20 @@ def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | 
         pools.append(_pool(od, OD_PREFIX, CapacityType.ON_DEMAND))
     else:
         pools.append(_pool(main, MAIN_PREFIX, CapacityType.ON_DEMAND, **extra))
+    blocks = CapacityBlockSettings()
+    if block is not None and paid is not None:  # (its partition starts DOWN: SimSlurmctld)
+        pools.append(_pool(block, BLOCK_PREFIX, CapacityType.CAPACITY_BLOCK,
+                           capacity_reservations=CapacityReservations(ids=[
+                               block_id(i) for i in range(len(paid.blocks))])))
+        blocks = CapacityBlockSettings(termination_lead_s=paid.block_lead_s,
+                                       end_margin_s=paid.block_margin_s)
     res = (ReservationSettings(**asdict(holds)) if holds is not None
            else ReservationSettings(enabled=False))
     longest = max([res.max_hold_s] + [p.policy.max_idle_s for p in pools])
     # no backoff (0) is a TTL over before the next pass (the config wants one above 0)
     ttl = max(reclaim_backoff_s, 0.001)
     return Config(
-        cluster_name="sim", pools=pools, reservations=res,
+        cluster_name="sim", pools=pools, reservations=res, capacity_blocks=blocks,
         capacity=CapacitySettings(unavailable_ttl_s=ttl, max_unavailable_ttl_s=max(1800.0, ttl)),
         # slurmscale releases nodes itself; SuspendTime is only its backstop
         power_saving=PowerSaving(suspend_time=int(longest) + 3600),
@@ -154,12 +171,16 @@ class DaemonDriver:
         self.ec2 = SimEc2(clock=lambda: at(self.now))
         if any(p.grace_signal is not None for p in cfg.pools):  # (the two minutes matter)
             self.ec2.notice_s = INTERRUPTION_NOTICE_S
-        size = paid.reserved_nodes if paid is not None else 0
-        kind = INTERRUPTIBLE if paid is not None and paid.reclaim_rate > 0 else "default"
-        for p in cfg.pools:
-            for rid in p.capacity_reservations.ids if p.capacity_reservations else ():
-                self.ec2.reservations[rid] = CapacityReservation(
-                    rid, p.instance_types[0], "us-east-1a", size, size, "active", kind)
+        if paid is not None:
+            itype = cfg.pools[0].instance_types[0]
+            size = paid.reserved_nodes
+            kind = INTERRUPTIBLE if paid.reclaim_rate > 0 else "default"
+            self.ec2.reservations[RESERVATION_ID] = CapacityReservation(
+                RESERVATION_ID, itype, "us-east-1a", size, size, "active", kind)
+            for i, b in enumerate(paid.blocks):  # (their state follows their windows)
+                self.ec2.reservations[block_id(i)] = CapacityReservation(
+                    block_id(i), itype, "us-east-1a", b.nodes, b.nodes, "scheduled",
+                    BLOCK, b.start_s + EPOCH, b.end_s + EPOCH)
         self.queue = SimQueue()
         self.spool = SimSpool()
         self.reconciler = Reconciler(cfg, self.store, self.slurm, self.ec2,
@@ -183,13 +204,10 @@ class DaemonDriver:
         self.slurm.begin_pass(now)
         self.reconciler.tick()
 
-    def step(self, now: float, paid: frozenset[str] = frozenset()) -> None:
-        """The daemon's timer pass at trace time `now`; `paid`: the nodes the engine runs in
-        paid capacity by its own model (the daemon knows those it launched into the ODCR
-        from their instances). EventBridge's messages queued since are read by it, ten a
-        pass, and the passes that follow at once while messages are left (as the daemon's
-        next pass comes sooner when there is work)."""
-        self.store.paid = paid
+    def step(self, now: float) -> None:
+        """The daemon's timer pass at trace time `now`. EventBridge's messages queued since
+        are read by it, ten a pass, and the passes that follow at once while messages are
+        left (as the daemon's next pass comes sooner when there is work)."""
         self._tick(now)
         left = len(self.queue.messages)
         while left:
@@ -236,6 +254,11 @@ class DaemonDriver:
         for node in nodes:
             (inst,) = self.store.active_instances([node])
             self.queue.put(self.ec2.reclaim(inst.instance_id, reservation=reclaim))
+
+    def block_taken_back(self, i: int) -> None:
+        """EC2 begins terminating Capacity Block `i`'s instances (30 minutes before its
+        end)."""
+        self.ec2.take_back(block_id(i))
 
     def limit_use(self, pool: str) -> LimitUse | None:
         """The hold rule's share of a time limit for `pool` as the daemon's last pass used it

@@ -30,8 +30,11 @@ class Disruptions:
     def block_end(self, i: int, now: float) -> int:
         """EC2 takes the block back (from `block_lead_s` before its end): its nodes go. A job
         still on one dies with it (counted; a margin of at least the lead makes this never
-        happen, a smaller one shows up here). Returns the jobs killed."""
+        happen, a smaller one shows up here). Returns the jobs killed. With the daemon: the
+        simulated EC2 terminates the block's instances, Slurm loses the nodes."""
         slurm = self.slurm
+        if self.st.daemon is not None:
+            self.st.daemon.block_taken_back(i)
         killed = [idx for idx, placed in slurm.placed.items()
                   if any(m.paid == i for m, _ in placed)]
         for idx in killed:

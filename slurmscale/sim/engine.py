@@ -5,10 +5,10 @@ policies' plans are carried out as their tools would (`sim/other_policies.py`).
 The parts, each an object of its own module, built here on one shared `SimState` (the
 settings, the nodes, the agenda, the figures: `state.py`): the simulated Slurm
 (`scheduler.py`: its queue, scheduling, backfill and power saving), where its new nodes
-launch (`paid.py`), what EC2 and the hardware do to running nodes (`disruptions.py`), and
-the policy - the daemon's own loop on the simulated adapters (`daemon.py`) or one of the
-other policies (`other_policies.py`); here the event loop that runs them in time order. The
-settings in `world.py`, the figures in `result.py`.
+launch for the other policies (`paid.py`), what EC2 and the hardware do to running nodes
+(`disruptions.py`), and the policy - the daemon's own loop on the simulated adapters
+(`daemon.py`) or one of the other policies (`other_policies.py`); here the event loop that
+runs them in time order. The settings in `world.py`, the figures in `result.py`.
 
 Simulated Slurm: jobs ordered and started as `sim/slurm_model.py` says (Slurm's main scheduler,
 backfill by time limits and multifactor priority; or the older greedy model); single-node jobs
@@ -29,11 +29,12 @@ on-demand only after `max_preemptions`. Seeded: the same run gives the same resu
 
 With PaidCapacity the cloud also has capacity paid whether used or not: an On-Demand Capacity
 Reservation of N nodes (paid for the whole run) and Capacity Blocks (paid for their window).
-Nodes are launched into it as the daemon routes gangs: the nodes a job powers up go into a
-block when all of them fit in its free nodes and the job's time limit ends before the block
-does (Slurm checks the limit against the block's closing reservation),
-else into the reservation when they all fit there, else onto normal capacity; a job is never
-placed on a block node it would outlast, and a block's nodes are powered down at its end.
+slurmscale's daemon routes launches into it itself, as on EC2: its launch pass puts a gang
+into the ODCR when it fits whole, a capacity-block pool's gangs into the open block (its
+block pass keeping the pool's closed windows in the simulated Slurm, which starts no job
+whose limit reaches one); the engine reads from each node's instance which capacity it runs
+in (`_routed`), and from 30 minutes before a block's end the simulated EC2 takes its
+instances back. For the other policies the engine's model places the nodes (`paid.py`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import heapq
 from collections.abc import Callable
 
 from slurmscale.policy.model import Mode
-from slurmscale.sim.daemon import DaemonDriver
+from slurmscale.sim.daemon import RESERVATION_ID, DaemonDriver, block_id
 from slurmscale.sim.disruptions import Disruptions
 from slurmscale.sim.oracle import offline_up_s
 from slurmscale.sim.other_policies import OtherPolicies
@@ -97,6 +98,9 @@ class Simulation:
             self.daemon = st.daemon = DaemonDriver(self.slurm, st.daemon_config, st.paid)
         else:
             self.others = OtherPolicies(st, self.slurm)
+        # a paid capacity's reservation id -> the node's `paid` (the ODCR, a block's index)
+        self.paid_source = {RESERVATION_ID: ODCR,
+                            **{block_id(i): i for i in range(len(st.paid.blocks))}}
 
     def _tick(self, now: float) -> None:
         before = self._usable(now)
@@ -106,9 +110,9 @@ class Simulation:
 
     def _routed(self) -> None:
         """Where the daemon launched the nodes powered up since: a node whose instance went
-        into the ODCR runs in paid capacity (on demand, not spot) from its launch. A node
-        the daemon has not launched yet is asked again after its next pass; one powered
-        down meanwhile (its launch rolled back) is dropped."""
+        into the ODCR or a block runs in paid capacity (on demand, not spot) from its
+        launch. A node the daemon has not launched yet is asked again after its next pass;
+        one powered down meanwhile (its launch rolled back) is dropped."""
         st = self.st
         if not st.unrouted:
             return
@@ -122,7 +126,7 @@ class Simulation:
             if rid is None:
                 left.append(n)
             elif rid:
-                n.paid, n.spot = ODCR, False
+                n.paid, n.spot = self.paid_source[rid], False
         st.unrouted = left
 
     def _usable(self, now: float) -> tuple[object, ...]:
@@ -145,10 +149,7 @@ class Simulation:
             res = self.daemon.cfg.reservations
             if res.enabled:  # squeue's StartTime, which the hold rule reads
                 self.slurm.bf.estimate(now, res.accumulate_after_s)
-            paid = (frozenset(n.name for n in st.nodes if n.paid is not None)
-                    if (st.paid.reserved_nodes or st.paid.blocks)
-                    and not st.routes_reserved else frozenset())
-            self.daemon.step(now, paid)
+            self.daemon.step(now)
             self._routed()
             self._limit_use(now)
         else:

@@ -1,8 +1,9 @@
-"""Capacity paid whether used or not, as the daemon routes launches into it: a Capacity Block
-the new nodes fit whole in (and the job's time limit ends in), else the On-Demand Capacity
-Reservation, else normal capacity; a job never placed on a block node it would outlast.
-The model of the other policies, and of slurmscale's with blocks: without blocks slurmscale's
-daemon routes into the ODCR itself (`PaidCapacity.routed_by_daemon`)."""
+"""Capacity paid whether used or not, for the other policies (`static`, `naive`,
+`immediate`: no daemon routes their launches): a Capacity Block the new nodes fit whole in
+(and the job's time limit ends in), else the On-Demand Capacity Reservation, else normal
+capacity; a job never placed on a block node it would outlast. slurmscale's daemon routes
+into both itself (`SimState.routes_paid`): its launch pass, its block pass's windows in the
+simulated Slurm, the simulated EC2's block."""
 
 from __future__ import annotations
 
@@ -29,14 +30,14 @@ class PaidRouting:
         times) launch: a block they fit whole in (and the job's limit ends in), the
         reservation they fit whole in, or normal capacity (None)."""
         st, paid = self.st, self.paid
-        if k is not st.main:
-            return None  # paid capacity is the main pool's
+        if k is not st.main or st.routes_paid:
+            return None  # paid capacity is the main pool's; the daemon's to route
         for i, b in enumerate(paid.blocks):
             if (b.start_s <= now < paid.taken_back_s(b)
                     and now + st.cloud.boot_s + limit_s <= paid.close_s(b)
                     and b.nodes - self.in_paid(i) >= need):
                 return i
-        if (paid.use_reserved and paid.reserved_nodes and not st.routes_reserved
+        if (paid.use_reserved and paid.reserved_nodes
                 and paid.reserved_nodes - self.in_paid(ODCR) >= need
                 and not (paid.reclaim_rate > 0
                          and reclaims_exhausted(preempted, paid.max_reclaims))):

@@ -6,8 +6,10 @@ GPUs, best fit; gangs on whole idle nodes, all at once; a job placed on powered-
 powers them up and starts once the last has booted), the main scheduler (priority order, a
 partition blocked after its first job that cannot start; or the older greedy model),
 multifactor priorities (its backfill beside it: `backfill.py`); its power saving
-(ResumeProgram and SuspendProgram: a node powered up boots for the cloud's delay, into the
-capacity `PaidRouting` says); and what slurmctld does when the daemon
+(ResumeProgram and SuspendProgram: a node powered up boots for the cloud's delay; for the
+other policies into the capacity `PaidRouting` says); its reservations (a hold's nodes for
+its job alone; a window's nodes for no job its limit would carry into it) and partitions
+set DOWN; and what slurmctld does when the daemon
 (through `SimSlurm`, whose `SimModel` this is) or the other policies tell it: power nodes
 down or up, requeue, signal or move a job. The nodes are the shared state's (`state.py`):
 Slurm changes their jobs and power, the cloud part their failures and ends."""
@@ -91,7 +93,9 @@ class SimSlurmctld:
         self.bf = SimBackfill(self)  # backfill's cycles and the start estimates it plans
         self.bf_dirty = True  # something changed since the last backfill cycle
         self.windowed = False  # a node is in a window reservation (Node.windows)
-        self.down: set[str] = set()  # partitions set DOWN (scontrol update State=DOWN)
+        # partitions set DOWN (scontrol update State=DOWN); a capacity-block pool's starts
+        # DOWN, as slurm-conf renders it, until the daemon's block pass opens it
+        self.down: set[str] = {st.block.name} if st.block is not None else set()
 
     # --- what SimSlurm reads of the world through this one (its `SimModel`) --------------
     @property
@@ -218,7 +222,7 @@ class SimSlurmctld:
         resv = self.attached.get(idx)  # pointed at its reservation: runs there, nowhere else
         pool = self.st.nodes_of[k.name]
         live = [n for n in pool if n.state != "down" and n.resv == resv and not n.drain]
-        if self.st.paid.blocks:  # (the scheduler's hot loop: no per-node call without blocks)
+        if self.st.engine_blocks:  # (the scheduler's hot loop: no per-node call without)
             outlasts, lim = self.routing.outlasts, self.limit[idx]
             live = [n for n in live if not outlasts(n, max(now, n.ready_at), lim)]
         spare = self.spare(pool, headroom, allow, resv)
@@ -246,6 +250,11 @@ class SimSlurmctld:
         the daemon's block margin covers: `Config.block_end_margin_s`)."""
         end = now + self.limit[idx]
         return [n for n in nodes if not any(s < end and now < e for s, e in n.windows)]
+
+    @staticmethod
+    def closed(n: Node, now: float) -> bool:
+        """Is node `n` in a window reservation now?"""
+        return any(s <= now < e for s, e in n.windows)
 
     @staticmethod
     def spare(pool: list[Node], headroom: int, allow: Callable[[Node], bool] | None,
@@ -315,8 +324,10 @@ class SimSlurmctld:
         target = st.memory[k.name].target if governed else k.max_nodes
         head = max(0, min(target, k.max_nodes) - st.live_count[k.name])
         pool = st.nodes_of[k.name]
-        if st.daemon is not None and head:  # the drained ones are not Slurm's to power up
-            head = sum(1 for n in pool if n.state == "down" and not n.drain)
+        if st.daemon is not None and head:  # the drained ones are not Slurm's to power up,
+            # nor those in a window reservation now
+            head = sum(1 for n in pool if n.state == "down" and not n.drain
+                       and not (n.windows and self.closed(n, now)))
         if k is st.main and now < st.spot_down_until and st.daemon is None:
             head = 0  # spot launches fail (a storm; the other policies' reclaim backoff)
         live = [n for n in pool if n.state != "down" and n.resv is None and not n.drain]
@@ -505,6 +516,8 @@ class SimSlurmctld:
     def partitions(self, idx: int) -> tuple[str, ...]:
         if idx in self.steered:
             return (self.st.fallback.name,) if self.st.fallback is not None else ()
+        if self.st.block is not None:  # (-p gpu,gpu-od,gpu-block: its demand is the main's)
+            return (self.st.main.name, *self.st.also, self.st.block.name)
         return (self.st.main.name, *self.st.also)
 
     @staticmethod
@@ -576,7 +589,8 @@ class SimSlurmctld:
         n.idle_since = None
         n.paid = paid
         n.spot = st.spot is not None and n.pool == st.main.name and paid is None
-        if st.routes_reserved and n.pool == st.main.name:
+        if st.routes_paid and (n.pool == st.main.name
+                               or (st.block is not None and n.pool == st.block.name)):
             st.unrouted.append(n)
         st.result.node_launches += 1
         if st.last_launch_batch != now:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from slurmscale.config import Config, GraceSignal, SpotSettings
 from slurmscale.daemon.observe import knobs
 from slurmscale.policy.model import BufferRule, Mode, NodeState, NodeView, PoolKnobs, PoolMemory
-from slurmscale.sim.daemon import MAIN_PREFIX, OD_PREFIX, DaemonDriver, sim_config
+from slurmscale.sim.daemon import BLOCK_PREFIX, MAIN_PREFIX, OD_PREFIX, DaemonDriver, sim_config
 from slurmscale.sim.policies import SimPolicy
 from slurmscale.sim.result import SimResult
 from slurmscale.sim.world import PERIODIC, FailureModel, Node, PaidCapacity, SimCloud, SpotModel
@@ -33,10 +33,11 @@ class SimState:
         self.spot = spot
         self.failures = failures
         self.paid = paid or PaidCapacity()
-        # slurmscale's daemon routes launches into the ODCR itself; the nodes powered up
-        # since, whose instance it has not been asked where it went (`Simulation._routed`)
-        self.routes_reserved = (policy.decide is None and paid is not None
-                                and self.paid.routed_by_daemon())
+        # slurmscale's daemon routes launches into paid capacity itself (the ODCR, the
+        # blocks); the nodes powered up since, whose instance it has not been asked where it
+        # went (`Simulation._routed`). The other policies: the engine's model (`paid.py`)
+        self.routes_paid = policy.decide is None and paid is not None
+        self.engine_blocks = bool(self.paid.blocks) and not self.routes_paid
         self.unrouted: list[Node] = []
         self.daemon: DaemonDriver | None = None
         self._pools(policy, spot, paid is not None)
@@ -65,17 +66,38 @@ class SimState:
         # slurmscale's policies: the daemon's own passes on the simulated Slurm, with the
         # config the daemon would be given (its pools' knobs are the ones simulated)
         self.daemon_config: Config | None = None
+        self.block: PoolKnobs | None = None  # the daemon's capacity-block pool
         if policy.decide is None:
+            if self.paid.blocks:
+                self._block_pool()
             cfg = sim_config(self.main, policy.holds, self.fallback, SpotSettings(
                 on_demand_buffer=spot.buffer, warm_on_demand_nodes=spot.warm_nodes,
                 max_preemptions=spot.max_preemptions) if spot and self.fallback else None,
                 spot.reclaim_backoff_s if spot else 180.0, self.paid if paid else None,
                 GraceSignal(margin_s=spot.grace_margin_s)
-                if spot and self.fallback and spot.grace_margin_s is not None else None)
-            self.pools = list(knobs(cfg))
-            self.main = self.pools[0]
-            self.fallback = self.pools[1] if self.fallback is not None else None
+                if spot and self.fallback and spot.grace_margin_s is not None else None,
+                self.block)
+            by_name = {k.name: k for k in knobs(cfg)}
+            self.main = by_name[self.main.name]
+            self.fallback = by_name[self.fallback.name] if self.fallback is not None else None
+            self.block = by_name[self.block.name] if self.block is not None else None
+            # in Slurm's PriorityTier order (slurm-conf renders the block partition 3, spot
+            # 2, on-demand 1): a job of several partitions starts on the block when it can
+            self.pools = [k for k in (self.block, self.main, self.fallback) if k is not None]
             self.daemon_config = cfg
+
+    def _block_pool(self) -> None:
+        """The capacity-block pool beside the main one (as many nodes as the blocks have at
+        once, at most), its nodes started only when Slurm powers one up for a job (immediate
+        mode), its idle nodes kept (paid whether used or not)."""
+        starts = [b.start_s for b in self.paid.blocks]
+        peak = max(sum(b.nodes for b in self.paid.blocks if b.start_s <= t < b.end_s)
+                   for t in starts)
+        self.block = replace(self.main, name=f"{self.main.name}-block", max_nodes=peak,
+                             min_nodes=0, mode=Mode.IMMEDIATE, buffer=(),
+                             release_paid_idle=False)
+        self.nodes += [Node(f"{BLOCK_PREFIX}{i + 1}", self.main.gpus_per_node,
+                            pool=self.block.name) for i in range(peak)]
 
     def _bookkeeping(self) -> None:
         """What every part keeps of the nodes, the clocks and the figures."""

@@ -115,14 +115,6 @@ class PaidCapacity:
     # often launches on normal capacity, not into the interruptible reservation again
     max_reclaims: int = 2
 
-    def routed_by_daemon(self) -> bool:
-        """Does slurmscale's daemon itself route launches into the ODCR (its launch pass's
-        route, onto the simulated EC2's reservation), rather than the engine's model? Yes,
-        unless blocks are modelled too: the simulated Slurm has no block windows (the
-        daemon's block pass and its Slurm reservations), so blocks, and with them the ODCR
-        they come before, stay the engine's model."""
-        return self.use_reserved and self.reserved_nodes > 0 and not self.blocks
-
     def close_s(self, b: BlockSpec) -> float:
         return b.end_s - self.block_margin_s
 

@@ -68,11 +68,8 @@ KEPT_EVENTS = 1000  # the newest audit events kept (every kind is counted)
 
 class MemoryStore:
     """Implements `ReconcileStore` (and so `LaunchStore` and `PassStore`), held to the SQL
-    store's behaviour by `tests/support/store_contract.py`. `paid`: nodes in paid capacity
-    besides those whose recorded instance runs in a capacity reservation - those the
-    simulator's engine places in a Capacity Block itself (its Slurm has no block windows);
-    without blocks the daemon launches into the ODCR and the instances say it. The audit
-    log keeps the newest `KEPT_EVENTS` and counts every kind."""
+    store's behaviour by `tests/support/store_contract.py`. The audit log keeps the newest
+    `KEPT_EVENTS` and counts every kind."""
 
     def __init__(self) -> None:
         self._memory: dict[str, PoolMemory] = {}
@@ -93,7 +90,6 @@ class MemoryStore:
         self._launching: set[str] = set()  # gangs LAUNCHING (the SQL store's index on status)
         self._instances: dict[str, InstanceRow] = {}
         self._active: dict[str, str] = {}  # node -> its running instance
-        self.paid: frozenset[str] = frozenset()
         self._reservations: dict[str, CapacityReservationRow] = {}
         self._jobs: dict[str, JobRow] = {}
         self._running: set[str] = set()
@@ -154,8 +150,8 @@ class MemoryStore:
             self._reservations[r.id] = _copy(r)
 
     def reserved_nodes(self) -> frozenset[str]:
-        return self.paid | {node for node, iid in self._active.items()
-                            if self._instances[iid].capacity_reservation_id}
+        return frozenset(node for node, iid in self._active.items()
+                         if self._instances[iid].capacity_reservation_id)
 
     def add_preemption(self, row: PreemptionRow) -> None:
         t = row.at.timestamp()

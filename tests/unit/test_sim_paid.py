@@ -9,8 +9,10 @@ from collections import Counter
 
 import pytest
 
+from slurmscale.audit import Kind
+from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.policy.model import PoolKnobs
-from slurmscale.sim.daemon import RESERVATION_ID
+from slurmscale.sim.daemon import RESERVATION_ID, block_id
 from slurmscale.sim.engine import BlockSpec, PaidCapacity, SimCloud, Simulation, simulate
 from slurmscale.sim.policies import builtin_policy
 from slurmscale.sim.report import metrics
@@ -46,6 +48,28 @@ def test_a_block_is_used_to_its_end_and_no_job_outlasts_it() -> None:
     assert sorted(r.waits) == [0.0, 300.0, 300.0]
     # B ran on normal capacity: booted at 3000, ran to 5100, then idle until released
     assert m["on_demand_node_hours"] > 0.5
+
+
+def test_the_daemon_routes_gangs_into_the_block_and_keeps_its_windows_in_slurm() -> None:
+    """The block is the daemon's, as on EC2 (no routing of the engine's): its block pass holds
+    the block pool's closed spans in the simulated Slurm and only then opens the block
+    partition (slurm.conf starts it DOWN); Slurm starts A and C on block nodes (PriorityTier),
+    B, whose limit reaches the close, elsewhere; the resume hook's launches go into the block
+    (SimEc2's instances carry its id) and the engine counts a node as paid from its instance."""
+    sim = Simulation(JOBS, builtin_policy("slurmscale", KNOBS), CLOUD, paid=BLOCK)
+    assert sim.daemon is not None
+    slurm = sim.daemon.slurm
+    assert slurm.partition_states() == {"gpu": "UP", "gpu-block": "DOWN"}
+    r = sim.run()
+    events = sim.daemon.events
+    assert events[Kind.BLOCK_RESERVATION] >= 2 and events[Kind.BLOCK_PARTITION_OPENED] == 1
+    assert slurm.partition_states()["gpu-block"] == "UP"
+    assert {x.name for x in slurm.reservations()} == {"slurmscale-block-gpu-block-after"}
+    into = Counter((i.reservation, i.tags[TAG_NODE][:3])
+                   for i in sim.daemon.ec2.instances.values())
+    # A's 2 nodes, then C on the same 2 kept block nodes; B on a main pool node
+    assert into == {(block_id(0), "cb-"): 2, ("", "n-1"): 1}, into
+    assert r.paid_node_s == 2 * 3600 and r.jobs_completed == 3
 
 
 def test_slurms_own_power_saving_releases_the_paid_block_early() -> None:
