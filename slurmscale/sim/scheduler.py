@@ -326,8 +326,10 @@ class SimSlurmctld:
         pool = st.nodes_of[k.name]
         if st.daemon is not None and head:  # the drained ones are not Slurm's to power up,
             # nor those in a window reservation now
-            head = sum(1 for n in pool if n.state == "down" and not n.drain
-                       and not (n.windows and self.closed(n, now)))
+            head = (sum(1 for n in pool if n.state == "down" and not n.drain)
+                    if not self.windowed else
+                    sum(1 for n in pool if n.state == "down" and not n.drain
+                        and not self.closed(n, now)))
         if k is st.main and now < st.spot_down_until and st.daemon is None:
             head = 0  # spot launches fail (a storm; the other policies' reclaim backoff)
         live = [n for n in pool if n.state != "down" and n.resv is None and not n.drain]
