@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 POKE_GAP_S = 0.25  # a pass starts at least this long after the last one ended
 # a stop still running this long after the pass's own bound (daemon.stop_timeout_s) hangs
 STOP_MARGIN_S = 10.0
+SIGNAL_POLL_S = 0.5  # the main thread wakes this often to run a signal's handler (`run`)
 
 
 def rounded(seconds: dict[str, float]) -> dict[str, float]:
@@ -323,7 +324,12 @@ class Daemon:
                  self.role, self.cfg.cluster_name, len(self.cfg.pools), self.cfg.socket_path,
                  redact(self.store.engine.url.render_as_string(hide_password=True),
                         self.cfg.database_url()))
-        self.stopping.wait()
+        # A timed wait: Python runs a signal's handler in the main thread only when that
+        # thread runs, and the kernel may deliver SIGTERM to another thread (the worker,
+        # the API's); an untimed wait would then sleep through it for ever (a loaded CI saw
+        # a daemon ignore its SIGTERM for a minute). Each wake-up runs what is pending.
+        while not self.stopping.wait(SIGNAL_POLL_S):
+            pass
         self.stop()
 
     def stop(self) -> None:

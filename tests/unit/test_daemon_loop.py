@@ -235,6 +235,37 @@ def test_sigterm_during_a_slow_pass_after_a_poke_exits_within_the_stop_timeout(
     assert "abandoned" in (tmp_path / "daemon.log").read_text()
 
 
+TGKILL = {"x86_64": 234, "aarch64": 131}  # the tgkill syscall's number (Linux)
+
+
+def test_a_sigterm_the_kernel_gives_another_thread_still_stops_the_daemon(
+        tmp_path: Path) -> None:
+    """The kernel may deliver a process's SIGTERM to any of its threads; Python runs the
+    handler only in the main thread, and only when that thread runs: a main thread asleep in
+    an untimed wait slept through it (a loaded CI run's daemon ignored SIGTERM for a minute).
+    Here the signal goes to one of the daemon's other threads on purpose (tgkill)."""
+    import ctypes
+    import platform
+
+    nr = TGKILL.get(platform.machine())
+    if nr is None:
+        pytest.skip(f"tgkill's syscall number not known here ({platform.machine()})")
+    cfg = _config(tmp_path)
+    daemon = _daemon_up(tmp_path, cfg)
+    try:
+        others = sorted(int(t) for t in os.listdir(f"/proc/{daemon.pid}/task")
+                        if int(t) != daemon.pid)
+        assert others, "the daemon runs more than one thread"
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(nr, daemon.pid, others[-1], signal.SIGTERM) == 0
+        rc = daemon.wait(10)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(5)
+    assert rc == 0
+
+
 def test_a_socket_path_that_cannot_be_served_is_one_line_and_exit_2(tmp_path: Path) -> None:
     cfg = _config(tmp_path, socket_path="/proc/slurmscale-test.sock")
     p = subprocess.run([sys.executable, "-m", "slurmscale", "--config", str(cfg), "daemon"],
