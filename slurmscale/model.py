@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
@@ -61,6 +62,14 @@ class QueueJob(NamedTuple):
     array_job: str = ""
     array_tasks: int = 1
     array_throttle: int = 0
+
+
+_READS = itertools.count(1)  # every QueueRead's serial: one read, one number
+
+
+def next_read() -> int:
+    """A new read's serial (QueueRead.serial): unique in the process, whoever reads."""
+    return next(_READS)
 
 
 class QueueRead(list[QueueJob]):

@@ -13,6 +13,7 @@ trace's 0 being `EPOCH` (printed in UTC with an offset, so no local-time ambigui
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ from slurmscale.model import (
     JobPriority,
     PriorityWeights,
     QueueJob,
+    QueueRead,
     SlurmNode,
     SlurmReservation,
+    next_read,
 )
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.slurm_model import YEAR_S, SchedulerKind, SlurmModel
@@ -118,8 +121,11 @@ def _limit(limit_s: float) -> int | None:
 EPOCH = 1_700_000_000.0  # what trace second 0 is to Slurm and the daemon
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stamp(t: float) -> str:
-    """A trace time as Slurm prints times (here with an explicit UTC offset)."""
+    """A trace time as Slurm prints times (here with an explicit UTC offset). Memoised: a
+    job's record is made again with its same submit time, and backfill plans at the same
+    few times (the running jobs' limits)."""
     return datetime.fromtimestamp(t + EPOCH, UTC).isoformat()
 
 
@@ -146,6 +152,8 @@ class SimSlurm:
         self._pending: dict[int, QueueJob] = {}
         self._keys: dict[int, tuple[int, bool, str, bool, float | None]] = {}
         self._running: dict[int, tuple[float, QueueJob]] = {}
+        self._shown_running: dict[int, QueueJob] = {}  # each running job's line as last read
+        self._read: int | None = None  # the last active_jobs read's serial (QueueRead)
         self.addr: dict[str, tuple[str, str]] = {}  # NodeAddr, NodeHostname where set
         self.suspend_exc = ""  # SuspendExcNodes as last set (23.02+: settable at run time)
         # every node as last read; only those the engine touched since are read again
@@ -198,14 +206,30 @@ class SimSlurm:
                          n.gpus - n.free if n.jobs else 0)
 
     def active_jobs(self) -> list[QueueJob]:
-        return self.pending_jobs() + self._started()
+        """squeue's pending and running lines, as the daemon reads them: a QueueRead that
+        says which records are new since the last such read and which it let go, as the
+        squeue parse's does (so the daemon's queue view takes the path it takes on a real
+        cluster: the change, not a walk of the queue)."""
+        changed: list[QueueJob] = []
+        dropped: list[QueueJob] = []
+        records = self._pending_lines(changed, dropped) + self._started(changed, dropped)
+        read = QueueRead(records, next_read(), self._read, changed, dropped)
+        self._read = read.serial
+        return read
 
     def pending_jobs(self) -> list[QueueJob]:
+        self._read = None  # (the next active_jobs' change would be relative to this read)
+        return self._pending_lines([], [])
+
+    def _pending_lines(self, changed: list[QueueJob], dropped: list[QueueJob]
+                       ) -> list[QueueJob]:
         """squeue's pending lines: a job's record is made again only when what it shows
         changed (its priority, whether it waits for its BeginTime, its reservation, its
         partitions, backfill's expected start), else the same record as last read (so the
         daemon's queue view, which compares records by identity, works out only those).
-        The keys are made and compared in C (map, zip): every pending job every pass."""
+        The keys are made and compared in C (map, zip): every pending job every pass.
+        Records made afresh are added to `changed`, those they replace or whose job left
+        the queue to `dropped`."""
         sim, now = self.sim, self.now
         pend = list(sim.pending)
         waiting = {i for i, t in sim.eligible_at.items() if t > now}
@@ -213,26 +237,34 @@ class SimSlurm:
                         map(sim.attached.get, pend, itertools.repeat("")),
                         map(sim.steered.__contains__, pend), map(sim.expected.get, pend),
                         strict=True))
-        known = self._keys
-        changed = map(ne, keys, map(known.get, pend))
-        for idx, key in itertools.compress(zip(pend, keys, strict=True), changed):
+        known, records = self._keys, self._pending
+        is_new = map(ne, keys, map(known.get, pend))
+        for idx, key in itertools.compress(zip(pend, keys, strict=True), is_new):
             prio, wait, resv, _, expected = key
             job = sim.jobs[idx]
             known[idx] = key
+            old = records.get(idx)
+            if old is not None:
+                dropped.append(old)
             # a requeued job waits out Slurm's requeue delay as BeginTime
-            self._pending[idx] = QueueJob(
+            records[idx] = rec = QueueJob(
                 sim.slurm_ids[idx], sim.partitions(idx), job.nodes,
                 job.gpus_per_node(sim.main.gpus_per_node), _limit(sim.limit[idx]),
                 stamp(job.submit_s), "BeginTime" if wait else "Resources", prio,
                 job.user or "user", "PENDING", reservation=resv,
                 expected_start="N/A" if expected is None else stamp(expected))
+            changed.append(rec)
         if len(known) != len(pend):  # jobs left the queue
             for idx in known.keys() - sim.pending.keys():
-                del known[idx], self._pending[idx]
-        return list(map(self._pending.__getitem__, pend))
+                dropped.append(records.pop(idx))
+                del known[idx]
+        return list(map(records.__getitem__, pend))
 
-    def _started(self) -> list[QueueJob]:
-        sim = self.sim
+    def _started(self, changed: list[QueueJob], dropped: list[QueueJob]) -> list[QueueJob]:
+        """squeue's running lines (CONFIGURING while their nodes boot), a job's record made
+        again only when it started again; new records added to `changed`, those they
+        replace or whose job ended to `dropped`."""
+        sim, shown = self.sim, self._shown_running
         out = []
         for idx, placed in sim.placed.items():
             start = sim.start[idx]
@@ -250,9 +282,17 @@ class SimSlurm:
             job_q = hit[1]
             if start > self.now and job_q.state != "CONFIGURING":
                 job_q = job_q._replace(state="CONFIGURING")  # its nodes still boot
+            was = shown.get(idx)
+            if was is not job_q:
+                if was is not None:
+                    dropped.append(was)
+                changed.append(job_q)
+                shown[idx] = job_q
             out.append(job_q)
-        for idx in [i for i in self._running if i not in sim.placed]:
-            del self._running[idx]
+        if len(self._running) != len(sim.placed):  # jobs ended (or were requeued)
+            for idx in [i for i in self._running if i not in sim.placed]:
+                del self._running[idx]
+                dropped.append(shown.pop(idx))
         return out
 
     def ended_jobs(self) -> list[QueueJob]:

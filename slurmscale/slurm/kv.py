@@ -18,6 +18,7 @@ from slurmscale.model import (
     QueueJob,
     QueueRead,
     SlurmReservation,
+    next_read,
 )
 
 R = TypeVar("R")
@@ -176,9 +177,6 @@ class LineMemo(Generic[R]):
         self.line_of: dict[str, str] = {}  # (squeue's) job id -> its line in `last`
 
 
-_READS = itertools.count(1)  # every memo-parsed read's serial: one read, one number
-
-
 def parse_squeue_fixed(text: str | Iterable[str],
                        memo: LineMemo[QueueJob] | None = None) -> list[QueueJob]:
     """Parse `squeue -h -O <SQUEUE_FORMAT>` output (one job per line, fields ending in '|'):
@@ -265,7 +263,7 @@ def _parse_against(lines: list[str], memo: LineMemo[QueueJob]) -> QueueRead:
             line_of[rec.job_id] = lines[i]
     jobs = cast(list[QueueJob], recs if len(parsed) == len(new_at)
                 else [r for r in recs if r is not None])
-    read = QueueRead(jobs, next(_READS), memo.serial, parsed, dropped)
+    read = QueueRead(jobs, next_read(), memo.serial, parsed, dropped)
     memo.serial = read.serial
     return read
 

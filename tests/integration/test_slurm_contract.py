@@ -22,8 +22,10 @@ def test_real_slurm_keeps_the_slurm_contract(make_cluster) -> None:  # type: ign
     job = c.sbatch("--begin=now+1hour", "-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "-t",
                    "60", "--wrap", "true")
     assert c.cfg is not None
-    check_contract(Harness(SlurmCLI(c.cfg.slurm), ("spot-1", "spot-2"), "gpu-spot", str(job),
-                           getpass.getuser(), lambda: timeframe.FRAME.now()))
+    # (the daemon's client: it remembers the last read's lines, and says what changed)
+    check_contract(Harness(SlurmCLI(c.cfg.slurm, remember=True), ("spot-1", "spot-2"),
+                           "gpu-spot", str(job), getpass.getuser(),
+                           lambda: timeframe.FRAME.now(), tells_changes=True))
 
 
 def test_real_slurm_lists_eligible_pending_jobs_priority_factors(make_cluster) -> None:  # type: ignore[no-untyped-def]

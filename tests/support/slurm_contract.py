@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from slurmscale.model import JobPriority, PriorityWeights
+from slurmscale.model import JobPriority, PriorityWeights, QueueJob, QueueRead
 from slurmscale.policy.model import NodeState
 from slurmscale.policy.observe import node_state, slurm_time
 from slurmscale.slurm import reasons
@@ -30,6 +30,20 @@ class Harness:
     job_id: str  # a pending 2-node job that may run in `partition`, not held
     user: str  # its user
     now: Callable[[], float]  # the daemon's clock (Unix seconds) as this Slurm reads it
+    # its queue reads say what changed since the one before (QueueRead), as the daemon's
+    # squeue parse and the simulated Slurm's do: the daemon's queue view works a pass out
+    # from that account alone, so it must be exact
+    tells_changes: bool = False
+
+
+def check_changes(before: list[QueueJob], read: list[QueueJob]) -> None:
+    """A queue read that says what changed since the read before says it exactly: the
+    records not the very ones of that read (new jobs, changed lines), and that read's
+    records not printed again (jobs gone, the old records of changed ones)."""
+    assert isinstance(before, QueueRead) and isinstance(read, QueueRead), (before, read)
+    assert read.since == before.serial and read.serial != before.serial
+    assert {id(j) for j in read.changed} == {id(j) for j in read} - {id(j) for j in before}
+    assert {id(j) for j in read.dropped} == {id(j) for j in before} - {id(j) for j in read}
 
 
 def check_contract(h: Harness, refresh: Callable[[], None] = lambda: None) -> None:
@@ -42,9 +56,14 @@ def check_contract(h: Harness, refresh: Callable[[], None] = lambda: None) -> No
         (n,) = [n for n in s.nodes() if n.name == name]
         return n
 
+    reads: list[list[QueueJob]] = []
+
     def job():  # type: ignore[no-untyped-def]
         refresh()
-        (j,) = [j for j in s.active_jobs() if j.job_id == h.job_id]
+        reads.append(s.active_jobs())
+        if h.tells_changes and len(reads) > 1:
+            check_changes(reads[-2], reads[-1])
+        (j,) = [j for j in reads[-1] if j.job_id == h.job_id]
         return j
 
     # powered-down cloud nodes, usable, in their partition
@@ -97,6 +116,8 @@ def check_contract(h: Harness, refresh: Callable[[], None] = lambda: None) -> No
     assert name not in {r.name for r in s.reservations()}
     with pytest.raises(SlurmError):
         s.delete_reservation(name)
+    if h.tells_changes:  # (the job's record changed with its reservation, twice)
+        assert any(j.job_id == h.job_id for r in reads[1:] for j in r.changed)
     check_windows(h, refresh)
 
 

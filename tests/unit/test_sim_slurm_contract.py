@@ -24,7 +24,8 @@ def test_the_simulated_slurm_keeps_the_slurm_contract() -> None:
     sim.submit(0, 0.0)
     slurm = sim.daemon.slurm
     slurm.begin_pass(0.0)
-    check_contract(Harness(slurm, ("n-1", "n-2"), "gpu", "1", "ana", lambda: EPOCH + slurm.now))
+    check_contract(Harness(slurm, ("n-1", "n-2"), "gpu", "1", "ana", lambda: EPOCH + slurm.now,
+                           tells_changes=True))
 
 
 def test_the_simulated_slurm_lists_priority_factors_as_sprio_does() -> None:
@@ -53,3 +54,34 @@ def test_the_unit_tests_fake_slurm_keeps_the_slurm_contract() -> None:
                         "ana", "PENDING")])
     check_contract(Harness(slurm, ("gpu-1", "gpu-2"), "gpu", "7", "ana",
                            datetime.fromisoformat(slurm.now_text).timestamp))
+
+
+def test_every_queue_read_of_a_simulated_run_says_exactly_what_changed() -> None:
+    """The contract's change account (check_changes) over a whole run with a storm: jobs
+    submitted, started (CONFIGURING while their nodes boot), ended, requeued off interrupted
+    nodes, pointed at holds; each of the daemon's reads against the one before it."""
+    from slurmscale.sim.engine import SpotModel
+    from tests.support.slurm_contract import check_changes
+
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=6)
+    jobs = [TraceJob(f"j{i}", 300.0 * i, 1800.0 + 600.0 * (i % 4), 8 * (1 + i % 2),
+                     1 + 2 * (i % 3 == 0), user=("ana", "bo")[i % 2]) for i in range(24)]
+    spot = SpotModel(on_demand_nodes=4, storm_at_s=3600.0, storm_fraction=0.5)
+    sim = Simulation(jobs, builtin_policy("slurmscale", knobs),
+                     SimCloud(spot_price_per_node_hour=40.0), spot)
+    assert sim.daemon is not None
+    slurm, reads = sim.daemon.slurm, []
+    read = slurm.active_jobs
+
+    def checked() -> list[QueueJob]:
+        reads.append(read())
+        if len(reads) > 1:
+            check_changes(reads[-2], reads[-1])
+        return reads[-1]
+    slurm.active_jobs = checked  # type: ignore[method-assign]
+    r = sim.run()
+    assert r.requeues > 0 and r.jobs_completed == len(jobs)
+    # (the run read a queue that changed, and said so: starts, ends, requeues)
+    states = {j.state for rd in reads for j in rd.changed}  # type: ignore[attr-defined]
+    assert {"PENDING", "RUNNING", "CONFIGURING"} <= states, states
+    assert sum(len(rd.dropped) for rd in reads) > len(jobs)  # type: ignore[attr-defined]
