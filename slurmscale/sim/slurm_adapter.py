@@ -157,6 +157,7 @@ class SimSlurm:
         self.addr: dict[str, tuple[str, str]] = {}  # NodeAddr, NodeHostname where set
         self.suspend_exc = ""  # SuspendExcNodes as last set (23.02+: settable at run time)
         # every node as last read; only those the engine touched since are read again
+        self._reserved: frozenset[str] = frozenset()  # in a reservation active at the read
         self._nodes: list[SlurmNode] = [self._node(n) for n in sim.nodes]
         self._partitions = sorted({p for n in self._nodes for p in n.partitions})
 
@@ -175,6 +176,10 @@ class SimSlurm:
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
         self._expire()
         touched, index, nodes = self.sim.touched, self.sim.node_index, self.sim.nodes
+        reserved = self._reserved_now()
+        if reserved != self._reserved:  # a window began or ended: those nodes shown anew
+            touched.update(reserved ^ self._reserved)
+            self._reserved = reserved
         for name in touched:
             i = index[name]
             self._nodes[i] = self._node(nodes[i])
@@ -184,15 +189,28 @@ class SimSlurm:
             return [n for n in self._nodes if n.name in want]
         return list(self._nodes)
 
+    def _reserved_now(self) -> frozenset[str]:
+        """The nodes in a reservation active now (a few reservations: read at every node
+        read, as a window begins by the clock, not by an update)."""
+        now = self.now
+        return frozenset(n for r in self.res.values() if r.start <= now < r.end
+                         for n in r.nodes)
+
     def _node(self, n: SimNode) -> SlurmNode:
+        # RESERVED: in a reservation active now, whatever its power state (real slurmctld
+        # 22.05 shows IDLE+CLOUD+POWERED_DOWN+RESERVED within seconds of a window's start:
+        # the Slurm contract's window step)
+        reserved = n.resv is not None or n.name in self._reserved
         if n.state == "down":
             flags = ["IDLE", "CLOUD", "POWERED_DOWN"]
+            if reserved:
+                flags.append("RESERVED")
         else:
             flags = ["MIXED" if n.free else "ALLOCATED"] if n.jobs else ["IDLE"]
             if n.failed_at is not None:
                 flags = ["DOWN"]
             flags.append("CLOUD")
-            if n.resv is not None:
+            if reserved:
                 flags.append("RESERVED")
             if n.state == "booting":
                 flags.append("POWERING_UP")

@@ -261,7 +261,14 @@ class FakeSlurm:
     def nodes(self, names: list[str] | None = None) -> list[SlurmNode]:
         if self.fail:
             raise SlurmError(["scontrol"], 1, "slurm_load_node error: Unable to contact")
-        return [n for n in self.table.values() if names is None or n.name in names]
+        now = slurm_time(self.now_text) or 0.0
+        reserved = {n for r in self.resv.values()
+                    if (slurm_time(r.start_time) or 0.0) <= now
+                    < (slurm_time(r.end_time) or math.inf) for n in r.nodes}
+        # RESERVED: in a reservation active now (as slurmctld shows it: the contract)
+        return [replace(n, state=n.state + "+RESERVED")
+                if n.name in reserved and "RESERVED" not in n.state.split("+") else n
+                for n in self.table.values() if names is None or n.name in names]
 
     def _edit(self, op: str, names: list[str], flags_add: set[str], flags_del: set[str],
               reason: str | None = None) -> None:

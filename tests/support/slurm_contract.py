@@ -9,8 +9,10 @@ what the next read must show.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pytest
 
@@ -20,6 +22,8 @@ from slurmscale.policy.observe import node_state, slurm_time
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -136,6 +140,11 @@ def check_windows(h: Harness, refresh: Callable[[], None]) -> None:
         assert start is not None and end is not None, r
         return start, end, tuple(sorted(r.nodes))
 
+    def node(name: str):  # type: ignore[no-untyped-def]
+        refresh()
+        (n,) = [n for n in s.nodes() if n.name == name]
+        return n
+
     w, w2 = "slurmscale-contract-window", "slurmscale-contract-window-2"
     s.create_window_reservation(w, [a, b], [h.user], t0 + 7200, t0 + 10800)
     start, end, nodes = span(w)
@@ -156,6 +165,27 @@ def check_windows(h: Harness, refresh: Callable[[], None]) -> None:
         s.delete_reservation(name)
     refresh()
     assert not {w, w2} & {r.name for r in s.reservations()}
+
+    # a window from now (a block pool's span once its block has closed): its node shows
+    # RESERVED while it lasts (slurmctld marks it at its next reservation check, within
+    # seconds), and is still the powered-down node it was
+    s.create_window_reservation(w, [a], [h.user], None, t0 + 3600)
+    n = _settled(lambda: node(a), lambda n: "RESERVED" in n.flags)
+    assert node_state(n) is NodeState.POWERED_DOWN and "RESERVED" not in node(b).flags, n
+    s.delete_reservation(w)
+    _settled(lambda: node(a), lambda n: "RESERVED" not in n.flags)
+
+
+def _settled(read: Callable[[], T], ok: Callable[[T], bool], within_s: float = 30.0) -> T:
+    """Read until `ok` holds, for up to `within_s` (a state slurmctld sets on its own
+    periodic check, not at the update): the last read, asserted."""
+    deadline = time.monotonic() + within_s
+    got = read()
+    while not ok(got) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        got = read()
+    assert ok(got), got
+    return got
 
 
 def check_priorities(s: SlurmClient, eligible: Mapping[str, tuple[str, ...]],
