@@ -153,6 +153,7 @@ class SimSlurm:
         self._keys: dict[int, tuple[int, bool, str, bool, float | None]] = {}
         self._running: dict[int, tuple[float, QueueJob]] = {}
         self._shown_running: dict[int, QueueJob] = {}  # each running job's line as last read
+        self._configuring: dict[int, QueueJob] = {}  # a starting job's line while it boots
         self._read: int | None = None  # the last active_jobs read's serial (QueueRead)
         self.addr: dict[str, tuple[str, str]] = {}  # NodeAddr, NodeHostname where set
         self.suspend_exc = ""  # SuspendExcNodes as last set (23.02+: settable at run time)
@@ -280,9 +281,10 @@ class SimSlurm:
 
     def _started(self, changed: list[QueueJob], dropped: list[QueueJob]) -> list[QueueJob]:
         """squeue's running lines (CONFIGURING while their nodes boot), a job's record made
-        again only when it started again; new records added to `changed`, those they
-        replace or whose job ended to `dropped`."""
-        sim, shown = self.sim, self._shown_running
+        again only when its line changes (it started again, its nodes came up), as the
+        squeue parse gives back the very record for a line printed again; new records
+        added to `changed`, those they replace or whose job ended to `dropped`."""
+        sim, shown, configuring = self.sim, self._shown_running, self._configuring
         out = []
         for idx, placed in sim.placed.items():
             start = sim.start[idx]
@@ -297,9 +299,13 @@ class SimSlurm:
                     end_time=stamp(start + sim.limit[idx]),
                     nodelist=compress([n.name for n, _ in placed]), start_time=stamp(start)))
                 self._running[idx] = hit
+                configuring.pop(idx, None)
             job_q = hit[1]
-            if start > self.now and job_q.state != "CONFIGURING":
-                job_q = job_q._replace(state="CONFIGURING")  # its nodes still boot
+            if start > self.now:  # its nodes still boot: the same line each read meanwhile
+                booting = configuring.get(idx)
+                if booting is None:
+                    booting = configuring[idx] = job_q._replace(state="CONFIGURING")
+                job_q = booting
             was = shown.get(idx)
             if was is not job_q:
                 if was is not None:
@@ -310,6 +316,7 @@ class SimSlurm:
         if len(self._running) != len(sim.placed):  # jobs ended (or were requeued)
             for idx in [i for i in self._running if i not in sim.placed]:
                 del self._running[idx]
+                configuring.pop(idx, None)
                 dropped.append(shown.pop(idx))
         return out
 

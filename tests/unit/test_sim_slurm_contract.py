@@ -73,10 +73,16 @@ def test_every_queue_read_of_a_simulated_run_says_exactly_what_changed() -> None
     slurm, reads = sim.daemon.slurm, []
     read = slurm.active_jobs
 
+    booting = []  # (a job still CONFIGURING at the next read: its line is the same)
+
     def checked() -> list[QueueJob]:
         reads.append(read())
         if len(reads) > 1:
             check_changes(reads[-2], reads[-1])
+            was = {j.job_id: j for j in reads[-2] if j.state == "CONFIGURING"}
+            for j in reads[-1]:
+                if j.job_id in was and j.state == "CONFIGURING":
+                    booting.append(j is was[j.job_id])
         return reads[-1]
     slurm.active_jobs = checked  # type: ignore[method-assign]
     r = sim.run()
@@ -85,3 +91,4 @@ def test_every_queue_read_of_a_simulated_run_says_exactly_what_changed() -> None
     states = {j.state for rd in reads for j in rd.changed}  # type: ignore[attr-defined]
     assert {"PENDING", "RUNNING", "CONFIGURING"} <= states, states
     assert sum(len(rd.dropped) for rd in reads) > len(jobs)  # type: ignore[attr-defined]
+    assert booting and all(booting)  # (a boot spans passes: the same record each of them)
