@@ -151,6 +151,9 @@ class SimSlurm:
         # each pending job's record as last read, and what it showed
         self._pending: dict[int, QueueJob] = {}
         self._keys: dict[int, tuple[int, bool, str, bool, float | None]] = {}
+        # what those keys were made of at the last read (the pending jobs, those waiting for
+        # their BeginTime, priorities, reservations, steered jobs, expected starts)
+        self._seen: tuple[object, ...] = ()
         self._running: dict[int, tuple[float, QueueJob]] = {}
         self._shown_running: dict[int, QueueJob] = {}  # each running job's line as last read
         self._configuring: dict[int, QueueJob] = {}  # a starting job's line while it boots
@@ -252,6 +255,13 @@ class SimSlurm:
         sim, now = self.sim, self.now
         pend = list(sim.pending)
         waiting = {i for i, t in sim.eligible_at.items() if t > now}
+        # (most reads, at rest: what the keys are made of is what it was at the last read,
+        # so is every key; compared whole, in C, instead of job by job)
+        seen = (pend, waiting, sim.shown, sim.attached, sim.steered, sim.expected)
+        if seen == self._seen:
+            return list(map(self._pending.__getitem__, pend))
+        self._seen = (pend, waiting, dict(sim.shown), dict(sim.attached), set(sim.steered),
+                      dict(sim.expected))
         keys = list(zip(map(sim.shown.__getitem__, pend), map(waiting.__contains__, pend),
                         map(sim.attached.get, pend, itertools.repeat("")),
                         map(sim.steered.__contains__, pend), map(sim.expected.get, pend),

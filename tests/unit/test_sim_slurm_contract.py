@@ -10,7 +10,7 @@ from slurmscale.model import PriorityWeights, QueueJob, SlurmNode
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.engine import SimCloud, Simulation
 from slurmscale.sim.policies import builtin_policy
-from slurmscale.sim.slurm_adapter import EPOCH
+from slurmscale.sim.slurm_adapter import EPOCH, stamp
 from slurmscale.sim.trace import TraceJob
 from tests.support.fakes import FakeSlurm
 from tests.support.slurm_contract import Harness, check_contract, check_priorities
@@ -92,3 +92,40 @@ def test_every_queue_read_of_a_simulated_run_says_exactly_what_changed() -> None
     assert {"PENDING", "RUNNING", "CONFIGURING"} <= states, states
     assert sum(len(rd.dropped) for rd in reads) > len(jobs)  # type: ignore[attr-defined]
     assert booting and all(booting)  # (a boot spans passes: the same record each of them)
+
+
+def test_the_simulated_squeue_shows_each_change_of_a_pending_line_and_keeps_the_rest() -> None:
+    """A read with nothing changed gives back the very records of the last (most reads:
+    the adapter compares what the lines are made of, whole); each change of what a pending
+    line shows - its priority, backfill's expected start, its reservation, its BeginTime
+    passing - is in the next read, and only that job's record is new."""
+    jobs = [TraceJob(f"j{i}", 0.0, 600.0, 16, 2, user="ana") for i in range(3)]
+    sim = Simulation(jobs, builtin_policy("slurmscale", PoolKnobs("gpu", 8, 4)), SimCloud())
+    assert sim.daemon is not None
+    for i in range(3):
+        sim.submit(i, 0.0)
+    slurm = sim.daemon.slurm
+    slurm.begin_pass(0.0)
+
+    def read() -> dict[str, QueueJob]:
+        return {j.job_id: j for j in slurm.active_jobs()}
+
+    def only_new(before: dict[str, QueueJob], after: dict[str, QueueJob]) -> set[str]:
+        return {i for i, j in after.items() if j is not before[i]}
+    first = read()
+    assert only_new(first, read()) == set()
+    sim.slurm.shown[0] += 5  # a priority calculation
+    after = read()
+    assert only_new(first, after) == {"1"} and after["1"].priority == first["1"].priority + 5
+    sim.slurm.bf.expected[1] = 3600.0  # a backfill plan
+    again = read()
+    assert only_new(after, again) == {"2"} and again["2"].expected_start == stamp(3600.0)
+    slurm.create_reservation("r", ["n-1", "n-2"], ["ana"], 3600.0)
+    slurm.set_job_reservation("3", "r")
+    held = read()
+    assert only_new(again, held) == {"3"} and held["3"].reservation == "r"
+    sim.slurm.eligible_at[0] = 600.0  # requeued: waits for its BeginTime
+    waiting = read()
+    assert only_new(held, waiting) == {"1"} and waiting["1"].reason == "BeginTime"
+    slurm.begin_pass(601.0)  # (the clock alone)
+    assert read()["1"].reason == "Resources"
