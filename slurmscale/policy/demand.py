@@ -147,6 +147,9 @@ class _Sums:
         return self.made
 
 
+_PRIORITY = PendingJob._fields.index("priority")
+
+
 class DemandBook:
     """Every pool's tally of its actionable pending jobs, and of the other pools' that may
     also run in it, kept as jobs come and go (`swap`): what a pass asks of it costs what
@@ -157,7 +160,13 @@ class DemandBook:
         self.also: dict[str, _Sums] = {}
 
     def swap(self, old: PendingJob | None, new: PendingJob | None) -> None:
-        """A job's demand was `old` and is `new` (None: none)."""
+        """A job's demand was `old` and is `new` (None: none). A single-node job whose new
+        priority is all that changed changes no sum (only gangs are kept in priority order):
+        each PriorityCalcPeriod moves every pending job's priority at once."""
+        if (old is not None and new is not None and old.nodes < 2
+                and old[:_PRIORITY] == new[:_PRIORITY]
+                and old[_PRIORITY + 1:] == new[_PRIORITY + 1:]):
+            return
         for j, sign in ((old, -1), (new, 1)):
             if j is None or not j.actionable:
                 continue

@@ -16,7 +16,7 @@ from slurmscale.policy.demand import (
     pool_demand,
     tally_nodes,
 )
-from slurmscale.policy.model import Mode, PendingJob, PoolKnobs, Snapshot
+from slurmscale.policy.model import Mode, PendingJob, PoolKnobs, Snapshot, gang_order
 
 POOLS = ("a", "b", "c")
 # (governed pools step at once under any pending demand: the step's size is the nodes the
@@ -44,17 +44,25 @@ pending_job = st.builds(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(pending_job, st.sampled_from([str(i) for i in range(12)])),
+@given(st.lists(st.one_of(pending_job, st.sampled_from([str(i) for i in range(12)]),
+                          st.tuples(st.sampled_from([str(i) for i in range(12)]),
+                                    st.integers(0, 3))),
                 max_size=40))
 def test_a_tally_kept_as_jobs_come_and_go_gives_what_walking_the_jobs_gives(
-        steps: list[PendingJob | str]) -> None:
-    """Each step a job's demand is made, changed (a job id seen before), or gone (an id
-    alone)."""
+        steps: list[PendingJob | str | tuple[str, int]]) -> None:
+    """Each step a job's demand is made, changed (a job id seen before), given a new
+    priority alone (an id and a priority: what each PriorityCalcPeriod does), or gone (an
+    id alone)."""
     book, jobs = DemandBook(POOLS), {}
     now = 1000.0
     for step in steps:
         if isinstance(step, str):
             book.swap(jobs.pop(step, None), None)
+        elif not isinstance(step, PendingJob):
+            old = jobs.get(step[0])
+            if old is not None:
+                jobs[old.job_id] = new = old._replace(priority=step[1])
+                book.swap(old, new)
         else:
             book.swap(jobs.get(step.job_id), step)
             jobs[step.job_id] = step
@@ -64,6 +72,8 @@ def test_a_tally_kept_as_jobs_come_and_go_gives_what_walking_the_jobs_gives(
             others = [j for j in jobs.values() if p in j.also and j.actionable]
             t = tallies[p]
             assert tally_nodes(k, t) == pending_nodes(k, mine)
+            assert t.gangs == tuple(sorted((j for j in mine if j.actionable and j.nodes >= 2),
+                                           key=gang_order))  # (each the job as it is now)
             if t.exact(k):
                 assert demand_of(k, t, now) == pool_demand(k, mine, now)
             else:  # a limit of a fraction of a second, or such a default where one is missing
