@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import pytest
 
-from slurmscale.model import JobPriority, PriorityWeights, QueueJob, QueueRead
+from slurmscale.model import JobPriority, PriorityWeights, QueueJob, QueueRead, SlurmNode
 from slurmscale.policy.model import NodeState
 from slurmscale.policy.observe import node_state, slurm_time
 from slurmscale.slurm import reasons
@@ -55,10 +55,8 @@ def check_contract(h: Harness, refresh: Callable[[], None] = lambda: None) -> No
     Slurm; real slurmctld answers at once too)."""
     s, (a, b) = h.slurm, h.down
 
-    def node(name: str):  # type: ignore[no-untyped-def]
-        refresh()
-        (n,) = [n for n in s.nodes() if n.name == name]
-        return n
+    def node(name: str) -> SlurmNode:
+        return _node(s, name, refresh)
 
     reads: list[list[QueueJob]] = []
 
@@ -140,10 +138,8 @@ def check_windows(h: Harness, refresh: Callable[[], None]) -> None:
         assert start is not None and end is not None, r
         return start, end, tuple(sorted(r.nodes))
 
-    def node(name: str):  # type: ignore[no-untyped-def]
-        refresh()
-        (n,) = [n for n in s.nodes() if n.name == name]
-        return n
+    def node(name: str) -> SlurmNode:
+        return _node(s, name, refresh)
 
     w, w2 = "slurmscale-contract-window", "slurmscale-contract-window-2"
     s.create_window_reservation(w, [a, b], [h.user], t0 + 7200, t0 + 10800)
@@ -174,6 +170,13 @@ def check_windows(h: Harness, refresh: Callable[[], None]) -> None:
     assert node_state(n) is NodeState.POWERED_DOWN and "RESERVED" not in node(b).flags, n
     s.delete_reservation(w)
     _settled(lambda: node(a), lambda n: "RESERVED" not in n.flags)
+
+
+def _node(s: SlurmClient, name: str, refresh: Callable[[], None]) -> SlurmNode:
+    """Node `name` as the next read shows it."""
+    refresh()
+    (n,) = [n for n in s.nodes() if n.name == name]
+    return n
 
 
 def _settled(read: Callable[[], T], ok: Callable[[T], bool], within_s: float = 30.0) -> T:
