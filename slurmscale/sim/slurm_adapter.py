@@ -154,9 +154,9 @@ class SimSlurm:
         # what those keys were made of at the last read (the pending jobs, those waiting for
         # their BeginTime, priorities, reservations, steered jobs, expected starts)
         self._seen: tuple[object, ...] = ()
-        self._running: dict[int, tuple[float, QueueJob]] = {}
+        # each running job's start and lines (running, and CONFIGURING while its nodes boot)
+        self._running: dict[int, tuple[float, QueueJob, QueueJob]] = {}
         self._shown_running: dict[int, QueueJob] = {}  # each running job's line as last read
-        self._configuring: dict[int, QueueJob] = {}  # a starting job's line while it boots
         self._read: int | None = None  # the last active_jobs read's serial (QueueRead)
         self.addr: dict[str, tuple[str, str]] = {}  # NodeAddr, NodeHostname where set
         self.suspend_exc = ""  # SuspendExcNodes as last set (23.02+: settable at run time)
@@ -294,28 +294,23 @@ class SimSlurm:
         again only when its line changes (it started again, its nodes came up), as the
         squeue parse gives back the very record for a line printed again; new records
         added to `changed`, those they replace or whose job ended to `dropped`."""
-        sim, shown, configuring = self.sim, self._shown_running, self._configuring
+        sim, shown = self.sim, self._shown_running
         out = []
         for idx, placed in sim.placed.items():
             start = sim.start[idx]
             hit = self._running.get(idx)
             if hit is None or hit[0] != start:
                 job = sim.jobs[idx]
-                hit = (start, QueueJob(
+                rec = QueueJob(
                     sim.slurm_ids[idx], (placed[0][0].pool,), job.nodes,
                     job.gpus_per_node(sim.main.gpus_per_node), _limit(sim.limit[idx]),
                     stamp(job.submit_s), "None", 0, job.user or "user", "RUNNING",
                     reservation=sim.started_in.get(job.job_id, ""),
                     end_time=stamp(start + sim.limit[idx]),
-                    nodelist=compress([n.name for n, _ in placed]), start_time=stamp(start)))
-                self._running[idx] = hit
-                configuring.pop(idx, None)
-            job_q = hit[1]
-            if start > self.now:  # its nodes still boot: the same line each read meanwhile
-                booting = configuring.get(idx)
-                if booting is None:
-                    booting = configuring[idx] = job_q._replace(state="CONFIGURING")
-                job_q = booting
+                    nodelist=compress([n.name for n, _ in placed]), start_time=stamp(start))
+                # (and its line while its nodes boot: the same record each read meanwhile)
+                hit = self._running[idx] = (start, rec, rec._replace(state="CONFIGURING"))
+            job_q = hit[2] if start > self.now else hit[1]
             was = shown.get(idx)
             if was is not job_q:
                 if was is not None:
@@ -326,7 +321,6 @@ class SimSlurm:
         if len(self._running) != len(sim.placed):  # jobs ended (or were requeued)
             for idx in [i for i in self._running if i not in sim.placed]:
                 del self._running[idx]
-                configuring.pop(idx, None)
                 dropped.append(shown.pop(idx))
         return out
 
