@@ -59,8 +59,10 @@ def compress(names: Collection[str]) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=65536)
 def node_order_key(name: str) -> tuple[str, int, str]:
     """gpu-2 before gpu-10: pools number their nodes, and a numeric order is what admins read
-    (holds and reservations take nodes in this order)."""
+    (holds and reservations take nodes in this order). Remembered per name: a cluster has
+    a fixed set of node names, and each pass sorts them."""
     m = re.search(r"([0-9]+)$", name)
     return (name[:m.start()], int(m.group(1)), name) if m else (name, -1, name)

@@ -9,7 +9,7 @@ sustained/cooldown clocks) and the holds' budgets are kept in the store between 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -21,7 +21,7 @@ from slurmscale.daemon import edits
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.effects import Effect, Say
-from slurmscale.daemon.ledger import Ledger, PoolNow
+from slurmscale.daemon.ledger import Ledger, PoolNow, pools_now
 from slurmscale.daemon.observe import QueueView, build_snapshot, fallback_rules, gang_jobs
 from slurmscale.hostlists import compress
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmNode, SlurmReservation
@@ -68,7 +68,7 @@ class PassPlan:
     reservations: tuple[SlurmReservation, ...]
     rewrites: tuple[Rewrite, ...] = ()  # spot-only jobs given the on-demand partition too
     snapshot: Snapshot | None = None  # what the decisions were made from
-    jobs: tuple[QueueJob, ...] = ()  # the queue as read this pass
+    jobs: Sequence[QueueJob] = ()  # the queue as read this pass (the read itself)
     blocks: tuple[BlockOutlook, ...] = ()  # capacity-block pools: windows, pending jobs
     standings: tuple[GangStanding, ...] = ()  # pending gangs in the queue (where read)
     gangs: tuple[GangJob, ...] = ()  # the pending gangs this pass planned holds for
@@ -138,7 +138,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
             since=now - REQUEUED_RECENTLY_S))
         snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), view, requeued,
                               store.reserved_nodes())
-        holds = HoldPass(cfg, store)
+        holds = HoldPass(cfg, store, knobs=None if view is None else view.hold_knobs)
         # A gang's age lift weighs in the hold rule only where its plan slipped (is age
         # about to stop the overtaking?): sprio is read for that, or when asked; made
         # aside, the standings are waited for before the decisions only then
@@ -169,7 +169,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
             made.close()
     return PassPlan(capacity, hold_plan, tuple(gone), tuple(res),
                     partition_rewrites(fallback_rules(cfg), jobs, unavailable, now), snap,
-                    tuple(jobs),
+                    jobs,
                     tuple(blocks), standing or (), tuple(gangs), uses, tuple(store.graces()))
 
 
@@ -220,7 +220,8 @@ class CapacityPass:
         self.view = QueueView()  # the queue as the passes saw it (arrivals, job views)
         self._read_failing = False
         self.ledger = ledger
-        self.pools_now: list[PoolNow] = []  # the last pass's capacity and demand (metrics)
+        self._observed: Snapshot | None = None  # the last snapshot the ledger took in
+        self._pools_now: tuple[Snapshot | None, list[PoolNow]] = (None, [])
         self.last: PassPlan | None = None  # the last pass's plan (`slurmscale plan` asks)
 
     def run(self, now: datetime, nodes: list[SlurmNode] | None = None) -> PassPlan | None:
@@ -249,6 +250,18 @@ class CapacityPass:
         self.effects.apply(effects_of(p), now.timestamp())
         self.store.save_pool_memory(p.capacity.memory, now)
         if p.snapshot is not None and self.ledger is not None:
-            self.pools_now = self.ledger.observe(p.snapshot, list(p.jobs), now)
+            self.ledger.observe(p.snapshot, p.jobs, now)
+            self._observed = p.snapshot
         self.last = p
         return p
+
+    @property
+    def pools_now(self) -> list[PoolNow]:
+        """The last pass's capacity and demand per pool (the metrics' gauges), worked out
+        when asked: the daemon's metrics ask once a pass, the simulator never."""
+        snap = self._observed
+        if snap is None:
+            return []
+        if self._pools_now[0] is not snap:
+            self._pools_now = (snap, pools_now(snap))
+        return self._pools_now[1]

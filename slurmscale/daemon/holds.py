@@ -32,6 +32,7 @@ from slurmscale.policy.reservations import (
     HoldActionKind,
     HoldPlan,
     RankedGangs,
+    ReservationKnobs,
     earliest_plan,
     plan_holds,
 )
@@ -76,15 +77,18 @@ class LimitUseLearner:
         self.read_at: float | None = None
         self.shares = Shares()
         self.uses: dict[str, LimitUse] = {}
+        r = cfg.reservations
+        self.pools = [p.name for p in cfg.pools]
+        # (the config's, made once: asked every pass)
+        self.how = r.limit_use_auto.learning()
+        self.fixed = None if r.limit_use == "auto" else fixed(float(r.limit_use), self.pools)
 
     def current(self, now: float) -> dict[str, LimitUse]:
-        r = self.cfg.reservations
-        pools = [p.name for p in self.cfg.pools]
-        how = r.limit_use_auto.learning()
-        since = limit_use_runs_since(self.cfg, now)
-        if since is None:
-            self.uses = fixed(float(r.limit_use), pools)
+        if self.fixed is not None:
+            self.uses = self.fixed
             return self.uses
+        pools, how = self.pools, self.how
+        since = now - how.window_s  # (limit_use_runs_since's)
         if self.read_at is None or not 0 <= now - self.read_at < how.every_s:
             if self.read_at is None or self.read_at > now:  # (first, or a clock gone back)
                 self.shares, start = Shares(), since
@@ -154,11 +158,13 @@ class HoldPass:
     through the pass's effects executor: `effects` None for a HoldPass that only plans
     (`plan --live`)."""
 
-    def __init__(self, cfg: Config, store: PassStore, effects: Effects | None = None) -> None:
+    def __init__(self, cfg: Config, store: PassStore, effects: Effects | None = None,
+                 knobs: ReservationKnobs | None = None) -> None:
+        """`knobs`: the config's hold knobs where already made (the queue view's)."""
         self.cfg = cfg
         self.store = store
         self.effects = effects
-        self.knobs = hold_knobs(cfg)
+        self.knobs = hold_knobs(cfg) if knobs is None else knobs
 
     def plan(self, nodes: tuple[NodeView, ...], jobs: tuple[GangJob, ...],
              slurm_res: list[SlurmReservation], now: float,

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import compress, repeat
 from operator import eq, itemgetter
 
 from slurmscale.config import Config
-from slurmscale.model import QueueJob
+from slurmscale.model import QueueJob, QueueRead
 from slurmscale.policy.demand import gpu_seconds
 from slurmscale.policy.model import NodeState, NodeView, PendingJob, Snapshot
 from slurmscale.policy.observe import slurm_time
@@ -110,6 +110,7 @@ class Ledger:
         self.running: set[str] | None = None  # loaded from the store on the first pass
         self.ended_seen: set[str] = set()  # ended jobs already looked at (Slurm still lists)
         self.last_active: set[str] = set()  # the queue's job ids last pass
+        self.read: int | None = None  # the QueueRead last pass's were read from
         self.gone_unseen = False  # a job left the queue unseen running since the last read
         self.last_ended_read = datetime.min.replace(tzinfo=UTC)
         self.last_sample: datetime | None = None
@@ -151,25 +152,44 @@ class Ledger:
         self.ended_seen = {j.job_id for j in ended}
         return rows
 
-    def observe(self, snap: Snapshot, jobs: list[QueueJob], now: datetime) -> list[PoolNow]:
+    def observe(self, snap: Snapshot, jobs: Sequence[QueueJob], now: datetime) -> None:
+        """Record the jobs started and ended since last pass, and a sample once a minute
+        (each pool's capacity and demand: `pools_now`, worked out then).
+        Works from the read's change alone (QueueRead: the records parsed afresh and those
+        let go) when it follows the read seen last pass, so a pass's cost follows what
+        changed (issue 44); else from a walk of every record."""
         if self.running is None:
             self.running = self.store.running_job_ids()
-        starts = []
-        active = set(map(itemgetter(0), jobs))  # (job ids; every job every pass: in C)
         running = self.running
+        candidates: Sequence[QueueJob]
+        if (isinstance(jobs, QueueRead) and jobs.since is not None
+                and jobs.since == self.read):
+            # a job gone: a record let go whose job printed no new one
+            came = set(map(itemgetter(0), jobs.changed))
+            gone = set(map(itemgetter(0), jobs.dropped)) - came
+            seen, candidates = self.last_active, jobs.changed
+            seen -= gone
+            seen |= came
+            ended = running & gone
+        else:
+            seen = set(map(itemgetter(0), jobs))  # (job ids; every job: in C)
+            gone = self.last_active - seen
+            candidates, ended = jobs, running - seen
+        self.read = jobs.serial if isinstance(jobs, QueueRead) else None
+        starts = []
         # (the running jobs picked out in C: a queue is mostly pending jobs)
-        for j in compress(jobs, map(eq, map(itemgetter(9), jobs), repeat("RUNNING"))):
+        for j in compress(candidates, map(eq, map(itemgetter(9), candidates),
+                                          repeat("RUNNING"))):
             if j[0] in running:
                 continue
             row = self._row(j, now)
             if row is not None:
                 starts.append(row)
-        ended = self.running - active
         self.store.end_jobs(ended, now)
-        self.running -= ended
-        self.running |= {r.job_id for r in starts}
-        self.gone_unseen |= bool(self.last_active - active - ended)
-        self.last_active = active
+        running -= ended
+        running |= {r.job_id for r in starts}
+        self.gone_unseen |= bool(gone - ended)
+        self.last_active = seen
         sample = self.last_sample is None or \
             (now - self.last_sample).total_seconds() >= SAMPLE_EVERY_S
         missed: list[JobRow] = []
@@ -183,8 +203,8 @@ class Ledger:
             for r in new:
                 self.on_start(r.pool, r.num_nodes,
                               (r.started_at - r.submitted_at).total_seconds())
-        current = pools_now(snap)
         if sample:
+            current = pools_now(snap)
             self.last_sample = now
             self.store.add_samples([SampleRow(
                 at=now, pool=p.pool, nodes_up=p.nodes_up, nodes_busy=p.nodes_busy,
@@ -194,4 +214,3 @@ class Ledger:
         if self.last_prune is None or now - self.last_prune >= timedelta(hours=1):
             self.last_prune = now
             self.store.prune_samples(now - KEEP_SAMPLES)
-        return current

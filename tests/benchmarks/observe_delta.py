@@ -91,7 +91,7 @@ def main() -> None:
         def whole(slurm: SlurmCLI, view: QueueView | None, ledger: Ledger) -> None:
             p = current_plan(cfg, slurm, store, now, view)
             assert p.snapshot is not None
-            ledger.observe(p.snapshot, list(p.jobs), at)
+            ledger.observe(p.snapshot, p.jobs, at)
 
         kept_memo, kept_view = LineMemo(), QueueView()
         kept_slurm, kept_plan_view = SlurmCLI(cfg.slurm, remember=True), QueueView()

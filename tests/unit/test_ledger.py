@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from slurmscale.daemon.ledger import Ledger
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmscale.daemon.ledger import Ledger, pools_now
 from slurmscale.daemon.observe import build_snapshot
-from slurmscale.model import QueueJob, SlurmNode
+from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.store.repo import Store
 from slurmscale.store.rows import utc
 
@@ -32,7 +35,9 @@ def test_starts_ends_and_samples(cfg) -> None:  # type: ignore[no-untyped-def]
     jobs = [_job("1", "RUNNING"), _job("2", "PENDING", 4)]
 
     def observe(at: datetime, js: list[QueueJob]):  # type: ignore[no-untyped-def]
-        return ledger.observe(build_snapshot(cfg, nodes, js, at.timestamp()), js, at)
+        snap = build_snapshot(cfg, nodes, js, at.timestamp())
+        ledger.observe(snap, js, at)
+        return pools_now(snap)
 
     now = observe(T0 + timedelta(seconds=310), jobs)
     spot = next(p for p in now if p.pool == "gpu-spot")
@@ -120,3 +125,58 @@ def test_a_job_gone_unseen_is_looked_up_at_once_not_a_minute_later(cfg) -> None:
     observe(20, [])
     assert len(reads) == 3, "the job gone at 14 s is looked up once 10 s have passed"
     store.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(1, 8), st.sampled_from(
+    ["PENDING", "RUNNING", "RUNNING", "gone"])), max_size=8), min_size=1, max_size=8),
+       st.lists(st.booleans(), min_size=8, max_size=8))
+def test_the_ledger_from_the_reads_change_records_what_it_records_from_a_walk(
+        steps: list[list[tuple[int, str]]], told: list[bool]) -> None:
+    """Issue 44: a read that says what changed since the one before (QueueRead) is worked
+    out from the change alone. Two ledgers over the same passes, one given the plain
+    records (a walk of every record) and one the reads with their change (some passes a
+    read that does not follow: a walk again): the same starts, the same ends, at the same
+    passes, and the same extra reads of Slurm's ended jobs."""
+    from slurmscale.config_file import parse_config
+    from slurmscale.store.memory import MemoryStore
+    from tests.unit.conftest import base_config
+
+    cfg = parse_config(base_config())
+    stores, reads = (MemoryStore(), MemoryStore()), ([0], [0])
+    ledgers = [Ledger(cfg, s, None, lambda r=r: r.append(1) or [])  # type: ignore[func-returns-value]
+               for s, r in zip(stores, reads, strict=True)]
+    states: dict[str, str] = {}
+    records: dict[str, QueueJob] = {}
+    before: QueueRead | None = None
+    for i, step in enumerate(steps):
+        for jid, state in step:
+            states[str(jid)] = state
+        queue = []
+        for jid, state in sorted(states.items()):
+            if state == "gone":
+                continue
+            rec = records.get(jid)
+            if rec is None or rec.state != state:  # a changed line: a new record
+                rec = records[jid] = _job(jid, state)
+            queue.append(rec)
+        for jid in [j for j, s in states.items() if s == "gone"]:
+            records.pop(jid, None)
+        now = T0 + timedelta(seconds=400 + 5 * i)
+        serial = 100 + i
+        if before is not None and told[i % len(told)]:
+            mine, theirs = {id(j) for j in queue}, {id(j) for j in before}
+            read = QueueRead(queue, serial, before.serial,
+                             [j for j in queue if id(j) not in theirs],
+                             [j for j in before if id(j) not in mine])
+        else:
+            read = QueueRead(queue, serial)  # (no change known: a walk)
+        snap = build_snapshot(cfg, [], queue, now.timestamp())
+        ledgers[0].observe(snap, list(queue), now)
+        ledgers[1].observe(snap, read, now)
+        before = read
+        a, b = stores
+        assert a.running_job_ids() == b.running_job_ids(), f"pass {i}"
+        assert {r.job_id: r.ended_at for r in a._jobs.values()} == {
+            r.job_id: r.ended_at for r in b._jobs.values()}, f"pass {i}"
+        assert reads[0] == reads[1]
