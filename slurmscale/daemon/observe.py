@@ -85,7 +85,7 @@ class PerJob(Generic[V]):
     Slurm keeps its records; any other list). Then the pass's result, in squeue's order, is
     looked up job by job without a loop of slurmscale's own (`in_order`)."""
 
-    __slots__ = ("records", "made", "read", "redo", "told")
+    __slots__ = ("records", "made", "read", "redo", "told", "_order")
 
     def __init__(self, told: Callable[[V | None, V | None], None] | None = None) -> None:
         self.records: dict[str, QueueJob] = {}  # job id -> the record `made` is from
@@ -93,14 +93,19 @@ class PerJob(Generic[V]):
         self.read: int | None = None  # the QueueRead these are current with
         self.redo: set[str] = set()  # jobs worked out again every pass (see todo)
         self.told = told  # told each change of what a job gives: (was, is)
+        # the last `in_order`: the records it was for and its answer (None: something
+        # a job gives changed since)
+        self._order: tuple[list[QueueJob], tuple[V, ...]] | None = None
 
     def give(self, job_id: str, value: V | None) -> None:
         """What the job gives now (None: nothing)."""
         was = self.made.pop(job_id, None) if value is None else self.made.get(job_id)
         if value is not None:
             self.made[job_id] = value
-        if self.told is not None and was is not value:
-            self.told(was, value)
+        if was is not value:
+            self._order = None
+            if self.told is not None:
+                self.told(was, value)
 
     def todo(self, jobs: list[QueueJob], also: Collection[str] = ()) -> Changes:
         """What to work out this pass: the records new or changed since last pass, those
@@ -141,9 +146,17 @@ class PerJob(Generic[V]):
                 todo[job_id] = records[job_id]
         return Changes(list(todo.values()), changed, let_go)
 
-    def in_order(self, jobs: list[QueueJob]) -> list[V]:
-        """What the jobs gave, in the queue's order (the jobs that gave nothing left out)."""
-        return list(filter(None, map(self.made.get, map(_job_id, jobs))))
+    def in_order(self, jobs: list[QueueJob]) -> tuple[V, ...]:
+        """What the jobs gave, in the queue's order (the jobs that gave nothing left out).
+        The same tuple again while no job gives anything new and the records are the very
+        ones of last time, in the same order (most passes, at rest: compared in C)."""
+        last = self._order
+        if (last is not None and len(last[0]) == len(jobs)
+                and all(map(operator.is_, last[0], jobs))):
+            return last[1]
+        out = tuple(filter(None, map(self.made.get, map(_job_id, jobs))))
+        self._order = (list(jobs), out)
+        return out
 
 
 _job_id = operator.itemgetter(0)
@@ -191,8 +204,9 @@ class QueueView:
         self._running: dict[str, QueueJob] = {}  # job id -> its record, the running jobs
         self._ends: tuple[dict[str, float], dict[str, int]] = ({}, {})
         self._ends_read: int | None = None  # the QueueRead the ends are current with
-        # node name -> (its record, its view (None: no pool's)), made under these ends/paid
-        self._nodes: dict[str, tuple[SlurmNode, NodeView | None]] = {}
+        # node name -> (its record, its view (None: no pool's), what of the ends and paid
+        # nodes it was made with), made under these ends/paid
+        self._nodes: dict[str, _NodeMade] = {}
         self._nodes_under: tuple[object, frozenset[str]] | None = None
         self._key: tuple[int, int] | None = None
         self.knobs: tuple[PoolKnobs, ...] = ()  # the config's, made once per config
@@ -358,23 +372,31 @@ def gang_jobs(cfg: Config, jobs: list[QueueJob], min_nodes: int,
         now_made = made.get(job_id)
         if (now_made is None or not now_made.pending) and job_id in plans:
             del plans[job_id]
-    return tuple(keep.in_order(jobs))
+    return keep.in_order(jobs)
+
+
+# a node's record, its view (None: no pool's), and what of the running jobs' ends and the
+# paid nodes the view was made with: (latest end, GPUs its jobs use, paid?); None: nothing
+_NodeMade = tuple[SlurmNode, NodeView | None, tuple[float | None, int | None, bool] | None]
 
 
 def _node_views(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob],
                 paid: frozenset[str], view: QueueView | None) -> list[NodeView]:
     """The pools' nodes as the policy sees them (`paid`: nodes in a capacity reservation).
-    With the daemon's `view`: a node whose record is the same as last pass's, while no
-    running job changed and the paid nodes are the same, keeps last pass's view."""
+    With the daemon's `view`: a node whose record is the same as last pass's keeps last
+    pass's view while no running job changed and the paid nodes are the same, or, when
+    they changed, while what the view took from them is the same for that node (a job
+    started or ended elsewhere)."""
     if view is None:
         free_at, job_gpus = running_ends(jobs)
-        last: dict[str, tuple[SlurmNode, NodeView | None]] = {}
+        last: dict[str, _NodeMade] = {}
+        same = True
     else:
         ends = free_at, job_gpus = view.ends(jobs)
         under = (ends, paid)
-        last = view._nodes if view._nodes_under == under else {}
+        last, same = view._nodes, view._nodes_under == under
         view._nodes_under = under
-    fresh: dict[str, tuple[SlurmNode, NodeView | None]] = {}
+    fresh: dict[str, _NodeMade] = {}
     # (the loops here and in build_snapshot run for every node and job every pass: kept flat,
     # enum members and methods looked up once)
     views: list[NodeView] = []
@@ -383,14 +405,16 @@ def _node_views(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob],
     for n in nodes:
         name = n.name
         hit = last.get(name)
-        if hit is not None and hit[0] is n:
+        if hit is not None and hit[0] is n and (
+                same or hit[2] is None
+                or hit[2] == (free_at.get(name), job_gpus.get(name), name in paid)):
             fresh[name] = hit
             if hit[1] is not None:
                 views.append(hit[1])
             continue
         pool = pool_of_node(name)
         if pool is None:
-            fresh[name] = (n, None)
+            fresh[name] = (n, None, None)
             continue
         st, drained, unusable = state_facts(n.state)
         # held by slurmscale (governed pools): only these are ever undrained, never an admin's
@@ -404,7 +428,7 @@ def _node_views(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob],
                 usable, n.alloc_gpus or min(job_gpus.get(name, 0), pool.gpus_per_node),
                 free_at.get(name) if st is allocated else None, name in paid)
         views.append(v)
-        fresh[name] = (n, v)
+        fresh[name] = (n, v, (free_at.get(name), job_gpus.get(name), name in paid))
     if view is not None:
         view._nodes = fresh
     return views
@@ -497,7 +521,7 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         return Snapshot(now=now, pools=knobs(cfg), nodes=tuple(views), jobs=tuple(pending),
                         memory=dict(memory or {}), arrivals=tuple(sorted(arrivals)))
     return Snapshot(now=now, pools=view.knobs, nodes=tuple(views),
-                    jobs=tuple(view._jobs.in_order(jobs)), memory=dict(memory or {}),
+                    jobs=view._jobs.in_order(jobs), memory=dict(memory or {}),
                     arrivals=view.recent(now - window), tallies=view.book.tallies(),
                     near=view.book.near())
 

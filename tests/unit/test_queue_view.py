@@ -135,6 +135,29 @@ def test_an_unchanged_job_is_not_looked_at_again() -> None:
     assert second.jobs[0].priority == first.jobs[0].priority + 7
 
 
+def test_the_same_records_give_what_their_jobs_give_now() -> None:
+    """The very records of last pass, in the same order, give back last pass's answer
+    (`PerJob.in_order`), but not where a job gives something else on the same record: a
+    job whose submit time Slurm does not give (its demand dated now) and a job slurmscale
+    requeued (demand while Slurm holds it back)."""
+    cfg = parse_config(base_config())
+    view = QueueView()
+    queue = [changed(job(0), "submit"), job(1)._replace(reason="BeginTime"), job(4)]
+    read = QueueRead(queue, 1)
+    first = build_snapshot(cfg, NODES, read, NOW, view=view)
+    again = delta_read(read, queue, 2)
+    second = build_snapshot(cfg, NODES, again, NOW + 60, view=view)
+    assert [j.submit_s for j in second.jobs] == [NOW + 60, first.jobs[1].submit_s,
+                                                 first.jobs[2].submit_s]
+    assert second.jobs[2] is first.jobs[2]
+    assert not second.jobs[1].actionable
+    third = build_snapshot(cfg, NODES, delta_read(again, queue, 3), NOW + 60, view=view,
+                           requeued=frozenset({"1"}))
+    assert third.jobs[1].actionable, "requeued by slurmscale: demand on the same record"
+    assert third == build_snapshot(cfg, NODES, queue, NOW + 60, view=QueueView(),
+                                   requeued=frozenset({"1"}))
+
+
 def line(i: int, prio: int) -> str:
     f = [str(i), "gpu-spot", "2", "gres:gpu:8", "1:00:00", "2026-11-29T11:00:00", "Resources",
          str(prio), "alice", "PENDING", "proj", "(null)", "N/A", "(null)", "N/A", str(i), "N/A"]
