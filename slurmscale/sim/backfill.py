@@ -66,6 +66,9 @@ class SimBackfill:
         # mostly such jobs; each was a walk of the pool's nodes)
         self._unstartable: dict[tuple[str, bool], list[tuple[int, int, float]]] = {}
         self._unplannable: dict[tuple[str, bool], list[tuple[int, int, float]]] = {}
+        # each pool's nodes a job may be planned on, while no job started (made once a
+        # cycle, not for each job planned: a start changes node states and the room)
+        self._candidates: dict[str, list[Node]] = {}
 
     def _plan_changed(self) -> None:
         self._unstartable.clear()
@@ -77,6 +80,16 @@ class SimBackfill:
         """Did a job asking no more than this (nodes, GPUs a node, limit) fail, on the
         same plan? (Fitting is monotone in each: more of any fits nowhere less would not.)"""
         return any(n <= nodes and g <= gpn and t <= lim for n, g, t in failed.get(key, ()))
+
+    @staticmethod
+    def _failed(failed: dict[tuple[str, bool], list[tuple[int, int, float]]],
+                key: tuple[str, bool], nodes: int, gpn: int, lim: float) -> None:
+        """Remember a failure (one `_known` did not know): those asking as much or more of
+        each go (it tells for them), so the list `_known` reads stays short."""
+        kept = [(n, g, t) for n, g, t in failed.get(key, ())
+                if not (n >= nodes and g >= gpn and t >= lim)]
+        kept.append((nodes, gpn, lim))
+        failed[key] = kept
 
     def cycle(self, now: float) -> None:
         """One backfill cycle: in priority order, start what can start now without taking
@@ -113,8 +126,9 @@ class SimBackfill:
                     for n, g in slurm.placed[idx]:
                         busy[n.name].add(now, slurm.start[idx] + lim, g)
                     self._plan_changed()
+                    self._candidates.clear()
                     break
-                self._unstartable.setdefault(key, []).append((job.nodes, gpus, lim))
+                self._failed(self._unstartable, key, job.nodes, gpus, lim)
             else:
                 self._expect(idx, self._plan_later(idx, job, now, horizon, busy, room, held))
 
@@ -124,6 +138,7 @@ class SimBackfill:
         its span."""
         slurm = self.slurm
         self._plan_changed()
+        self._candidates.clear()
         busy = {n.name: NodePlan(n.gpus, now) for n in slurm.st.nodes}
         for idx, placed in slurm.placed.items():
             end = slurm.start[idx] + slurm.limit[idx]
@@ -251,13 +266,16 @@ class SimBackfill:
             key = (k.name, job.nodes > 1)
             if self._known(self._unplannable, key, job.nodes, gpn, lim):
                 continue
-            nodes = slurm.st.nodes_of[k.name]
-            pool = [n for n in nodes if n.state != "down" and n.resv is None]
-            pool += slurm.spare(nodes, room[k.name][0], None)
-            pool += held.get(k.name, [])
+            pool = self._candidates.get(k.name)
+            if pool is None:
+                nodes = slurm.st.nodes_of[k.name]
+                pool = [n for n in nodes if n.state != "down" and n.resv is None]
+                pool += slurm.spare(nodes, room[k.name][0], None)
+                pool += held.get(k.name, [])
+                self._candidates[k.name] = pool
             found = self._earliest(idx, job, pool, gpn, now, horizon, busy)
             if found is None:
-                self._unplannable.setdefault(key, []).append((job.nodes, gpn, lim))
+                self._failed(self._unplannable, key, job.nodes, gpn, lim)
             elif best is None or found[0] < best[0]:
                 best = (found[0], found[1], gpn)
         if best is None:

@@ -25,6 +25,7 @@ EC2 taking a block's instances back 30 minutes before its end.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections import Counter
@@ -132,8 +133,10 @@ def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | 
         store_url="sqlite://", log_file=None)
 
 
+@functools.lru_cache(maxsize=4)
 def at(t: float) -> datetime:
-    """A trace time as the daemon's clock."""
+    """A trace time as the daemon's clock (the same few times asked again and again: every
+    pass reads the clock a few dozen times at one trace time)."""
     return datetime.fromtimestamp(t + EPOCH, UTC)
 
 

@@ -16,6 +16,7 @@ Slurm changes their jobs and power, the cloud part their failures and ends."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -84,6 +85,7 @@ class SimSlurmctld:
         self.shown: dict[int, int] = {}
         self.factors: dict[int, tuple[float, float, float]] = {}  # age, size, fair-share
         self.fairshare = FairShare(model.priority_decay_half_life)
+        self._size: dict[int, float] = {}  # a job's size share (its size, the cluster's: fixed)
         self.next_calc = 0.0
         self.order: list[int] | None = None  # pending jobs by priority (None: to sort)
         self.bf_due = False  # a backfill event is queued
@@ -312,7 +314,10 @@ class SimSlurmctld:
         self.factors.pop(idx, None)
         self.bf.expected.pop(idx, None)
         self.bf.planned_to = None
-        self.order = None
+        if self.order is not None:  # (a new list: a scheduler run may be walking the old)
+            order = self.order.copy()
+            order.remove(idx)
+            self.order = order
         return len(new)
 
     def pool_room(self, k: PoolKnobs, now: float) -> list[int]:
@@ -425,10 +430,14 @@ class SimSlurmctld:
         return self.ordered()
 
     def ordered(self) -> list[int]:
-        """Pending jobs by their priorities as last calculated."""
+        """Pending jobs by their priorities as last calculated (ties: submitted first);
+        sorted again after each calculation, kept in order as jobs start and enter."""
         if self.order is None:
-            self.order = sorted(self.pending, key=lambda i: (-self.prio[i], i))
+            self.order = sorted(self.pending, key=self._rank)
         return self.order
+
+    def _rank(self, idx: int) -> tuple[float, int]:
+        return -self.prio[idx], idx
 
     def _recalc(self, now: float) -> None:
         m = self.sched
@@ -458,9 +467,11 @@ class SimSlurmctld:
             return job.priority
         m = self.sched
         fs = self.fairshare.factor(job.user) if m.priority_weight_fairshare else 0.0
-        gpn = self.st.main.gpus_per_node
-        size = size_share(job.nodes, job.gpus_per_node(gpn) * job.nodes, self.st.cluster_nodes,
-                          gpn)
+        size = self._size.get(idx)
+        if size is None:
+            gpn = self.st.main.gpus_per_node
+            size = self._size[idx] = size_share(job.nodes, job.gpus_per_node(gpn) * job.nodes,
+                                                self.st.cluster_nodes, gpn)
         f = self.factors[idx] = factors(m, now - self.eligible_at.get(idx, job.submit_s),
                                         size, fs)
         return sum(f)
@@ -477,7 +488,10 @@ class SimSlurmctld:
         else:
             self.fairshare.see(self.jobs[idx].user)
             self._prioritise(idx, now)
-            self.order = None
+            if self.order is not None:  # (a new list, as a start makes)
+                order = self.order.copy()
+                bisect.insort(order, idx, key=self._rank)
+                self.order = order
             self.bf_dirty = True
 
     def release_nodes(self, names: list[str], now: float, force: bool = False) -> None:

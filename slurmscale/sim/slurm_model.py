@@ -152,9 +152,14 @@ class FairShare:
     half_life_s: float
     usage: dict[str, float] = field(default_factory=dict)
     at: float = 0.0
+    # each user's factor while the usage stands (a priority calculation asks for every
+    # pending job's, each a sum over every user)
+    _factors: dict[str, float] = field(default_factory=dict)
 
     def see(self, user: str) -> None:
-        self.usage.setdefault(user, 0.0)
+        if user not in self.usage:
+            self.usage[user] = 0.0
+            self._factors.clear()
 
     def accrue(self, now: float, running: dict[str, float]) -> None:
         """Decay everything to `now`, then add what ran since: `running` is GPUs per user."""
@@ -168,13 +173,19 @@ class FairShare:
         for u, gpus in running.items():
             self.usage[u] = self.usage.get(u, 0.0) + gpus * dt
         self.at = now
+        self._factors.clear()
 
     def factor(self, user: str) -> float:
-        total = sum(self.usage.values())
-        if total <= 0 or not self.usage:
-            return 1.0
-        shares = 1.0 / len(self.usage)
-        return 2.0 ** (-(self.usage.get(user, 0.0) / total) / shares)
+        f = self._factors.get(user)
+        if f is None:
+            total = sum(self.usage.values())
+            if total <= 0 or not self.usage:
+                f = 1.0
+            else:
+                shares = 1.0 / len(self.usage)
+                f = 2.0 ** (-(self.usage.get(user, 0.0) / total) / shares)
+            self._factors[user] = f
+        return f
 
 
 def factors(m: SlurmModel, age_s: float, size: float, fairshare: float
