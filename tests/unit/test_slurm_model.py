@@ -278,6 +278,14 @@ def test_every_job_runs_to_its_end_and_no_node_is_overcommitted(
         assert all(0 <= m.free <= m.gpus for m in sim.st.nodes), "a node overcommitted"
         return n
     sim.slurm._start = checked  # type: ignore[method-assign]
+    ordered = sim.slurm.ordered
+
+    def sorted_now() -> list[int]:  # (the order is kept as jobs start and enter, not re-sorted)
+        got = ordered()
+        slurm = sim.slurm
+        assert got == sorted(slurm.pending, key=lambda i: (-slurm.prio[i], i)), "order kept wrong"
+        return got
+    sim.slurm.ordered = sorted_now  # type: ignore[method-assign]
     r = sim.run()
     assert r.jobs_completed == len(jobs)
     assert all(w >= 0 for w in r.waits)
