@@ -110,17 +110,23 @@ class PerJob(Generic[V]):
     def todo(self, jobs: list[QueueJob], also: Collection[str] = ()) -> Changes:
         """What to work out this pass: the records new or changed since last pass, those
         kept in `redo` (what they give depends on more than their record), and those of the
-        jobs in `also`. Forgets what the records let go gave (jobs gone, the old records of
-        changed ones); keeps each new record, so what the caller makes is current."""
+        jobs in `also`; the caller gives what each of them gives now. Forgets what a job gone
+        gave (a changed job's stays until the caller gives anew: one change, old to new, for
+        `told`); keeps each new record, so what the caller makes is current."""
         records = self.records
         let_go: list[QueueJob] = []
+        # (a job whose record changed keeps what it gave until the caller gives what the
+        # new one gives: one change, old to new, for `told`; a job gone gives nothing now)
         if (isinstance(jobs, QueueRead) and self.read is not None
                 and jobs.since == self.read):
             changed = jobs.changed
-            for j in jobs.dropped:
-                if records.get(j[0]) is j:
-                    let_go.append(records.pop(j[0]))
-                    self.give(j[0], None)
+            if jobs.dropped:
+                came = set(map(_job_id, changed))
+                for j in jobs.dropped:
+                    if records.get(j[0]) is j:
+                        let_go.append(records.pop(j[0]))
+                        if j[0] not in came:
+                            self.give(j[0], None)
         else:
             # (the records not the very ones kept, picked out in C: every job every pass)
             changed = list(itertools.compress(
@@ -129,7 +135,6 @@ class PerJob(Generic[V]):
                 old = records.pop(j[0], None)
                 if old is not None:
                     let_go.append(old)
-                    self.give(j[0], None)
             if len(records) + len(changed) != len(jobs):  # (some kept jobs are gone)
                 for job_id in records.keys() - set(map(_job_id, jobs)):
                     let_go.append(records.pop(job_id))
@@ -434,6 +439,34 @@ def _node_views(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob],
     return views
 
 
+_JOB_PRIORITY = QueueJob._fields.index("priority")
+_DEMAND_PRIORITY = PendingJob._fields.index("priority")
+
+
+def _priority_moved(kept: PerJob[PendingJob], todo: list[QueueJob], went: list[QueueJob],
+                    full: frozenset[str]) -> list[QueueJob]:
+    """Of the records to work out, those whose line changed in its priority alone (each
+    PriorityCalcPeriod moves every pending job's): what the job gives is what it gave with
+    the new priority, while the priority stays above 0 (a held job gives no actionable
+    demand) and nothing else it hangs on moved (`full`: jobs requeued now or worked out
+    again every pass - requeued, no submit time -, and throttled array lines: worked out
+    in full). Returns the rest, to work out in full."""
+    was = {j[0]: j for j in went}
+    made, rest = kept.made, []
+    p, q = _JOB_PRIORITY, _DEMAND_PRIORITY
+    make = tuple.__new__
+    for j in todo:
+        old = was.get(j[0])
+        demand = made.get(j[0]) if old is not None else None
+        if (demand is None or old is None or old[:p] != j[:p] or old[p + 1:] != j[p + 1:]
+                or (old.priority > 0) is not (j.priority > 0) or j.array_throttle
+                or j[0] in full):
+            rest.append(j)
+            continue
+        kept.give(j[0], make(PendingJob, (*demand[:q], j[p], *demand[q + 1:])))
+    return rest
+
+
 def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
                    memory: dict[str, PoolMemory] | None = None,
                    view: QueueView | None = None,
@@ -466,10 +499,13 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
                                  if j.array_job and j.state != "PENDING")
     else:
         kept = view._jobs
+        redone = frozenset(kept.redo)  # (todo lets go of a changed job's)
         todo, came, went = kept.todo(jobs, requeued)
         running_tasks, again = view.arrays(came, went)
         if again:
             todo = list({j[0]: j for j in (*todo, *again)}.values())
+        if len(came) > 8:  # (a PriorityCalcPeriod's read: every pending line's priority moved)
+            todo = _priority_moved(kept, todo, went, requeued | redone)
     times, missing = reading.time_memo(), reading._MISSING  # (looked up before slurm_time)
     for j in todo:
         # (every changed job: each QueueJob unpacked once, not read field by field)

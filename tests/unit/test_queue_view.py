@@ -158,6 +158,26 @@ def test_the_same_records_give_what_their_jobs_give_now() -> None:
                                    requeued=frozenset({"1"}))
 
 
+def test_a_priority_calculation_moves_every_priority_and_nothing_else() -> None:
+    """Each PriorityCalcPeriod every pending line changes in its priority alone: a job's
+    demand is then what it was with the new priority, but not for a job whose demand hung
+    on more than its record last pass (requeued by slurmscale, no submit time) or now."""
+    cfg = parse_config(base_config())
+    view = QueueView()
+    queue = [job(i)._replace(reason="BeginTime") if i == 1 else job(i) for i in range(12)]
+    queue[2] = changed(queue[2], "submit")
+    read = QueueRead(queue, 1)
+    build_snapshot(cfg, NODES, read, NOW, view=view, requeued=frozenset({"1"}))
+    for step, requeued in enumerate((frozenset(), frozenset({"5"}), frozenset())):
+        queue = [changed(j, "prio") for j in queue]
+        read = delta_read(read, queue, step + 2)
+        now = NOW + 60 * (step + 1)
+        got = build_snapshot(cfg, NODES, read, now, view=view, requeued=requeued)
+        assert got == build_snapshot(cfg, NODES, queue, now, view=QueueView(),
+                                     requeued=requeued), f"step {step}"
+    assert not {j.job_id: j for j in got.jobs}["1"].actionable, "requeued two reads ago"
+
+
 def line(i: int, prio: int) -> str:
     f = [str(i), "gpu-spot", "2", "gres:gpu:8", "1:00:00", "2026-11-29T11:00:00", "Resources",
          str(prio), "alice", "PENDING", "proj", "(null)", "N/A", "(null)", "N/A", str(i), "N/A"]
