@@ -137,11 +137,19 @@ class HealthWatch:
         within `window_s`."""
         out: list[Verdict] = []
         unwell: dict[str, float] = {}
+        scheduled = self.scheduled
         for n in nodes:
             inst = running.get(n.name)
-            if inst is None or n.flags & POWER_TRANSITIONS:
+            if inst is None:
                 continue
-            found = self._cause(n, inst, statuses.get(inst.instance_id))
+            flags = n.flags
+            if flags & POWER_TRANSITIONS:
+                continue
+            status = statuses.get(inst.instance_id) if statuses else None
+            if (not n.reason and not flags & _TROUBLE and inst.instance_id not in scheduled
+                    and (status is None or not status.impaired)):
+                continue  # (_cause's common case, every running node every pass: looked at here)
+            found = self._cause(n, inst, status)
             if found is None:
                 continue
             cause, detail = found
@@ -156,9 +164,10 @@ class HealthWatch:
             out.append(Verdict(n.name, inst.instance_id, inst.pool, cause, detail, step, since,
                                None if ev is None else ev.not_before))
         self.since = unwell
-        live = {r.instance_id for r in running.values()}
-        self.scheduled = {i: e for i, e in self.scheduled.items() if i in live}
-        self.announced &= live
+        if self.scheduled or self.announced:  # (those of instances gone forgotten)
+            live = {r.instance_id for r in running.values()}
+            self.scheduled = {i: e for i, e in self.scheduled.items() if i in live}
+            self.announced &= live
         return out
 
     def _cause(self, n: SlurmNode, inst: Running, status: InstanceHealth | None
