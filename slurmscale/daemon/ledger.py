@@ -162,12 +162,14 @@ class Ledger:
             self.running = self.store.running_job_ids()
         running = self.running
         candidates: Sequence[QueueJob]
-        if (isinstance(jobs, QueueRead) and jobs.since is not None
-                and jobs.since == self.read):
+        told = jobs if (isinstance(jobs, QueueRead) and jobs.since is not None
+                        and jobs.since == self.read) else None
+        self.read = None  # (until this pass is in the store: one cut short, walked again)
+        if told is not None:
             # a job gone: a record let go whose job printed no new one
-            came = set(map(itemgetter(0), jobs.changed))
-            gone = set(map(itemgetter(0), jobs.dropped)) - came
-            seen, candidates = self.last_active, jobs.changed
+            came = set(map(itemgetter(0), told.changed))
+            gone = set(map(itemgetter(0), told.dropped)) - came
+            seen, candidates = self.last_active, told.changed
             seen -= gone
             seen |= came
             ended = running & gone
@@ -175,7 +177,6 @@ class Ledger:
             seen = set(map(itemgetter(0), jobs))  # (job ids; every job: in C)
             gone = self.last_active - seen
             candidates, ended = jobs, running - seen
-        self.read = jobs.serial if isinstance(jobs, QueueRead) else None
         starts = []
         # (the running jobs picked out in C: a queue is mostly pending jobs)
         for j in compress(candidates, map(eq, map(itemgetter(9), candidates),
@@ -214,3 +215,4 @@ class Ledger:
         if self.last_prune is None or now - self.last_prune >= timedelta(hours=1):
             self.last_prune = now
             self.store.prune_samples(now - KEEP_SAMPLES)
+        self.read = jobs.serial if isinstance(jobs, QueueRead) else None

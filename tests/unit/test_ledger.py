@@ -180,3 +180,40 @@ def test_the_ledger_from_the_reads_change_records_what_it_records_from_a_walk(
         assert {r.job_id: r.ended_at for r in a._jobs.values()} == {
             r.job_id: r.ended_at for r in b._jobs.values()}, f"pass {i}"
         assert reads[0] == reads[1]
+
+
+def test_a_pass_the_store_refused_is_walked_again_and_no_end_is_lost() -> None:
+    """A read's change says a job left only once: a pass whose store write failed is
+    followed by a walk of the whole queue, so the job's end is still recorded."""
+    from slurmscale.config_file import parse_config
+    from slurmscale.store.memory import MemoryStore
+    from tests.unit.conftest import base_config
+
+    class Refusing(MemoryStore):
+        refuse = False
+
+        def end_jobs(self, job_ids, now):  # type: ignore[no-untyped-def]
+            if self.refuse and job_ids:
+                raise RuntimeError("the database went away")
+            return super().end_jobs(job_ids, now)
+
+    cfg = parse_config(base_config())
+    store = Refusing()
+    ledger = Ledger(cfg, store)
+    first = [_job("1", "RUNNING"), _job("2", "PENDING")]
+    read = QueueRead(first, 1)
+    t = T0 + timedelta(seconds=400)
+    ledger.observe(build_snapshot(cfg, [], first, t.timestamp()), read, t)
+    assert store.running_job_ids() == {"1"}
+    then = QueueRead(first[1:], 2, 1, [], [first[0]])  # job 1 ended
+    store.refuse = True
+    try:
+        ledger.observe(build_snapshot(cfg, [], first[1:], t.timestamp() + 10), then,
+                       t + timedelta(seconds=10))
+    except RuntimeError:
+        pass
+    store.refuse = False
+    again = QueueRead(first[1:], 3, 2, [], [])  # (nothing changed since: says nothing)
+    ledger.observe(build_snapshot(cfg, [], first[1:], t.timestamp() + 20), again,
+                   t + timedelta(seconds=20))
+    assert store.running_job_ids() == set(), "the end recorded on the walk after"
