@@ -94,8 +94,7 @@ class LimitUseLearner:
                 self.shares, start = Shares(), since
             else:
                 start = max(since, self.read_at - LATE_RECORD_S)
-            for run in self.store.job_runs(datetime.fromtimestamp(start, UTC)):
-                self.shares.add(*run)
+            self.shares.add_all(self.store.job_runs(datetime.fromtimestamp(start, UTC)))
             self.shares.drop_before(since)
             self.uses = self.shares.learned(pools, how)
             self.read_at = now

@@ -60,13 +60,15 @@ def _unit(x: float) -> float:
     return min(1.0, max(0.0, x))
 
 
-def quantile(values: list[float], q: float, clamp: Callable[[float], float] = float) -> float:
+def quantile(values: list[float], q: float, clamp: Callable[[float], float] = float,
+             presorted: bool = False) -> float:
     """The `q` quantile of `values` (not empty) by linear interpolation between order
     statistics (numpy's default), so that a median of two is their mean; with `clamp` (a
     non-decreasing map) that of the clamped values: only the two order statistics used are
     clamped, as sorting the rest gives the same order (the daemon learns over every job
-    that ended in the window)."""
-    xs = sorted(values)
+    that ended in the window). `presorted`: `values` are in order already (Shares keeps
+    them so)."""
+    xs = values if presorted else sorted(values)
     pos = q * (len(xs) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(xs) - 1)
@@ -74,11 +76,12 @@ def quantile(values: list[float], q: float, clamp: Callable[[float], float] = fl
     return a + (b - a) * (pos - lo)
 
 
-def learn(shares: list[float], how: Learning) -> LimitUse:
-    """The share from `shares` (each ended job's run time over its time limit)."""
+def learn(shares: list[float], how: Learning, presorted: bool = False) -> LimitUse:
+    """The share from `shares` (each ended job's run time over its time limit; `presorted`:
+    in order already)."""
     if len(shares) < how.min_jobs or not shares:
         return LimitUse(UNLEARNED, len(shares), "unlearned")
-    v = quantile(shares, how.quantile, _unit)
+    v = quantile(shares, how.quantile, _unit, presorted)
     return LimitUse(min(how.ceiling, max(how.floor, v)), len(shares), "learned")
 
 
@@ -116,4 +119,12 @@ class Shares:
             del shares[bisect.bisect_left(shares, share)]
 
     def learned(self, pools: Iterable[str], how: Learning) -> dict[str, LimitUse]:
-        return {p: learn(self._pools.get(p, []), how) for p in pools}
+        return {p: learn(self._pools.get(p, []), how, presorted=True) for p in pools}
+
+    def add_all(self, runs: Iterable[tuple[str, float, str, float, float]]) -> None:
+        """`add` each of `runs` (job, end, pool, run time, limit), those it has passed over
+        without a call (a read re-reads the last day's: most of them it has)."""
+        seen, add = self._seen, self.add
+        for run in runs:
+            if run[0] not in seen:
+                add(*run)
