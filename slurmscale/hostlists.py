@@ -59,7 +59,6 @@ def compress(names: Collection[str]) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-@functools.lru_cache(maxsize=65536)
 def node_order_key(name: str) -> tuple[str, int, str]:
     """gpu-2 before gpu-10: pools number their nodes, and a numeric order is what admins read
     (holds and reservations take nodes in this order). Remembered per name: a cluster has
