@@ -220,8 +220,7 @@ class CapacityPass:
         self.view = QueueView()  # the queue as the passes saw it (arrivals, job views)
         self._read_failing = False
         self.ledger = ledger
-        self._observed: Snapshot | None = None  # the last snapshot the ledger took in
-        self._pools_now: tuple[Snapshot | None, list[PoolNow]] = (None, [])
+        self._pools_now: tuple[Snapshot | None, list[PoolNow]] = (None, [])  # (made from)
         self.last: PassPlan | None = None  # the last pass's plan (`slurmscale plan` asks)
 
     def run(self, now: datetime, nodes: list[SlurmNode] | None = None) -> PassPlan | None:
@@ -251,7 +250,6 @@ class CapacityPass:
         self.store.save_pool_memory(p.capacity.memory, now)
         if p.snapshot is not None and self.ledger is not None:
             self.ledger.observe(p.snapshot, p.jobs, now)
-            self._observed = p.snapshot
         self.last = p
         return p
 
@@ -259,7 +257,7 @@ class CapacityPass:
     def pools_now(self) -> list[PoolNow]:
         """The last pass's capacity and demand per pool (the metrics' gauges), worked out
         when asked: the daemon's metrics ask once a pass, the simulator never."""
-        snap = self._observed
+        snap = self.last.snapshot if self.last is not None and self.ledger is not None else None
         if snap is None:
             return []
         if self._pools_now[0] is not snap:

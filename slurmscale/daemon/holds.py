@@ -72,7 +72,6 @@ class LimitUseLearner:
     again every ten minutes."""
 
     def __init__(self, cfg: Config, store: PassStore) -> None:
-        self.cfg = cfg
         self.store = store
         self.read_at: float | None = None
         self.shares = Shares()

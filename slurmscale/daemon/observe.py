@@ -144,8 +144,8 @@ class PerJob(Generic[V]):
         for j in changed:
             records[j[0]] = j
         redo = self.redo
-        if let_go:
-            redo.difference_update(map(_job_id, let_go))
+        if let_go:  # (a job gone; a changed job's the caller settles, as it gives anew)
+            redo.difference_update(j[0] for j in let_go if j[0] not in records)
         for job_id in (*redo, *also):
             if job_id not in todo and job_id in records:
                 todo[job_id] = records[job_id]
@@ -444,23 +444,23 @@ _DEMAND_PRIORITY = PendingJob._fields.index("priority")
 
 
 def _priority_moved(kept: PerJob[PendingJob], todo: list[QueueJob], went: list[QueueJob],
-                    full: frozenset[str]) -> list[QueueJob]:
+                    requeued: frozenset[str]) -> list[QueueJob]:
     """Of the records to work out, those whose line changed in its priority alone (each
     PriorityCalcPeriod moves every pending job's): what the job gives is what it gave with
     the new priority, while the priority stays above 0 (a held job gives no actionable
-    demand) and nothing else it hangs on moved (`full`: jobs requeued now or worked out
-    again every pass - requeued, no submit time -, and throttled array lines: worked out
+    demand) and nothing else it hangs on moved (jobs `requeued` now, those worked out again
+    every pass - requeued, no submit time: `redo` -, and throttled array lines: worked out
     in full). Returns the rest, to work out in full."""
     was = {j[0]: j for j in went}
-    made, rest = kept.made, []
+    made, redo, rest = kept.made, kept.redo, []
     p, q = _JOB_PRIORITY, _DEMAND_PRIORITY
     make = tuple.__new__
     for j in todo:
         old = was.get(j[0])
-        demand = made.get(j[0]) if old is not None else None
-        if (demand is None or old is None or old[:p] != j[:p] or old[p + 1:] != j[p + 1:]
+        if (old is None or (demand := made.get(j[0])) is None
+                or old[:p] != j[:p] or old[p + 1:] != j[p + 1:]
                 or (old.priority > 0) is not (j.priority > 0) or j.array_throttle
-                or j[0] in full):
+                or j[0] in redo or j[0] in requeued):
             rest.append(j)
             continue
         kept.give(j[0], make(PendingJob, (*demand[:q], j[p], *demand[q + 1:])))
@@ -499,13 +499,12 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
                                  if j.array_job and j.state != "PENDING")
     else:
         kept = view._jobs
-        redone = frozenset(kept.redo)  # (todo lets go of a changed job's)
         todo, came, went = kept.todo(jobs, requeued)
         running_tasks, again = view.arrays(came, went)
         if again:
             todo = list({j[0]: j for j in (*todo, *again)}.values())
-        if len(came) > 8:  # (a PriorityCalcPeriod's read: every pending line's priority moved)
-            todo = _priority_moved(kept, todo, went, requeued | redone)
+        if went:  # (a PriorityCalcPeriod's read: every pending line's priority moved)
+            todo = _priority_moved(kept, todo, went, requeued)
     times, missing = reading.time_memo(), reading._MISSING  # (looked up before slurm_time)
     for j in todo:
         # (every changed job: each QueueJob unpacked once, not read field by field)

@@ -172,10 +172,9 @@ class HealthWatch:
 
     def _cause(self, n: SlurmNode, inst: Running, status: InstanceHealth | None
                ) -> tuple[Cause, str] | None:
+        """Why a node that is not the common case (a reason, trouble flags, a scheduled
+        event or impaired status checks: `verdicts` passes over the rest) needs a step."""
         flags = n.flags
-        if (not n.reason and not flags & _TROUBLE and inst.instance_id not in self.scheduled
-                and (status is None or not status.impaired)):
-            return None  # (the common case, every running node every pass: nothing is wrong)
         why = reasons.ours(n.reason) if n.reason else None
         if "DRAIN" in flags and why in _HANDLED:
             return None

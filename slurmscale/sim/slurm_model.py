@@ -154,7 +154,7 @@ class FairShare:
     at: float = 0.0
     # each user's factor while the usage stands (a priority calculation asks for every
     # pending job's, each a sum over every user)
-    _factors: dict[str, float] = field(default_factory=dict)
+    _factors: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     def see(self, user: str) -> None:
         if user not in self.usage:
