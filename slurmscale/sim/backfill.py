@@ -66,9 +66,10 @@ class SimBackfill:
         # mostly such jobs; each was a walk of the pool's nodes)
         self._unstartable: dict[tuple[str, bool], list[tuple[int, int, float]]] = {}
         self._unplannable: dict[tuple[str, bool], list[tuple[int, int, float]]] = {}
-        # each pool's nodes a job may be planned on, while no job started (made once a
-        # cycle, not for each job planned: a start changes node states and the room)
-        self._candidates: dict[str, list[Node]] = {}
+        # each pool's nodes a job may be planned on, with their plans, while no job started
+        # (made once a cycle, not for each job planned: a start changes node states and the
+        # room)
+        self._candidates: dict[str, list[tuple[Node, NodePlan]]] = {}
 
     def _plan_changed(self) -> None:
         self._unstartable.clear()
@@ -79,7 +80,10 @@ class SimBackfill:
                key: tuple[str, bool], nodes: int, gpn: int, lim: float) -> bool:
         """Did a job asking no more than this (nodes, GPUs a node, limit) fail, on the
         same plan? (Fitting is monotone in each: more of any fits nowhere less would not.)"""
-        return any(n <= nodes and g <= gpn and t <= lim for n, g, t in failed.get(key, ()))
+        for n, g, t in failed.get(key, ()):  # (a loop, not any(): most lists are short)
+            if n <= nodes and g <= gpn and t <= lim:
+                return True
+        return False
 
     @staticmethod
     def _failed(failed: dict[tuple[str, bool], list[tuple[int, int, float]]],
@@ -199,15 +203,13 @@ class SimBackfill:
             self._expect(idx, self._plan_later(idx, slurm.pending[idx], now, horizon, busy,
                                                room, held))
 
-    def _earliest(self, idx: int, job: TraceJob, pool: list[Node], gpn: int, now: float,
-                  horizon: float, busy: dict[str, NodePlan]
-                  ) -> tuple[float, list[Node]] | None:
-        """Job `idx`'s earliest start on `pool`'s nodes by the plan, and the nodes."""
+    def _earliest(self, idx: int, job: TraceJob, pool: list[tuple[Node, NodePlan]], gpn: int,
+                  now: float, horizon: float) -> tuple[float, list[Node]] | None:
+        """Job `idx`'s earliest start on `pool`'s nodes (each with its plan), and the nodes."""
         lim, paid, blocks = self.slurm.limit[idx], self.slurm.st.paid, self.slurm.st.engine_blocks
         if job.nodes == 1:  # (the hot loop of a busy queue: kept flat)
             best, at = None, horizon
-            for n in pool:
-                plan = busy[n.name]
+            for n, plan in pool:
                 runs = plan._runs.get(gpn)  # (NodePlan.runs' cache read here: ~20 M a run)
                 if runs is None:
                     runs = plan.runs(gpn)
@@ -221,15 +223,15 @@ class SimBackfill:
                 if at <= now:  # no node starts it sooner: the first such node is the one
                     break
             return None if best is None else (at, [best])
-        windows = [busy[n.name].windows(n.gpus, lim, horizon) for n in pool]
-        for i, n in enumerate(pool):  # a block node: only while the job ends before it does
+        windows = [plan.windows(n.gpus, lim, horizon) for n, plan in pool]
+        for i, (n, _) in enumerate(pool):  # a block node: only while the job ends first
             if blocks and n.paid is not None and n.paid != ODCR:
                 last = paid.close_s(paid.blocks[n.paid]) - lim
                 windows[i] = [(lo, min(hi, last)) for lo, hi in windows[i] if lo <= last]
         found = gang_start(windows, job.nodes)
         if found is None:
             return None
-        return found[0], [pool[i] for i in found[1]]
+        return found[0], [pool[i][0] for i in found[1]]
 
     def _held(self, busy: dict[str, NodePlan]) -> dict[str, list[Node]]:
         """Nodes in a hold, per pool: Slurm's backfill sees them taken until the reservation
@@ -269,11 +271,11 @@ class SimBackfill:
             pool = self._candidates.get(k.name)
             if pool is None:
                 nodes = slurm.st.nodes_of[k.name]
-                pool = [n for n in nodes if n.state != "down" and n.resv is None]
-                pool += slurm.spare(nodes, room[k.name][0], None)
-                pool += held.get(k.name, [])
-                self._candidates[k.name] = pool
-            found = self._earliest(idx, job, pool, gpn, now, horizon, busy)
+                chosen = [n for n in nodes if n.state != "down" and n.resv is None]
+                chosen += slurm.spare(nodes, room[k.name][0], None)
+                chosen += held.get(k.name, [])
+                pool = self._candidates[k.name] = [(n, busy[n.name]) for n in chosen]
+            found = self._earliest(idx, job, pool, gpn, now, horizon)
             if found is None:
                 self._failed(self._unplannable, key, job.nodes, gpn, lim)
             elif best is None or found[0] < best[0]:

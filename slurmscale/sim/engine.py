@@ -156,7 +156,7 @@ class Simulation:
             assert self.others is not None
             self.others.step(now)
         live_gpus = sum(n.gpus for n in st.nodes if n.state != "down")
-        demand = self.slurm.running_gpus + sum(j.gpus for j in self.slurm.pending.values())
+        demand = self.slurm.running_gpus + self.slurm.pending_gpus
         st.result.timeline.append((now, demand, live_gpus))
 
     def _limit_use(self, now: float) -> None:

@@ -68,6 +68,7 @@ class SimSlurmctld:
         self.placed: dict[int, list[tuple[Node, int]]] = {}
         self.start: dict[int, float] = {}
         self.running_gpus = 0
+        self.pending_gpus = 0  # the pending jobs' GPUs, summed as they enter and start
         self.attached: dict[int, str] = {}  # pending job -> the reservation it is pointed at
         self.started_in: dict[str, str] = {}  # job id -> reservation it started in
         self.eligible_at: dict[int, float] = {}  # requeued jobs wait for Slurm's delay
@@ -148,6 +149,7 @@ class SimSlurmctld:
         """Job `idx` enters the queue (sbatch), to every partition it may use."""
         st, job = self.st, self.jobs[idx]
         self.pending[idx] = job
+        self.pending_gpus += job.gpus
         self.pending_views[idx] = PendingJob(
             job.job_id, st.main.name, job.nodes, job.gpus_per_node(st.main.gpus_per_node),
             job.duration_s, job.submit_s, also=st.also)
@@ -306,7 +308,7 @@ class SimSlurmctld:
             self.started_in[job.job_id] = self.attached.pop(idx)
         st.push(start + job.duration_s, END, idx)
         self.running_gpus += gpn * job.nodes
-        del self.pending[idx]
+        self.pending_gpus -= self.pending.pop(idx).gpus
         del self.pending_views[idx]
         self.eligible_at.pop(idx, None)
         self.prio.pop(idx, None)
@@ -584,6 +586,7 @@ class SimSlurmctld:
         self.pending_since[idx] = now
         self.eligible_at[idx] = now + delay
         self.pending[idx] = job
+        self.pending_gpus += job.gpus
         self.pending_views[idx] = PendingJob(job.job_id, pool, job.nodes,
                                              job.gpus_per_node(st.main.gpus_per_node),
                                              job.duration_s, job.submit_s,

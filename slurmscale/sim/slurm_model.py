@@ -237,6 +237,17 @@ class NodePlan:
         return got
 
     def _free_runs(self, gpus: int) -> list[tuple[float, float]]:
+        if len(self.busy) == 1:  # (most: a node running one job, nothing planned on it yet)
+            s, e, g = self.busy[0]
+            if e > s:
+                if self.capacity - g >= gpus:
+                    return [(self.now, math.inf)]
+                if self.capacity < gpus:
+                    return []
+                return [(self.now, s), (e, math.inf)] if s > self.now else [(e, math.inf)]
+        return self._sweep_runs(gpus)
+
+    def _sweep_runs(self, gpus: int) -> list[tuple[float, float]]:
         # (a sweep over the starts and ends: GPUs in use change only there; a plan of a deep
         # queue puts tens of jobs on a node, and a sum over them at every time was the hot
         # spot of a backfill cycle)

@@ -159,6 +159,26 @@ def test_a_storm_requeues_every_affected_job_and_none_fails() -> None:
     assert m["spot_node_hours"] > 0 and m["on_demand_node_hours"] > 0
 
 
+def test_the_pending_gpus_kept_as_jobs_enter_start_and_requeue_are_what_is_pending() -> None:
+    """The simulated Slurm's pending GPUs (the timeline's demand) are summed as jobs enter,
+    start and are requeued, not walked each tick: after every requeue of a storm they are
+    what is pending (fails if a requeue is not counted back in)."""
+    knobs = PoolKnobs(name="gpu", gpus_per_node=8, max_nodes=8)
+    spot = SpotModel(on_demand_nodes=8, storm_at_s=3600.0, storm_fraction=0.5,
+                     storm_outage_s=3600.0)
+    sim = Simulation(_storm_jobs(), builtin_policy("slurmscale", knobs),
+                     SimCloud(boot_s=300.0), spot)
+    slurm, requeue, requeued = sim.slurm, sim.slurm.requeue_job, []
+
+    def checked(idx: int, now: float, preempted: bool = True) -> None:
+        requeue(idx, now, preempted)
+        assert slurm.pending_gpus == sum(j.gpus for j in slurm.pending.values())
+        requeued.append(idx)
+    slurm.requeue_job = checked  # type: ignore[method-assign]
+    r = sim.run()
+    assert requeued and r.jobs_completed == 7 and slurm.pending_gpus == 0
+
+
 def test_the_on_demand_buffer_restarts_preempted_jobs_without_a_boot_and_costs_more() -> None:
     none, half = _storm(0.0), _storm(0.5)
     assert half["restart_wait_p95_s"] == 120.0  # only Slurm's requeue delay

@@ -210,6 +210,20 @@ def test_node_plan_free_runs_and_gang_start() -> None:
     assert gang_start([[(0.0, 10.0)], [(11.0, 20.0)]], 2) is None
 
 
+@settings(max_examples=400, deadline=None)
+@given(capacity=st.integers(1, 8), now=st.sampled_from([0.0, 30.0]),
+       start=st.sampled_from([0.0, 10.0, 30.0, 60.0]), length=st.sampled_from([0.0, 5.0, 100.0]),
+       used=st.integers(1, 8), gpus=st.integers(1, 9))
+def test_a_node_running_one_job_has_the_runs_the_sweep_finds(capacity, now, start, length,
+                                                             used, gpus) -> None:  # type: ignore[no-untyped-def]
+    """The one-job shortcut of NodePlan's runs (most nodes in a backfill plan) gives what
+    the sweep over starts and ends gives (fails if a job planned later than now, or one
+    leaving too few GPUs, takes the shortcut's wrong branch)."""
+    p = NodePlan(capacity, now=now)
+    p.add(start, start + length, min(used, capacity))
+    assert p.runs(gpus) == p._sweep_runs(gpus)
+
+
 def test_params_by_slurm_conf_name_and_bad_ones_named() -> None:
     m = parse_params(SlurmModel(), ("bf_interval=60", "PriorityWeightAge=0",
                                     "PriorityFavorSmall=YES", "bf_max_job_test=10"))
@@ -284,6 +298,7 @@ def test_every_job_runs_to_its_end_and_no_node_is_overcommitted(
         got = ordered()
         slurm = sim.slurm
         assert got == sorted(slurm.pending, key=lambda i: (-slurm.prio[i], i)), "order kept wrong"
+        assert slurm.pending_gpus == sum(j.gpus for j in slurm.pending.values()), "sum kept wrong"
         return got
     sim.slurm.ordered = sorted_now  # type: ignore[method-assign]
     r = sim.run()
