@@ -19,6 +19,7 @@ from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow
 
 _RELEASING = frozenset({"POWERED_DOWN", "POWERING_DOWN"})
+_POWERING = frozenset({"POWERING_UP", "POWERING_DOWN"})
 
 
 class NodeAddresses:
@@ -113,9 +114,9 @@ class NodeAddresses:
             addr, host = given[row.instance_id] = self.given.get(row.instance_id) or \
                 c.address(row.node, launched(row))
             n = by_name.get(row.node)
-            if n is None or _RELEASING & n.flags:
-                continue  # being released: release resets the address
-            if not addr or n.addr == addr:
+            # (addressed as given, the common case, first; being released: release resets
+            # the address)
+            if n is None or not addr or n.addr == addr or not _RELEASING.isdisjoint(n.flags):
                 continue
             c.effects.apply([edits.address(row.node, addr, host, again=True, said=(
                 Kind.NODE_ADDRESS_FIXED, f"{row.node} runs on {row.instance_id} but Slurm "
@@ -134,7 +135,7 @@ class NodeAddresses:
             return
         candidates = {}
         for n in nodes:
-            if ("POWERED_DOWN" not in n.flags or {"POWERING_UP", "POWERING_DOWN"} & n.flags
+            if ("POWERED_DOWN" not in n.flags or not _POWERING.isdisjoint(n.flags)
                     or n.addr == n.name or c.cfg.pool_of(n.name) is None):
                 self.addr_kept.pop(n.name, None)
             elif self.addr_kept.get(n.name) != n.addr:

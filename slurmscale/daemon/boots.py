@@ -81,9 +81,9 @@ class BootPass:
         instances as EC2 listed them this pass (their tags), None when EC2 did not answer."""
         c = self.ctx
         rows = c.store.active_instances() if active is None else active
-        by_name = {n.name: n for n in nodes}
-        booting = [r for r in rows if r.state == InstanceState.RUNNING
-                   and r.node in by_name and "POWERING_UP" in by_name[r.node].flags]
+        # (the nodes powering up first: most passes have none, and the rest is not read)
+        by_name = {n.name: n for n in nodes if "POWERING_UP" in n.flags}
+        booting = [r for r in rows if r.node in by_name and r.state == InstanceState.RUNNING]
         if not booting:
             return
         now = c.clock().timestamp()

@@ -149,7 +149,8 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
             gangs = lifted(standing)
         uses = (limit_use or LimitUseLearner(cfg, store)).current(now)
         hold_plan, gone = holds.plan(snap.nodes, gangs, res, now, uses,
-                                     view.ranked if view is not None else None)
+                                     *((view.ranked, view.take_order) if view is not None
+                                       else (None, None)))
         if hold_plan.grabbed:
             # Idle nodes a hold takes this pass are not idle for the pool-size decision.
             snap = replace(snap, nodes=tuple(

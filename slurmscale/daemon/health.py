@@ -37,7 +37,6 @@ from slurmscale.policy.health import (
     Cause,
     HealthKnobs,
     HealthWatch,
-    Running,
     Step,
     Verdict,
     iso,
@@ -77,8 +76,7 @@ class HealthPass:
         rows = c.store.active_instances() if active is None else active
         self._heard(rows)  # (AWS Health's first: a status read after it may say more)
         self._read_statuses(t)
-        running = {i.node: Running(i.instance_id, i.pool) for i in rows
-                   if i.state == "running"}
+        running = {i.node: i for i in rows if i.state == "running"}
         recent = Counter(r.node for r in c.store.replacements(since=t - self.cfg.window_s))
         self._fresh(nodes, t)
         if self.since_kept is None:

@@ -33,6 +33,7 @@ from slurmscale.policy.reservations import (
     HoldPlan,
     RankedGangs,
     ReservationKnobs,
+    TakeOrder,
     earliest_plan,
     plan_holds,
 )
@@ -167,14 +168,16 @@ class HoldPass:
     def plan(self, nodes: tuple[NodeView, ...], jobs: tuple[GangJob, ...],
              slurm_res: list[SlurmReservation], now: float,
              limit_use: Mapping[str, LimitUse],
-             ranked: RankedGangs | None = None) -> tuple[HoldPlan, list[str]]:
+             ranked: RankedGangs | None = None,
+             order: TakeOrder | None = None) -> tuple[HoldPlan, list[str]]:
         """`limit_use`: each pool's share of their limits jobs run (LimitUseLearner);
-        `ranked`: the queue view's ranking of `jobs` (None: ranked here)."""
+        `ranked`, `order`: the queue view's ranking of `jobs` and the nodes a hold may
+        take as last worked out (None: worked out here)."""
         holds, gone, reserved = current_holds(self.cfg, self.store, slurm_res, now)
         plan = plan_holds(self.knobs, {p.name: p.gpus_per_node for p in self.cfg.pools},
                           {p.name: p.max_nodes for p in self.cfg.pools}, nodes, jobs,
                           tuple(holds), self.store.exhausted_jobs(), now, reserved,
-                          {p: u.value for p, u in limit_use.items()}, ranked)
+                          {p: u.value for p, u in limit_use.items()}, ranked, order)
         return plan, gone
 
     def apply(self, plan: HoldPlan, gone: list[str], slurm_res: list[SlurmReservation],

@@ -38,6 +38,7 @@ from slurmscale.policy.reservations import (
     GangJob,
     RankedGangs,
     ReservationKnobs,
+    TakeOrder,
     earliest_plan,
 )
 from slurmscale.slurm.reasons import Why, drained_by_us
@@ -201,6 +202,7 @@ class QueueView:
         self.hold_knobs = ReservationKnobs()  # the config's (made per config, as `knobs`)
         self.max_nodes: dict[str, int] = {}  # each pool's
         self.ranked = RankedGangs(self.hold_knobs, self.max_nodes)  # (made per config)
+        self.take_order = TakeOrder()  # the nodes a hold may take, while the nodes stand
         self._jobs: PerJob[PendingJob] = PerJob()  # each pending job's demand
         self._gangs: PerJob[GangJob] = PerJob()  # each gang the hold planner considers
         # array job -> its tasks running or starting (what a `%N` throttle leaves to start)

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
+from operator import attrgetter
 
 from slurmscale.hostlists import node_order_key
 from slurmscale.policy.demand import demand_of, pending_nodes, pool_demand, tally_nodes
@@ -336,6 +337,10 @@ class _Demand:
         return pending_nodes(k, self._walked()[0][k.name])
 
 
+_NAME = attrgetter("name")
+_STATE_USABLE_HELD = attrgetter("state", "usable", "held")
+
+
 def decide(s: Snapshot) -> Plan:
     nodes_by_pool: dict[str, list[NodeView]] = defaultdict(list)
     for n in s.nodes:
@@ -350,17 +355,22 @@ def decide(s: Snapshot) -> Plan:
     demands: dict[str, PoolDemand] = {}
     gpus_by_pool = {k.name: k.gpus_per_node for k in s.pools}
     for k in sorted(s.pools, key=lambda p: p.name):
-        nodes = sorted(nodes_by_pool[k.name], key=lambda n: n.name)
+        nodes = sorted(nodes_by_pool[k.name], key=_NAME)
         demand = pending.own(k)
         demands[k.name] = demand
-        live = sum(1 for n in nodes if n.state in LIVE)
-        idle = sum(1 for n in nodes if n.state is NodeState.IDLE and n.usable and not n.held)
+        # (the nodes counted by state, and the idle ones free to take, in one pass)
+        states: Counter[NodeState] = Counter()
+        idle = 0
+        for (state, usable, held), count in Counter(map(_STATE_USABLE_HELD, nodes)).items():
+            states[state] += count
+            if state is NodeState.IDLE and usable and not held:
+                idle += count
+        live = sum(states[st] for st in LIVE)
         mem = s.memory.get(k.name, PoolMemory(target=k.min_nodes))
         buffer, why_buffer = buffer_nodes(k, nodes_by_pool, gpus_by_pool)
         # live nodes the buffer keeps: the busy ones plus the idle buffer
-        floor = min(k.max_nodes, buffer + sum(
-            1 for n in nodes if n.state in (NodeState.ALLOCATED, NodeState.RESERVED))) \
-            if buffer else 0
+        floor = min(k.max_nodes, buffer + states[NodeState.ALLOCATED]
+                    + states[NodeState.RESERVED]) if buffer else 0
         if k.mode is Mode.IMMEDIATE:
             mem = PoolMemory(k.max_nodes, None, mem.last_step_at)
         else:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Protocol
 
 from slurmscale.model import POWER_TRANSITIONS, InstanceHealth, ScheduledEvent, SlurmNode
 from slurmscale.slurm import reasons
@@ -70,9 +71,21 @@ class Verdict:
     deadline: float | None = None
 
 
+class RunningInstance(Protocol):
+    """What a verdict reads of a node's running instance: the store's row gives it as it is
+    (a record made for every running node every pass was a pass's cost for nothing)."""
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def pool(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class Running:
-    """A node's running instance as the store has it."""
+    """A node's running instance: the plain RunningInstance (what tests and callers without
+    a store row give)."""
 
     instance_id: str
     pool: str
@@ -129,7 +142,7 @@ class HealthWatch:
                 self.scheduled.pop(s.instance_id, None)
         return out
 
-    def verdicts(self, nodes: Iterable[SlurmNode], running: Mapping[str, Running],
+    def verdicts(self, nodes: Iterable[SlurmNode], running: Mapping[str, RunningInstance],
                  statuses: Mapping[str, InstanceHealth], replaced_recently: Mapping[str, int],
                  now: float) -> list[Verdict]:
         """`running`: node -> its running instance (store); `statuses`: EC2's latest reading
@@ -142,11 +155,11 @@ class HealthWatch:
             inst = running.get(n.name)
             if inst is None:
                 continue
-            flags = n.flags
-            if flags & POWER_TRANSITIONS:
+            flags = n.flags  # (isdisjoint: no set made for every node every pass)
+            if not POWER_TRANSITIONS.isdisjoint(flags):
                 continue
             status = statuses.get(inst.instance_id) if statuses else None
-            if (not n.reason and not flags & _TROUBLE and inst.instance_id not in scheduled
+            if (not n.reason and _TROUBLE.isdisjoint(flags) and inst.instance_id not in scheduled
                     and (status is None or not status.impaired)):
                 continue  # (_cause's common case, every running node every pass: looked at here)
             found = self._cause(n, inst, status)
@@ -170,7 +183,7 @@ class HealthWatch:
             self.announced &= live
         return out
 
-    def _cause(self, n: SlurmNode, inst: Running, status: InstanceHealth | None
+    def _cause(self, n: SlurmNode, inst: RunningInstance, status: InstanceHealth | None
                ) -> tuple[Cause, str] | None:
         """Why a node that is not the common case (a reason, trouble flags, a scheduled
         event or impaired status checks: `verdicts` passes over the rest) needs a step."""
@@ -198,7 +211,7 @@ class HealthWatch:
             return Cause.SCHEDULED, f"{code} from {iso(ev.not_before if ev else None)}"
         return None
 
-    def _step(self, n: SlurmNode, cause: Cause, inst: Running, since: float,
+    def _step(self, n: SlurmNode, cause: Cause, inst: RunningInstance, since: float,
               now: float) -> Step:
         match cause:
             case Cause.IMPAIRED | Cause.REBOOTED:

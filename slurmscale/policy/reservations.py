@@ -270,24 +270,73 @@ def plan_holds(k: ReservationKnobs, gpus_per_node: dict[str, int], max_nodes: di
                holds: tuple[Hold, ...], exhausted: frozenset[str], now: float,
                reserved: frozenset[str] = frozenset(),
                limit_use: Mapping[str, float] | None = None,
-               ranked: RankedGangs | None = None) -> HoldPlan:
+               ranked: RankedGangs | None = None,
+               order: TakeOrder | None = None) -> HoldPlan:
     """`exhausted`: jobs whose hold was already released for budget or time; never again.
     `reserved`: nodes in any reservation (an admin's included): never taken. `limit_use`:
     each pool's learned share of its limits a job runs (for `limit_use: auto`). `ranked`:
     `jobs`' gangs a hold could be for, ranked per pool as they came and went (None: ranked
-    here)."""
+    here); `order`: the nodes a hold may take as last worked out (None: worked out here)."""
     if not holds and not (k.enabled and any(
             j.pending and j.nodes >= k.min_gang_nodes
             and now - j.submit_s >= k.accumulate_after_s for j in jobs)):
         return HoldPlan((), (), frozenset())  # nothing held, no gang has waited long enough
     by_job = {j.job_id: j for j in jobs}
     p = _Planner(k, gpus_per_node, nodes, set(reserved) | {n for h in holds for n in h.nodes},
-                 now, limit_use or {})
+                 now, limit_use or {}, order)
     for h in sorted(holds, key=lambda h: h.name):
         p.carry_on(h, by_job.get(h.job_id))
     if k.enabled:
         p.new_holds(by_job, ranked or RankedGangs(k, max_nodes, jobs), exhausted)
     return HoldPlan(tuple(p.actions), tuple(p.kept), frozenset(p.grabbed), tuple(p.skipped))
+
+
+def _drain_order(n: NodeView) -> tuple[float, int]:
+    return (n.free_at if n.free_at is not None else math.inf, n.alloc_gpus)
+
+
+Takeable = tuple[dict[str, list[str]], dict[str, list[NodeView]], dict[str, list[str]]]
+
+
+def _takeable(nodes: tuple[NodeView, ...], taken: set[str]) -> Takeable:
+    """Per pool, in node order, the nodes a hold may take: idle ones, busy ones in the order
+    they will drain, powered-down ones (Slurm powers them up for a job that starts in a
+    reservation holding them, at no idle cost meanwhile)."""
+    free: dict[str, list[str]] = {}
+    busy: dict[str, list[NodeView]] = {}
+    down: dict[str, list[str]] = {}
+    for n in sorted(nodes, key=lambda n: node_order_key(n.name)):
+        if n.name in taken:
+            continue
+        if n.state is NodeState.IDLE and n.usable and not n.held:
+            free.setdefault(n.pool, []).append(n.name)
+        elif n.state is NodeState.ALLOCATED and n.usable and not n.held:
+            busy.setdefault(n.pool, []).append(n)
+        elif n.state is NodeState.POWERED_DOWN and n.usable:
+            down.setdefault(n.pool, []).append(n.name)
+    for pool in busy:  # the soonest free by their jobs' time limits drain first
+        # (then the fewest GPUs in use, then node order: the stable sort keeps the order
+        # they came in, which is node order)
+        busy[pool].sort(key=_drain_order)
+    return free, busy, down
+
+
+class TakeOrder:
+    """`_takeable` as last made, made again only when the node views or the nodes already
+    taken changed: the daemon's queue view keeps one from pass to pass, and most passes
+    plan from the very views of the last (the snapshot keeps a node's view while its record
+    and jobs stand). The planner gets its own dicts; it never edits a list in place (it
+    takes from one by putting a shorter one in its place)."""
+
+    def __init__(self) -> None:
+        self._made: tuple[tuple[NodeView, ...], set[str], Takeable] | None = None
+
+    def of(self, nodes: tuple[NodeView, ...], taken: set[str]) -> Takeable:
+        made = self._made
+        if made is None or made[0] != nodes or made[1] != taken:
+            made = self._made = (nodes, taken, _takeable(nodes, taken))
+        free, busy, down = made[2]
+        return dict(free), dict(busy), dict(down)
 
 
 class _Planner:
@@ -296,28 +345,12 @@ class _Planner:
 
     def __init__(self, k: ReservationKnobs, gpus_per_node: dict[str, int],
                  nodes: tuple[NodeView, ...], taken: set[str], now: float,
-                 limit_use: Mapping[str, float]) -> None:
+                 limit_use: Mapping[str, float], order: TakeOrder | None = None) -> None:
         self.k, self.gpus_per_node, self.now = k, gpus_per_node, now
         self.limit_use = limit_use
         self.view = {n.name: n for n in nodes}
-        self.free: dict[str, list[str]] = {}
-        self.busy: dict[str, list[NodeView]] = {}
-        # powered-down nodes the pool may use: Slurm powers them up for a job that starts
-        # in a reservation holding them, at no idle cost meanwhile
-        self.down: dict[str, list[str]] = {}
-        for n in sorted(nodes, key=lambda n: node_order_key(n.name)):
-            if n.name in taken:
-                continue
-            if n.state is NodeState.IDLE and n.usable and not n.held:
-                self.free.setdefault(n.pool, []).append(n.name)
-            elif n.state is NodeState.ALLOCATED and n.usable and not n.held:
-                self.busy.setdefault(n.pool, []).append(n)
-            elif n.state is NodeState.POWERED_DOWN and n.usable:
-                self.down.setdefault(n.pool, []).append(n.name)
-        for pool in self.busy:  # the soonest free by their jobs' time limits drain first
-            self.busy[pool].sort(key=lambda n: (
-                n.free_at if n.free_at is not None else float("inf"), n.alloc_gpus,
-                node_order_key(n.name)))
+        self.free, self.busy, self.down = (_takeable(nodes, taken) if order is None
+                                           else order.of(nodes, taken))
         self.grabbed: set[str] = set()
         self.actions: list[HoldAction] = []
         self.kept: list[Hold] = []

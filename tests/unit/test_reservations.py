@@ -19,6 +19,7 @@ from slurmscale.policy.reservations import (
     Hold,
     HoldActionKind,
     ReservationKnobs,
+    TakeOrder,
     plan_holds,
 )
 from slurmscale.store.repo import Store
@@ -155,6 +156,31 @@ def test_hold_planner_properties(states, sizes, admin) -> None:  # type: ignore[
         assert h.name.startswith(K.prefix)
     for a in plan.actions:
         assert a.name.startswith(K.prefix), "only slurmscale's own reservations are touched"
+
+
+@settings(max_examples=200, deadline=None)
+@given(passes=st.lists(st.tuples(
+    st.lists(st.sampled_from(list(NodeState)), min_size=4, max_size=10),
+    st.sets(st.integers(1, 10), max_size=3), st.booleans()), min_size=1, max_size=6),
+    sizes=st.lists(st.integers(2, 8), min_size=1, max_size=4))
+def test_the_nodes_a_hold_may_take_kept_between_plannings_plan_as_made_afresh(
+        passes, sizes) -> None:  # type: ignore[no-untyped-def]
+    """The queue view's TakeOrder gives each planning what working the nodes out afresh
+    gives, the same views planned again included (fails if the planner's taking edits what
+    the order keeps: the second planning of the same views then finds fewer nodes)."""
+    order = TakeOrder()
+    jobs = tuple(gang(str(i), n) for i, n in enumerate(sizes))
+    nodes: tuple[NodeView, ...] = ()
+    for states, admin, again in passes:
+        if not (again and nodes):  # (else the very views of the last planning)
+            nodes = tuple(node(i + 1, s, 8 if s is NodeState.ALLOCATED else 0, NOW + i * 60)
+                          for i, s in enumerate(states))
+        maxn = {"gpu": len(nodes)}
+        reserved = frozenset(f"g-{i}" for i in admin)
+        for _ in range(2):
+            assert plan_holds(K, GPUS, maxn, nodes, jobs, (), frozenset(), NOW, reserved,
+                              order=order) == plan_holds(K, GPUS, maxn, nodes, jobs, (),
+                                                         frozenset(), NOW, reserved)
 
 
 # --- the daemon's pass -------------------------------------------------------------------
