@@ -66,6 +66,7 @@ class SimSlurmctld:
         self.pending: dict[int, TraceJob] = {}
         self.pending_views: dict[int, PendingJob] = {}  # (the other policies' snapshot)
         self.placed: dict[int, list[tuple[Node, int]]] = {}
+        self.placed_serial = 0  # moved on as a job is placed or its run is over
         self.start: dict[int, float] = {}
         self.running_gpus = 0
         self.pending_gpus = 0  # the pending jobs' GPUs, summed as they enter and start
@@ -296,6 +297,7 @@ class SimSlurmctld:
             n.idle_since = None
             n.free_at = max(n.free_at if n.jobs > 1 else 0.0, start + self.limit[idx])
         self.placed[idx] = [(n, gpn) for n in chosen]
+        self.placed_serial += 1
         self.start[idx] = start
         if job.nodes >= 2 and not job.carry_in:  # the launches a gang's nodes came from
             st.result.gang_spread.append(len({n.launch for n in chosen}))
@@ -639,6 +641,7 @@ class SimSlurmctld:
         start = self.start[idx]
         ran = max(0.0, now - start)
         self.signalled_at.pop(idx, None)  # (a signal is to one run)
+        self.placed_serial += 1
         for m, g in self.placed.pop(idx):
             if ran and st.policy.offline_cost:  # the oracle's timeline of each node's runs
                 st.node_runs.setdefault(m.name, []).append((start, now))

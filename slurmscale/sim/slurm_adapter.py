@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -88,6 +89,7 @@ class SimModel(Protocol):
     @property
     def placed(self) -> Mapping[int, Sequence[tuple[SimNode, int]]]: ...
 
+    placed_serial: int  # moved on as a job is placed or its run is over
     start: dict[int, float]
     started_in: dict[str, str]  # the trace's job id -> the reservation it started in
     bf_dirty: bool
@@ -157,6 +159,11 @@ class SimSlurm:
         # each running job's start and lines (running, and CONFIGURING while its nodes boot)
         self._running: dict[int, tuple[float, QueueJob, QueueJob]] = {}
         self._shown_running: dict[int, QueueJob] = {}  # each running job's line as last read
+        # the running lines as last read, the placements they were read from, and when the
+        # first job shown CONFIGURING starts (its line changes then)
+        self._running_out: list[QueueJob] = []
+        self._running_serial = -1
+        self._configured_at = math.inf
         self._read: int | None = None  # the last active_jobs read's serial (QueueRead)
         self.addr: dict[str, tuple[str, str]] = {}  # NodeAddr, NodeHostname where set
         self.suspend_exc = ""  # SuspendExcNodes as last set (23.02+: settable at run time)
@@ -295,7 +302,10 @@ class SimSlurm:
         squeue parse gives back the very record for a line printed again; new records
         added to `changed`, those they replace or whose job ended to `dropped`."""
         sim, shown = self.sim, self._shown_running
+        if sim.placed_serial == self._running_serial and self.now < self._configured_at:
+            return list(self._running_out)  # no job placed or over, none came up: the same
         out = []
+        configured_at = math.inf
         for idx, placed in sim.placed.items():
             start = sim.start[idx]
             hit = self._running.get(idx)
@@ -310,7 +320,11 @@ class SimSlurm:
                     nodelist=compress([n.name for n, _ in placed]), start_time=stamp(start))
                 # (and its line while its nodes boot: the same record each read meanwhile)
                 hit = self._running[idx] = (start, rec, rec._replace(state="CONFIGURING"))
-            job_q = hit[2] if start > self.now else hit[1]
+            if start > self.now:
+                job_q = hit[2]
+                configured_at = min(configured_at, start)
+            else:
+                job_q = hit[1]
             was = shown.get(idx)
             if was is not job_q:
                 if was is not None:
@@ -322,7 +336,9 @@ class SimSlurm:
             for idx in [i for i in self._running if i not in sim.placed]:
                 del self._running[idx]
                 dropped.append(shown.pop(idx))
-        return out
+        self._running_out, self._running_serial = out, sim.placed_serial
+        self._configured_at = configured_at
+        return list(out)
 
     def ended_jobs(self) -> list[QueueJob]:
         return []

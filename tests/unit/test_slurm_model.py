@@ -13,6 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from slurmscale.model import QueueJob
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.engine import SimCloud, Simulation, simulate
 from slurmscale.sim.policies import builtin_policy
@@ -307,6 +308,30 @@ def test_every_job_runs_to_its_end_and_no_node_is_overcommitted(
     ran = sum(min(j.duration_s, j.time_limit_s or j.duration_s) * j.gpus_per_node(8) * j.nodes
               for j in jobs)
     assert r.busy_gpu_s == pytest.approx(ran)
+
+
+def test_the_running_lines_given_again_between_changes_are_what_a_walk_reads() -> None:
+    """The simulated squeue gives back its running lines while no job was placed or ended
+    and no booting job's start came: at every read, a walk of the placements reads the same
+    lines and finds nothing changed (fails if a CONFIGURING line outlives its start)."""
+    jobs = [TraceJob(f"j{i}", 20.0 * i, 900.0, 8, 1 + i % 2) for i in range(12)]
+    sim = Simulation(jobs, builtin_policy("slurmscale", PoolKnobs(
+        name="gpu", gpus_per_node=8, max_nodes=4)), SimCloud(boot_s=300.0))
+    started, states = SimSlurm._started, set()
+
+    def walked(self: SimSlurm, changed: list[QueueJob], dropped: list[QueueJob]
+               ) -> list[QueueJob]:
+        got = started(self, changed, dropped)
+        self._running_serial, again = -1, []  # (as if something changed: the walk)
+        assert started(self, again, []) == got and not again
+        states.update(j.state for j in got)
+        return got
+    SimSlurm._started = walked  # type: ignore[method-assign]
+    try:
+        assert sim.run().jobs_completed == len(jobs)
+    finally:
+        SimSlurm._started = started  # type: ignore[method-assign]
+    assert states == {"CONFIGURING", "RUNNING"}
 
 
 def test_a_powered_up_job_starts_at_slurmctlds_next_periodic_check() -> None:
