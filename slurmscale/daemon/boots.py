@@ -82,8 +82,8 @@ class BootPass:
         c = self.ctx
         rows = c.store.active_instances() if active is None else active
         # (the nodes powering up first: most passes have none, and the rest is not read)
-        by_name = {n.name: n for n in nodes if "POWERING_UP" in n.flags}
-        booting = [r for r in rows if r.node in by_name and r.state == InstanceState.RUNNING]
+        powering = {n.name: n for n in nodes if "POWERING_UP" in n.flags}
+        booting = [r for r in rows if r.node in powering and r.state == InstanceState.RUNNING]
         if not booting:
             return
         now = c.clock().timestamp()
@@ -95,7 +95,7 @@ class BootPass:
         running = [Booting(r.instance_id, r.node, r.pool, utc(r.launched_at).timestamp())
                    for r in booting]
         verdicts = boot_verdicts(
-            by_name, running, errors, now,
+            powering, running, errors, now,
             {p.name: p.join_timeout() for p in c.cfg.pools},
             self._attempts(booting, recent_rows), Counter(r.node for r in recent_rows),
             max_retries={p.name: p.max_boot_retries for p in c.cfg.pools},

@@ -82,15 +82,6 @@ class RunningInstance(Protocol):
     def pool(self) -> str: ...
 
 
-@dataclass(frozen=True)
-class Running:
-    """A node's running instance: the plain RunningInstance (what tests and callers without
-    a store row give)."""
-
-    instance_id: str
-    pool: str
-
-
 def iso(t: float | None) -> str:
     return "unknown" if t is None else datetime.fromtimestamp(t, UTC).isoformat(
         timespec="seconds")

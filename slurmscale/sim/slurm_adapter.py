@@ -300,10 +300,11 @@ class SimSlurm:
         """squeue's running lines (CONFIGURING while their nodes boot), a job's record made
         again only when its line changes (it started again, its nodes came up), as the
         squeue parse gives back the very record for a line printed again; new records
-        added to `changed`, those they replace or whose job ended to `dropped`."""
+        added to `changed`, those they replace or whose job ended to `dropped`. The list is
+        kept for the next read: not to be edited (`active_jobs` joins it to a new one)."""
         sim, shown = self.sim, self._shown_running
         if sim.placed_serial == self._running_serial and self.now < self._configured_at:
-            return list(self._running_out)  # no job placed or over, none came up: the same
+            return self._running_out  # no job placed or over, none came up: the same
         out = []
         configured_at = math.inf
         for idx, placed in sim.placed.items():
@@ -338,7 +339,7 @@ class SimSlurm:
                 dropped.append(shown.pop(idx))
         self._running_out, self._running_serial = out, sim.placed_serial
         self._configured_at = configured_at
-        return list(out)
+        return out
 
     def ended_jobs(self) -> list[QueueJob]:
         return []

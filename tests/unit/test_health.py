@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +19,7 @@ from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.health import HealthPass, health_knobs
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.model import InstanceHealth, QueueJob, ScheduledEvent, SlurmNode
-from slurmscale.policy.health import Cause, HealthWatch, Running, Step
+from slurmscale.policy.health import Cause, HealthWatch, Step
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
@@ -28,6 +29,15 @@ from tests.unit.conftest import base_config
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 IID = "i-0000000000000001"
+
+
+class Running(NamedTuple):
+    """A running instance as the verdicts read it (the daemon gives the store's row)."""
+
+    instance_id: str
+    pool: str
+
+
 RUN = {"spot-1": Running(IID, "gpu-spot")}
 SETTINGS = health_knobs(HealthSettings(replace_on_reasons=["NHC", r"Xid \d+"], grace_s=60))
 
