@@ -321,8 +321,17 @@ def check_instance_side(p: Pool, v: str, data: dict) -> list[Problem]:
                            f"{v} does not put instance tags in metadata (MetadataOptions "
                            "InstanceMetadataTags: enabled): its nodes cannot learn their names"))
     if md.get("HttpTokens") != "required":
-        out.append(Problem("warning", "imdsv2", f"pool {p.name}: launch template version {v} "
-                           "does not require IMDSv2 (MetadataOptions HttpTokens: required)"))
+        out.append(Problem("error", "imdsv2", f"pool {p.name}: launch template version {v} "
+                           "does not require IMDSv2 (MetadataOptions HttpTokens: required): "
+                           "any process on the node could read the role's credentials "
+                           "through IMDSv1"))
+    if not (data.get("IamInstanceProfile") or {}).get("Arn") and \
+            not (data.get("IamInstanceProfile") or {}).get("Name"):
+        out.append(Problem("error", "instance_profile", f"pool {p.name}: launch template "
+                           f"version {v} gives its nodes no instance profile: the bootstrap "
+                           "cannot tag a boot failure (the daemon then waits out join_timeout_s"
+                           ") nor read the munge key parameter (the stack's NodeInstanceProfile"
+                           "; docs/node-iam-policy.json)"))
     text = user_data_text(data)
     if "node-init" not in text:
         out.append(Problem("warning", "userdata_bootstrap", f"pool {p.name}: launch template "

@@ -74,8 +74,12 @@ class _Commands(click.Group):
     not by every command: `plan --live` at 50,000 jobs paid ~70 ms for imports it never
     used."""
 
-    LAZY = {"check": ("slurmscale.cli_check", "check"),
+    LAZY = {"aws-policy": ("slurmscale.cli_stack", "aws_policy"),
+            "aws-template": ("slurmscale.cli_stack", "aws_template"),
+            "check": ("slurmscale.cli_check", "check"),
+            "config": ("slurmscale.cli_stack", "config_group"),
             "install": ("slurmscale.cli_install", "install"),
+            "node-image": ("slurmscale.cli_stack", "node_image"),
             "node-init": ("slurmscale.cli_node", "node_init_cmd"),
             "node-userdata": ("slurmscale.cli_node", "node_userdata"),
             "report": ("slurmscale.cli_report", "report"),

@@ -22,7 +22,9 @@ def check(ctx: click.Context, as_json: bool) -> None:
     and target its reservations or block as EC2 Fleet needs; every subnet and reservation id
     is one EC2 knows, each reservation of the pool's kind and instance type; every instance
     type is one EC2 knows, a pool's types share one shape, and its GPUs, CPUs and memory are
-    what the type has (DescribeInstanceTypes). A template
+    what the type has (DescribeInstanceTypes); the events queue can be read, its policy lets
+    EventBridge send and a rule sends it each kind of event the pools rely on; the munge key
+    parameter exists; a warning where a first boot lazy-loads the image. A template
     version, subnet or reservation EC2 will not show (no credentials included) is an error.
     One line per problem; exit 0 with none (warnings allowed), 1 with errors, 2 if Slurm
     cannot be read.
@@ -41,6 +43,14 @@ def check(ctx: click.Context, as_json: bool) -> None:
         gather_shapes,
         gather_subnets,
         gather_templates,
+    )
+    from slurmscale.check_aws import (
+        check_events,
+        check_image_restore,
+        check_munge_key,
+        gather_image_restores,
+        gather_munge_key,
+        gather_queue,
     )
     from slurmscale.config_file import resolve_path
     from slurmscale.slurm.protocol import SlurmError
@@ -64,6 +74,10 @@ def check(ctx: click.Context, as_json: bool) -> None:
     problems += check_reservations(cfg, gather_reservations(cfg), zones,
                                    templates=templates,
                                    platforms=gather_platforms(cfg, templates))
+    problems += check_events(cfg, gather_queue(cfg))
+    problems += check_munge_key(cfg, gather_munge_key(cfg))
+    problems += check_image_restore(cfg, templates, zones,
+                                    gather_image_restores(cfg, templates))
     errors = [p for p in problems if p.severity == "error"]
     if as_json:
         click.echo(json.dumps({"ok": not errors, "problems": [p.__dict__ for p in problems]},

@@ -60,6 +60,8 @@ def bootstrap_args(cfg: Config, pool: Pool, conf_servers: tuple[str, ...],
         args += ["--slurm-conf", slurm_conf]
     if cfg.health.check_program:
         args += ["--check-program", cfg.health.check_program]
+    if cfg.aws.munge_key_parameter:
+        args += ["--munge-key-parameter", cfg.aws.munge_key_parameter]
     return args
 
 

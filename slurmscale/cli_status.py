@@ -128,6 +128,10 @@ def render(d: dict[str, Any]) -> str:
         out += [f"  {tick.get('error', 'see the daemon log')}"[:100], ""]
     else:
         out = [f"cluster {d['cluster']}  daemon {up}  last pass {last}", ""]
+    if tick.get("queue_error"):  # spot handling is off while it lasts: said first
+        out[1:1] = [f"  EVENTS QUEUE UNREADABLE: {tick['queue_error']}"[:100],
+                    "  spot warnings, block events and scheduled changes are not handled; "
+                    "`slurmscale check` names the fix"]
     short = {"on-demand": "od", "capacity-block": "blk"}
     rows = [{"pool": p["name"][:12], "type": short.get(p["capacity_type"], p["capacity_type"][:4]),
              "tgt": p["target"] if p["target"] is not None else "-",

@@ -371,6 +371,12 @@ class AwsSettings(_Strict):
     # rebalance recommendations, state changes); unset: no event handling.
     interruption_queue_url: str | None = None
     sqs_endpoint_url: str | None = None  # default: endpoint_url
+    # An SSM SecureString holding the cluster's munge key (base64): each node reads it at
+    # boot with its instance role (the bootstrap's --munge-key-parameter) and `check` sees
+    # that it exists. Unset: the image carries the key. The stack's default is
+    # /slurmscale/<cluster_name>/munge-key (docs/aws-stack.md).
+    munge_key_parameter: Annotated[str, Field(pattern=r"^/?[A-Za-z0-9_.\-/]{1,1011}$")] \
+        | None = None
     route53_endpoint_url: str | None = None  # default: endpoint_url
 
 

@@ -8,7 +8,10 @@ the whole story.
    at 169.254.169.254 unless AWS_EC2_METADATA_SERVICE_ENDPOINT says otherwise (as botocore).
 2. Waits for its `slurmscale:node` tag (the daemon tags each instance right after CreateFleet
    answers) until --tag-timeout; checks `slurmscale:cluster` against --cluster.
-3. Pre-flight: `nvidia-smi -L` must list the --gpus the pool promises; --check-program.
+3. With --munge-key-parameter: the cluster's munge key from that SSM SecureString (GetParameter
+   with decryption, signed with the instance role's credentials), written where munged reads
+   it and munged restarted when it changed; the node cannot authenticate to slurmctld without it.
+   Pre-flight: `nvidia-smi -L` must list the --gpus the pool promises; --check-program.
 4. Starts `slurmd -N <node> -b`, configless (--conf-server) or with --slurm-conf, plus the
    arguments after `--`; --foreground execs slurmd in its place.
 5. On any failure it does not join: it tags its own instance `slurmscale:boot-error` =
@@ -21,6 +24,7 @@ the whole story.
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import hashlib
 import hmac
@@ -206,16 +210,21 @@ def ec2_endpoint(region: str) -> str:
             or f"https://ec2.{region}.amazonaws.com/")
 
 
+FORM = "application/x-www-form-urlencoded; charset=utf-8"
+
+
 def sigv4_headers(url: str, body: bytes, region: str, creds: tuple[str, str, str],
-                  now: datetime.datetime, service: str = "ec2") -> dict[str, str]:
-    """AWS Signature Version 4 for a POST of a form body (the AWS General Reference's
-    "Create a signed AWS API request"): canonical request, string to sign, derived key."""
+                  now: datetime.datetime, service: str = "ec2", content_type: str = FORM,
+                  extra: dict[str, str] | None = None) -> dict[str, str]:
+    """AWS Signature Version 4 for a POST (the AWS General Reference's "Create a signed AWS
+    API request"): canonical request, string to sign, derived key. A form body (EC2's query
+    API) or, with `content_type` and `extra` headers, a JSON one (SSM's X-Amz-Target API)."""
     key, secret, token = creds
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
     day = amz_date[:8]
     u = urllib.parse.urlsplit(url)
-    headers = {"content-type": "application/x-www-form-urlencoded; charset=utf-8",
-               "host": u.netloc, "x-amz-date": amz_date}
+    headers = {"content-type": content_type, "host": u.netloc, "x-amz-date": amz_date,
+               **{k.lower(): v for k, v in (extra or {}).items()}}
     if token:
         headers["x-amz-security-token"] = token
     names = sorted(headers)
@@ -250,6 +259,81 @@ def report(md: Metadata | None, instance_id: str, region: str, err: BootError) -
         r.read()
 
 
+# --- the munge key: SSM GetParameter (JSON protocol), SigV4-signed like the tag --------------
+def ssm_endpoint(region: str) -> str:
+    return (os.environ.get("AWS_ENDPOINT_URL_SSM") or os.environ.get("AWS_ENDPOINT_URL")
+            or f"https://ssm.{region}.amazonaws.com/")
+
+
+def munge_key(md: Metadata | None, region: str, name: str) -> bytes:
+    """The munge key held base64-encoded in the SecureString `name` (SSM API reference,
+    GetParameter with WithDecryption; the instance role may read only that parameter)."""
+    body = json.dumps({"Name": name, "WithDecryption": True}).encode()
+    url = ssm_endpoint(region)
+    try:
+        headers = sigv4_headers(url, body, region, credentials(md),
+                                datetime.datetime.now(datetime.timezone.utc),  # noqa: UP017
+                                service="ssm", content_type="application/x-amz-json-1.1",
+                                extra={"X-Amz-Target": "AmazonSSM.GetParameter"})
+        req = urllib.request.Request(url, data=body, method="POST", headers=headers)
+        with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310
+            answer = json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace")[:200]
+        raise BootError("munge-key", f"reading parameter {name}: HTTP {e.code} {detail}") \
+            from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise BootError("munge-key", f"reading parameter {name}: {e}") from None
+    except BootError as e:
+        raise BootError("munge-key", f"reading parameter {name}: {e.what}") from None
+    try:
+        key = base64.b64decode(answer["Parameter"]["Value"], validate=True)
+    except (KeyError, TypeError, ValueError):
+        raise BootError("munge-key", f"parameter {name} does not hold a base64 munge key "
+                        "(put it with `base64 -w0 /etc/munge/munge.key`)") from None
+    if len(key) < 32:  # munge(7): a key is at least 32 bytes
+        raise BootError("munge-key", f"parameter {name} holds {len(key)} bytes; a munge key "
+                        "has at least 32")
+    return key
+
+
+def install_munge_key(key: bytes, path: str, restart: str) -> bool:
+    """Write the key (0400, munged's user where it exists) unless it is already there;
+    restart munged if it changed. True when it changed."""
+    try:
+        with open(path, "rb") as f:
+            if f.read() == key:
+                return False
+    except OSError:
+        pass
+    tmp = path + ".slurmscale-new"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        try:
+            import pwd
+
+            pw = pwd.getpwnam("munge")
+            os.chown(tmp, pw.pw_uid, pw.pw_gid)
+        except KeyError:
+            pass
+        os.replace(tmp, path)
+    except OSError as e:
+        raise BootError("munge-key", f"writing {path}: {e}") from None
+    if restart:
+        try:
+            p = subprocess.run(shlex.split(restart), capture_output=True, text=True,
+                               timeout=60, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise BootError("munge-key", f"{restart}: {e}") from None
+        if p.returncode != 0:
+            err = (p.stderr.strip() or p.stdout.strip()).splitlines()
+            raise BootError("munge-key", f"{restart} exited {p.returncode}"
+                            + (f": {err[-1]}" if err else ""))
+    return True
+
+
 # --- the boot ------------------------------------------------------------------------------
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="slurmscale-node-init", description=(
@@ -263,6 +347,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--gpus", type=int, default=0, help="GPUs the pool promises (0: no check)")
     p.add_argument("--nvidia-smi", default="nvidia-smi")
     p.add_argument("--check-program", help="the site's health check, run before joining")
+    p.add_argument("--munge-key-parameter",
+                   help="an SSM SecureString holding the munge key (base64), read at boot")
+    p.add_argument("--munge-key-file", default="/etc/munge/munge.key")
+    p.add_argument("--munge-restart", default="systemctl restart munge",
+                   help="run when the key changed ('' for none)")
     p.add_argument("--tag-timeout", type=float, default=600.0,
                    help="seconds to wait for the node tag (keep it below ResumeTimeout)")
     p.add_argument("--metadata-timeout", type=float, default=60.0)
@@ -321,6 +410,11 @@ def boot(a: argparse.Namespace, md: Metadata, facts: dict[str, str]) -> None:
         f"tag after {t_tag - t0:.2f}s")
     env = dict(os.environ, SLURMSCALE_NODE=node, SLURMSCALE_INSTANCE_ID=facts["instance_id"],
                SLURMSCALE_INSTANCE_TYPE=facts["instance_type"])
+    if a.munge_key_parameter:
+        secret = munge_key(md, facts["region"], a.munge_key_parameter)
+        changed = install_munge_key(secret, a.munge_key_file, a.munge_restart)
+        say(f"munge key from {a.munge_key_parameter}: "
+            + ("installed" if changed else "unchanged"))
     if a.gpus:
         check_gpus(a.nvidia_smi, a.gpus, env)
     if a.check_program:

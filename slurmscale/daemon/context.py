@@ -52,6 +52,9 @@ class TickResult:
     released_nodes: int = 0
     policy_actions: int = 0
     ec2_messages: int = 0  # EventBridge's messages read off the queue
+    # why the events queue could not be read this pass (None: read, or none configured):
+    # spot warnings, block events and scheduled changes go unhandled while it is set
+    queue_error: str | None = None
     next_due: float | None = None
     # the pass's EC2 calls that failed, (call, error): it went on, but EC2 is not well
     cloud_failures: list[tuple[str, str]] = field(default_factory=list)

@@ -125,6 +125,7 @@ class InterruptionPass:
         # (the store's, read at the first need: a standby that took over finishes them)
         self._evacuating: dict[str, Evacuating] | None = None
         self.reserved = reserved
+        self.queue_error: str | None = None  # the last read's failure (status leads with it)
 
     def run(self, now: datetime) -> int:
         """Handle what is queued now; returns the number of messages read. SQS delivers at
@@ -144,8 +145,15 @@ class InterruptionPass:
         try:
             messages = self.queue.receive()
         except CloudError as e:
-            log.warning("cannot read the interruption queue: %s", e)
+            if self.queue_error is None:  # (once per outage; status shows it every pass)
+                log.error("cannot read the interruption queue: %s: spot warnings, block "
+                          "events and scheduled changes are not handled until it can be read",
+                          e)
+            self.queue_error = str(e)
             return 0
+        if self.queue_error is not None:
+            log.info("the interruption queue can be read again")
+        self.queue_error = None
         for m in messages:
             try:
                 evs = parse_events(m.body)

@@ -149,6 +149,7 @@ class Reconciler:
         # interruptions before the capacity pass: a node about to vanish is not capacity
         with phase("interruptions"):
             res.ec2_messages = self.interruptions.run(self.clock())
+            res.queue_error = self.interruptions.queue_error
         with phase("sweep"):
             try:
                 nodes: list[SlurmNode] | None = self.slurm.nodes()

@@ -263,6 +263,8 @@ class Daemon:
             self.last_tick = {"ok": True, "at": now,
                               "seconds": round(time.monotonic() - t0, 3), "failed_in_a_row": 0,
                               "last_ok_at": now}
+        if res.queue_error is not None:
+            self.last_tick["queue_error"] = res.queue_error[:300]
         self.last_tick["phase_seconds"] = rounded(res.phase_seconds)
         self.last_tick["wait_seconds"] = rounded(res.wait_seconds)
         if self.metrics is not None:

@@ -258,16 +258,49 @@ class LocalCluster:
         vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
         self.subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.77.1.0/24",
                                         AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+        self.vpc = vpc
+        if self.o.aws_stack:  # (made by the stack, once the config names the pools)
+            self.lt_name, self.events_queue_url = "stack-pending", None
+            return
+        # the nodes' role: the bootstrap tags its own boot failure with it
+        iam = boto3.client("iam", region_name="us-east-1", endpoint_url=self.moto_url,
+                           **{k.lower(): v for k, v in AWS_ENV.items()
+                              if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+        iam.create_role(RoleName=f"{self.name}-node", AssumeRolePolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{
+                "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                "Action": "sts:AssumeRole"}]}))
+        profile = iam.create_instance_profile(InstanceProfileName=f"{self.name}-node")
+        iam.add_role_to_instance_profile(InstanceProfileName=f"{self.name}-node",
+                                         RoleName=f"{self.name}-node")
         lt = ec2.create_launch_template(
             LaunchTemplateName=f"{self.name}-gpu",
             LaunchTemplateData={"ImageId": "ami-0a1b2c3d4e5f60718",
                                 "InstanceType": self.o.pools[0].instance_type,
+                                "IamInstanceProfile": {
+                                    "Arn": profile["InstanceProfile"]["Arn"]},
                                 # the node learns its name from its tag in metadata
                                 "MetadataOptions": NODE_METADATA})
         self.lt_name = lt["LaunchTemplate"]["LaunchTemplateName"]
-        # The queue an EventBridge rule would fill with EC2 events; tests send to it.
+        # The queue the EventBridge rules fill with EC2 events (tests also send to it), made
+        # as docs/aws-stack.md's by-hand path says: its policy lets EventBridge send, and
+        # the rules the stack would make target it
         self.events_queue_url = self.sqs().create_queue(
             QueueName=f"{self.name}-ec2-events")["QueueUrl"]
+        from slurmscale.stack.template import event_rules, queue_policy
+
+        arn = self.sqs().get_queue_attributes(QueueUrl=self.events_queue_url, AttributeNames=[
+            "QueueArn"])["Attributes"]["QueueArn"]
+        events = boto3.client("events", region_name="us-east-1", endpoint_url=self.moto_url,
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        rules = []
+        for name, pattern in event_rules().items():
+            rules.append(events.put_rule(Name=f"{self.name}-{name}",
+                                         EventPattern=json.dumps(pattern))["RuleArn"])
+            events.put_targets(Rule=f"{self.name}-{name}",
+                               Targets=[{"Id": "slurmscale-queue", "Arn": arn}])
+        self.sqs().set_queue_attributes(QueueUrl=self.events_queue_url, Attributes={
+            "Policy": json.dumps(queue_policy(arn, rules))})
 
     def sqs(self):  # type: ignore[no-untyped-def]
         return boto3.client("sqs", region_name="us-east-1", endpoint_url=self.moto_url,
@@ -285,8 +318,13 @@ class LocalCluster:
                     "endpoint_url": (self.o.daemon_ec2_endpoint(self.moto_url)
                                      if self.o.daemon_ec2_endpoint else self.moto_url),
                     "max_attempts": self.o.aws_max_attempts,
-                    "interruption_queue_url": self.events_queue_url,
-                    "sqs_endpoint_url": self.moto_url, **self.o.aws},
+                    **({"interruption_queue_url": self.events_queue_url}
+                       if self.events_queue_url else {}),
+                    "sqs_endpoint_url": self.moto_url,
+                    # (the stack's zone: Route 53 straight to moto, not through a test's
+                    # EC2 proxy)
+                    **({"route53_endpoint_url": self.moto_url} if self.o.aws_stack else {}),
+                    **self.o.aws},
             "store_url": self.o.store_url or f"sqlite:///{r / 'slurmscale' / 'state.db'}",
             "socket_path": str(r / "run" / "slurmscale.sock"),
             "spool_dir": str(r / "slurmscale" / "spool"),
@@ -323,6 +361,15 @@ class LocalCluster:
         self.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
         os.chmod(self.cfg_path, 0o644)  # slurmscale refuses a config others may write
         self.cfg = load_config(self.cfg_path)
+        if self.o.aws_stack:
+            from slurmscale.localcluster import stack
+
+            self.made_by_hand = stack.deploy(self.cfg, self.cfg_path, self.moto_url,
+                                             self.vpc, self.subnet,
+                                             self.root / "munge" / "munge.key",
+                                             {**os.environ, **AWS_ENV})
+            self.cfg = load_config(self.cfg_path)
+            self.events_queue_url = self.cfg.aws.interruption_queue_url
 
     def _write_slurm_conf(self) -> None:
         assert self.cfg
@@ -472,13 +519,19 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
         cmd = [sys.executable, node_init.__file__, "--cluster", self.name,
                *self._slurmd_source(instance_id),
                "--gpus", str(pool.gpus_per_node), "--nvidia-smi", str(self.nvidia_smi),
-               "--tag-timeout", str(self.o.tag_timeout), "--foreground", "--", "-D"]
+               "--tag-timeout", str(self.o.tag_timeout)]
+        if self.cfg.aws.munge_key_parameter:  # (the cluster's key file: compared, kept)
+            cmd += ["--munge-key-parameter", self.cfg.aws.munge_key_parameter,
+                    "--munge-key-file", str(self.root / "munge" / "munge.key"),
+                    "--munge-restart", ""]
+        cmd += ["--foreground", "--", "-D"]
         # EC2's API as the daemon reaches it (the tests' recording proxy, when there is one)
         api = (self.o.daemon_ec2_endpoint(self.moto_url) if self.o.daemon_ec2_endpoint
                else self.moto_url)
         env = {**self.env(), "AWS_EC2_METADATA_SERVICE_ENDPOINT":
                self.imds.endpoint(instance_id), "AWS_ENDPOINT_URL_EC2": api,
-               "SLURMSCALE_LOCAL_GPUS": str(pool.gpus_per_node)}
+               "SLURMSCALE_LOCAL_GPUS": str(pool.gpus_per_node),
+               "AWS_ENDPOINT_URL_SSM": self.moto_url}
         if self.o.configless:
             del env["SLURM_CONF"]  # (it would win over --conf-server)
         return self.procs.start(f"boot-{instance_id}", cmd, env=env)
@@ -492,7 +545,8 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
             lt = self.cfg.pool(tags.get(TAG_POOL, "")).launch_template
         except KeyError:
             return None
-        return (lt.name or "", lt.version) if lt.name else None
+        ref = lt.id or lt.name
+        return (ref, lt.version) if ref else None
 
     def _slurmd_source(self, instance_id: str) -> list[str]:
         """How the instance's slurmd gets its config: the cluster's slurm.conf, or configless

@@ -104,9 +104,10 @@ class InstanceMetadata:
             return False
         if which not in self._tags_enabled:
             name, version = which
+            ref = ({"LaunchTemplateId": name} if name.startswith("lt-")
+                   else {"LaunchTemplateName": name})  # (a stack's pools name theirs by id)
             data = self.ec2.describe_launch_template_versions(
-                LaunchTemplateName=name, Versions=[version])["LaunchTemplateVersions"][0][
-                "LaunchTemplateData"]
+                **ref, Versions=[version])["LaunchTemplateVersions"][0]["LaunchTemplateData"]
             self._tags_enabled[which] = (
                 data.get("MetadataOptions", {}).get("InstanceMetadataTags") == "enabled")
         return self._tags_enabled[which]

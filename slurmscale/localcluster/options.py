@@ -67,3 +67,7 @@ class ClusterOptions:
     # slurmd fetches its config from slurmctld (SlurmctldParameters=enable_configless) instead
     # of reading the cluster's slurm.conf
     configless: bool = False
+    # the AWS side from the stack `slurmscale aws-template` renders (deployed into moto's
+    # CloudFormation, written into the config by `config from-stack`: localcluster/stack.py)
+    # instead of a launch template and queue made here
+    aws_stack: bool = False

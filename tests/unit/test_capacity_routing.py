@@ -428,6 +428,7 @@ def test_check_names_templates_without_efa_or_the_targets_fleet_needs() -> None:
     pinned = {"CapacityReservationSpecification": {"CapacityReservationTarget": {
         "CapacityReservationId": "cr-0000000b"}}}
     node = {"MetadataOptions": {"HttpTokens": "required", "InstanceMetadataTags": "enabled"},
+            "IamInstanceProfile": {"Arn": "arn:aws:iam::123456789012:instance-profile/n"},
             "UserData": "IyEvYmluL3NoCmV4ZWMgcHl0aG9uMyBub2RlLWluaXQucHkK"}  # (exec ... node-init)
     good = {("gpu-od", "2"): {**node, **efa}, ("gpu-od", "5"): {**node, **efa, **target},
             ("cb", "2"): {**node, **block}}
@@ -451,8 +452,10 @@ def test_check_says_when_a_template_keeps_its_nodes_from_joining_by_themselves(c
     spot = cfg.pool("gpu-spot")
     user_data = base64.b64encode(render_user_data(cfg, spot).encode()).decode()
     tags_on = {"HttpTokens": "required", "InstanceMetadataTags": "enabled"}
+    role = {"Arn": "arn:aws:iam::123456789012:instance-profile/nodes"}
 
     def problems(**data: object) -> list[tuple[str, str]]:
+        data.setdefault("IamInstanceProfile", role)
         return [(p.severity, p.code) for p in check_templates(cfg, {("gpu-spot", "3"): data})]
     assert problems(MetadataOptions=tags_on, UserData=user_data) == []
     # gzip'd user data (cloud-init takes it) is read too
@@ -460,8 +463,11 @@ def test_check_says_when_a_template_keeps_its_nodes_from_joining_by_themselves(c
     assert problems(MetadataOptions=tags_on, UserData=packed) == []
     assert problems(MetadataOptions={"HttpTokens": "required"}, UserData=user_data) == [
         ("error", "metadata_tags")]
+    # IMDSv1 open, no instance profile (the bootstrap can neither report nor read the key)
     assert problems(MetadataOptions={"InstanceMetadataTags": "enabled"}) == [
-        ("warning", "imdsv2"), ("warning", "userdata_bootstrap")]
+        ("error", "imdsv2"), ("warning", "userdata_bootstrap")]
+    assert problems(MetadataOptions=tags_on, UserData=user_data, IamInstanceProfile={}) == [
+        ("error", "instance_profile")]
 
 
 def test_check_reads_the_template_versions_from_ec2(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -498,8 +504,9 @@ def test_check_reads_the_template_versions_from_ec2(monkeypatch) -> None:  # typ
                  for v, c in ((v, parse_config(base_config(aws={"endpoint_url": url}, pools=[
                      _pool(efa=True, launch_template={"name": "gpu-efa", "version": v})])))
                      for v in (1, 2))}
-        assert codes == {1: ["imdsv2", "metadata_tags", "userdata_bootstrap"],
-                         2: ["userdata_bootstrap"]}
+        assert codes == {1: ["imdsv2", "instance_profile", "metadata_tags",
+                             "userdata_bootstrap"],
+                         2: ["instance_profile", "userdata_bootstrap"]}
     finally:
         server.stop()
 

@@ -98,6 +98,17 @@ def test_the_iam_policy_grants_every_aws_call_the_code_makes_and_scopes_the_dang
     # node names are written in the cluster's own zone, never in every zone of the account
     for st in allowed["route53:ChangeResourceRecordSets"]:
         assert st["Resource"].startswith("arn:aws:route53:::hostedzone/")
+    # what `check` reads of the events path, the munge key and the image (check_aws.py),
+    # by the client each call is made on
+    code = (root / "slurmscale" / "check_aws.py").read_text()
+    checks = set(re.findall(r'call\((sqs|ev|ssm|ec2), "([a-z_]+)"', code))
+    assert {op for _, op in checks} >= {"get_queue_attributes", "list_rule_names_by_target",
+                                        "describe_rule", "describe_parameters",
+                                        "describe_fast_snapshot_restores"}
+    for client, op in checks:
+        service = {"ev": "events"}.get(client, client)
+        action = f"{service}:" + "".join(w.capitalize() for w in op.split("_"))
+        assert action in allowed, f"{action} (check's {op}) is not in docs/iam-policy.json"
 
 
 def test_garbage_on_the_socket_gets_an_error_and_the_server_keeps_answering(short_dir) -> None:  # type: ignore[no-untyped-def]
@@ -324,9 +335,9 @@ def test_a_post_body_that_is_not_utf8_json_gets_400_and_the_server_answers_on(
 
 
 def test_the_node_role_may_only_tag_its_own_instance_with_a_boot_error() -> None:
-    """The instance role's policy (docs/node-iam-policy.json) grants the one call the node
-    bootstrap makes, CreateTags, scoped to the calling instance, this cluster and the boot
-    error's key."""
+    """The instance role's policy (docs/node-iam-policy.json) grants the two calls the node
+    bootstrap makes: CreateTags, scoped to the calling instance, this cluster and the boot
+    error's key; and GetParameter of the munge key's parameter alone."""
     import json
     import re
     from pathlib import Path
@@ -335,11 +346,15 @@ def test_the_node_role_may_only_tag_its_own_instance_with_a_boot_error() -> None
 
     root = Path(__file__).resolve().parents[2]
     policy = json.loads((root / "docs" / "node-iam-policy.json").read_text())
-    (st,) = policy["Statement"]
+    st, key = policy["Statement"]
+    assert key["Effect"] == "Allow" and key["Action"] == "ssm:GetParameter"
+    assert key["Resource"] == "arn:aws:ssm:REGION:ACCOUNT_ID:parameter/MUNGE_KEY_PARAMETER"
     assert st["Effect"] == "Allow" and st["Action"] == "ec2:CreateTags"
     cond = st["Condition"]
     assert cond["StringEquals"]["aws:ARN"] == "${ec2:SourceInstanceARN}"
     assert cond["ForAllValues:StringEquals"]["aws:TagKeys"] == [node_init.TAG_BOOT_ERROR]
     assert "aws:ResourceTag/slurmscale:cluster" in cond["StringEquals"]
-    actions = set(re.findall(r'"Action": "(\w+)"', Path(node_init.__file__).read_text()))
+    text = Path(node_init.__file__).read_text()
+    actions = set(re.findall(r'"Action": "(\w+)"', text))
     assert actions == {"CreateTags"}
+    assert set(re.findall(r'"AmazonSSM\.(\w+)"', text)) == {"GetParameter"}
