@@ -39,5 +39,6 @@ def install(prefix: str, slurm_user: str, dry_run: bool) -> None:
                    err=True)
         sys.exit(1)
     if not dry_run:
-        click.echo("next: edit etc/slurmscale/slurmscale.yaml, then `slurmscale check`, "
-                   "`slurmscale slurm-conf`, `systemctl daemon-reload`")
+        click.echo("next: edit etc/slurmscale/slurmscale.yaml (its pools), then `slurmscale "
+                   "aws-template` and `slurmscale config from-stack` (docs/aws-stack.md), "
+                   "`slurmscale check`, `slurmscale slurm-conf`, `systemctl daemon-reload`")

@@ -162,17 +162,25 @@ def wait_for_node(md: Metadata, cluster: str | None, timeout: float,
         time.sleep(poll)
 
 
-def check_gpus(nvidia_smi: str, want: int, env: dict[str, str] | None = None,
-               timeout: float = 60.0) -> None:
+def run_or_fail(cause: str, argv: list[str], env: dict[str, str] | None,
+                timeout: float) -> subprocess.CompletedProcess[str]:
+    """`argv` run to its end; one that cannot start, times out or exits non-zero is the boot
+    failure `cause`, with its last line of stderr (else stdout)."""
+    what = " ".join(argv)
     try:
-        p = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, env=env,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
+        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+                           stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise BootError("gpu-check", f"{nvidia_smi} -L: {e}") from None
+        raise BootError(cause, f"{what}: {e}") from None
     if p.returncode != 0:
         err = (p.stderr.strip() or p.stdout.strip()).splitlines()
-        raise BootError("gpu-check", f"{nvidia_smi} -L exited {p.returncode}"
-                        + (f": {err[-1]}" if err else ""))
+        raise BootError(cause, f"{what} exited {p.returncode}" + (f": {err[-1]}" if err else ""))
+    return p
+
+
+def check_gpus(nvidia_smi: str, want: int, env: dict[str, str] | None = None,
+               timeout: float = 60.0) -> None:
+    p = run_or_fail("gpu-check", [nvidia_smi, "-L"], env, timeout)
     n = sum(1 for line in p.stdout.splitlines() if line.startswith("GPU "))
     if n != want:
         raise BootError("gpu-check", f"{n} GPU(s) seen by {nvidia_smi}, the pool promises {want}")
@@ -322,15 +330,7 @@ def install_munge_key(key: bytes, path: str, restart: str) -> bool:
     except OSError as e:
         raise BootError("munge-key", f"writing {path}: {e}") from None
     if restart:
-        try:
-            p = subprocess.run(shlex.split(restart), capture_output=True, text=True,
-                               timeout=60, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise BootError("munge-key", f"{restart}: {e}") from None
-        if p.returncode != 0:
-            err = (p.stderr.strip() or p.stdout.strip()).splitlines()
-            raise BootError("munge-key", f"{restart} exited {p.returncode}"
-                            + (f": {err[-1]}" if err else ""))
+        run_or_fail("munge-key", shlex.split(restart), None, 60)
     return True
 
 

@@ -154,6 +154,19 @@ def _role(description: str) -> dict[str, Any]:
             "Action": "sts:AssumeRole"}]}}}
 
 
+def _identity(who: str, cfg: Config, doc_file: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """A role, its managed policy and an instance profile: `who` is Daemon or Node."""
+    what = {"Daemon": "daemon", "Node": "nodes"}[who]
+    return {
+        f"{who}Role": _role(f"slurmscale {what} of cluster {cfg.cluster_name}"),
+        f"{who}Policy": {"Type": "AWS::IAM::ManagedPolicy", "Properties": {
+            "Description": f"slurmscale {what} of cluster {cfg.cluster_name} ({doc_file})",
+            "Roles": [_ref(f"{who}Role")], "PolicyDocument": doc}},
+        f"{who}InstanceProfile": {"Type": "AWS::IAM::InstanceProfile", "Properties": {
+            "Roles": [_ref(f"{who}Role")]}},
+    }
+
+
 def _launch_template(cfg: Config, pool: Pool, user_data: str) -> dict[str, Any]:
     ebs: dict[str, Any] = {
         "VolumeSize": _ref("RootVolumeSizeGiB"), "VolumeType": "gp3", "Encrypted": True,
@@ -224,21 +237,9 @@ def render(cfg: Config, conf_servers: tuple[str, ...] = (),
     daemon_doc = policies.for_stack("daemon", refs, templates)
     node_doc = policies.for_stack("node", refs, [])
     _zone_vars(daemon_doc)
+    res.update(_identity("Daemon", cfg, "docs/iam-policy.json", daemon_doc))
+    res.update(_identity("Node", cfg, "docs/node-iam-policy.json", node_doc))
     res.update({
-        "DaemonRole": _role(f"slurmscale daemon of cluster {cfg.cluster_name}"),
-        "DaemonPolicy": {"Type": "AWS::IAM::ManagedPolicy", "Properties": {
-            "Description": f"slurmscale daemon of cluster {cfg.cluster_name} "
-                           "(docs/iam-policy.json)",
-            "Roles": [_ref("DaemonRole")], "PolicyDocument": daemon_doc}},
-        "DaemonInstanceProfile": {"Type": "AWS::IAM::InstanceProfile", "Properties": {
-            "Roles": [_ref("DaemonRole")]}},
-        "NodeRole": _role(f"slurmscale nodes of cluster {cfg.cluster_name}"),
-        "NodePolicy": {"Type": "AWS::IAM::ManagedPolicy", "Properties": {
-            "Description": f"slurmscale nodes of cluster {cfg.cluster_name} "
-                           "(docs/node-iam-policy.json)",
-            "Roles": [_ref("NodeRole")], "PolicyDocument": node_doc}},
-        "NodeInstanceProfile": {"Type": "AWS::IAM::InstanceProfile", "Properties": {
-            "Roles": [_ref("NodeRole")]}},
         # a warning is worth 2 minutes, a block's expiration 40: an hour is plenty
         "InterruptionQueue": {"Type": "AWS::SQS::Queue", "Properties": {
             "MessageRetentionPeriod": 3600, "SqsManagedSseEnabled": True}},

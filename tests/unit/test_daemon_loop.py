@@ -5,6 +5,7 @@ that fails says so first in `status`, and a socket that cannot be served is one 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import signal
@@ -447,6 +448,56 @@ def test_a_pass_ec2_does_not_answer_is_not_ok_and_status_leads_with_it(tmp_path:
     first = text.splitlines()[:3]
     assert first[0].endswith("EC2 FAILING") and "NoCredentialsError" in first[2], first
     assert 'slurmscale_ec2_call_failures_total{call="EC2.find"}' in d.metrics.text()
+
+
+def test_an_events_queue_that_cannot_be_read_is_what_status_says_first(tmp_path: Path,
+                                                                         caplog) -> None:  # type: ignore[no-untyped-def]
+    """A mistyped aws.interruption_queue_url: before, a WARNING in the log each pass and a
+    clean `status` while every spot warning went unseen. Now the pass carries the queue's
+    error, status leads with it, the log says it once per outage, and it clears when the
+    queue answers."""
+    from slurmscale.cli_status import render
+    from slurmscale.cloud.protocol import CloudError
+    from slurmscale.daemon.reconcile import Reconciler
+    from slurmscale.store.repo import Store
+    from tests.support.fakes import FakeCloud, FakeQueue, FakeSlurm
+
+    class BrokenQueue(FakeQueue):
+        down: CloudError | None = CloudError("AWS.SimpleQueueService.NonExistentQueue",
+                                             "The specified queue does not exist.")
+
+        def receive(self, max_messages: int = 10) -> list:  # type: ignore[type-arg]
+            if self.down is not None:
+                raise self.down
+            return super().receive(max_messages)
+
+    d = _daemon(tmp_path, api_users=["root"])
+    d.cfg = parse_config(base_config(store_url=f"sqlite:///{tmp_path / 'state.db'}",
+                                     spool_dir=str(tmp_path / "spool")))
+    store = Store(d.cfg.store_url)
+    store.upgrade()
+    queue = BrokenQueue()
+    r = Reconciler(d.cfg, store, FakeSlurm(), FakeCloud(), queue=queue)
+    d._lead = lambda: r  # type: ignore[method-assign]
+    try:
+        with caplog.at_level(logging.ERROR):
+            d._tick()
+            d._tick()
+        t = dict(d.last_tick)
+        queue.down = None
+        d._tick()
+    finally:
+        store.close()
+        d._close()
+    assert "NonExistentQueue" in t["queue_error"]
+    assert sum("cannot read the interruption queue" in m for m in caplog.messages) == 1
+    assert "queue_error" not in d.last_tick
+    text = render({"cluster": "unit", "daemon": {"reachable": True, "role": "leader",
+                                                 "last_tick": t},
+                   "pools": [], "reservations": [], "backoff": [], "pending_requests": [],
+                   "recent_errors": [], "slurm_error": None})
+    second = text.splitlines()[1]
+    assert second.startswith("  EVENTS QUEUE UNREADABLE") and "NonExistentQueue" in second
 
 
 def test_a_client_gone_before_its_answer_is_no_traceback(tmp_path: Path, capfd) -> None:  # type: ignore[no-untyped-def]
