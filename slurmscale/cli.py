@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from datetime import UTC, datetime
+from logging.handlers import WatchedFileHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,17 +49,53 @@ class JsonLines(logging.Formatter):
         return json.dumps(out)
 
 
+# syslog's priorities (sd-daemon(3): a line on a journal stream may begin with "<N>")
+_PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6,
+             logging.DEBUG: 7}
+
+
+class JournalLines(logging.Formatter):
+    """A line for journald: its syslog priority first, no timestamp (journald stamps each
+    line), so `journalctl -p err` finds the errors."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        prio = _PRIORITY.get(record.levelno, 6 if record.levelno < logging.WARNING else 3)
+        # (a traceback's lines would each be a journal entry of their own: kept in one)
+        return f"<{prio}>" + self.inner.format(record).replace("\n", " | ")
+
+
+def _on_journal() -> bool:
+    """stderr is systemd's journal stream (JOURNAL_STREAM is its device:inode: systemd.exec(5))."""
+    want = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        st = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return want == f"{st.st_dev}:{st.st_ino}"
+
+
 def _setup_daemon_logging(cfg: Config, verbose: bool) -> None:
-    fmt: logging.Formatter = (JsonLines() if cfg.log_format == "json" else
-                              logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    """Under systemd (stderr is the journal): one copy of each record, to the journal, with
+    its priority; the log file too only where the config names one. Elsewhere: stderr and
+    the log file, which is reopened when logrotate (or anyone) moves it away."""
+    plain = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fmt: logging.Formatter = JsonLines() if cfg.log_format == "json" else plain
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if cfg.log_file:
+    journal = _on_journal()
+    err = logging.StreamHandler(sys.stderr)
+    err.setFormatter(JournalLines(logging.Formatter("%(levelname)s %(name)s: %(message)s")
+                                  if cfg.log_format == "text" else fmt) if journal else fmt)
+    handlers: list[logging.Handler] = [err]
+    if cfg.log_file and (not journal or "log_file" in cfg.model_fields_set):
         Path(cfg.log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(cfg.log_file))
+        handlers.append(WatchedFileHandler(cfg.log_file))
+        handlers[-1].setFormatter(fmt)
     for h in handlers:
-        h.setFormatter(fmt)
         root.addHandler(h)
     for noisy in ("botocore", "boto3", "urllib3", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

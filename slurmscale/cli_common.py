@@ -18,6 +18,11 @@ from slurmscale.config_file import load_config
 # when Slurm could not be read: the answer is the store's and the daemon's alone (a script
 # or a cron job tells a full answer, 0, from a partial one without parsing it).
 EXIT_SLURM_UNREADABLE = 3
+# `status` for monitoring (cron, Nagios): what is wrong, the worst first (docs/reference.md)
+EXIT_DAEMON_UNREACHABLE = 4  # no daemon answers on the socket
+EXIT_PASS_FAILED = 5  # the daemon's last pass failed (an exception, or the lease lost)
+EXIT_EC2_FAILING = 6  # the last pass ran, but EC2 calls failed in it
+EXIT_QUEUE_UNREADABLE = 7  # the events queue cannot be read: spot warnings go unhandled
 
 
 # Slurm's answer for a start it cannot plan is a time about a year ahead (backfill gives a

@@ -13,7 +13,16 @@ from typing import Any
 import click
 
 from slurmscale.audit import Kind
-from slurmscale.cli_common import EXIT_SLURM_UNREADABLE, _load, _store, _table
+from slurmscale.cli_common import (
+    EXIT_DAEMON_UNREACHABLE,
+    EXIT_EC2_FAILING,
+    EXIT_PASS_FAILED,
+    EXIT_QUEUE_UNREADABLE,
+    EXIT_SLURM_UNREADABLE,
+    _load,
+    _store,
+    _table,
+)
 from slurmscale.config import Config
 from slurmscale.lifecycles import LIVE_HOLD_STATES
 from slurmscale.policy.boots import BOOT_CAUSE_PREFIX
@@ -108,6 +117,22 @@ def gather(cfg: Config) -> dict[str, Any]:
                                   for (p, c), n in sorted(boots.items())],
             "quarantined_rows": quarantined}
 
+
+
+def exit_code(d: dict[str, Any]) -> int:
+    """What `status` exits with, the worst first: the daemon unreachable, its last pass
+    failed, EC2 failing in it, the events queue unreadable, Slurm unreadable; 0 all well."""
+    dm = d["daemon"]
+    tick = dm.get("last_tick") or {}
+    if not dm["reachable"]:
+        return EXIT_DAEMON_UNREACHABLE
+    if tick.get("ok") is False:
+        return EXIT_EC2_FAILING if tick.get("ec2_failed_calls") else EXIT_PASS_FAILED
+    if tick.get("queue_error"):
+        return EXIT_QUEUE_UNREADABLE
+    if d["slurm_error"]:
+        return EXIT_SLURM_UNREADABLE
+    return 0
 
 
 def render(d: dict[str, Any]) -> str:
@@ -238,10 +263,11 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
         text = json.dumps(d, indent=2) if as_json else render(d)
         if watch is None:
             click.echo(text)
-            if d["slurm_error"]:
-                if not as_json:
-                    click.echo("warning: Slurm not readable", err=True)
-                sys.exit(EXIT_SLURM_UNREADABLE)
+            if d["slurm_error"] and not as_json:
+                click.echo("warning: Slurm not readable", err=True)
+            code = exit_code(d)
+            if code:
+                sys.exit(code)
             return
         click.clear()
         click.echo(text)

@@ -4,8 +4,8 @@ package, from the package itself (slurmscale/shipped.py), so a wheel is enough.
 Under `prefix` (/ by default; another root puts everything, and every path written into the
 files, under it): the hooks and their hooks.env (this interpreter, the config), the systemd
 units (ExecStart this installation's `slurmscale`, User/Group the SlurmUser), the example
-config (only where none is), the IAM policies and the dashboard, and the spool, log and state
-directories, SlurmUser's, 0750.
+config (only where none is), the logrotate snippet, the IAM policies and the dashboard, and
+the spool, log and state directories, SlurmUser's, 0750.
 
 Idempotent, and never clobbers an admin's edit: a record of what it wrote
 (`var/lib/slurmscale/installed.json`, each file's SHA-256) tells a file it wrote and nobody
@@ -56,8 +56,10 @@ def _rewrite(text: str, prefix: Path, user: str, group: str) -> str:
     every absolute path slurmscale owns under `prefix`."""
     exe = str(Path(sys.executable).with_name("slurmscale"))
     text = text.replace(INSTALLED_VENV, exe)
-    text = text.replace("User=slurm\n", f"User={user}\n").replace(
-        "Group=slurm\n", f"Group={group}\n").replace("-o slurm -g slurm", f"-o {user} -g {group}")
+    for was, now in (("User=slurm\n", f"User={user}\n"), ("Group=slurm\n", f"Group={group}\n"),
+                     ("-o slurm -g slurm", f"-o {user} -g {group}"),
+                     (" slurm slurm\n", f" {user} {group}\n")):  # (logrotate's create, su)
+        text = text.replace(was, now)
     if str(prefix) != "/":
         for root in ("/etc/slurmscale", "/var/spool/slurmscale", "/var/lib/slurmscale",
                      "/var/log/slurmscale", "/usr/local/lib/slurmscale",
@@ -88,6 +90,9 @@ def plan(prefix: Path, user: str) -> tuple[list[Planned], list[tuple[Path, int]]
         files.append(Planned(prefix / "etc/systemd/system" / unit, _rewrite(
             shipped(f"systemd/{unit}").read_text(), prefix, user, group).encode(), 0o644,
             "file"))
+    files.append(Planned(prefix / "etc/logrotate.d/slurmscale", _rewrite(
+        shipped("logrotate/slurmscale").read_text(), prefix, user, group).encode(), 0o644,
+        "file"))
     for doc in ("iam-policy.json", "node-iam-policy.json", "grafana-dashboard.json",
                 "admin-guide.md"):
         files.append(Planned(prefix / "usr/local/share/doc/slurmscale" / doc,

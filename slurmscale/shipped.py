@@ -16,6 +16,7 @@ FILES: dict[str, str] = {
     "systemd/slurmscale.service": "slurm_conf/systemd/slurmscale.service",
     "systemd/slurmscale-report.service": "slurm_conf/systemd/slurmscale-report.service",
     "systemd/slurmscale-report.timer": "slurm_conf/systemd/slurmscale-report.timer",
+    "logrotate/slurmscale": "slurm_conf/logrotate/slurmscale",
     "slurmscale.example.yaml": "slurm_conf/slurmscale.example.yaml",
     "iam-policy.json": "docs/iam-policy.json",
     "node-iam-policy.json": "docs/node-iam-policy.json",

@@ -188,7 +188,7 @@ class Daemon:
             # has taken over (the store's own fence: a pass in flight when the lease goes)
             epoch = self.store.lead(self.cfg.cluster_name, who, host_now())
             self.reconciler = self._new_reconciler()
-            log.warning("leading cluster %s as %s (epoch %d)", self.cfg.cluster_name, who, epoch)
+            log.info("leading cluster %s as %s (epoch %d)", self.cfg.cluster_name, who, epoch)
             self.store.add_event(Kind.LEADER_ACQUIRED, f"{who} leads cluster "
                                  f"{self.cfg.cluster_name} (epoch {epoch})", host_now())
         return self.reconciler

@@ -572,3 +572,65 @@ def test_a_stop_that_hangs_ends_the_process_and_says_where(tmp_path: Path) -> No
     assert p.returncode == 1 and "returned" not in p.stdout, (p.stdout, p.stderr)
     assert "in stop" in p.stderr and "_stop_parts" in p.stderr, p.stderr
     assert took < 30, took
+
+
+def test_status_exits_with_the_worst_of_what_is_wrong() -> None:
+    """For cron and Nagios: before, `status` exited 0 with EC2 FAILING and with the daemon
+    down. Each state has its own code, the worst first."""
+    from slurmscale.cli_status import exit_code
+
+    def d(reachable: bool = True, slurm_error: str | None = None, **tick: object) -> dict:
+        return {"daemon": {"reachable": reachable, "last_tick": {"ok": True, **tick}},
+                "slurm_error": slurm_error}
+
+    assert exit_code(d()) == 0
+    assert exit_code(d(standby=True)) == 0
+    assert exit_code(d(slurm_error="down")) == 3
+    assert exit_code(d(reachable=False, slurm_error="down")) == 4
+    assert exit_code(d(ok=False, error="boom", slurm_error="down")) == 5
+    assert exit_code(d(ok=False, ec2_failed_calls=2, queue_error="q")) == 6
+    assert exit_code(d(queue_error="NonExistentQueue", slurm_error="down")) == 7
+
+
+def test_under_systemd_each_record_reaches_the_journal_once_with_its_priority(
+        tmp_path: Path) -> None:
+    """JOURNAL_STREAM names the daemon's stderr: one line per record, `<N>` its syslog
+    priority and no timestamp of its own (journald stamps it); the file only if the config
+    names one. Elsewhere the file survives rotation (reopened once moved away)."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import logging, os, sys\n"
+        "from slurmscale.cli import _setup_daemon_logging\n"
+        "from slurmscale.config_file import parse_config\n"
+        "from tests.unit.conftest import base_config\n"
+        "cfg = parse_config(base_config(**({'log_file': sys.argv[1]} if sys.argv[1] else {})))\n"
+        "if not sys.argv[1]: cfg = cfg.model_copy(update={'log_file': None})\n"
+        "_setup_daemon_logging(cfg, False)\n"
+        "log = logging.getLogger('slurmscale.x')\n"
+        "log.error('first %d', 1)\n"
+        "if sys.argv[1]: os.rename(sys.argv[1], sys.argv[1] + '.1')\n"
+        "log.warning('second')\n"
+        "log.info('third')\n")
+    root = Path(__file__).resolve().parents[2]
+    err = tmp_path / "stderr"
+
+    def run(log_file: str, journal: bool) -> str:
+        with open(err, "w") as f:
+            st = os.fstat(f.fileno())
+            env = {**os.environ, "PYTHONPATH": str(root)}
+            env.pop("JOURNAL_STREAM", None)
+            if journal:
+                env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+            subprocess.run([sys.executable, str(script), log_file], stderr=f, env=env,
+                           cwd=root, check=True, timeout=60)
+        return err.read_text()
+
+    out = run("", journal=True)
+    assert out.splitlines() == ["<3>ERROR slurmscale.x: first 1",
+                                "<4>WARNING slurmscale.x: second",
+                                "<6>INFO slurmscale.x: third"], out
+    log = tmp_path / "d.log"
+    out = run(str(log), journal=False)
+    assert out.count("first 1") == 1 and out.startswith("20")  # (a timestamp off journald)
+    assert "first 1" in (tmp_path / "d.log.1").read_text()
+    assert "second" in log.read_text() and "first" not in log.read_text()

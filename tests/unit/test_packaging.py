@@ -97,3 +97,22 @@ def test_the_dashboard_has_the_panels_an_admin_watches_and_counters_start_at_zer
             'result="failed"} 0.0') in text
     assert 'slurmscale_node_replacements_total{cause="not-responding",pool="gpu-spot"} 0.0' \
         in text
+
+
+def test_the_logrotate_snippet_rotates_both_default_logs_as_slurmuser() -> None:
+    """The daemon's and the hooks' default logs match its pattern; files are made again as
+    SlurmUser's (`install` rewrites the user), and nothing truncates a file in place."""
+    import fnmatch
+
+    from slurmscale.config import Config
+    from slurmscale.install import _rewrite
+    from slurmscale.shipped import shipped
+
+    text = shipped("logrotate/slurmscale").read_text()
+    pattern = next(line.split()[0] for line in text.splitlines() if line.startswith("/"))
+    defaults = Config.model_fields
+    for key in ("log_file", "hook_log_file"):
+        assert fnmatch.fnmatch(str(defaults[key].default), pattern), key
+    assert "copytruncate" not in text.replace("no copytruncate", "")
+    mine = _rewrite(text, Path("/"), "slurmx", "slurmy")
+    assert "create 0640 slurmx slurmy" in mine and "su slurmx slurmy" in mine
