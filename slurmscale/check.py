@@ -25,7 +25,7 @@ import pwd
 import re
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmscale.config import CapacityType, Config, Pool
@@ -58,6 +58,8 @@ class SlurmView:
     config: dict[str, str]
     partitions: set[str]
     nodes: dict[str, str]  # name -> State
+    # name -> the node line's size as slurmctld holds it: CPUTot, RealMemory, Gres
+    sizes: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -664,4 +666,10 @@ def gather(cfg: Config) -> SlurmView:
     parts = {parse_oneliner(line).get("PartitionName", "")
              for line in s.scontrol("show", "partition", "-o").splitlines() if line.strip()}
     nodes = {n.name: n.state for n in s.nodes()}
-    return SlurmView(config, parts - {""}, nodes)
+    sizes = {}
+    for line in s.scontrol("show", "node", "-o").splitlines():
+        kv = parse_oneliner(line)
+        if kv.get("NodeName"):
+            sizes[kv["NodeName"]] = (kv.get("CPUTot", ""), kv.get("RealMemory", ""),
+                                     kv.get("Gres", ""))
+    return SlurmView(config, parts - {""}, nodes, sizes)

@@ -52,6 +52,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
         gather_munge_key,
         gather_queue,
     )
+    from slurmscale.check_node_lines import check_node_lines
     from slurmscale.config_file import resolve_path
     from slurmscale.slurm.protocol import SlurmError
 
@@ -69,7 +70,9 @@ def check(ctx: click.Context, as_json: bool) -> None:
     problems += check_templates(cfg, templates)
     zones, unshown = gather_subnets(cfg)
     problems += check_subnets(cfg, unshown)
-    problems += check_shapes(cfg, gather_shapes(cfg))
+    shapes = gather_shapes(cfg)
+    problems += check_shapes(cfg, shapes)
+    problems += check_node_lines(cfg, view, shapes)
     problems += check_dns(cfg)
     problems += check_reservations(cfg, gather_reservations(cfg), zones,
                                    templates=templates,

@@ -346,6 +346,8 @@ class LocalCluster:
             "pools": [{
                 "name": p.name, "partition": p.name, "node_prefix": p.prefix,
                 "max_nodes": p.max_nodes, "gpus_per_node": p.gpus, "cpus_per_node": p.cpus,
+                # (this machine's memory, not the type's: the node line takes what it gets)
+                "real_memory_mb": 1024,
                 "instance_types": [p.instance_type], "capacity_type": p.capacity_type,
                 "launch_template": {"name": self.lt_name,
                                     "version": p.launch_template_version},
