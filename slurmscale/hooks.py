@@ -14,7 +14,6 @@ Exit codes: 0 recorded; 2 bad input (nothing recorded); 1 could not record (conf
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from slurmscale.hookview import (
 )
 from slurmscale.hostlists import HostlistError, expand
 from slurmscale.slurm.resume_file import ResumeFileError, parse_resume_file
-from slurmscale.spool import MAX_TEXT, RequestKind, Spool
+from slurmscale.spool import MAX_TEXT, NotSmallFile, RequestKind, Spool, read_small
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -108,18 +107,11 @@ def _read_resume_file() -> str | None:
     # all from what is not a regular file: a FIFO would block the hook (opened without
     # O_NONBLOCK) and /dev/zero never ends (4 GB in 4 s, read whole).
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise BadInput(f"SLURM_RESUME_FILE {path} is not a regular file")
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                raw = f.read(MAX_TEXT + 1)
-        finally:
-            os.close(fd)
+        raw = read_small(path, MAX_TEXT)
+    except NotSmallFile as e:
+        raise BadInput(f"SLURM_RESUME_FILE {path} is {e}") from None
     except OSError as e:
         raise BadInput(f"cannot read SLURM_RESUME_FILE {path}: {e.strerror}") from None
-    if len(raw) > MAX_TEXT:
-        raise BadInput(f"SLURM_RESUME_FILE {path} is larger than {MAX_TEXT} bytes")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

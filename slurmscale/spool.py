@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
 from enum import StrEnum
@@ -33,6 +34,40 @@ class RequestKind(StrEnum):
 REQUEST_ID = re.compile(r"[0-9]{13}-[0-9a-f]{12}")  # what new_request makes
 MAX_NODES = 100_000
 MAX_TEXT = 4 * 1024 * 1024  # a hostlist or resume file larger than this is not Slurm's
+# a spool file carries a hostlist and a resume file's text, JSON-escaped: at most this
+MAX_SPOOL_FILE = 4 * MAX_TEXT
+
+
+class NotSmallFile(Exception):
+    """A file that is not read: not a regular file, a link where none may be, too large."""
+
+
+def read_small(path: str | Path, limit: int, follow: bool = True) -> bytes:
+    """A small regular file's bytes, read without trusting what the path is: opened
+    non-blocking (a FIFO would block the reader for good), never a link unless `follow`, its
+    type and size looked at before any byte is read (/dev/zero never ends; a 200 MB file
+    would be read whole before its size refused it), at most `limit` bytes. Raises
+    NotSmallFile, or OSError for a file that cannot be opened."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow and os.path.islink(path):
+            raise NotSmallFile("a symbolic link") from None
+        raise e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotSmallFile("not a regular file")
+        if st.st_size > limit:
+            raise NotSmallFile(f"larger than {limit} bytes")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > limit:  # (grown since the stat)
+        raise NotSmallFile(f"larger than {limit} bytes")
+    return raw
 LATEST_TIME = 4102444800.0  # 2100-01-01: any later "received_at" is garbage
 
 
@@ -84,7 +119,7 @@ class RequestSource(Protocol):
     simulator's hooks (`sim/daemon.py`). Each is named by a path, which `done` forgets and
     `reject` sets aside."""
 
-    def pending(self) -> Iterator[tuple[Path, SpooledRequest | None]]: ...
+    def pending(self) -> Iterator[tuple[Path, SpooledRequest | str]]: ...
 
     def done(self, path: Path) -> None: ...
 
@@ -135,15 +170,21 @@ class Spool:
             os.close(dfd)
         return final
 
-    def pending(self) -> Iterator[tuple[Path, SpooledRequest | None]]:
-        """Spooled requests, oldest first; None for a file that does not parse."""
+    def pending(self) -> Iterator[tuple[Path, SpooledRequest | str]]:
+        """Spooled requests, oldest first; for a file that is not one, why not (a hook
+        writes regular files by rename: a FIFO, a link or a huge file is someone else's)."""
         if not self.incoming.is_dir():
             return
         for p in sorted(self.incoming.glob("*.json")):
             try:
-                yield p, SpooledRequest.from_json(p.read_text(encoding="utf-8"))
-            except (ValueError, KeyError, TypeError, OSError, RecursionError):
-                yield p, None
+                raw = read_small(p, MAX_SPOOL_FILE, follow=False)
+                yield p, SpooledRequest.from_json(raw.decode("utf-8"))
+            except NotSmallFile as e:
+                yield p, str(e)
+            except OSError as e:
+                yield p, f"unreadable ({e.strerror})"
+            except (ValueError, KeyError, TypeError, RecursionError):
+                yield p, "not a request (invalid)"
 
     def reject(self, path: Path) -> None:
         self.rejected.mkdir(parents=True, exist_ok=True)

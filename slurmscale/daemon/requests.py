@@ -50,8 +50,8 @@ class RequestPass:
         error ends the pass, and the file is taken next time."""
         n = 0
         for path, req in self.spool.pending():
-            if req is None:
-                self._reject(path, "unreadable or invalid")
+            if isinstance(req, str):
+                self._reject(path, req)
                 continue
             # (the hook's clock is the host's: its time read into the daemon's steady time)
             req = req._replace(received_at=timeframe.FRAME.from_host(req.received_at))

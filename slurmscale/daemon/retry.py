@@ -15,6 +15,11 @@ from slurmscale.store.protocol import TimerStore
 
 RETRY = "ec2-retry"  # the store's timers of the endpoint's retry delay
 SUBJECT = "ec2"
+# The count of failures in a row is kept up to here: past the doublings the cap is reached
+# long before, and a count read back from the store (a note anyone may have edited) is
+# clamped to it before it is parsed (a note of a million digits parses slowly).
+MAX_COUNT = 1_000_000
+_MAX_DOUBLINGS = 60  # 2**60 times any sane base is past any cap, and no float overflow
 
 
 @dataclass
@@ -30,7 +35,10 @@ class EndpointRetry:
     _loaded: bool = field(default=False, repr=False)
 
     def _delay(self) -> float:
-        return min(self.cap_s, self.base_s * 2 ** (self.failures - 1))
+        """base * 2^(failures - 1), capped; the exponent is bounded before the power (at
+        1,025 failures in a row the float power overflowed: every later launch raised)."""
+        return min(self.cap_s, self.base_s * 2.0 ** min(max(self.failures - 1, 0),
+                                                         _MAX_DOUBLINGS))
 
     def _load(self) -> None:
         """The delay as the store has it (once: a leader's own writes keep it current)."""
@@ -40,14 +48,18 @@ class EndpointRetry:
         since = self.store.timers(RETRY).get(SUBJECT)
         if since is None:
             return
-        note = self.store.timer_notes(RETRY).get(SUBJECT, "")
-        self.failures = int(note) if note.isdigit() and int(note) > 0 else 1
+        note = self.store.timer_notes(RETRY).get(SUBJECT, "").strip()
+        if not note.isdigit() or note.strip("0") == "":
+            self.failures = 1
+        else:
+            self.failures = MAX_COUNT if len(note) > len(str(MAX_COUNT)) else min(
+                int(note), MAX_COUNT)
         self.until = since + self._delay()
 
     def failed(self, now: float) -> float:
         """Record one more failure; the delay before the next attempt (doubles, capped)."""
         self._load()
-        self.failures += 1
+        self.failures = min(self.failures + 1, MAX_COUNT)
         delay = self._delay()
         self.until = now + delay
         if self.store is not None:

@@ -150,7 +150,7 @@ class SimSpool:
     def put(self, req: SpooledRequest) -> None:
         self.waiting[Path(req.id)] = req
 
-    def pending(self) -> Iterator[tuple[Path, SpooledRequest | None]]:
+    def pending(self) -> Iterator[tuple[Path, SpooledRequest | str]]:
         yield from list(self.waiting.items())
 
     def done(self, path: Path) -> None:

@@ -146,3 +146,30 @@ def test_an_offering_out_leaves_the_pool_its_other_offerings_and_the_last_one_ho
         assert out == {"p4d.24xlarge/us-east-1a/spot"}
     finally:
         store.close()
+
+
+def test_the_endpoint_retry_stays_bounded_however_long_ec2_is_away() -> None:
+    """A million failures in a row (an endpoint away for days): the delay is the cap, no
+    OverflowError (before: `base * 2 ** (failures - 1)` overflowed at 1,025, and every later
+    launch raised); a count read back from the store is clamped before it is parsed."""
+    import time
+
+    from slurmscale.daemon.retry import MAX_COUNT, RETRY, SUBJECT, EndpointRetry
+    from slurmscale.store.memory import MemoryStore
+
+    r = EndpointRetry(base_s=5.0, cap_s=60.0)
+    assert [r.failed(0.0) for _ in range(5)] == [5.0, 10.0, 20.0, 40.0, 60.0]
+    r.failures = 10**6 - 1
+    assert r.failed(100.0) == 60.0 and r.until == 160.0
+    for _ in range(3):
+        assert r.failed(100.0) == 60.0
+    assert r.failures == MAX_COUNT
+    store = MemoryStore()
+    for note, want in (("1" + "0" * 11, MAX_COUNT), ("9" * 100_000, MAX_COUNT),
+                       ("3", 3), ("0", 1), ("junk", 1), ("", 1)):
+        store.put_timers(RETRY, {SUBJECT: 50.0}, {SUBJECT: note})
+        t0 = time.process_time()
+        back = EndpointRetry(base_s=5.0, store=store)
+        assert back.waiting(51.0) and back.failures == want, (note[:20], back.failures)
+        assert time.process_time() - t0 < 0.5
+    assert EndpointRetry(base_s=5.0, store=store).failed(60.0) == 10.0  # "" read as 1, then 2

@@ -561,6 +561,34 @@ def test_a_bad_spool_file_is_set_aside_and_the_pass_goes_on(world, text: str) ->
     assert [e.kind for e in r.store.events()].count("spool_rejected") == 1
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero", "huge"])
+def test_a_spool_file_that_is_no_file_of_a_hooks_is_set_aside_unread(world, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """Read like the resume file (before: a FIFO named *.json hung every pass while the
+    daemon answered health; a link to /dev/zero failed every pass with MemoryError; a 200 MB
+    file was read whole before it was refused)."""
+    import time
+
+    r, cloud, _slurm, clock, spool = world
+    spool.ensure()
+    bad = spool.incoming / "0000000000000-000000000000.json"
+    if kind == "fifo":
+        os.mkfifo(bad)
+    elif kind == "link-to-dev-zero":
+        bad.symlink_to("/dev/zero")
+    else:
+        with open(bad, "wb") as f:  # (sparse: 200 MB to read, nothing on disk)
+            f.truncate(200 * 1024 * 1024)
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    t0 = time.monotonic()
+    res = r.tick()
+    assert time.monotonic() - t0 < 5
+    assert res.launched_gangs == 1 and len(cloud.running()) == 2
+    assert not os.path.lexists(bad) and os.path.lexists(spool.rejected / bad.name)
+    (why,) = [e.message for e in r.store.events() if e.kind == "spool_rejected"]
+    assert {"fifo": "not a regular file", "link-to-dev-zero": "a symbolic link",
+            "huge": "larger than"}[kind] in why, why
+
+
 def test_a_spool_file_the_store_cannot_take_is_set_aside(world, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     r, cloud, _slurm, clock, spool = world
     hook(spool, clock, RequestKind.RESUME, {1: ["spot-1"]})
