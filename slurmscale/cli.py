@@ -174,6 +174,13 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
     except ValueError as e:
         click.echo(f"slurmscale: {e}", err=True)
         sys.exit(2)
+    if cfg.log_file:  # (before: a directory here was an IsADirectoryError traceback)
+        try:
+            with open(cfg.log_file, "a"):
+                pass
+        except OSError as e:
+            click.echo(f"slurmscale: log_file {cfg.log_file}: {e.strerror}", err=True)
+            sys.exit(2)
     try:
         probe_socket_path(cfg.socket_path)  # before the daemon takes the lead
         _setup_daemon_logging(cfg, verbose)

@@ -11,6 +11,7 @@ import functools
 import os
 import re
 import signal as signal_module
+import typing
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -81,10 +82,40 @@ class AddressSource(StrEnum):
     LOOPBACK = "loopback"
 
 
+# The longest time any `*_s` key may name: a year. Longer is a typo or an attempt at
+# "never", and reaches datetime arithmetic far from the config (`leak_grace_s: 1e308`).
+MAX_DURATION_S = 366 * 86400.0
+
+
+def _takes_bool(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    return any(_takes_bool(a) for a in typing.get_args(annotation))
+
+
 class _Strict(BaseModel):
     # inf and nan are no durations, prices or budgets: refused everywhere (an infinite TTL
     # or hold time would reach datetime arithmetic and fail far from the config)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_for_numbers_and_no_endless_times(cls, data: Any) -> Any:
+        """YAML's `true` where a number is meant (pydantic would read it as 1: `cpus_per_node:
+        true` was a node line of one CPU), and a time past MAX_DURATION_S."""
+        if not isinstance(data, dict):
+            return data
+        for name, value in data.items():
+            field = cls.model_fields.get(name) if isinstance(name, str) else None
+            if field is None:
+                continue
+            if isinstance(value, bool) and not _takes_bool(field.annotation):
+                raise ValueError(f"{name}: {value!r} is a boolean where a value is meant")
+            if (name.endswith("_s") and isinstance(value, int | float)
+                    and not isinstance(value, bool) and value > MAX_DURATION_S):
+                raise ValueError(f"{name}: {value!r} seconds is longer than a year "
+                                 f"({MAX_DURATION_S:g} s), the longest time slurmscale takes")
+        return data
 
 
 def pinned_version(v: Any) -> str:
@@ -256,7 +287,7 @@ class Pool(_Strict):
     node_prefix: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*[a-z-]$")]
     max_nodes: Annotated[int, Field(ge=1, le=10000)]
     min_nodes: Annotated[int, Field(ge=0)] = 0
-    gpus_per_node: Annotated[int, Field(ge=0, le=64)] = 8
+    gpus_per_node: Annotated[int, Field(ge=1, le=64)] = 8
     # the node line's CPUs= and RealMemory=; left out, `slurm-conf` reads them from EC2
     # (DescribeInstanceTypes: vCPUs, 95 % of the memory) and `check` holds given ones to it
     cpus_per_node: Annotated[int, Field(ge=1)] | None = None
@@ -362,6 +393,26 @@ class Pool(_Strict):
 
 class AwsSettings(_Strict):
     region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")] = "us-east-1"
+
+    @field_validator("endpoint_url", "sqs_endpoint_url", "route53_endpoint_url")
+    @classmethod
+    def _a_url(cls, v: str | None) -> str | None:
+        """botocore refuses anything else only when a client is made: a daemon with
+        `endpoint_url: "not a url"` stood by for good, a traceback each tick."""
+        if v is None:
+            return v
+        from urllib.parse import urlsplit
+
+        try:
+            u = urlsplit(v)
+            u.port  # noqa: B018 - (raises on a port that is not a number)
+        except ValueError:
+            u = None
+        if u is None or u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"{v!r} is not an http(s) URL (e.g. https://ec2.us-east-1."
+                             "amazonaws.com or http://127.0.0.1:5000)")
+        return v
+
     endpoint_url: str | None = None
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 5
     # EC2 caps an instant fleet's MinTargetCapacity at 1,000: a larger gang is launched as
@@ -674,6 +725,11 @@ class Config(_Strict):
     def _unique(self) -> Config:
         names = [p.name for p in self.pools]
         prefixes = [p.node_prefix for p in self.pools]
+        for a in prefixes:  # (a node name must say its one pool at a glance, and in Slurm)
+            for b in prefixes:
+                if a != b and b.startswith(a):
+                    raise ValueError(f"node_prefix {a!r} is the start of node_prefix {b!r}: "
+                                     "each pool's prefix must not begin another's")
         partitions = [p.partition for p in self.pools]  # (a pool is found by its partition)
         for field, values in (("name", names), ("node_prefix", prefixes),
                               ("partition", partitions)):

@@ -61,6 +61,30 @@ def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def _duplicate_key(node: yaml.Node, seen: set[int]) -> yaml.Node | None:
+    """The first key a mapping has twice (YAML forbids it; PyYAML keeps the last silently:
+    a pool's second `max_nodes` would win unseen)."""
+    if id(node) in seen:
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys: set[object] = set()
+        for k, v in node.value:
+            key = k.value if isinstance(k, yaml.ScalarNode) else id(k)
+            if key in keys:
+                return k
+            keys.add(key)
+            found = _duplicate_key(v, seen)
+            if found is not None:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for c in node.value:
+            found = _duplicate_key(c, seen)
+            if found is not None:
+                return found
+    return None
+
+
 def _safe_yaml(text: str, source: Path) -> Any:
     loader = _LOADER(text)
     try:
@@ -68,6 +92,11 @@ def _safe_yaml(text: str, source: Path) -> Any:
         if node is not None and _expanded(node, {}) > MAX_CONFIG_NODES:
             raise ConfigError(f"config {source} expands (through its aliases) to more than "
                               f"{MAX_CONFIG_NODES} values; refusing it")
+        dup = _duplicate_key(node, set()) if node is not None else None
+        if dup is not None:
+            raise ConfigError(f"config {source} line {dup.start_mark.line + 1}: key "
+                              f"{dup.value!r} is given twice in one mapping (the last would "
+                              "win unseen); keep one")
         return loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()

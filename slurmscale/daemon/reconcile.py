@@ -23,7 +23,9 @@ Slurm and the event queue is made only while the lease is still held (`fence.py`
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from dataclasses import replace
+from types import TracebackType
 
 from slurmscale import timeframe
 from slurmscale.audit import Kind
@@ -50,6 +52,7 @@ from slurmscale.daemon.requests import RequestPass
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.daemon.sweep import InstanceSweep
 from slurmscale.daemon.topology import TopologyPass
+from slurmscale.lifecycles import ChangedMeanwhile
 from slurmscale.model import SlurmNode
 from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.node_writes import NodeWrites
@@ -140,7 +143,10 @@ class Reconciler:
     def tick(self) -> TickResult:
         """Slurm's requests first (a resume is a job waiting), then the capacity policy."""
         res = TickResult()
-        phase = self.times.phase
+        phase = self._step
+        nodes: list[SlurmNode] | None = None
+        active: list[InstanceRow] | None = None
+        p = None
         self.cloud_failures.take()  # (a pass cut off before its end left its own)
         self._report_steps()
         with phase("requests"):
@@ -152,7 +158,7 @@ class Reconciler:
             res.queue_error = self.interruptions.queue_error
         with phase("sweep"):
             try:
-                nodes: list[SlurmNode] | None = self.slurm.nodes()
+                nodes = self.slurm.nodes()
             except SlurmError:
                 nodes = None  # the capacity pass reports an unreachable Slurm
             active = self.sweep.run(nodes)
@@ -188,6 +194,9 @@ class Reconciler:
         res.cloud_failures = self.cloud_failures.take()
         res.phase_seconds, res.wait_seconds = self.times.take()
         return res
+
+    def _step(self, name: str) -> _Step:
+        return _Step(self.times.phase(name), name)
 
     def _report_steps(self) -> None:
         """A step of the host's clock: recorded once (the timers are unmoved by it)."""
@@ -230,3 +239,26 @@ class Reconciler:
         self.addresses.reset_stale(nodes)
         self.addresses.keep(nodes, self.store.active_instances() if active is None else active)
 
+
+class _Step:
+    """One phase of a pass, timed; a race it lost ends that phase only. A write conditioned
+    on the state it read (`WHERE state = old`) that finds the row moved meanwhile (an admin's
+    `reservations release` between the daemon's read and its write) raises ChangedMeanwhile,
+    having written nothing: the phase's item is decided again from what is there next pass,
+    and the rest of this pass goes on (before: the pass aborted with a traceback)."""
+
+    __slots__ = ("phase", "name")
+
+    def __init__(self, phase: AbstractContextManager[None], name: str) -> None:
+        self.phase, self.name = phase, name
+
+    def __enter__(self) -> None:
+        self.phase.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        self.phase.__exit__(kind, e, tb)
+        if kind is not None and issubclass(kind, ChangedMeanwhile):
+            log.warning("%s: %s; it is decided again next pass", self.name, e)
+            return True
+        return False

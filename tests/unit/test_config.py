@@ -56,7 +56,21 @@ def _pool_edit(**kw):  # type: ignore[no-untyped-def]
     # (each of these was accepted before)
     ({**base_config(), "capacity": {"unavailable_ttl_s": 5000, "max_unavailable_ttl_s": 100}},
      ["capacity", "unavailable_ttl_s (5000) is above max_unavailable_ttl_s (100)"]),
-    (_pool_edit(gpus_per_node=0, gpu_type="h100"), ["pools.0", "gpu_type 'h100'"]),
+    (_pool_edit(gpus_per_node=0, gpu_type="h100"), ["pools.0.gpus_per_node", "0"]),
+    # (each of these was accepted, and broke the daemon or Slurm after)
+    (_pool_edit(gpus_per_node=0), ["pools.0.gpus_per_node", "greater than or equal to 1"]),
+    (_pool_edit(real_memory_mb=True), ["pools.0", "real_memory_mb: True is a boolean"]),
+    (_pool_edit(cpus_per_node=True), ["pools.0", "cpus_per_node: True is a boolean"]),
+    ({**base_config(), "daemon": {"leak_grace_s": 1e308}},
+     ["daemon", "leak_grace_s: 1e+308 seconds is longer than a year"]),
+    (_pool_edit(policy={"max_idle_s": 10**9}), ["pools.0.policy", "max_idle_s: 1000000000"]),
+    ({**base_config(), "aws": {"endpoint_url": "not a url"}},
+     ["aws.endpoint_url", "'not a url' is not an http(s) URL"]),
+    ({**base_config(), "aws": {"sqs_endpoint_url": "http://127.0.0.1:port"}},
+     ["aws.sqs_endpoint_url", "is not an http(s) URL"]),
+    ({**base_config(), "pools": [base_config()["pools"][0],
+                                 {**base_config()["pools"][1], "node_prefix": "spot-a-"}]},
+     ["node_prefix 'spot-' is the start of node_prefix 'spot-a-'"]),
     ({**base_config(), "metrics": {"port": 9000, "address": "localhost:9"}},
      ["metrics.address", "'localhost:9' is not an IP address"]),
     ({**base_config(), "aws": {"region": "us east"}}, ["aws.region", "us east"]),
@@ -140,3 +154,41 @@ def test_a_hostile_config_is_refused_not_expanded(tmp_path, content: bytes,
     # a hang guard, not a speed test (the bomb hung for over a minute; each case takes
     # milliseconds to about half a second here)
     assert time.monotonic() - t0 < 10.0
+
+
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """YAML forbids it and PyYAML kept the last silently: a pool's second max_nodes won."""
+    p = tmp_path / "c.yaml"
+    text = yaml.safe_dump(base_config(), sort_keys=False)
+    p.write_text(text.replace("max_nodes: 8\n", "max_nodes: 8\n  max_nodes: 800\n", 1))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    line = p.read_text().splitlines().index("  max_nodes: 800") + 1
+    assert f"line {line}: key 'max_nodes' is given twice" in str(e.value)
+    p.write_text(text)
+    assert load_config(p).pools[0].max_nodes == 8
+
+
+def test_booleans_stay_allowed_where_booleans_are_meant() -> None:
+    d = base_config(slurm={"configless": True}, reservations={"enabled": False})
+    d["pools"][0]["efa"] = True
+    cfg = parse_config(d)
+    assert cfg.slurm.configless and cfg.pools[0].efa and not cfg.reservations.enabled
+
+
+def test_a_daemon_whose_log_file_is_a_directory_says_so_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Before: a raw IsADirectoryError traceback, exit 1."""
+    import os
+
+    from click.testing import CliRunner
+
+    from slurmscale.cli import cli
+
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(base_config(
+        log_file=str(tmp_path), store_url=f"sqlite:///{tmp_path / 's.db'}",
+        socket_path=str(tmp_path / "sock"), spool_dir=str(tmp_path / "spool"))))
+    os.chmod(p, 0o644)
+    r = CliRunner().invoke(cli, ["--config", str(p), "daemon"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == f"slurmscale: log_file {tmp_path}: Is a directory"

@@ -92,7 +92,7 @@ def test_status_and_nodes_list_the_row_without_a_traceback(cfg: Config,
     path.chmod(0o644)
     run = _cli(path)
     st = run("status", "--json")
-    assert st.returncode == 3 and "Traceback" not in st.stderr, st.stderr  # (Slurm unread)
+    assert st.returncode == 4 and "Traceback" not in st.stderr, st.stderr  # (no daemon)
     assert json.loads(st.stdout)["quarantined_rows"] == [{
         "table": "instances", "key": BAD,
         "error": "ValueError: Invalid isoformat string: 'not-a-date'"}]

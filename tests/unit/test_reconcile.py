@@ -803,3 +803,47 @@ def test_the_sweep_lists_what_is_up_and_asks_for_vanished_ones_by_id(world) -> N
     assert cloud.finds == [({"slurmscale:cluster": "unit"}, False, None),
                            ({"slurmscale:cluster": "unit"}, True, [gone])]
     assert ("requeue", ["1"]) in slurm.calls, "the vanished instance's job requeued"
+
+
+def test_a_write_that_loses_a_race_skips_its_phase_and_the_pass_goes_on(world, cfg, caplog) -> None:  # type: ignore[no-untyped-def]
+    """An admin's `reservations release` lands between the daemon's read of a hold (active)
+    and its write, conditioned on that read (`WHERE state = 'active'`, the store's own
+    machinery): ChangedMeanwhile, nothing written. Before, it escaped `tick` and the rest of
+    the pass never ran; now that phase ends with a warning, the later phases run, the
+    admin's release stands, and the next pass is whole."""
+    import logging
+    from dataclasses import replace
+
+    from slurmscale.lifecycles import HoldState
+    from slurmscale.store import tables as t
+    from slurmscale.store.repo import Store
+    from slurmscale.store.rows import HoldRow
+
+    r, cloud, _slurm, clock, spool = world
+    hold = HoldRow(name="ss-hold-1", pool="gpu-spot", job_id="7", user_name="u", needed=4,
+                   nodes="[]", created_s=0.0, accounted_s=0.0, state=HoldState.ACTIVE.value)
+    r.store.put_hold(hold)
+    read = r.store.hold("ss-hold-1")  # the daemon's read: active
+    admin = Store(cfg.store_url)
+    admin.put_hold(replace(hold, state=HoldState.RELEASED.value, reason="admin"))
+    admin.close()
+
+    def health_writes_what_it_read(*_a: object) -> None:  # (as a pass writes a hold it read)
+        assert read is not None
+        with r.store.session() as s:
+            Store._where_was(s, t.holds.c.name, t.holds.c.state, [read.name], read.state,
+                             {"spent_gpu_s": 10.0}, f"hold {read.name}")
+
+    r.health.run = health_writes_what_it_read  # type: ignore[method-assign]
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    with caplog.at_level(logging.WARNING):
+        res = r.tick()
+    assert res.launched_gangs == 1 and len(cloud.running()) == 2  # phases before it ran
+    assert r.capacity.last is not None  # ... and the ones after it
+    assert [m for m in caplog.messages if "changed by another writer" in m] == [
+        "health: hold ss-hold-1: changed by another writer after it was read as 'active'; "
+        "nothing written; it is decided again next pass"]
+    row = r.store.hold("ss-hold-1")
+    assert row is not None and row.state == "released" and row.spent_gpu_s == 0.0
+    r.health.run = lambda *_a: None  # type: ignore[method-assign]
+    r.tick()

@@ -204,7 +204,7 @@ def test_status_runs_without_slurm_or_daemon_and_says_so(filled, tmp_path) -> No
     conf = _conf(tmp_path, store_url=cfg.store_url, socket_path=str(tmp_path / "none.sock"),
                  slurm={"bin_dir": str(tmp_path / "no-slurm-here")})
     r = CliRunner().invoke(cli, ["--config", conf, "status", "--json"])
-    assert r.exit_code == 3, r.output  # (answered, without Slurm)
+    assert r.exit_code == 4, r.output  # (answered: no daemon, the worst, and no Slurm)
     d = json.loads(r.output.split("\nwarning")[0])
     assert d["daemon"]["reachable"] is False and d["slurm_error"]
     assert [p["name"] for p in d["pools"]] == ["gpu-spot", "gpu-od"]
