@@ -1,3 +1,5 @@
 """slurmscale: gang-aware elastic GPU capacity for Slurm on EC2."""
 
-__version__ = "0.1.0"
+# One per release, with its entry in CHANGELOG.md (a test holds the two together): `pip
+# install --upgrade` takes a wheel only when this moved.
+__version__ = "0.2.0"

@@ -123,7 +123,8 @@ class _Commands(click.Group):
             "report": ("slurmscale.cli_report", "report"),
             "reservations": ("slurmscale.cli_reservations", "reservations"),
             "simulate": ("slurmscale.cli_simulate", "simulate"),
-            "status": ("slurmscale.cli_status", "status")}
+            "status": ("slurmscale.cli_status", "status"),
+            "uninstall": ("slurmscale.cli_install", "uninstall")}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.LAZY})

@@ -42,3 +42,26 @@ def install(prefix: str, slurm_user: str, dry_run: bool) -> None:
         click.echo("next: edit etc/slurmscale/slurmscale.yaml (its pools), then `slurmscale "
                    "aws-template` and `slurmscale config from-stack` (docs/aws-stack.md), "
                    "`slurmscale check`, `slurmscale slurm-conf`, `systemctl daemon-reload`")
+
+
+@click.command()
+@click.option("--prefix", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="The root `install` installed under.")
+@click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
+def uninstall(prefix: str, dry_run: bool) -> None:
+    """Remove what `slurmscale install` put in place, by its record
+    (var/lib/slurmscale/installed.json): each file still as installed, and the hook links.
+    A file changed since (the config) is kept and named; the spool, log and state
+    directories are kept (the store, the logs). Then `pip uninstall slurmscale` (or remove
+    the venv) and take the hook lines out of slurm.conf. One line per file; bad input: one
+    line, exit 2."""
+    from slurmscale.install import InstallError
+    from slurmscale.install import uninstall as run_uninstall
+
+    try:
+        out = run_uninstall(Path(prefix), dry_run=dry_run)
+    except InstallError as e:
+        click.echo(f"slurmscale: {e}", err=True)
+        sys.exit(2)
+    for line in out.lines:
+        click.echo(line)

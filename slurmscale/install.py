@@ -171,3 +171,51 @@ def install(prefix: Path, user: str, dry_run: bool = False) -> Outcome:
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return out
+
+
+def uninstall(prefix: Path, dry_run: bool = False) -> Outcome:
+    """Remove what `install` put under `prefix`, by its record: a file still as installed
+    (its SHA-256 the recorded one) goes, one an admin changed since (the config, surely) is
+    kept and said; the hook links go; the spool, log and state directories stay (the store,
+    requests not yet carried out, the logs: remove them yourself once you need them no
+    more). The record goes when nothing it names is left."""
+    if not prefix.is_dir():
+        raise InstallError(f"--prefix {prefix}: not a directory")
+    record_path = prefix / RECORD
+    if not record_path.is_file():
+        raise InstallError(f"{record_path}: no record of an install here (nothing removed)")
+    try:
+        record: dict[str, str] = json.loads(record_path.read_text())
+    except ValueError:
+        raise InstallError(f"{record_path}: not a record `slurmscale install` wrote") from None
+    out = Outcome([])
+    would = "would " if dry_run else ""
+    hooks = prefix / "usr/local/lib/slurmscale/resume_suspend"
+    for name in HOOK_LINKS:
+        link = hooks / name
+        if link.is_symlink() and os.readlink(link) == "slurmscale-hook":
+            out.lines.append(f"{would}remove  {link}")
+            if not dry_run:
+                link.unlink()
+    left: dict[str, str] = {}
+    for key, sha in sorted(record.items()):
+        path = Path(key)
+        if not path.is_file():
+            out.lines.append(f"gone       {path}")
+            continue
+        if _sha(path.read_bytes()) != sha:
+            out.refused += 1
+            left[key] = sha
+            out.lines.append(f"kept       {path}: changed since it was installed")
+            continue
+        out.lines.append(f"{would}remove  {path}")
+        if not dry_run:
+            path.unlink()
+    for d in ("var/spool/slurmscale", "var/log/slurmscale", "var/lib/slurmscale"):
+        out.lines.append(f"kept       {prefix / d}/ (data: remove it yourself)")
+    if not dry_run:
+        if left:
+            record_path.write_text(json.dumps(left, indent=2, sort_keys=True) + "\n")
+        else:
+            record_path.unlink()
+    return out

@@ -116,3 +116,46 @@ def test_the_logrotate_snippet_rotates_both_default_logs_as_slurmuser() -> None:
     assert "copytruncate" not in text.replace("no copytruncate", "")
     mine = _rewrite(text, Path("/"), "slurmx", "slurmy")
     assert "create 0640 slurmx slurmy" in mine and "su slurmx slurmy" in mine
+
+
+def test_uninstall_removes_what_install_put_and_keeps_what_an_admin_changed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """By install's record: every file still as installed goes, with the hook links; the
+    edited config stays (named); the data directories stay; a dry run changes nothing."""
+    import os
+    import pwd
+
+    from slurmscale.install import RECORD, install, uninstall
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    out = install(tmp_path, me)
+    assert out.refused == 0
+    installed = sorted(p for p in tmp_path.rglob("*") if p.is_file() or p.is_symlink())
+    config = tmp_path / "etc/slurmscale/slurmscale.yaml"
+    config.write_text(config.read_text() + "# the site's edit\n")
+    before = {p: p.read_bytes() for p in installed if p.is_file()}
+    dry = uninstall(tmp_path, dry_run=True)
+    assert any(line.startswith("would remove") for line in dry.lines)
+    assert {p: p.read_bytes() for p in installed if p.is_file()} == before
+    out = uninstall(tmp_path)
+    left = sorted(p for p in tmp_path.rglob("*") if p.is_file() or p.is_symlink())
+    assert left == [config, tmp_path / RECORD], left
+    assert f"kept       {config}: changed since it was installed" in out.lines
+    for d in ("var/spool/slurmscale", "var/log/slurmscale", "var/lib/slurmscale"):
+        assert (tmp_path / d).is_dir()
+    config.unlink()
+    uninstall(tmp_path)
+    assert not (tmp_path / RECORD).exists()
+
+
+def test_the_version_is_one_and_has_its_changelog_entry() -> None:
+    """pyproject takes the package's __version__; CHANGELOG.md's newest entry is it (before:
+    0.1.0 after six schema migrations, so `pip install --upgrade` did nothing)."""
+    import re
+
+    from slurmscale import __version__
+
+    root = Path(__file__).resolve().parents[2]
+    assert 'dynamic = ["version"]' in (root / "pyproject.toml").read_text()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+    entries = re.findall(r"^## (\S+)", (root / "CHANGELOG.md").read_text(), re.M)
+    assert entries[0] == __version__ and len(set(entries)) == len(entries)
