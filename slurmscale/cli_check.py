@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -30,8 +31,8 @@ def check(ctx: click.Context, as_json: bool) -> None:
     cannot be read.
 
     JSON: {"ok": bool, "problems": [{severity, code, message}]} (and "error" with exit 2)"""
-    from slurmscale.check import check as run_check
     from slurmscale.check import (
+        HOOKS,
         check_dns,
         check_reservations,
         check_shapes,
@@ -44,6 +45,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
         gather_subnets,
         gather_templates,
     )
+    from slurmscale.check import check as run_check
     from slurmscale.check_aws import (
         check_events,
         check_image_restore,
@@ -52,6 +54,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
         gather_munge_key,
         gather_queue,
     )
+    from slurmscale.check_hooks import check_hook_runs, gather_hook_runs
     from slurmscale.check_node_lines import check_node_lines
     from slurmscale.config_file import resolve_path
     from slurmscale.slurm.protocol import SlurmError
@@ -66,6 +69,11 @@ def check(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"slurmscale check: cannot read Slurm: {e}", err=True)
         sys.exit(2)
     problems = run_check(cfg, view, resolve_path(ctx.find_root().obj.get("config")))
+    user = view.config.get("SlurmUser", "").split("(")[0].strip() or None
+    hooks = [str(Path(cfg.hooks_dir) / script) for key, script in HOOKS.items()
+             if view.config.get(key) == str(Path(cfg.hooks_dir) / script)]
+    problems += check_hook_runs(user, gather_hook_runs(hooks, user,
+                                                       view.config.get("SLURM_CONF")))
     templates = gather_templates(cfg)
     problems += check_templates(cfg, templates)
     zones, unshown = gather_subnets(cfg)

@@ -39,6 +39,17 @@ def install(prefix: str, slurm_user: str, dry_run: bool) -> None:
                    err=True)
         sys.exit(1)
     if not dry_run:
+        from slurmscale.check_hooks import check_hook_runs, gather_hook_runs
+
+        hook = Path(prefix).resolve() / "usr/local/lib/slurmscale/resume_suspend" / \
+            "slurmscale-resume"
+        problems = check_hook_runs(slurm_user, gather_hook_runs([str(hook)], slurm_user, None))
+        for p in problems:
+            click.echo(p.line(), err=p.severity == "error")
+        if any(p.severity == "error" for p in problems):
+            sys.exit(1)
+        if not problems:
+            click.echo(f"tried      {hook} as {slurm_user}, as slurmctld runs it: it runs")
         click.echo("next: edit etc/slurmscale/slurmscale.yaml (its pools), then `slurmscale "
                    "aws-template` and `slurmscale config from-stack` (docs/aws-stack.md), "
                    "`slurmscale check`, `slurmscale slurm-conf`, `systemctl daemon-reload`")

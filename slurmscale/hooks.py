@@ -202,6 +202,34 @@ def run_hook(kind: RequestKind, argv: list[str], config_path: str | None = None)
     return EXIT_OK
 
 
+CHECK = "--check"  # `slurmscale check` and `install` run each hook so, as SlurmUser
+
+
+def dry_run(config_path: str | None = None) -> int:
+    """What a hook needs, tried as its user with nothing written: this interpreter runs and
+    imports the hook (the shell wrapper found it), the config validates, the spool can be
+    written, the hook log appended. One line on stdout; 0 all can, else 1."""
+    from slurmscale.config import ConfigError
+    from slurmscale.config_file import load_config
+
+    path = resolve_path(config_path)
+    try:
+        cfg = load_config(path)
+    except ConfigError as e:
+        print(f"hook dry run: {e}")
+        return EXIT_FAILED
+    spool = Path(cfg.spool_dir)
+    where = spool if spool.exists() else spool.parent
+    if not os.access(where, os.W_OK | os.X_OK):
+        print(f"hook dry run: cannot write the spool {where} as uid {os.getuid()}")
+        return EXIT_FAILED
+    logs = Path(cfg.hook_log_file).parent
+    note = ("" if os.access(logs if logs.exists() else logs.parent, os.W_OK | os.X_OK)
+            else f"; its log {cfg.hook_log_file} cannot be written: its lines are lost")
+    print(f"hook dry run: ok ({sys.executable}, config {path}, spool {spool}{note})")
+    return EXIT_OK
+
+
 def main() -> None:
     kinds = {"resume": RequestKind.RESUME, "suspend": RequestKind.SUSPEND,
              "resume-fail": RequestKind.RESUME_FAIL}
@@ -209,6 +237,8 @@ def main() -> None:
         print(f"usage: python -m slurmscale.hooks {{{'|'.join(kinds)}}} HOSTLIST",
               file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    if sys.argv[2:] == [CHECK]:
+        sys.exit(dry_run())
     sys.exit(run_hook(kinds[sys.argv[1]], sys.argv[2:]))
 
 

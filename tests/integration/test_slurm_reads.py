@@ -51,6 +51,20 @@ def test_pending_jobs_and_nodes_parse_on_real_slurm(make_cluster, flavor: str) -
     chk = c.cli("check")
     assert chk.returncode == 1 and "hook_not_executable" in chk.stdout, chk.stdout
     hook.chmod(0o755)
+    # the hooks' Python under a home SlurmUser may not enter (pyenv under /root): every mode
+    # bit on the hooks is right, only running them as SlurmUser shows it (exit 126)
+    home = c.root / "root-home"
+    home.mkdir(mode=0o700)
+    (home / "python3").symlink_to(sys.executable)
+    env_file = c.root / "hooks" / "hooks.env"
+    good = env_file.read_text()
+    env_file.write_text(good.replace(f"SLURMSCALE_PYTHON={sys.executable}",
+                                     f"SLURMSCALE_PYTHON={home / 'python3'}"))
+    chk = c.cli("check", "--json")
+    assert chk.returncode == 1, chk.stdout + chk.stderr
+    runs = [p["message"] for p in json.loads(chk.stdout)["problems"] if p["code"] == "hook_run"]
+    assert len(runs) == 3 and "exit 126" in runs[0] and "cannot start the Python" in runs[0]
+    env_file.write_text(good)
 
     # AWS problems are errors, not warnings: a template version EC2 does not have, and no
     # credentials at all (before: a WARNING and exit 0 for the first, exit 0 for the second)

@@ -78,8 +78,12 @@ def test_the_wheel_installs_everything_a_head_node_needs(fresh_venv: Path) -> No
             st = os.stat(prefix / d)
             assert (st.st_uid, st.st_mode & 0o777) == (slurm, 0o750), d
         again = _install(fresh_venv, prefix)  # idempotent: nothing to do
+        lines = again.stdout.splitlines()
         assert again.returncode == 0 and all(
-            ln.startswith("unchanged") for ln in again.stdout.splitlines()[:-1]), again.stdout
+            ln.startswith("unchanged") for ln in lines[:-2]), again.stdout
+        # the installed hook run as SlurmUser, as slurmctld would (its dry run)
+        assert lines[-2] == (f"tried      {prefix}/usr/local/lib/slurmscale/resume_suspend/"
+                             f"slurmscale-resume as {SLURM_USER}, as slurmctld runs it: it runs")
         unit.write_text(unit.read_text() + "# a site's edit\n")
         kept = _install(fresh_venv, prefix)
         assert kept.returncode == 1 and f"refuse {unit}" in kept.stdout
