@@ -69,9 +69,24 @@ class Metadata:
         self.token = ""
         self.token_until = 0.0
 
+    # a failed request is tried again this many times, after these pauses, as the AWS SDKs'
+    # IMDS clients do (SDKs and Tools Reference Guide, "IMDS client": 3 retries by default):
+    # a slow or throttled answer is no reason to give up a node's boot
+    RETRY_PAUSES_S = (0.5, 1.0, 2.0)
+
     def _open(self, req: urllib.request.Request) -> bytes:
-        with urllib.request.urlopen(req, timeout=self.timeout) as r:  # noqa: S310
-            return bytes(r.read())
+        for pause in (*self.RETRY_PAUSES_S, None):
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as r:  # noqa: S310
+                    return bytes(r.read())
+            except urllib.error.HTTPError as e:
+                if pause is None or not (e.code == 429 or e.code >= 500):
+                    raise  # (a refusal, 401 and 404 among them, will not change)
+            except (urllib.error.URLError, OSError):
+                if pause is None:
+                    raise
+            time.sleep(pause)
+        raise AssertionError("not reached")
 
     def _token(self) -> str:
         if self.token and time.monotonic() < self.token_until:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
@@ -457,3 +458,47 @@ def test_user_data_installs_a_unit_that_rejoins_after_a_reboot(cfg: Config,
         p = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True,
                            text=True, timeout=60)
         assert p.returncode == 0 and "slurmscale-node-init" not in p.stderr, p.stderr
+
+
+def test_metadata_answers_that_fail_for_a_moment_are_tried_again() -> None:
+    """A throttled or slow metadata service (503, 429, a timeout) is asked again after a
+    pause, as the AWS SDKs' IMDS clients do; a refusal is not. Before, one slow answer
+    failed the boot (`metadata: reading instance metadata: timed out`) and cost the node a
+    fresh instance."""
+    import http.server
+    import threading
+
+    answers = [503, 429, 200]
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:  # noqa: N802
+            self._send(200, b"token")
+
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(self.path)
+            code = answers.pop(0) if answers else 403
+            self._send(code, b"i-0123456789abcdef0" if code == 200 else b"")
+
+        def _send(self, code: int, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        md = node_init.Metadata(f"http://127.0.0.1:{server.server_address[1]}/")
+        md.RETRY_PAUSES_S = (0.01, 0.01, 0.01)  # type: ignore[misc]
+        assert md.get("instance-id") == "i-0123456789abcdef0"
+        assert len(seen) == 3
+        with pytest.raises(urllib.error.HTTPError) as e:  # a refusal: asked once
+            md.get("instance-type")
+        assert e.value.code == 403 and len(seen) == 4
+    finally:
+        server.shutdown()
+        server.server_close()
