@@ -95,10 +95,14 @@ def four_node_gang_scenario(c: LocalCluster, proxy) -> int:  # type: ignore[no-u
 
 def test_two_gangs_and_coalesced_singles(make_cluster) -> None:
     c, proxy = make_cluster()
-    gangs = [c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 1")
+    # submitted held, released together: what is tested is the daemon's coalescing of one
+    # resume's singles, not how fast five sbatch calls land (on a loaded machine Slurm
+    # scheduled between them and called the resume program twice, 2.6 s apart)
+    gangs = [c.sbatch("-H", "-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 1")
              for _ in range(2)]
-    singles = [c.sbatch("-N", "1", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 1")
+    singles = [c.sbatch("-H", "-N", "1", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "sleep 1")
                for _ in range(3)]
+    c.slurm("scontrol", "release", ",".join(str(j) for j in gangs + singles))
     for j in gangs + singles:
         c.wait_job(j, {"COMPLETED"}, 240)
     sizes = sorted(_fleet_sizes(proxy))
