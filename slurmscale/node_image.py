@@ -13,9 +13,10 @@ What the script does, in order, and refuses to finish without:
 3. The munge key: baked from MUNGE_KEY_FILE, or removed (the package's random one), for each
    node to read the cluster's at boot from `aws.munge_key_parameter`.
 4. The bootstrap itself at /usr/local/lib/slurmscale/node-init.py (the same file the user
-   data installs; baked in, a short user data could run it), checked to run.
-Image Builder's inline component document is at most 16,000 characters (its API reference,
-CreateComponent `data`): the recipe is kept under it."""
+   data installs; baked in, a short user data could run it), checked to run: in the script
+   form. Image Builder's inline component document is at most 16,000 characters (its API
+   reference, CreateComponent `data`), which the packed bootstrap nearly fills alone: the
+   component leaves it to the user data (the stack's templates carry it)."""
 
 from __future__ import annotations
 
@@ -97,42 +98,51 @@ else
   rm -f /etc/munge/munge.key
   say "no munge key in the image: each node reads the cluster's at boot (aws.munge_key_parameter)"
 fi
-# 4. the bootstrap
+@BOOTSTRAP@if have apt-get; then apt-get clean; fi
+say "done: slurmd $(slurmd_version), $(python3 --version 2>&1), @WHERE@"
+"""
+BOOTSTRAP = r"""# 4. the bootstrap
 mkdir -p "$(dirname "$NODE_INIT")"
 base64 -d <<'EOF' | gzip -dc > "$NODE_INIT"
 @PACKED@EOF
 chmod 0755 "$NODE_INIT"
 python3 "$NODE_INIT" --help >/dev/null || die "$NODE_INIT does not run"
-if have apt-get; then apt-get clean; fi
-say "done: slurmd $(slurmd_version), $(python3 --version 2>&1), bootstrap at $NODE_INIT"
 """
 
 
-def render_script(slurm_version: str) -> str:
+def render_script(slurm_version: str, bootstrap: bool = True) -> str:
+    """The recipe; `bootstrap`: with the node bootstrap baked in (else the user data brings
+    it at first boot, as the stack's launch templates do)."""
     packed = base64.encodebytes(gzip.compress(Path(node_init.__file__).read_bytes(),
                                               mtime=0)).decode()
-    return (SCRIPT.replace("@VERSION@", slurm_version).replace("@NODE_INIT@", INSTALL_PATH)
-            .replace("@PACKED@", packed))
+    return (SCRIPT.replace("@BOOTSTRAP@", BOOTSTRAP.replace("@PACKED@", packed) if bootstrap
+                           else "# 4. the bootstrap: the user data brings it at first boot\n")
+            .replace("@WHERE@", "bootstrap at $NODE_INIT" if bootstrap
+                     else "bootstrap from the user data")
+            .replace("@VERSION@", slurm_version).replace("@NODE_INIT@", INSTALL_PATH))
 
 
 def render_component(slurm_version: str) -> str:
     """The EC2 Image Builder component document (YAML) that runs the same script, then
-    checks the result in its validate phase."""
+    checks the result in its validate phase. Without the bootstrap baked in: the document
+    must stay under Image Builder's 16,000 characters, and the stack's user data installs
+    the bootstrap at each node's first boot (the script form bakes it in)."""
     from slurmscale.stack.template import dump_yaml
 
     doc = {
         "name": "slurmscale-node",
-        "description": f"A slurmscale node: slurmd {slurm_version}, munge, the bootstrap",
+        "description": f"A slurmscale node: slurmd {slurm_version}, munge, Python 3 (the "
+                       "bootstrap comes with the user data)",
         "schemaVersion": 1.0,
         "phases": [
             {"name": "build", "steps": [{
                 "name": "SlurmscaleNode", "action": "ExecuteBash",
-                "inputs": {"commands": [render_script(slurm_version)]}}]},
+                "inputs": {"commands": [render_script(slurm_version, bootstrap=False)]}}]},
             {"name": "validate", "steps": [{
                 "name": "SlurmdAndBootstrap", "action": "ExecuteBash",
                 "inputs": {"commands": [
                     "slurmd -V",
-                    f"python3 {INSTALL_PATH} --help >/dev/null",
+                    "python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))'",
                     "! systemctl is-enabled slurmd.service 2>/dev/null | grep -qx enabled"]}}]},
         ],
     }

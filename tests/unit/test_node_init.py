@@ -412,8 +412,7 @@ def test_the_bootstrap_is_one_small_stdlib_file_for_python_3_8() -> None:
     # EC2's 16 KB limit is on the user data, which carries this file gzipped and in base64
     # (test_user_data_carries_the_bootstrap_and_fits: 10.4 KB of user data at 22 KB, the
     # munge key's read from SSM included); this keeps the file small enough to read on a
-    # console, and the node image recipe under Image Builder's 16,000 characters
-    # (test_aws_stack.py)
+    # console
     assert len(src.encode()) < 24576
     tree = ast.parse(src, feature_version=(3, 8))  # refuses syntax newer than 3.8's
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
