@@ -27,6 +27,18 @@ class CallFailures:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # (a gang's tags go out from several threads)
         self._seen: list[tuple[str, str]] = []
+        self._answered: set[str] = set()  # the adapters that answered a call since `take`
+
+    def answered(self, name: str) -> None:
+        if name not in self._answered:
+            with self._lock:
+                self._answered.add(name)
+
+    def all_answered(self, name: str) -> bool:
+        """`name` (EC2) answered at least one call since the last take, and failed none."""
+        with self._lock:
+            return name in self._answered and not any(
+                call.startswith(f"{name}.") for call, _ in self._seen)
 
     def add(self, call: str, e: CloudError) -> None:
         if e.code in EXPECTED:
@@ -38,6 +50,7 @@ class CallFailures:
         """What failed since the last take (the last pass), and a clean slate."""
         with self._lock:
             seen, self._seen = self._seen, []
+            self._answered = set()
         return seen
 
 
@@ -47,8 +60,10 @@ def watched(target: T, failures: CallFailures, name: str) -> T:
     def around(what: str, method: Callable[..., Any], args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> Any:
         try:
-            return method(*args, **kwargs)
+            answer = method(*args, **kwargs)
         except CloudError as e:
             failures.add(what, e)
             raise
+        failures.answered(name)
+        return answer
     return calls_through(target, name, around)

@@ -191,6 +191,12 @@ class Reconciler:
             res.policy_actions = len(p.holds.actions) + sum(
                 1 for a in p.capacity.actions if a.kind is not ActionKind.KEEP)
         self._report_quarantine()
+        retry = self.requests.ec2_retry
+        if self.cloud_failures.all_answered("EC2") and retry.waiting(self.clock().timestamp()):
+            # EC2 is back (the sweep's read answered, nothing failed): a launch deferred while
+            # it was away goes in the next pass, not at its delay's end (60 s at most)
+            retry.answered()
+            res.next_due = self.clock().timestamp()
         res.cloud_failures = self.cloud_failures.take()
         res.phase_seconds, res.wait_seconds = self.times.take()
         return res

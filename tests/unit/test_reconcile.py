@@ -285,6 +285,40 @@ def test_ec2_unreachable_defers_the_launch_and_catches_up_without_a_requeue(worl
     assert kinds.count("launch_deferred") == 1 and "launch_failed" not in kinds
 
 
+def test_a_deferred_launch_goes_in_the_pass_after_ec2_answers_again(world) -> None:  # type: ignore[no-untyped-def]
+    """EC2 away for several tries (the delay grown to its cap), then back: the pass whose
+    calls EC2 all answered (the sweep's read) ends the delay, and the next pass launches at
+    once (before: the gang waited out the rest of the delay, 89 s seen for its tag after an
+    outage). A pass in which some EC2 call still failed keeps the delay."""
+    r, cloud, slurm, clock, spool = world
+    cloud.down = UNREACHABLE
+    hook(spool, clock, RequestKind.RESUME, {1: ["spot-1", "spot-2"]})
+    for _ in range(6):
+        r.tick()
+        clock.now += timedelta(seconds=r.requests.ec2_retry.due() - clock.now.timestamp())
+    assert r.requests.ec2_retry.until - clock.now.timestamp() == 0 and len(cloud.launches) == 6
+    r.tick()
+    assert r.requests.ec2_retry.due() - clock.now.timestamp() == r.requests.ec2_retry.cap_s
+    cloud.down = None
+    clock.now += timedelta(seconds=1)
+    res = r.tick()  # the retry not due: no launch, but the sweep's reads answered
+    assert len(cloud.launches) == 7 and res.launched_gangs == 0
+    assert res.next_due == clock.now.timestamp() and not r.requests.ec2_retry.waiting(res.next_due)
+    clock.now += timedelta(seconds=1)
+    assert r.tick().launched_gangs == 1, "the deferred gang waited out its delay"
+    assert len(cloud.running()) == 2
+    # a pass in which an EC2 call failed beside those that answered keeps the delay
+    from slurmscale.daemon.call_failures import CallFailures
+
+    seen = CallFailures()
+    seen.answered("EC2")
+    assert seen.all_answered("EC2") and not seen.all_answered("Route 53")
+    seen.add("EC2.launch", UNREACHABLE)
+    assert not seen.all_answered("EC2")
+    seen.take()
+    assert not seen.all_answered("EC2")
+
+
 def test_a_standby_waits_out_the_ec2_retry_delay_the_leader_was_waiting_out(world) -> None:  # type: ignore[no-untyped-def]
     """EC2 did not answer the leader twice (its delay doubled) and the leader is gone: the
     delay is on the store, so the standby (a new Reconciler on the same store) asks EC2 no
