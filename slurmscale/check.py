@@ -665,11 +665,11 @@ def gather(cfg: Config) -> SlurmView:
     config = parse_show_config(s.scontrol("show", "config"))
     parts = {parse_oneliner(line).get("PartitionName", "")
              for line in s.scontrol("show", "partition", "-o").splitlines() if line.strip()}
-    nodes = {n.name: n.state for n in s.nodes()}
-    sizes = {}
-    for line in s.scontrol("show", "node", "-o").splitlines():
+    nodes, sizes = {}, {}
+    for line in s.scontrol("show", "node", "-o").splitlines():  # (one read: state and size)
         kv = parse_oneliner(line)
         if kv.get("NodeName"):
+            nodes[kv["NodeName"]] = kv.get("State", "")
             sizes[kv["NodeName"]] = (kv.get("CPUTot", ""), kv.get("RealMemory", ""),
                                      kv.get("Gres", ""))
     return SlurmView(config, parts - {""}, nodes, sizes)
