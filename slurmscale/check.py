@@ -33,7 +33,13 @@ from slurmscale.hostlists import expand
 from slurmscale.model import CapacityReservation, InstanceShape
 from slurmscale.policy.blocks import GONE_STATES, at
 from slurmscale.slurm.kv import parse_oneliner, parse_show_config, release_of
-from slurmscale.slurmconf import BLOCK_PLUGIN, REQUEUE_ON_RESUME_FAILURE, ctld_parameters
+from slurmscale.slurmconf import (
+    BLOCK_PLUGIN,
+    REQUEUE_ON_RESUME_FAILURE,
+    apply_nodes,
+    ctld_parameters,
+)
+from slurmscale.slurmconf_site import LISTS, SiteConfError, items, read_site, site_items
 
 HOOKS = {"ResumeProgram": "slurmscale-resume", "SuspendProgram": "slurmscale-suspend",
          "ResumeFailProgram": "slurmscale-resume-fail"}
@@ -60,6 +66,9 @@ class SlurmView:
     nodes: dict[str, str]  # name -> State
     # name -> the node line's size as slurmctld holds it: CPUTot, RealMemory, Gres
     sizes: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    # the site's own slurm.conf values (slurmconf_site.read_site; None: not read, and why)
+    site: dict[str, list[str]] | None = None
+    site_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,8 +140,40 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
     an admin fixes them: the pools' partitions and nodes, the Slurm release's options, the
     hooks and who can run them, the timers."""
     c = view.config
-    return (_check_pools(cfg, view) + _check_release(c) + _check_hooks(cfg, c, config_path)
-            + _check_timers(cfg, c) + _check_topology(cfg, c))
+    return (_check_pools(cfg, view) + _check_site(cfg, view) + _check_release(c)
+            + _check_hooks(cfg, c, config_path) + _check_timers(cfg, c)
+            + _check_topology(cfg, c))
+
+
+def _check_site(cfg: Config, view: SlurmView) -> list[Problem]:
+    """Every value of the site's own comma lists (SlurmctldParameters, PrivateData, GresTypes,
+    SchedulerParameters: Slurm keeps one line of each) and every one slurmscale needs is in
+    what slurmctld runs: a later line that replaced the site's is named, not passed as ok."""
+    f = _Found()
+    c = view.config
+    if view.site is None:
+        if view.site_error:
+            f.warn("site_conf_unreadable", f"{view.site_error}: the site's own "
+                   f"{', '.join(LISTS)} cannot be compared with what Slurm runs")
+    else:
+        for key in LISTS:
+            running = {v.lower() for v in items(c.get(key))}
+            lost = [v for v in site_items(view.site, key) if v.lower() not in running]
+            if lost:
+                f.err("site_value_lost", f"{key} runs as {c.get(key) or '(null)'}, without "
+                      f"the site's own {','.join(lost)} (its slurm.conf sets it): a later "
+                      f"{key} line replaced it. Render slurmscale's lines with `slurmscale "
+                      "slurm-conf --output FILE` (they keep the site's values), Include FILE "
+                      "as slurm.conf's last line and restart slurmctld")
+    if any(p.gpus_per_node for p in cfg.pools) and \
+            "gpu" not in {v.lower() for v in items(c.get("GresTypes"))}:
+        f.err("gres_types", f"GresTypes is {c.get('GresTypes') or '(null)'}, without gpu: "
+              "Slurm cannot give the pools' GPUs to jobs (`slurmscale slurm-conf` renders it)")
+    if "cloud" not in {v.lower() for v in items(c.get("PrivateData"))}:
+        f.warn("private_data", f"PrivateData is {c.get('PrivateData') or '(null)'}, without "
+               "cloud: sinfo hides powered-down cloud nodes (`slurmscale slurm-conf` renders "
+               "it)")
+    return f.out
 
 
 def _check_topology(cfg: Config, c: dict[str, str]) -> list[Problem]:
@@ -185,7 +226,8 @@ def _check_pools(cfg: Config, view: SlurmView) -> list[Problem]:
         missing = [n for n in names if n not in view.nodes]
         if missing:
             err("nodes_missing", f"pool {p.name}: {len(missing)} of {len(names)} nodes are not "
-                f"in Slurm (first: {missing[0]})")
+                f"in Slurm (first: {missing[0]}); once slurm.conf has them, "
+                f"{apply_nodes(release_of(view.config.get('SLURM_VERSION', '')))}")
         not_cloud = [n for n in names if n in view.nodes and "CLOUD" not in view.nodes[n]]
         if not_cloud:
             err("nodes_not_cloud", f"pool {p.name}: {not_cloud[0]} is not State=CLOUD "
@@ -672,4 +714,11 @@ def gather(cfg: Config) -> SlurmView:
             nodes[kv["NodeName"]] = kv.get("State", "")
             sizes[kv["NodeName"]] = (kv.get("CPUTot", ""), kv.get("RealMemory", ""),
                                      kv.get("Gres", ""))
-    return SlurmView(config, parts - {""}, nodes, sizes)
+    site: dict[str, list[str]] | None = None
+    site_error = ""
+    conf = config.get("SLURM_CONF", "")
+    try:  # (the file slurmctld reads, as this host sees it)
+        site = read_site(Path(conf)) if conf else None
+    except SiteConfError as e:
+        site_error = f"cannot read the site's slurm.conf: {e}"
+    return SlurmView(config, parts - {""}, nodes, sizes, site, site_error)

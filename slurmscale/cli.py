@@ -31,7 +31,6 @@ from slurmscale.spool import RequestKind
 
 if TYPE_CHECKING:
     from slurmscale.daemon.capacity import PassPlan
-    from slurmscale.model import InstanceShape
 
 log = logging.getLogger("slurmscale")
 
@@ -123,6 +122,7 @@ class _Commands(click.Group):
             "report": ("slurmscale.cli_report", "report"),
             "reservations": ("slurmscale.cli_reservations", "reservations"),
             "simulate": ("slurmscale.cli_simulate", "simulate"),
+            "slurm-conf": ("slurmscale.cli_slurm_conf", "slurm_conf"),
             "status": ("slurmscale.cli_status", "status"),
             "uninstall": ("slurmscale.cli_install", "uninstall")}
 
@@ -221,81 +221,6 @@ def suspend(ctx: click.Context, hostlist: tuple[str, ...]) -> None:
 def resume_fail(ctx: click.Context, hostlist: tuple[str, ...]) -> None:
     """ResumeFailProgram: record that Slurm gave up on HOSTLIST."""
     _hook(ctx, RequestKind.RESUME_FAIL, hostlist)
-
-
-@cli.command("slurm-conf")
-@click.option("--gres", is_flag=True, help="Print gres.conf lines instead of slurm.conf.")
-@click.option("--topology", is_flag=True,
-              help="Print the first topology.conf (every node unplaced; the daemon rewrites "
-                   "it as EC2 places instances): needs `topology:` in the config.")
-@click.option("--slurm-release", metavar="MAJOR.MINOR", default=None,
-              help="The Slurm the lines are for (default: `scontrol --version` here; none "
-                   "answering: lines any release from 22.05 takes).")
-@click.pass_context
-def slurm_conf(ctx: click.Context, gres: bool, topology: bool,
-               slurm_release: str | None) -> None:
-    """Print the slurm.conf (or gres.conf, or topology.conf) lines that match this config, and
-    what the running Slurm release does itself (25.05+: requeue_on_resume_failure)."""
-    import re
-
-    from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
-
-    cfg = _load(ctx)
-    if topology:
-        from slurmscale.topology import render
-
-        if cfg.topology is None:
-            click.echo("slurmscale: --topology: the config has no `topology:` section", err=True)
-            sys.exit(2)
-        click.echo(render(cfg.topology.plugin, [n for p in cfg.pools for n in p.node_names()],
-                          {}), nl=False)
-        return
-    release: tuple[int, int] | None = None
-    if slurm_release is not None:
-        m = re.fullmatch(r"(\d{2})\.(\d{1,2})", slurm_release.strip())
-        if m is None:
-            raise click.BadParameter(f"{slurm_release!r} is not MAJOR.MINOR (e.g. 25.05)",
-                                     param_hint="--slurm-release")
-        release = (int(m[1]), int(m[2]))
-    elif not gres:
-        from slurmscale.slurm.cli_backend import SlurmCLI
-        from slurmscale.slurm.protocol import SlurmError
-
-        try:  # (a Slurm that does not answer: any release, after 5 s, not the usual 30)
-            quick = cfg.slurm.model_copy(update={"timeout_s": min(5.0, cfg.slurm.timeout_s)})
-            found = SlurmCLI(quick).release()
-            release = found if found > (0, 0) else None
-        except (SlurmError, OSError):
-            release = None
-    if gres:
-        click.echo(render_gres_conf(cfg), nl=False)
-        return
-    click.echo(render_slurm_conf(cfg, release=release, shapes=_shapes(cfg)), nl=False)
-
-
-def _shapes(cfg: Config) -> dict[str, InstanceShape]:
-    """EC2's shapes of the instance types whose node sizes the config leaves out; exit 1
-    naming the pool when EC2 cannot say (never a node line of CPUs=1 for a 192-vCPU type)."""
-    from slurmscale.cloud.ec2 import EC2Cloud
-    from slurmscale.cloud.protocol import CloudError
-    from slurmscale.slurmconf import needs_shapes, sized_by_ec2
-
-    want = needs_shapes(cfg)
-    if not want:
-        return {}
-    try:
-        found = EC2Cloud(cfg.aws).instance_shapes(want)
-    except CloudError as e:
-        found, why = {}, str(e)
-    else:
-        why = "not returned"
-    for p in cfg.pools:
-        if sized_by_ec2(p) and p.instance_types[0] not in found:
-            click.echo(f"slurmscale slurm-conf: pool {p.name}: cannot read instance type "
-                       f"{p.instance_types[0]} from EC2 ({why}): set its cpus_per_node and "
-                       "real_memory_mb, or give slurm-conf EC2 access", err=True)
-            sys.exit(1)
-    return found
 
 
 @cli.group()

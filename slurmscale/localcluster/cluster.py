@@ -40,6 +40,7 @@ from slurmscale.localcluster.options import ClusterOptions
 from slurmscale.localcluster.procs import Procs, free_port_range, release_port_range, wait_for
 from slurmscale.slurm.kv import parse_oneliner
 from slurmscale.slurmconf import render_gres_conf, render_slurm_conf
+from slurmscale.slurmconf_site import read_site
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class LocalCluster:
         self.moto_url = ""
         self.cfg_path = self.root / "slurmscale.yaml"
         self.conf = self.root / "etc" / "slurm.conf"
+        self.slurmscale_conf = self.conf.parent / "slurmscale.conf"  # Included by slurm.conf
         self._mounts: list[Path] = []
         self.cfg: Config | None = None
         self._ports: list[tuple[int, int]] = []  # claimed (base, n), released at stop
@@ -422,10 +424,16 @@ KillWait=5
 MinJobAge=600
 SlurmdTimeout={self.o.slurmd_timeout}
 """
-        body = render_slurm_conf(self.cfg, node_extra=lambda p: f"NodeHostname=localhost "
-                                 f"Port={ports[p.name]}")
         extra = "".join(f"{line}\n" for line in self.o.slurm_conf_extra)
-        self.conf.write_text(head + extra + body)
+        # slurmscale's lines in a file of their own, Included last, keeping the site's values
+        # (docs/install.md step 4: `slurmscale slurm-conf --output`)
+        ours = self.slurmscale_conf
+        self.conf.write_text(head + extra)
+        body = render_slurm_conf(self.cfg, node_extra=lambda p: f"NodeHostname=localhost "
+                                 f"Port={ports[p.name]}", site=read_site(self.conf))
+        ours.write_text(body)
+        with self.conf.open("a") as f:
+            f.write(f"Include {ours}\n")
         gres = render_gres_conf(
             self.cfg, gpu_files=lambda p: f"{r / 'gpu'}/gpu[0-{p.gpus_per_node - 1}]")
         (self.conf.parent / "gres.conf").write_text(gres)

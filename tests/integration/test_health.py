@@ -76,7 +76,7 @@ def test_a_health_check_drain_is_replaced_an_admin_drain_is_not_and_a_loop_is_st
         extra_config={"health": {"replace_on_reasons": ["NHC"], "grace_s": 0,
                                  "max_replacements": 1, "check_program": str(check),
                                  "check_interval_s": 2}})
-    assert f"HealthCheckProgram={check}" in c.conf.read_text()  # rendered by slurm-conf
+    assert f"HealthCheckProgram={check}" in c.slurmscale_conf.read_text()  # rendered by slurm-conf
     check.write_text(CHECK.format(flags=tmp_path, conf=c.conf))
     check.chmod(0o755)
     job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "true")

@@ -37,7 +37,7 @@ def test_ec2s_topology_places_a_gang_under_one_leaf(make_cluster) -> None:  # ty
     proxy.capacity.topology_by_node = {
         "od-1": (TOP, SPINE_A, LEAF_A), "od-3": (TOP, SPINE_A, LEAF_A),
         "od-2": (TOP, SPINE_B, LEAF_B), "od-4": (TOP, SPINE_B, LEAF_B)}
-    assert "TopologyPlugin=topology/tree" in c.conf.read_text()
+    assert "TopologyPlugin=topology/tree" in c.slurmscale_conf.read_text()
     first = c.sbatch("-N", "4", "-p", "gpu-od", "--gres=gpu:8", "--wrap", "sleep 1")
     c.wait_job(first, {"COMPLETED"}, 180)
 
@@ -85,7 +85,7 @@ def test_a_gang_goes_whole_into_the_reservation_under_one_spine_and_is_one_block
         proxy.capacity.add(Reservation(rid, "p5.48xlarge", free,
                                        network_nodes=(TOP, spine, leaf)))
     c.start_daemon()
-    assert "TopologyPlugin=topology/block" in c.conf.read_text()
+    assert "TopologyPlugin=topology/block" in c.slurmscale_conf.read_text()
     job = c.sbatch("-N", "2", "-p", "gpu-od", "--gres=gpu:8", "--wrap", "sleep 1")
     c.wait_job(job, {"COMPLETED"}, 180)
     nodes = expand(c.job(job)["NodeList"])

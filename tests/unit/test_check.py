@@ -30,6 +30,8 @@ SuspendTime             = 6000 sec
 SuspendTimeout          = 120 sec
 JobRequeue              = 1
 MinJobAge               = 300 sec
+GresTypes               = gpu
+PrivateData             = cloud
 """
 
 
