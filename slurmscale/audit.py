@@ -42,6 +42,7 @@ class Kind(StrEnum):
     LEAK_TERMINATED = "leak_terminated"
     UNTRACKED_INSTANCE = "untracked_instance"
     NODE_WITHOUT_INSTANCE = "node_without_instance"
+    NODE_STUCK = "node_stuck"  # Slurm held a powered-down node DOWN: returned to service
     NODE_UNKNOWN = "node_unknown"
 
     # the capacity policy

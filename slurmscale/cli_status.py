@@ -24,6 +24,7 @@ from slurmscale.cli_common import (
     _table,
 )
 from slurmscale.config import Config
+from slurmscale.hostlists import compress
 from slurmscale.lifecycles import LIVE_HOLD_STATES
 from slurmscale.policy.boots import BOOT_CAUSE_PREFIX
 from slurmscale.store.rows import utc
@@ -34,17 +35,22 @@ ERROR_KINDS = frozenset({
     Kind.LEAK_TERMINATED, Kind.NODE_WITHOUT_INSTANCE, Kind.RESUME_FAILED, Kind.UNTRACKED_INSTANCE,
     Kind.REQUEUE_FAILED, Kind.STEER_FAILED, Kind.RESERVATION_FAILED, Kind.SPOOL_REJECTED,
     Kind.TAG_FAILED, Kind.BOOT_FAILED, Kind.SIGNAL_FAILED, Kind.TOPOLOGY_FAILED,
+    Kind.NODE_STUCK,
 })
 
 
 def gather(cfg: Config) -> dict[str, Any]:
     from slurmscale.api_client import ApiError, call
     from slurmscale.daemon.ledger import pools_now
+    from slurmscale.daemon.lost_nodes import SLURMS_DOWN
     from slurmscale.daemon.observe import build_snapshot
+    from slurmscale.hostlists import expand
     from slurmscale.report.compute import paid_now
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
     from slurmscale.slurm.reasons import REPLACING, ours
+
+    RESUME_TIMEOUT = SLURMS_DOWN[0]
 
     now = datetime.now(UTC)
     store = _store(cfg)
@@ -57,6 +63,7 @@ def gather(cfg: Config) -> dict[str, Any]:
     memory = store.pool_memory()
     slurm_error = None
     replacing: list[dict[str, str]] = []
+    timed_out: list[str] = []
     try:
         s = SlurmCLI(cfg.slurm)
         nodes = s.nodes()
@@ -65,6 +72,7 @@ def gather(cfg: Config) -> dict[str, Any]:
         # nodes being replaced (unhealthy, a scheduled event) or left for an admin
         replacing = [{"node": n.name, "state": n.state, "reason": n.reason}
                      for n in nodes if n.reason and ours(n.reason) in REPLACING]
+        timed_out = [n.name for n in nodes if n.reason.startswith(RESUME_TIMEOUT)]
     except SlurmError as e:
         current, slurm_error = {}, str(e)
     instances = store.active_instances()
@@ -103,6 +111,10 @@ def gather(cfg: Config) -> dict[str, Any]:
     day = store.replacements(since=now.timestamp() - 86400)
     quarantined = [{"table": t, "key": k, "error": why}
                    for (t, k), why in sorted(store.quarantined.items())]
+    # nodes Slurm gave up booting (ResumeTimeout), now or returned to service in the hour
+    stuck = store.events(since=now - timedelta(hours=1), limit=1000, kinds=[Kind.NODE_STUCK])
+    timed_out += [n for e in stuck if RESUME_TIMEOUT in e.message
+                  for n in expand(e.node or "")]
     store_replacements = [r for r in day if not r.left
                           and not r.cause.startswith(BOOT_CAUSE_PREFIX)]
     boots = Counter((r.pool, r.cause[len(BOOT_CAUSE_PREFIX):]) for r in day
@@ -115,7 +127,8 @@ def gather(cfg: Config) -> dict[str, Any]:
             "replaced_24h": len(store_replacements),
             "boot_failures_24h": [{"pool": p, "cause": c, "count": n}
                                   for (p, c), n in sorted(boots.items())],
-            "quarantined_rows": quarantined}
+            "quarantined_rows": quarantined,
+            "resume_timeouts_1h": sorted(set(timed_out))}
 
 
 
@@ -157,6 +170,11 @@ def render(d: dict[str, Any]) -> str:
         out[1:1] = [f"  EVENTS QUEUE UNREADABLE: {tick['queue_error']}"[:100],
                     "  spot warnings, block events and scheduled changes are not handled; "
                     "`slurmscale check` names the fix"]
+    if d.get("resume_timeouts_1h"):  # Slurm gives up on boots: said before the pools
+        out[1:1] = [f"  NODES RAN INTO RESUMETIMEOUT (1h): "
+                    f"{compress(d['resume_timeouts_1h'])}"[:100],
+                    "  slurmctld could not run the resume hook (`slurmscale check`), or boots "
+                    "outlast ResumeTimeout"]
     short = {"on-demand": "od", "capacity-block": "blk"}
     rows = [{"pool": p["name"][:12], "type": short.get(p["capacity_type"], p["capacity_type"][:4]),
              "tgt": p["target"] if p["target"] is not None else "-",

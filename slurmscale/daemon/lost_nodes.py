@@ -3,6 +3,15 @@ the store never learnt of and EC2 has since forgotten. Slurm would only notice w
 stops answering, set it DOWN, and leave it there; slurmscale powers it down instead (Slurm
 requeues its jobs and the next resume launches a fresh instance).
 
+And nodes Slurm keeps out of service while powered down with nothing behind them: a resume
+that ran into ResumeTimeout leaves its node `DOWN+CLOUD+POWERED_DOWN+NOT_RESPONDING`
+("ResumeTimeout reached") for good, on 22.05 as on later releases (ResumeFailProgram changes
+nothing in Slurm), so the pool loses a node per failed boot and jobs wait "Nodes required
+for job are DOWN" while the policy counts the node as capacity to power up. A power-down
+(power_down_force) returns it to `idle~` after SuspendTimeout, as an admin would by hand.
+Only Slurm's own reasons count: a node an admin set DOWN (any other reason) or drained is
+left to them.
+
 Both EC2 and the store must agree there is nothing: an instance EC2 still lists under the
 node's tag (untracked, say, after a lost store) keeps the node up. Nothing is decided on a
 pass where either could not be read."""
@@ -28,6 +37,24 @@ def nodes_without_instances(nodes: Iterable[SlurmNode], is_cloud_node: Callable[
             and not (n.flags & POWER_TRANSITIONS) and is_cloud_node(n.name)}
 
 
+# the reasons slurmctld itself gives a node it set DOWN (slurmctld's power_save and ping)
+SLURMS_DOWN = ("ResumeTimeout reached", "Not responding")
+
+
+def stuck_powered_down(nodes: Iterable[SlurmNode], is_cloud_node: Callable[[str], bool],
+                       seen: Iterable[CloudInstance], tracked_nodes: set[str]) -> set[str]:
+    """Cloud nodes Slurm holds DOWN while powered down, for a reason of its own (or none,
+    while not responding), with no instance pending or running in EC2 or the store and no
+    drain: nothing will bring them back but a power-down."""
+    in_ec2 = {i.tags.get(TAG_NODE) for i in seen if i.state in ("pending", "running")}
+    return {n.name for n in nodes
+            if "POWERED_DOWN" in n.flags and n.base_state == "DOWN" and "DRAIN" not in n.flags
+            and "POWERING_DOWN" not in n.flags and "POWER_DOWN" not in n.flags
+            and (n.reason.startswith(SLURMS_DOWN)
+                 or (not n.reason and "NOT_RESPONDING" in n.flags))
+            and n.name not in tracked_nodes and n.name not in in_ec2 and is_cloud_node(n.name)}
+
+
 class LostNodes:
     """Since when each node has been without an instance, on the store (timers of kind
     `KIND`), so a standby that takes over acts when the leader would have; a node is acted
@@ -36,7 +63,8 @@ class LostNodes:
 
     KIND = "lost-node"
 
-    def __init__(self, grace_s: float, store: LaunchStore) -> None:
+    def __init__(self, grace_s: float, store: LaunchStore, kind: str = KIND) -> None:
+        self.KIND = kind
         self.grace_s = grace_s
         self.store = store
         self.since: dict[str, float] | None = None  # as on the store (read once, then kept)

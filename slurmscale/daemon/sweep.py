@@ -15,7 +15,7 @@ from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.fleets import GangFleets
 from slurmscale.daemon.interruptions import InterruptionPass
-from slurmscale.daemon.lost_nodes import LostNodes, nodes_without_instances
+from slurmscale.daemon.lost_nodes import LostNodes, nodes_without_instances, stuck_powered_down
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus
 from slurmscale.model import SlurmNode
@@ -50,6 +50,7 @@ class InstanceSweep:
         self.interruptions = interruptions
         self.fleets = fleets
         self.lost = LostNodes(ctx.cfg.daemon.lost_node_grace_s, ctx.store)
+        self.stuck = LostNodes(ctx.cfg.daemon.lost_node_grace_s, ctx.store, "stuck-node")
         self.untracked_reported: set[str] = set()
         self.seen: list[CloudInstance] | None = None  # this pass's listing (None: EC2 silent)
 
@@ -85,6 +86,7 @@ class InstanceSweep:
         if nodes:
             self._terminate_nodeless(active, nodes, now)
             self._power_down_lost(nodes, seen, {i.node for i in active}, now)
+            self._return_stuck(nodes, seen, {i.node for i in active}, now)
         for name in self.fleets.sweep_groups(c.store.live_gangs()):
             c.event(Kind.PLACEMENT_GROUP_DELETED, f"{name}: its gang's instances are gone")
         return active
@@ -132,6 +134,25 @@ class InstanceSweep:
             Kind.NODE_WITHOUT_INSTANCE,
             f"{compress(due)}: up in Slurm, but neither EC2 nor the store has an instance "
             f"for {c.cfg.daemon.lost_node_grace_s:g}s; powered down (jobs requeue)")))
+
+    def _return_stuck(self, nodes: list[SlurmNode], seen: list[CloudInstance],
+                      tracked: set[str], now: datetime) -> None:
+        """Nodes Slurm holds DOWN while powered down for a reason of its own (a resume that
+        ran into ResumeTimeout): powered down again, so they return to idle~ (lost_nodes)."""
+        c = self.ctx
+        stuck = stuck_powered_down(nodes, lambda n: c.cfg.pool_of(n) is not None, seen,
+                                   tracked)
+        due = self.stuck.due(stuck, now)
+        if not due:
+            return
+        why = {n.name: n.reason or n.state for n in nodes if n.name in due}
+        first = why[due[0]]
+        c.edits.apply(edits.power_down(due, reasons.reason(Why.STUCK, first), said=(
+            Kind.NODE_STUCK,
+            f"{compress(due)}: Slurm held {'it' if len(due) == 1 else 'them'} DOWN while "
+            f"powered down ({first}) with no instance behind; powered down again to return "
+            f"{'it' if len(due) == 1 else 'them'} to service. Repeated: slurmctld cannot "
+            "run the resume hook (`slurmscale check`), or boots outlast ResumeTimeout")))
 
     def _not_launching(self, leaks: list[CloudInstance]) -> list[CloudInstance]:
         """Of untracked instances, those not tagged for a gang whose launch is still being

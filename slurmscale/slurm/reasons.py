@@ -30,6 +30,8 @@ class Why(StrEnum):
     SCHEDULED = "slurmscale: scheduled EC2 event"  # + code and start: drained, replaced once idle
     REPLACE_LOOP = "slurmscale: replaced too often"  # + count, window, cause: left for an admin
     BOOT_FAILED = "slurmscale: boot failed:"  # + cause, what: powered down, job requeues
+    # Slurm held a powered-down node DOWN (ResumeTimeout reached) with nothing behind it
+    STUCK = "slurmscale: returned to service after"  # + Slurm's reason: powered down again
 
 
 # the reasons of an instance going away: the node returns once powered down

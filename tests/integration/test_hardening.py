@@ -134,3 +134,29 @@ def test_a_spot_warning_that_arrives_while_slurmctld_is_down_is_not_lost(make_cl
     kinds = [e["kind"] for e in c.events()]
     assert kinds.count("job_requeued") == 1 and kinds.count("node_evacuated") == 1
     c.slurm("scancel", str(job))
+
+
+def test_a_node_slurm_gave_up_booting_returns_to_service_and_status_says_so(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Issue 64: a resume hook slurmctld could not run (exit 126) leaves the node
+    DOWN+CLOUD+POWERED_DOWN+NOT_RESPONDING "ResumeTimeout reached" for good on real 22.05:
+    a 4-node job on the 4-node pool then waits for ever. The daemon powers the node down again
+    (it returns to idle~) and the job runs, with no hand command; `status` leads with it."""
+    from slurmscale.localcluster.options import PoolSpec
+
+    c, _ = make_cluster(pools=[PoolSpec("gpu-spot", "spot-", 4)], resume_timeout=20,
+                        start_daemon=False, daemon={"lost_node_grace_s": 2})
+    env_file = c.root / "hooks" / "hooks.env"
+    good = env_file.read_text()
+    env_file.write_text(good.replace("SLURMSCALE_PYTHON=", "SLURMSCALE_PYTHON=/nonexistent/"))
+    c.slurm("scontrol", "update", "nodename=spot-3", "state=power_up")
+    wait_for("Slurm to give up on spot-3",
+             lambda: c.node("spot-3").get("State", "").startswith("DOWN+"), timeout=90)
+    assert c.node("spot-3")["Reason"].startswith("ResumeTimeout reached")
+    env_file.write_text(good)
+    job = c.sbatch("-N", "4", "--gres=gpu:8", "-p", "gpu-spot", "--wrap", "true")
+    c.start_daemon()
+    assert c.wait_job(job, {"COMPLETED"}, timeout=240) == "COMPLETED"
+    (e,) = [e for e in c.events() if e["kind"] == "node_stuck"]
+    assert e["node"] == "spot-3" and "ResumeTimeout reached" in e["message"]
+    out = c.cli("status")
+    assert "NODES RAN INTO RESUMETIMEOUT (1h): spot-3" in out.stdout, out.stdout

@@ -443,6 +443,49 @@ def test_a_node_up_without_any_instance_is_powered_down_after_the_grace(world) -
     assert [e.kind for e in r.store.events()].count("node_without_instance") == 1
 
 
+def test_a_node_slurm_holds_down_after_resume_timeout_is_returned_to_service(world) -> None:  # type: ignore[no-untyped-def]
+    """Real 22.05 leaves a node whose resume ran into ResumeTimeout
+    DOWN+CLOUD+POWERED_DOWN+NOT_RESPONDING for good (ResumeFailProgram changes nothing in
+    Slurm; the pool loses the node and jobs wait "Nodes required for job are DOWN"): after the
+    grace it is powered down again, with an event, and `status` leads with it. A node an admin
+    set DOWN, a drained one, and one with an instance behind it are left alone."""
+    from slurmscale.cli_status import render
+    from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudInstance
+    from slurmscale.model import SlurmNode
+    from slurmscale.slurm.reasons import Why
+
+    r, cloud, slurm, clock, _spool = world
+    timed_out = "ResumeTimeout reached [slurm@2026-12-07T05:02:40]"
+    slurm.table = {
+        "spot-1": SlurmNode("spot-1", "DOWN+CLOUD+POWERED_DOWN+NOT_RESPONDING", "spot-1",
+                            "spot-1", timed_out),
+        "spot-2": SlurmNode("spot-2", "DOWN+CLOUD+POWERED_DOWN", "spot-2", "spot-2",
+                            "disk swap [admin@2026-12-07T05:00:00]"),  # the admin's
+        "spot-3": SlurmNode("spot-3", "DOWN+DRAIN+CLOUD+POWERED_DOWN+NOT_RESPONDING",
+                            "spot-3", "spot-3", timed_out),  # drained: the admin's too
+        "spot-4": SlurmNode("spot-4", "DOWN+CLOUD+POWERED_DOWN+NOT_RESPONDING", "spot-4",
+                            "spot-4", timed_out)}  # an instance still runs for it
+    cloud.instances["i-4"] = CloudInstance("i-4", "running",
+                                           {TAG_CLUSTER: "unit", TAG_NODE: "spot-4"},
+                                           launched_at=T0)
+    r.tick()
+    assert slurm.powered_down == [], "not before the grace"
+    clock.now += timedelta(seconds=r.cfg.daemon.lost_node_grace_s)
+    r.tick()
+    assert slurm.powered_down == [(["spot-1"], f"{Why.STUCK.value} {timed_out}")]
+    (e,) = [e for e in r.store.events() if e.kind == "node_stuck"]
+    assert e.node == "spot-1" and "ResumeTimeout reached" in e.message
+    r.tick()
+    assert len(slurm.powered_down) == 1, "once"
+    d = {"cluster": "unit", "daemon": {"reachable": True, "role": "leader"}, "pools": [],
+         "reservations": [], "resume_timeouts_1h": ["spot-1"]}
+    lead = render({**d, **{k: [] for k in ("backoff", "pending_requests", "recent_errors",
+                                           "paid_capacity", "replacing", "in_grace",
+                                           "boot_failures_24h", "quarantined_rows")},
+                   "slurm_error": None, "replaced_24h": 0}).splitlines()[1]
+    assert lead.startswith("  NODES RAN INTO RESUMETIMEOUT (1h): spot-1")
+
+
 def test_a_node_left_addressed_at_a_released_instance_is_reset_once_slurm_answers(world) -> None:  # type: ignore[no-untyped-def]
     from slurmscale.model import SlurmNode
     from slurmscale.slurm.protocol import SlurmError
