@@ -583,6 +583,17 @@ class DaemonSettings(_Strict):
     # On SIGTERM the pass in flight gets this long to finish; the daemon then exits 0 either
     # way (slurm_conf/systemd/slurmscale.service's TimeoutStopSec is longer)
     stop_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    # PostgreSQL HA: a leader whose lease session has said nothing this long (frozen by a
+    # SIGSTOP, a paused VM) is cut off by a standby, which leads in its place (0: never; the
+    # leader's lease asks every sixth of it from a thread of its own)
+    leader_stale_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
+
+    @model_validator(mode="after")
+    def _stale_after_beats(self) -> DaemonSettings:
+        if 0 < self.leader_stale_s < 6:
+            raise ValueError(f"leader_stale_s {self.leader_stale_s:g} is under 6 s: the "
+                             "leader's lease would be cut off between its own beats (0: off)")
+        return self
 
 
 class TopologySettings(_Strict):

@@ -5,7 +5,15 @@ itself when its holder dies, so a SIGKILLed leader never blocks its successor:
 
 - PostgreSQL: a session-level advisory lock on a connection of its own. The server drops it
   the moment the holder's connection closes (a killed process closes its sockets at once;
-  a vanished host is noticed by TCP keepalives within ~15 s).
+  a vanished host is noticed by TCP keepalives within ~15 s). A leader that is frozen (a
+  SIGSTOP, a paused VM) keeps its session open, and so the lock, for as long as that lasts:
+  no interruption handled, nothing launched. So the leader asks on the lock's connection every
+  `daemon.leader_stale_s` / 6 from a thread of its own (and before every outside call), and a
+  standby that finds the lock's session silent for longer than `leader_stale_s` ends it
+  (`pg_terminate_backend`) and takes the lock. A thread, not the passes: a pass waiting on
+  EC2's 60 s read timeout is not frozen, and a frozen process stops every thread. The thawed
+  leader's next question fails and it stands by; what it writes meanwhile matches no row (the
+  store's epoch fence).
 - SQLite: flock(2) on a file beside the database, released by the kernel on exit.
 
 `hold()` is called at the start of every pass: the leader re-checks that its lease is alive,
@@ -20,6 +28,7 @@ import hashlib
 import logging
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -61,37 +70,62 @@ def lock_key(cluster_name: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+# The lock's holder and how long its session has been silent. pg_locks shows a bigint
+# advisory key "with its high-order half in the classid column, its low-order half in the
+# objid column, and objsubid equal to 1" (PostgreSQL, pg_locks); query_start is when the
+# session's last query began (pg_stat_activity), the leader's last question.
+_HOLDER = text(
+    "SELECT a.pid, EXTRACT(EPOCH FROM (clock_timestamp() - a.query_start)) "
+    "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :hi AND l.objid = :lo "
+    "AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database "
+    "WHERE datname = current_database())")
+
+
 class PgAdvisoryLease:
-    def __init__(self, url: str, cluster_name: str) -> None:
+    def __init__(self, url: str, cluster_name: str, stale_s: float = 0.0) -> None:
+        """`stale_s`: a holder silent this long is cut off by the one asking (0: never)."""
         self.key = lock_key(cluster_name)
+        self.stale_s = stale_s
         self.engine: Engine = create_engine(url, poolclass=NullPool,
                                             connect_args=PG_LEASE_CONNECT_ARGS)
         self.conn: Connection | None = None
+        self.took_over: str | None = None  # whom this lease cut off to lead (for the event)
+        self._mutex = threading.Lock()  # (the connection is the pass's and the beat's)
+        self._stop = threading.Event()
 
     def held(self) -> bool:
         """The lock lives as long as its session: one round trip on the lock's connection."""
-        if self.conn is None:
-            return False
-        try:
-            self.conn.execute(text("SELECT 1"))
-            return True
-        except Exception as e:  # noqa: BLE001 - any failure means the lock may be gone
-            log.error("lost the leader lease: its database connection failed (%s)",
-                      type(e).__name__)
-            self._drop()
-            return False
+        with self._mutex:
+            if self.conn is None:
+                return False
+            try:
+                self.conn.execute(text("SELECT 1"))
+                return True
+            except Exception as e:  # noqa: BLE001 - any failure means the lock may be gone
+                log.error("lost the leader lease: its database connection failed (%s)",
+                          type(e).__name__)
+                self._drop()
+                return False
+
+    def _beat(self, every_s: float, stop: threading.Event) -> None:
+        """The leader's liveness for standbys to see (pg_stat_activity's query_start)."""
+        while not stop.wait(every_s) and self.held():
+            pass
 
     def hold(self) -> bool:
         if self.conn is not None:
             return self.held()
+        self.took_over = None
         try:
             conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         except Exception as e:  # noqa: BLE001 - the database is down: stand by, retry
             log.warning("cannot reach the database for the leader lease (%s)", type(e).__name__)
             return False
         try:
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
-                                    {"k": self.key}).scalar())
+            got = self._try(conn)
+            if not got and self.stale_s > 0 and self._cut_off_stale(conn):
+                got = self._try(conn)
         except Exception as e:  # noqa: BLE001
             log.warning("leader lease query failed (%s)", type(e).__name__)
             conn.close()
@@ -99,7 +133,35 @@ class PgAdvisoryLease:
         if not got:
             conn.close()
             return False
-        self.conn = conn
+        with self._mutex:
+            self.conn = conn
+        if self.stale_s > 0:
+            self._stop = threading.Event()
+            threading.Thread(target=self._beat, args=(self.stale_s / 6, self._stop),
+                             name="lease-beat", daemon=True).start()
+        return True
+
+    def _try(self, conn: Connection) -> bool:
+        return bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
+                                 {"k": self.key}).scalar())
+
+    def _cut_off_stale(self, conn: Connection) -> bool:
+        """End the lock holder's session if it has been silent longer than `stale_s`, and
+        wait (up to 5 s) for the server to let the lock go. True: it was cut off."""
+        u = self.key & 0xFFFFFFFFFFFFFFFF
+        row = conn.execute(_HOLDER, {"hi": u >> 32, "lo": u & 0xFFFFFFFF}).first()
+        if row is None or row[1] is None or float(row[1]) <= self.stale_s:
+            return False
+        pid, silent = int(row[0]), float(row[1])
+        if not conn.execute(text("SELECT pg_terminate_backend(:p, 5000)"),
+                            {"p": pid}).scalar():
+            log.warning("the leader's lease session (pid %d) has been silent %.0f s but "
+                        "could not be ended (this role may not signal it)", pid, silent)
+            return False
+        self.took_over = (f"the leader's lease session (pid {pid}) was silent {silent:.0f} s "
+                          f"(more than daemon.leader_stale_s {self.stale_s:g} s: frozen, or "
+                          "stuck in a call) and was ended")
+        log.error("%s", self.took_over)
         return True
 
     def _drop(self) -> None:
@@ -112,12 +174,14 @@ class PgAdvisoryLease:
                 pass
 
     def release(self) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
-            except Exception:  # noqa: BLE001 - closing the session releases it anyway
-                pass
-        self._drop()
+        self._stop.set()
+        with self._mutex:
+            if self.conn is not None:
+                try:
+                    self.conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
+                except Exception:  # noqa: BLE001 - closing the session releases it anyway
+                    pass
+            self._drop()
         self.engine.dispose()
 
 
@@ -169,10 +233,10 @@ class SoleLease:
         pass
 
 
-def lease_for(store_url: str, cluster_name: str) -> Lease:
+def lease_for(store_url: str, cluster_name: str, stale_s: float = 0.0) -> Lease:
     url = make_url(store_url)
     if url.get_backend_name() == "postgresql":
-        return PgAdvisoryLease(store_url, cluster_name)
+        return PgAdvisoryLease(store_url, cluster_name, stale_s)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         return FileLease(Path(f"{url.database}.leader"))
     return SoleLease()

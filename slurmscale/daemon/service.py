@@ -71,7 +71,7 @@ class Daemon:
         self.cfg = cfg
         url = cfg.database_url()
         self.store = Store(url)
-        self.lease = lease_for(url, cfg.cluster_name)
+        self.lease = lease_for(url, cfg.cluster_name, cfg.daemon.leader_stale_s)
         # Built when this daemon starts to lead, dropped when it stops: what a reconciler
         # remembers between passes (backoff, evacuated instances) is only true for the
         # leader that saw it happen.
@@ -189,8 +189,10 @@ class Daemon:
             epoch = self.store.lead(self.cfg.cluster_name, who, host_now())
             self.reconciler = self._new_reconciler()
             log.info("leading cluster %s as %s (epoch %d)", self.cfg.cluster_name, who, epoch)
+            cut = getattr(self.lease, "took_over", None)
             self.store.add_event(Kind.LEADER_ACQUIRED, f"{who} leads cluster "
-                                 f"{self.cfg.cluster_name} (epoch {epoch})", host_now())
+                                 f"{self.cfg.cluster_name} (epoch {epoch})"
+                                 + (f": {cut}" if cut else ""), host_now())
         return self.reconciler
 
     def _serve_metrics(self) -> None:

@@ -30,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy import Float as PlainFloat
 from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, make_transient, sessionmaker
 from sqlalchemy.sql import Select, Update
 
 from slurmscale.audit import Kind
@@ -285,6 +285,20 @@ class Store:
             self.quarantined[(name, str(said))] = f"{type(e).__name__}: {e}"[:300]
             return None
 
+    @staticmethod
+    def _overwrite(s: Session, row: Any) -> None:
+        """Write `row` whole over the stored row of its key, without loading that row:
+        `Session.merge` reads it first, so a stored value that cannot be decoded (a pool's
+        target 'lots') failed every write of its key, and every pass with it, while the reads
+        quarantined it. Overwriting repairs it with what the daemon now holds."""
+        mapper = inspect(type(row))
+        key = mapper.primary_key_from_instance(row)
+        s.execute(delete(mapper.local_table).where(
+            *[c == v for c, v in zip(mapper.primary_key, key, strict=True)]))
+        if inspect(row).detached:  # (a record written before: inserted again, as new)
+            make_transient(row)
+        s.add(row)
+
     def upgrade(self) -> None:
         # (Alembic only here: importing it costs every other command about half a second)
         from alembic import command
@@ -451,8 +465,9 @@ class Store:
     def save_pool_memory(self, memory: dict[str, PoolMemory], now: datetime) -> None:
         with self.session() as s:
             for pool, m in memory.items():
-                s.merge(PoolStateRow(pool=pool, target=m.target, above_since=m.above_since,
-                                     last_step_at=m.last_step_at, updated_at=now))
+                self._overwrite(s, PoolStateRow(pool=pool, target=m.target,
+                                                above_since=m.above_since,
+                                                last_step_at=m.last_step_at, updated_at=now))
             self._commit(s)
 
     # holds (reservations) -------------------------------------------------------------
@@ -487,14 +502,14 @@ class Store:
 
     def put_offering(self, row: OfferingRow) -> None:
         with self.session() as s:
-            s.merge(row)
+            self._overwrite(s, row)
             self._commit(s)
 
     # capacity reservations and blocks (as last read from EC2) -------------------------
     def save_capacity_reservations(self, rows: Sequence[CapacityReservationRow]) -> None:
         with self.session() as s:
             for r in rows:
-                s.merge(r)
+                self._overwrite(s, r)
             self._commit(s)
 
     def capacity_reservations(self) -> list[CapacityReservationRow]:

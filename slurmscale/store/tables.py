@@ -4,6 +4,7 @@ records themselves need no SQLAlchemy."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -56,6 +57,27 @@ class Integer(TypeDecorator[int]):
 
     def process_result_value(self, value: Any, dialect: Dialect) -> int | None:
         return None if value is None else int(_checked(value, "INTEGER"))
+
+
+class NameList(TypeDecorator[str]):
+    """TEXT holding a JSON list of names (a hold's nodes), read back only when it
+    is one: a row whose list does not decode is quarantined as it is read, instead of failing
+    every later reader (`reservations list` ended in a JSONDecodeError traceback)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        try:
+            names = json.loads(value)
+        except (TypeError, ValueError):
+            names = None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"{str(value)[:60]!r} in a node list column is not a JSON list "
+                             "of names")
+        return str(value)
 
 
 metadata = MetaData()
@@ -151,7 +173,7 @@ holds = Table(
     Column("job_id", String(64), index=True, nullable=False),
     Column("user_name", String(64), nullable=False),
     Column("needed", Integer, nullable=False),
-    Column("nodes", Text, nullable=False),
+    Column("nodes", NameList, nullable=False),
     Column("created_s", Float, nullable=False),
     Column("spent_gpu_s", Float, default=0.0, nullable=False),
     Column("accounted_s", Float, nullable=False),

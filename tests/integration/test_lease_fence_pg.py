@@ -212,3 +212,54 @@ def test_a_standby_taking_over_mid_grace_acts_when_the_leader_would_have(
         s.close()
     lease_b.release()
     lease_a.release()
+
+
+FROZEN_LEADER = """
+import sys, time
+from slurmscale.daemon.leadership import PgAdvisoryLease
+lease = PgAdvisoryLease(sys.argv[1], "frozen", stale_s=6)
+assert lease.hold()
+print("leading", flush=True)
+while lease.held():  # (a pass that asks every 8 s: only the lease's own beat says more)
+    time.sleep(8)
+print("stood by", flush=True)
+"""
+
+
+def test_a_frozen_leader_is_cut_off_and_a_standby_leads(postgres: LocalPostgres) -> None:
+    """Issue 65: a SIGSTOPped leader kept its lease session, and so the lock, for as long as
+    it was frozen; the standby never led. Now its lease beats from a thread of its own: while
+    it runs (however long its passes wait) the standby stays standby; frozen longer than
+    leader_stale_s, its session is ended by the standby, which leads, and the thawed leader's
+    next question fails: it stands by."""
+    import os
+    import signal
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", FROZEN_LEADER, postgres.url],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "leading\n"
+        standby = PgAdvisoryLease(postgres.url, "frozen", stale_s=6)
+        end = time.monotonic() + 10  # running: never cut off, though 6 s pass
+        while time.monotonic() < end:
+            assert not standby.hold(), "a leader that runs was cut off"
+            time.sleep(0.5)
+        os.kill(child.pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        while not standby.hold():
+            assert time.monotonic() - frozen_at < 20, "the frozen leader was never cut off"
+            time.sleep(0.5)
+        assert time.monotonic() - frozen_at >= 5  # (its last beat was up to 1 s before)
+        assert standby.took_over is not None and "was silent" in standby.took_over
+        os.kill(child.pid, signal.SIGCONT)
+        assert child.stdout.readline() == "stood by\n"
+        assert child.wait(timeout=10) == 0
+        assert standby.held()
+        standby.release()
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            child.wait()

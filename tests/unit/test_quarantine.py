@@ -184,3 +184,67 @@ def test_a_timer_that_is_not_a_time_is_skipped_and_its_wait_starts_again(cfg: Co
     db.close()
     assert store.timers("lost-node") == {"spot-3": 1.8e9}
     store.close()
+
+
+def test_a_bad_row_on_the_write_path_is_overwritten_not_failed_on(cfg: Config) -> None:
+    """Issue 65: a pool's target 'lots' was quarantined by the reads, but `save_pool_memory`'s
+    merge loaded the stored row first and every pass failed in its capacity phase; the same
+    for `put_offering` and `save_capacity_reservations`. Now each write replaces the row whole:
+    the pass goes on and the row reads back as written."""
+    from slurmscale.policy.model import PoolMemory
+    from slurmscale.store.rows import CapacityReservationRow
+
+    store = Store(cfg.store_url)
+    store.upgrade()
+    store.save_pool_memory({"gpu-spot": PoolMemory(3, None, None)}, NOW)
+    store.put_offering(OfferingRow(pool="gpu-spot", until_s=NOW.timestamp(), repeats=1,
+                                   last_code="x", updated_at=NOW))
+    cr = CapacityReservationRow(id="cr-1", pool="gpu-spot", kind="default",
+                                instance_type="p5.48xlarge", availability_zone="a", total=2,
+                                available=1, state="active", read_at=NOW)
+    store.save_capacity_reservations([cr])
+    db = sqlite3.connect(cfg.store_url.removeprefix("sqlite:///"))
+    db.execute("UPDATE pool_state SET target = 'lots'")
+    db.execute("UPDATE offerings SET repeats = 'often'")
+    db.execute("UPDATE capacity_reservations SET total = 'all'")
+    db.commit()
+    db.close()
+    try:
+        assert store.pool_memory() == {} and store.offerings() == []
+        assert store.capacity_reservations() == []
+        r = Reconciler(cfg, store, FakeSlurm(), FakeCloud(), clock=Clock())
+        r.tick()  # (raised before: the merge loaded the bad row)
+        store.save_pool_memory({"gpu-spot": PoolMemory(4, None, None)}, NOW)
+        store.put_offering(OfferingRow(pool="gpu-spot", until_s=NOW.timestamp(), repeats=2,
+                                       last_code="x", updated_at=NOW))
+        store.save_capacity_reservations([cr])  # (the record written before, again)
+        assert store.pool_memory()["gpu-spot"].target == 4
+        assert [o.repeats for o in store.offerings()] == [2]
+        assert [c.total for c in store.capacity_reservations()] == [2]
+    finally:
+        store.close()
+
+
+def test_a_hold_whose_nodes_are_not_a_list_is_quarantined(cfg: Config, tmp_path: Path) -> None:
+    """`reservations list --all` ended in a JSONDecodeError traceback for a hold whose
+    `nodes` was not JSON; now the read names it and the command lists the others."""
+    _store_with_bad_numbers(cfg)
+    db = sqlite3.connect(cfg.store_url.removeprefix("sqlite:///"))
+    db.execute("UPDATE holds SET nodes = 'spot-[1-2]' WHERE name = 'hold-2'")
+    db.commit()
+    db.close()
+    store = Store(cfg.store_url)
+    try:
+        assert store.holds() == [] and store.hold("hold-2") is None
+        assert store.quarantined[("holds", "hold-2")].startswith(
+            "ValueError: 'spot-[1-2]' in a node list column is not a JSON list of names")
+    finally:
+        store.close()
+    data = base_config(spool_dir=cfg.spool_dir, socket_path=cfg.socket_path,
+                       hook_log_file=cfg.hook_log_file, store_url=cfg.store_url,
+                       slurm={"bin_dir": str(tmp_path / "no-slurm")})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    path.chmod(0o644)
+    listed = _cli(path)("reservations", "list", "--all")
+    assert "Traceback" not in listed.stderr, listed.stderr
