@@ -41,6 +41,7 @@ ERROR_KINDS = frozenset({
 
 def gather(cfg: Config) -> dict[str, Any]:
     from slurmscale.api_client import ApiError, call
+    from slurmscale.daemon.leadership import holder_silence
     from slurmscale.daemon.ledger import pools_now
     from slurmscale.daemon.lost_nodes import SLURMS_DOWN
     from slurmscale.daemon.observe import build_snapshot
@@ -60,6 +61,8 @@ def gather(cfg: Config) -> dict[str, Any]:
                   "last_tick": (health or {}).get("last_tick")}
     except ApiError:
         daemon = {"reachable": False, "role": None, "last_tick": None}
+    daemon["leader_silent_s"] = holder_silence(cfg.database_url(), cfg.cluster_name)
+    daemon["leader_stale_s"] = cfg.daemon.leader_stale_s
     memory = store.pool_memory()
     slurm_error = None
     replacing: list[dict[str, str]] = []
@@ -170,6 +173,11 @@ def render(d: dict[str, Any]) -> str:
         out[1:1] = [f"  EVENTS QUEUE UNREADABLE: {tick['queue_error']}"[:100],
                     "  spot warnings, block events and scheduled changes are not handled; "
                     "`slurmscale check` names the fix"]
+    silent = dm.get("leader_silent_s")
+    if silent is not None and dm.get("leader_stale_s") and silent > dm["leader_stale_s"]:
+        out[1:1] = [f"  LEADER SILENT {silent:.0f} s: its lease session has said nothing for "
+                    f"longer than daemon.leader_stale_s ({dm['leader_stale_s']:g} s): frozen or "
+                    "stuck; a standby cuts it off and leads"]
     if d.get("resume_timeouts_1h"):  # Slurm gives up on boots: said before the pools
         out[1:1] = [f"  NODES RAN INTO RESUMETIMEOUT (1h): "
                     f"{compress(d['resume_timeouts_1h'])}"[:100],

@@ -584,9 +584,11 @@ class DaemonSettings(_Strict):
     # way (slurm_conf/systemd/slurmscale.service's TimeoutStopSec is longer)
     stop_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
     # PostgreSQL HA: a leader whose lease session has said nothing this long (frozen by a
-    # SIGSTOP, a paused VM) is cut off by a standby, which leads in its place (0: never; the
-    # leader's lease asks every sixth of it from a thread of its own)
-    leader_stale_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    # SIGSTOP, a paused VM) is cut off by a standby, which leads in its place, and a pass that
+    # runs this long gives its lease up (0: never; the leader's lease asks every sixth of it
+    # from a thread of its own). Under EC2's 2-minute spot warning, over a slow EC2 call (a
+    # pass normally takes well under a second).
+    leader_stale_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
 
     @model_validator(mode="after")
     def _stale_after_beats(self) -> DaemonSettings:

@@ -17,8 +17,13 @@ every time that comes from outside is read into it:
   alike: such a time is read as the newer one, so a timer that ran since before the step is
   read up to D younger: it fires later than it should, never earlier (nothing is released,
   replaced or requeued early).
-- EC2's times (a Capacity Block's start and end) are true times: read with the current
-  offset, as the host's clock reads now.
+- AWS's times (a spot warning's, a Capacity Block's start and end) are true times. The
+  daemon learns true time from AWS's own answers (every answer's HTTP `Date`, whole
+  seconds: `true_offset`, true - steady) and reads AWS's times with it, so a host clock an
+  hour off (stepped before the daemon started, or after) gives a spot warning 120 s, not an
+  hour. Until an answer has come, they are read with the current offset, as the host's clock
+  reads now. Times slurmscale keeps for AWS's deadlines (a grace's requeue) are stored as
+  true times, so a daemon restarted after a step reads them right (daemon/graces.py).
 - Times slurmscale writes to Slurm (a reservation's start and end) go out in the host's
   current wall clock.
 
@@ -39,6 +44,9 @@ from dataclasses import dataclass
 
 # A change of (wall - monotonic) larger than this is a step of the wall clock.
 STEP_S = 2.0
+# AWS's clock moved against the steady time by more than this: taken as the new true offset
+# (a Date header has whole seconds, and an answer takes its time: smaller moves are noise)
+TRUE_STEP_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,10 @@ class Frame:
         self.base = wall() - mono()  # steady = monotonic + base
         self.offset = 0.0  # wall - steady now: the sum of the steps
         self.eras: list[Era] = []  # one per step, oldest first
+        self.true_offset: float | None = None  # true - steady, from AWS's answers
+        # only the daemon learns (daemon/service.py): a command's or a test's AWS answers
+        # would otherwise move the times of a simulation run in the same process
+        self.learns_true = False
         self._lock = threading.Lock()
 
     def now(self) -> float:
@@ -83,9 +95,27 @@ class Frame:
         """A time the host's clock gave (Slurm's, a hook's) as a steady time."""
         return t - self.offset_of(t) if self.eras else t
 
+    def learn_true(self, aws_now: float) -> None:
+        """AWS's clock as an answer gave it (its Date header: whole seconds, so the true time
+        of the answer was in [aws_now, aws_now + 1)), against the steady time now."""
+        if not self.learns_true:
+            return
+        sample = aws_now + 0.5 - self.now()
+        with self._lock:
+            if self.true_offset is None or abs(sample - self.true_offset) > TRUE_STEP_S:
+                self.true_offset = sample
+
+    def _true(self) -> float:
+        return self.offset if self.true_offset is None else self.true_offset
+
     def from_true(self, t: float) -> float:
-        """A true time (EC2's) as a steady time: the host's clock as it reads now."""
-        return t - self.offset
+        """A true time (AWS's) as a steady time: by AWS's clock once an answer has given it,
+        else by the host's clock as it reads now."""
+        return t - self._true()
+
+    def to_true(self, t: float) -> float:
+        """A steady time as a true time (what is stored for AWS's deadlines)."""
+        return t + self._true()
 
     def to_host(self, t: float) -> float:
         """A steady time as the host's clock reads it now (what Slurm is told)."""

@@ -7,12 +7,14 @@ is botocore's class name: EndpointConnectionError, ReadTimeoutError, NoCredentia
 from __future__ import annotations
 
 from collections.abc import Iterator
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
+from slurmscale import timeframe
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.config import AwsSettings
 
@@ -30,10 +32,21 @@ def error_of(e: ClientError) -> CloudError:
     return CloudError(str(err.get("Code", "Unknown")), str(err.get("Message", str(e))))
 
 
+def learn_time(answer: dict) -> dict:
+    """The answer, after AWS's clock in it (its HTTP Date) is learnt (timeframe.py)."""
+    date = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    if date:
+        try:
+            timeframe.FRAME.learn_true(parsedate_to_datetime(date).timestamp())
+        except (TypeError, ValueError):
+            pass
+    return answer
+
+
 def call(client: Any, name: str, **kwargs: object) -> dict:
     """`client.<name>(**kwargs)`, its failures as CloudError."""
     try:
-        return getattr(client, name)(**kwargs)
+        return learn_time(getattr(client, name)(**kwargs))
     except ClientError as e:
         raise error_of(e) from None
     except BotoCoreError as e:
@@ -43,7 +56,8 @@ def call(client: Any, name: str, **kwargs: object) -> dict:
 def pages(paginator: Any, **kwargs: object) -> Iterator[dict]:
     """Every page of a paginated call, its failures as CloudError."""
     try:
-        yield from paginator.paginate(**kwargs)
+        for page in paginator.paginate(**kwargs):
+            yield learn_time(page)
     except ClientError as e:
         raise error_of(e) from None
     except BotoCoreError as e:

@@ -85,8 +85,11 @@ def on_event(ev: Ec2Event, inst: InstanceRow | None, now: datetime) -> Evacuate 
             if ev.kind is EventKind.RESERVATION_INTERRUPTION:
                 why, cause = Why.RECLAIMED, PreemptionCause.RECLAIMED
             issued = aws_time(ev.time)
+            # EC2's notice from the warning's own time, never more from the pass that reads it
+            # (a host clock that AWS's answers have not yet measured: timeframe.py)
             deadline = datetime.fromtimestamp(
-                (now.timestamp() if issued is None else issued) + INTERRUPTION_NOTICE_S, UTC)
+                min(now.timestamp() if issued is None else issued, now.timestamp())
+                + INTERRUPTION_NOTICE_S, UTC)
             reason = reasons.reason(why, f"{ev.time} ({ev.action or 'terminate'})")
             return Evacuate(Lost(cause, ev.kind.value, ev.time, reason), deadline=deadline,
                             reclaimed=True, reservation_changed=(

@@ -3,6 +3,12 @@ docs/spot.md): whether a warning leaves time for one, signalling a job and recor
 grace, and what each grace needs at a pass. The interruption pass (interruptions.py) drains,
 requeues and powers down; this module says when. Graces are store rows, so a daemon killed
 during one finishes it after its restart: it signals no second time and requeues on time.
+
+A grace's times are stored as true times (AWS's clock, timeframe.py) and read back into the
+daemon's steady time: a daemon restarted after the host's clock was stepped reads the same
+deadline (before: stored in the old process's frame, a -1 h correction made a restarted
+daemon requeue an hour late, past EC2's two-minute deadline). And a spot or reclaim warning's
+grace never ends more than EC2's notice after the pass that reads it, whatever the clock did.
 """
 
 from __future__ import annotations
@@ -11,8 +17,9 @@ import logging
 from datetime import datetime, timedelta
 from enum import Enum
 
+from slurmscale import timeframe
 from slurmscale.audit import Event, Kind
-from slurmscale.config import Config, GraceSignal, SignalTarget
+from slurmscale.config import INTERRUPTION_NOTICE_S, Config, GraceSignal, SignalTarget
 from slurmscale.daemon.effects import Effects, EffectStore, Signal
 from slurmscale.lifecycles import GraceState
 from slurmscale.policy.health import REPLACED_KIND
@@ -25,6 +32,19 @@ log = logging.getLogger(__name__)
 
 # (the pool's signal, when its jobs are requeued if still there)
 Window = tuple[GraceSignal, datetime]
+# warnings whose deadline is EC2's two-minute notice (a block's or a scheduled event's is later)
+NOTICED = frozenset({PreemptionCause.INTERRUPTED.value, PreemptionCause.RECLAIMED.value})
+
+
+def stored(t: datetime) -> datetime:
+    """A steady time as a grace row keeps it: true time."""
+    return datetime.fromtimestamp(timeframe.FRAME.to_true(t.timestamp()), t.tzinfo)
+
+
+def read(t: datetime) -> datetime:
+    """A grace row's (true) time as a steady time."""
+    u = utc(t)
+    return datetime.fromtimestamp(timeframe.FRAME.from_true(u.timestamp()), u.tzinfo)
 
 
 class Step(Enum):
@@ -44,7 +64,7 @@ def signal(job: str, inst: InstanceRow, window: Window, cause: PreemptionCause |
     gs, requeue_at = window
     return Signal(GraceRow(
         job_id=job, node=inst.node, instance_id=inst.instance_id, pool=inst.pool,
-        signal=gs.signal, signalled_at=now, requeue_at=requeue_at,
+        signal=gs.signal, signalled_at=stored(now), requeue_at=stored(requeue_at),
         state=GraceState.SIGNALLED.value, cause=str(cause), kind=kind,
         notice_time=notice_time), full=gs.target is SignalTarget.FULL, again=again, said=(
             f"job {job} on {inst.node}: SIG{gs.signal} ({gs.target.value}) for {kind} at "
@@ -84,11 +104,18 @@ class Graces:
         requeue_at = deadline - timedelta(seconds=gs.margin_s)
         return (gs, requeue_at) if requeue_at > now else None
 
-    def open(self) -> list[GraceRow]:
-        """The graces still running, their times as aware UTC."""
+    def open(self, now: datetime | None = None) -> list[GraceRow]:
+        """The graces still running, their times as aware UTC in the steady time; given
+        `now`, a warning's requeue no later than EC2's notice from it (a deadline read
+        across a clock step the daemon could not measure)."""
         rows = self.store.graces()
+        latest = None if now is None else now + timedelta(seconds=INTERRUPTION_NOTICE_S)
         for g in rows:
-            g.signalled_at, g.requeue_at = utc(g.signalled_at), utc(g.requeue_at)
+            g.signalled_at, g.requeue_at = read(g.signalled_at), read(g.requeue_at)
+            if latest is not None and g.cause in NOTICED and g.requeue_at > latest:
+                log.warning("job %s's grace on %s ended %s, later than EC2's notice from now: "
+                            "requeued by %s", g.job_id, g.node, g.requeue_at, latest)
+                g.requeue_at = latest
         return rows
 
     def start(self, job: str, inst: InstanceRow, window: Window, cause: PreemptionCause,
@@ -103,8 +130,12 @@ class Graces:
         return any(utc(p.at) >= g.signalled_at for p in self.store.preemptions(g.job_id))
 
     def close(self, g: GraceRow, state: GraceState, now: datetime) -> None:
-        g.state, g.ended_at = state.value, now
+        """`g` as `open` gave it (steady times): written back in true times."""
+        said = g.signalled_at, g.requeue_at
+        g.state, g.ended_at = state.value, stored(now)
+        g.signalled_at, g.requeue_at = stored(g.signalled_at), stored(g.requeue_at)
         self.store.put_grace(g)
+        g.signalled_at, g.requeue_at = said
         if state is GraceState.ENDED:
             self.event(Kind.JOB_LEFT_IN_GRACE, f"job {g.job_id} left {g.node} "
                        f"{(now - g.signalled_at).total_seconds():.0f}s after its "

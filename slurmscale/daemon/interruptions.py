@@ -308,7 +308,7 @@ class InterruptionPass:
         closed Capacity Block's node, by the block pass as at every close). Read from the
         store, so a restarted daemon finishes what the one before it signalled."""
         by_instance: dict[str, list[GraceRow]] = {}
-        for g in self.graces.open():
+        for g in self.graces.open(now):
             by_instance.setdefault(g.instance_id, []).append(g)
         for iid, gs in by_instance.items():
             node = gs[0].node

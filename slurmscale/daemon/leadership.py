@@ -10,10 +10,14 @@ itself when its holder dies, so a SIGKILLed leader never blocks its successor:
   no interruption handled, nothing launched. So the leader asks on the lock's connection every
   `daemon.leader_stale_s` / 6 from a thread of its own (and before every outside call), and a
   standby that finds the lock's session silent for longer than `leader_stale_s` ends it
-  (`pg_terminate_backend`) and takes the lock. A thread, not the passes: a pass waiting on
-  EC2's 60 s read timeout is not frozen, and a frozen process stops every thread. The thawed
-  leader's next question fails and it stands by; what it writes meanwhile matches no row (the
-  store's epoch fence).
+  (`pg_terminate_backend`) and takes the lock. A thread, because a frozen process stops every
+  thread; and a pass that has run longer than `leader_stale_s` (hung in a call) stops the
+  beat and gives the lock up itself, so the standby leads at once and the hung pass's next
+  outside call finds the lease gone. The thawed leader's next question fails and it stands
+  by; what it writes meanwhile matches no row (the store's epoch fence).
+- SQLite (one host): flock(2) stays held by a frozen process; a second daemon there stands by
+  until the frozen one is killed (SIGKILL releases it at once). There is no standby on
+  another host to take over.
 - SQLite: flock(2) on a file beside the database, released by the kernel on exit.
 
 `hold()` is called at the start of every pass: the leader re-checks that its lease is alive,
@@ -29,6 +33,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -63,6 +68,10 @@ class Lease(Protocol):
     def release(self) -> None:
         ...
 
+    def busy(self, on: bool) -> None:
+        """A pass starts (True) or ends (False): one that runs too long gives the lease up."""
+        ...
+
 
 def lock_key(cluster_name: str) -> int:
     """A signed 64-bit advisory-lock key per cluster, so clusters may share one database."""
@@ -93,6 +102,10 @@ class PgAdvisoryLease:
         self.took_over: str | None = None  # whom this lease cut off to lead (for the event)
         self._mutex = threading.Lock()  # (the connection is the pass's and the beat's)
         self._stop = threading.Event()
+        self._busy_since: float | None = None  # (monotonic) the pass in flight's start
+
+    def busy(self, on: bool) -> None:
+        self._busy_since = time.monotonic() if on else None
 
     def held(self) -> bool:
         """The lock lives as long as its session: one round trip on the lock's connection."""
@@ -109,9 +122,18 @@ class PgAdvisoryLease:
                 return False
 
     def _beat(self, every_s: float, stop: threading.Event) -> None:
-        """The leader's liveness for standbys to see (pg_stat_activity's query_start)."""
-        while not stop.wait(every_s) and self.held():
-            pass
+        """The leader's liveness for standbys to see (pg_stat_activity's query_start), while
+        its pass in flight, if any, is younger than `stale_s`."""
+        while not stop.wait(every_s):
+            since = self._busy_since
+            if since is not None and time.monotonic() - since > self.stale_s:
+                log.error("a pass has run %.0f s (more than daemon.leader_stale_s): giving "
+                          "the leader lease up so a standby leads", time.monotonic() - since)
+                with self._mutex:
+                    self._drop()
+                return
+            if not self.held():
+                return
 
     def hold(self) -> bool:
         if self.conn is not None:
@@ -208,6 +230,9 @@ class FileLease:
         self.fd = fd
         return True
 
+    def busy(self, on: bool) -> None:
+        pass
+
     def holder(self) -> str:
         try:
             return self.path.read_text().strip() or "unknown"
@@ -231,6 +256,26 @@ class SoleLease:
 
     def release(self) -> None:
         pass
+
+    def busy(self, on: bool) -> None:
+        pass
+
+
+def holder_silence(url: str, cluster_name: str) -> float | None:
+    """Seconds the PostgreSQL lease holder's session has been silent (None: no holder, or not
+    PostgreSQL, or the database did not answer): `status` names a frozen leader by it."""
+    if make_url(url).get_backend_name() != "postgresql":
+        return None
+    u = lock_key(cluster_name) & 0xFFFFFFFFFFFFFFFF
+    engine = create_engine(url, poolclass=NullPool, connect_args=PG_LEASE_CONNECT_ARGS)
+    try:
+        with engine.connect() as c:
+            row = c.execute(_HOLDER, {"hi": u >> 32, "lo": u & 0xFFFFFFFF}).first()
+    except Exception:  # noqa: BLE001 - status shows what it can
+        return None
+    finally:
+        engine.dispose()
+    return None if row is None or row[1] is None else float(row[1])
 
 
 def lease_for(store_url: str, cluster_name: str, stale_s: float = 0.0) -> Lease:

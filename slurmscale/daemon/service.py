@@ -28,6 +28,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from slurmscale import timeframe
 from slurmscale.audit import Kind
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.route53 import Route53Zone
@@ -232,7 +233,11 @@ class Daemon:
                 self.last_tick = {"ok": True, "at": datetime.now(UTC).isoformat(),
                                   "standby": True}
                 return
-            res = reconciler.tick()
+            self.lease.busy(True)
+            try:
+                res = reconciler.tick()
+            finally:
+                self.lease.busy(False)
         except LeaseLost as e:  # the rest of the pass is the next leader's (or ours, later)
             log.error("%s: standing by", e)
             self.reconciler = None
@@ -307,6 +312,7 @@ class Daemon:
         # Signals first: a stop during start-up (the schema upgrade, say) must end cleanly.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
+        timeframe.FRAME.learns_true = True  # AWS's answers give true time (timeframe.py)
         try:
             self._lead()  # a leader upgrades the schema before its socket appears
         except Exception:  # noqa: BLE001 - the database may be down: the ticks retry

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE
 
@@ -35,7 +35,8 @@ class InstanceAgent:
     def __init__(self, ec2_client, cluster: str, boot_delay: float,  # type: ignore[no-untyped-def]
                  boot: Callable[[str], subprocess.Popen[bytes]],
                  poll_interval: float = 0.5,
-                 on_halt: Callable[[str], None] | None = None) -> None:
+                 on_halt: Callable[[str], None] | None = None,
+                 clock_ahead_s: float = 0.0) -> None:
         self.ec2 = ec2_client
         self.cluster = cluster
         self.boot_delay = boot_delay
@@ -50,6 +51,8 @@ class InstanceAgent:
         self.errors = 0
         # after an instance powers off: end what else ran "on" its node (by node name)
         self.on_halt = on_halt
+        # EC2's clock against this host's (its launch times are in EC2's)
+        self.clock_ahead = timedelta(seconds=clock_ahead_s)
 
     def start(self) -> None:
         self._thread.start()
@@ -156,7 +159,7 @@ class InstanceAgent:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.step(datetime.now(UTC))
+                self.step(datetime.now(UTC) + self.clock_ahead)
             except Exception:  # noqa: BLE001 - keep the agent alive; count and log
                 self.errors += 1
                 log.exception("agent step failed")

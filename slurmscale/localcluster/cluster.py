@@ -56,6 +56,13 @@ AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
 NODE_METADATA = {"HttpTokens": "required", "InstanceMetadataTags": "enabled"}
 
 
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+
+
+class ClusterError(RuntimeError):
+    """The local cluster cannot start here; the message is one line naming why."""
+
+
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
 
@@ -151,6 +158,7 @@ class LocalCluster:
         # write here as root.
         user = pwd.getpwnam(self.o.slurm_user)
         self.slurm_uid, self.slurm_gid = user.pw_uid, user.pw_gid
+        self._check_slurm_user_python()
         for d in ("log", "state", "run", "slurmscale"):
             os.chown(self.root / d, self.slurm_uid, self.slurm_gid)
             os.chmod(self.root / d, 0o755)
@@ -170,6 +178,19 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def _check_slurm_user_python(self) -> None:
+        """The hooks run as SlurmUser with this Python: refuse at once, in one line, when that
+        user cannot run it (a venv under a 0700 home: slurmctld's every resume exits 126 and
+        a replay waited out ResumeTimeout silently)."""
+        probe = subprocess.run([*self.as_slurm_user(), sys.executable, "-c",
+                                "import slurmscale.hooks"], cwd="/", capture_output=True,
+                               text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+        if probe.returncode != 0:
+            why = (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1]
+            raise ClusterError(f"SlurmUser {self.o.slurm_user} cannot run {sys.executable} "
+                               f"with slurmscale ({why[:160]}): the hooks run as that user; "
+                               "use a Python and venv it can reach (e.g. under /opt)")
 
     def stop(self) -> None:
         if self.agent:
@@ -242,6 +263,18 @@ class LocalCluster:
         with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
             return str(r.read().decode())
 
+    def _aws_clock(self) -> dict[str, str]:
+        """The moto server's environment for `aws_clock_ahead_s`: AWS's clock (its answers'
+        Date, launch times) that far ahead of this host's, under libfaketime."""
+        if not self.o.aws_clock_ahead_s:
+            return {}
+        if not LIBFAKETIME.exists():
+            raise ClusterError(f"aws_clock_ahead_s needs {LIBFAKETIME} (scripts/setup.sh "
+                               "--tests installs libfaketime)")
+        return {"LD_PRELOAD": str(LIBFAKETIME),
+                "FAKETIME": f"{self.o.aws_clock_ahead_s:+d}s",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
     def _start_moto(self) -> None:
         if self.o.moto_url:
             self.moto_url = self.o.moto_url.rstrip("/")
@@ -250,7 +283,8 @@ class LocalCluster:
             host, port = "127.0.0.1", str(self._free_ports(1))
             self.moto_url = f"http://{host}:{port}"
             self.procs.start("moto", [sys.executable, "-m", "moto.server", "-H", host,
-                                      "-p", port], env={**os.environ, **AWS_ENV})
+                                      "-p", port], env={**os.environ, **AWS_ENV,
+                                                        **self._aws_clock()})
 
         def up() -> bool:
             with socket.create_connection((host, int(port)), timeout=1):
@@ -584,7 +618,8 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
         self.nvidia_smi = self._write_nvidia_smi()
         self.imds = InstanceMetadata(self.ec2(), self._template_of).start()
         self.agent = InstanceAgent(self.ec2(), self.name, self.o.boot_delay, self._boot,
-                                   on_halt=self._kill_job_steps)
+                                   on_halt=self._kill_job_steps,
+                                   clock_ahead_s=self.o.aws_clock_ahead_s)
         self.agent.start()
 
     def start_daemon(self, extra_env: dict[str, str] | None = None, name: str = "daemon",
@@ -602,9 +637,13 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
             os.chmod(cfg_path, 0o644)
         env = {**os.environ, **AWS_ENV, "SLURMSCALE_CONFIG": str(cfg_path),
                **(extra_env or {})}
+        # a preloaded library (libfaketime) is the daemon's, loaded after the switch to
+        # SlurmUser: in setpriv (root) it makes state SlurmUser cannot open
+        preload = env.pop("LD_PRELOAD", None)
+        after = ["/usr/bin/env", f"LD_PRELOAD={preload}"] if preload else []
         sock.unlink(missing_ok=True)  # a socket left by a killed daemon proves nothing
-        self.procs.start(name, [*self.as_slurm_user(), sys.executable, "-m", "slurmscale",
-                                "--config", str(cfg_path), "daemon"], env=env)
+        self.procs.start(name, [*self.as_slurm_user(), *after, sys.executable, "-m",
+                                "slurmscale", "--config", str(cfg_path), "daemon"], env=env)
 
         def up() -> bool:
             if not self.procs.running(name):

@@ -17,9 +17,10 @@ from datetime import datetime
 from pathlib import Path
 
 from slurmscale.hostlists import expand
-from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.cluster import ClusterError, LocalCluster
 from slurmscale.localcluster.joins import Join, describe, joins
 from slurmscale.localcluster.options import ClusterOptions
+from slurmscale.localcluster.procs import stop_on_sigterm
 
 
 def _say(msg: str) -> None:
@@ -81,7 +82,13 @@ def run(args: argparse.Namespace) -> int:
                           slurm_root=args.slurm_root)
     c = LocalCluster(root, opts)
     _say(f"starting munge, slurmctld, moto EC2 server and the slurmscale daemon in {root}")
-    c.start()
+    stop_on_sigterm()
+    try:
+        c.start()
+    except ClusterError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        shutil.rmtree(root, ignore_errors=True)
+        return 2
     ok = False
     try:
         _say(f"cluster {c.name}: {c.slurm('scontrol', '--version').strip()}; "

@@ -67,6 +67,9 @@ class ClusterOptions:
     # slurmd fetches its config from slurmctld (SlurmctldParameters=enable_configless) instead
     # of reading the cluster's slurm.conf
     configless: bool = False
+    # AWS's clock (moto's answers and launch times) this many seconds ahead of this host's
+    # (libfaketime): a host clock that is off true time, as the daemon must read AWS's times
+    aws_clock_ahead_s: int = 0
     # the AWS side from the stack `slurmscale aws-template` renders (deployed into moto's
     # CloudFormation, written into the config by `config from-stack`: localcluster/stack.py)
     # instead of a launch template and queue made here

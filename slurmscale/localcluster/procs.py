@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -147,3 +148,12 @@ def wait_for(what: str, check: Callable[[], object], timeout: float,
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}"
                                + (f" (last error: {last_err})" if last_err else ""))
         time.sleep(interval)
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM ends the program as Ctrl-C does, by an exception in the main thread, so its
+    `finally` blocks stop everything it started (before: a SIGTERMed replay left munged,
+    slurmctld, moto and the daemon running)."""
+    def end(_sig: int, _frame: object) -> None:
+        sys.exit(128 + signal.SIGTERM)
+    signal.signal(signal.SIGTERM, end)

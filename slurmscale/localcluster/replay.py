@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from slurmscale.config import PoolPolicy
-from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.cluster import ClusterError, LocalCluster
 from slurmscale.localcluster.options import ClusterOptions, PoolSpec
+from slurmscale.localcluster.procs import stop_on_sigterm
 from slurmscale.policy.limit_use import Learning
 from slurmscale.policy.observe import slurm_time
 from slurmscale.policy.reservations import ReservationKnobs
@@ -317,8 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="slurmscale-replay-"))
     c = LocalCluster(root, options(a.max_nodes, a.gpus_per_node, a.boot_time, a.time_scale,
                                    a.slurm_root, model, holds=not a.no_accumulate))
+    stop_on_sigterm()
     try:
-        c.start()
+        try:
+            c.start()
+        except ClusterError as e:
+            print(f"replay: {e}", file=sys.stderr)
+            return 2
         t0, wall0 = replay(c, runs, a.time_scale, a.gpus_per_node, a.deadline)
         r = result(c, runs, a.time_scale, a.gpus_per_node, t0)
         phase = power_up_phase(root / "log" / "slurmctld.log", wall0, model.power_up_check)

@@ -39,7 +39,8 @@ def make_cluster(request: pytest.FixtureRequest) -> Iterator[
     made: list[tuple[LocalCluster, EC2Proxy, Path]] = []
 
     def make(**opts: object) -> tuple[LocalCluster, EC2Proxy]:
-        proxy = EC2Proxy(upstream="").start()
+        proxy = EC2Proxy(upstream="",
+                         clock_ahead_s=float(opts.get("aws_clock_ahead_s", 0))).start()  # type: ignore[arg-type]
 
         def via_proxy(moto_url: str) -> str:
             proxy.upstream = moto_url

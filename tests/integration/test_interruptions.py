@@ -7,6 +7,8 @@ foreign messages are dropped with an event."""
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 
 import pytest
 
@@ -86,7 +88,6 @@ def test_a_spot_warning_signals_the_gang_which_saves_and_is_requeued_before_the_
     message not yet deleted, so it comes back); the restarted daemon signals no second time
     and requeues the gang at EC2's deadline less the margin; the rerun resumes from the
     checkpoint and completes. Restarts 1, never FAILED."""
-    from datetime import UTC, datetime
 
     from slurmscale.cloud.eventbridge import EventKind, event_message
     from slurmscale.localcluster.options import PoolSpec
@@ -134,3 +135,46 @@ def test_a_spot_warning_signals_the_gang_which_saves_and_is_requeued_before_the_
     print(f"grace: SIGUSR1 written as {save.read_text().strip()!r}; requeued "
           f"{after:.1f}s after the warning (EC2's deadline {120 - after:.1f}s later); "
           f"{resumed.strip()}")
+
+
+
+@pytest.mark.parametrize("ahead", [3600, -3600])
+def test_a_host_clock_an_hour_off_aws_still_requeues_before_ec2s_deadline(
+        make_cluster, ahead: int) -> None:  # type: ignore[no-untyped-def]
+    """Issue 65: on a host whose clock was an hour behind (libfaketime), a spot warning's grace
+    was written "requeued at ... (3648 s)" for a 2-minute notice. Here AWS's clock (the moto
+    server's, under libfaketime) runs an hour ahead of the host's, as true time does on such a
+    host: its answers' Date, its launch times and the warning's time. The daemon reads AWS's
+    times by AWS's clock: the gang is requeued at EC2's deadline less the margin, and no
+    instance is taken for a leak or a late boot on its launch time. An hour behind instead
+    (the host ahead): the warning is not read as an hour old (requeued at once, its grace
+    lost), nor a launch as an hour-old boot that never joined."""
+    import time
+
+    from slurmscale.cloud.eventbridge import EventKind, event_message
+    from slurmscale.localcluster.options import PoolSpec
+
+    margin = 80  # the requeue 40 s after the warning (EC2's deadline: 120 s after it)
+    c, _proxy = make_cluster(
+        pools=[PoolSpec("gpu-spot", "spot-", 4, extra={"grace_signal": {"margin_s": margin}}),
+               PoolSpec("gpu-od", "od-", 2, capacity_type="on-demand")],
+        capacity={"unavailable_ttl_s": 5, "max_unavailable_ttl_s": 10},
+        cred_expire=15, aws_clock_ahead_s=ahead)
+    job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--time=10", "--wrap",
+                   "trap '' USR1; sleep 600")  # (stays on its node through its signal)
+    c.wait_job(job, {"RUNNING"}, 150)
+    iid = _instance_of(c, expand(c.job(job)["NodeList"])[0])
+    warned = time.monotonic()
+    aws_now = datetime.fromtimestamp(time.time() + ahead, UTC)
+    c.send_event(event_message(EventKind.SPOT_WARNING, iid,
+                               aws_now.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                               **{"instance-action": "terminate"}))
+    wait_for("the job requeued", lambda: c.job(job).get("Restarts") == "1", 150)
+    after = time.monotonic() - warned
+    assert 120 - margin - 2 <= after < 120, f"requeued {after:.1f}s after the warning"
+    events = c.events()
+    (said,) = [e["message"] for e in events if e["kind"] == "job_signalled"]
+    m = re.search(r"\((\d+)s, EC2's deadline", said)
+    assert m is not None and int(m[1]) <= 120 - margin, said  # (before: 3648 s)
+    kinds = {e["kind"] for e in events}
+    assert not kinds & {"leak_terminated", "boot_failed", "node_replaced"}, kinds

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudInstance, CloudProvider
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.fence import Fence, LeaseLost
-from slurmscale.daemon.leadership import PgAdvisoryLease
+from slurmscale.daemon.leadership import PgAdvisoryLease, holder_silence
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.localcluster.postgres import DB_USER, LocalPostgres
 from slurmscale.model import LaunchResult, SlurmNode
@@ -216,7 +216,7 @@ def test_a_standby_taking_over_mid_grace_acts_when_the_leader_would_have(
 
 FROZEN_LEADER = """
 import sys, time
-from slurmscale.daemon.leadership import PgAdvisoryLease
+from slurmscale.daemon.leadership import PgAdvisoryLease, holder_silence
 lease = PgAdvisoryLease(sys.argv[1], "frozen", stale_s=6)
 assert lease.hold()
 print("leading", flush=True)
@@ -245,9 +245,13 @@ def test_a_frozen_leader_is_cut_off_and_a_standby_leads(postgres: LocalPostgres)
         end = time.monotonic() + 10  # running: never cut off, though 6 s pass
         while time.monotonic() < end:
             assert not standby.hold(), "a leader that runs was cut off"
+            silent = holder_silence(postgres.url, "frozen")
+            assert silent is not None and silent < 3, silent  # (what `status` reads)
             time.sleep(0.5)
         os.kill(child.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
+        time.sleep(3)
+        assert (holder_silence(postgres.url, "frozen") or 0) >= 2
         while not standby.hold():
             assert time.monotonic() - frozen_at < 20, "the frozen leader was never cut off"
             time.sleep(0.5)
@@ -263,3 +267,25 @@ def test_a_frozen_leader_is_cut_off_and_a_standby_leads(postgres: LocalPostgres)
             os.kill(child.pid, signal.SIGCONT)
             child.kill()
             child.wait()
+
+
+def test_a_pass_that_hangs_gives_its_lease_up(postgres: LocalPostgres) -> None:
+    """A pass running longer than leader_stale_s (hung in a call): the leader's beat stops and
+    its lease's session closes, so a standby leads at once, and the hung pass's next outside
+    call finds the lease gone."""
+    import time
+
+    leader = PgAdvisoryLease(postgres.url, "hung", stale_s=6)
+    standby = PgAdvisoryLease(postgres.url, "hung", stale_s=6)
+    assert leader.hold()
+    leader.busy(True)
+    started = time.monotonic()
+    while not standby.hold():
+        assert time.monotonic() - started < 15, "the hung pass kept its lease"
+        time.sleep(0.5)
+    assert time.monotonic() - started >= 5
+    assert standby.took_over is None  # (given up, not cut off)
+    assert not leader.held()
+    leader.busy(False)
+    leader.release()
+    standby.release()

@@ -79,6 +79,9 @@ class EC2Proxy:
     capacity: CapacityModel = field(init=False)
     # how often EC2's own clock is looked at (a block's end comes whether or not anyone calls)
     clock_interval_s: float = 0.5
+    # EC2's clock against this host's: its answers' Date (as the moto server behind it, run
+    # that far ahead: ClusterOptions.aws_clock_ahead_s)
+    clock_ahead_s: float = 0.0
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -88,6 +91,10 @@ class EC2Proxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
+            def date_time_string(self, timestamp: float | None = None) -> str:
+                return super().date_time_string(
+                    (time.time() if timestamp is None else timestamp) + proxy.clock_ahead_s)
+
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 params = dict(urllib.parse.parse_qsl(body.decode()))

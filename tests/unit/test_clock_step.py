@@ -17,10 +17,13 @@ from hypothesis import strategies as st
 from slurmscale import timeframe
 from slurmscale.audit import Kind
 from slurmscale.config_file import parse_config
+from slurmscale.daemon.graces import Graces
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.spool import RequestKind, Spool
+from slurmscale.store.memory import MemoryStore
 from slurmscale.store.repo import Store
+from slurmscale.store.rows import GraceRow, PreemptionCause
 from slurmscale.timeframe import STEP_S, Frame
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.unit.conftest import base_config
@@ -244,3 +247,90 @@ def test_the_audit_log_is_in_the_hosts_time_after_a_step_while_the_timers_are_no
     finally:
         timeframe.install(before)
         store.close()
+
+
+# --- AWS's deadlines across a host clock that is off (issue 65, item 6) ---------------------
+
+
+def _frame(host_minus_true: float, true_now: list[float]) -> Frame:
+    """A daemon's frame on a host whose clock reads `host_minus_true` off true time."""
+    f = Frame(wall=lambda: true_now[0] + host_minus_true, mono=lambda: true_now[0] - T0)
+    f.learns_true = True
+    return f
+
+
+def _grace(requeue_at: float, signalled_at: float) -> GraceRow:
+    return GraceRow(job_id="7", node="spot-1", instance_id="i-1", pool="gpu-spot",
+                    signal="USR1", signalled_at=datetime.fromtimestamp(signalled_at, UTC),
+                    requeue_at=datetime.fromtimestamp(requeue_at, UTC), state="signalled",
+                    cause=PreemptionCause.INTERRUPTED.value, kind="spot")
+
+
+def _graces(cfg_store: MemoryStore) -> Graces:
+    cfg = parse_config(base_config())
+    return Graces(cfg, cfg_store, FakeSlurm(), lambda *a, **k: None)
+
+
+def test_aws_answers_give_true_time_on_a_host_an_hour_off() -> None:
+    """A host clock an hour behind (stepped before the daemon started: the steady frame
+    cannot see it): a spot warning issued now is read as now once an AWS answer has given
+    true time, not an hour ahead (before: a 2-minute notice became a 3,648 s grace)."""
+    true_now = [T0]
+    f = _frame(-HOUR, true_now)
+    before = timeframe.install(f)
+    try:
+        now = f.now()
+        assert abs(f.from_true(T0) - (now + HOUR)) < 1  # unmeasured: the host's clock
+        f.learn_true(T0)  # an answer's Date header
+        assert abs(f.from_true(T0 + 120) - (now + 120)) <= 1
+        learnt = f.true_offset
+        true_now[0] += 0.9
+        f.learn_true(T0)  # (a second's jitter of the header is not taken as a step)
+        assert f.true_offset == learnt
+        f.learns_true = False  # (a command, a test: nothing learnt)
+        f.learn_true(T0 + HOUR)
+        assert f.true_offset == learnt
+    finally:
+        timeframe.install(before)
+
+
+def test_a_warning_never_gets_more_than_ecs_notice_from_the_pass_that_reads_it() -> None:
+    """Unmeasured host skew (no AWS answer yet): a warning stamped an hour ahead of the
+    host's clock still leaves at most 120 s."""
+    from slurmscale.cloud.eventbridge import Ec2Event, EventKind
+    from slurmscale.daemon.evacuation import Evacuate, on_event
+    from slurmscale.store.rows import InstanceRow
+
+    now = datetime.fromtimestamp(T0, UTC)
+    ahead = datetime.fromtimestamp(T0 + HOUR, UTC).isoformat().replace("+00:00", "Z")
+    inst = InstanceRow(instance_id="i-1", node="spot-1", pool="gpu-spot", gang_id="g",
+                       instance_type="p5.48xlarge", lifecycle="spot",
+                       launch_template_version="3", state="running", launched_at=now)
+    out = on_event(Ec2Event(kind=EventKind.SPOT_WARNING, instance_id="i-1", time=ahead),
+                   inst, now)
+    assert isinstance(out, Evacuate) and out.deadline is not None
+    assert (out.deadline - now).total_seconds() == 120
+
+
+def test_a_grace_read_after_a_restart_across_a_step_keeps_its_deadline() -> None:
+    """The daemon that signalled ran on a right clock; the host's clock was then set an hour
+    back and the daemon restarted: its grace, stored in true time, is read 50 s ahead, not
+    3,650 s (before); unmeasured, it is clamped to EC2's notice from now."""
+    store = MemoryStore()
+    true_now = [T0]
+    before = timeframe.install(_frame(0.0, true_now))
+    try:
+        g = _grace(T0 + 50, T0 - 60)
+        from slurmscale.daemon.graces import stored
+        g.requeue_at, g.signalled_at = stored(g.requeue_at), stored(g.signalled_at)
+        store.put_grace(g)
+        restarted = _frame(-HOUR, true_now)  # a new process on the corrected clock
+        timeframe.install(restarted)
+        now = datetime.fromtimestamp(restarted.now(), UTC)
+        (clamped,) = _graces(store).open(now)  # no AWS answer yet
+        assert (clamped.requeue_at - now).total_seconds() == 120
+        restarted.learn_true(T0)
+        (read,) = _graces(store).open(now)
+        assert abs((read.requeue_at - now).total_seconds() - 50) <= 1
+    finally:
+        timeframe.install(before)

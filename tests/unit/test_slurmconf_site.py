@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurmscale.check import SlurmView, check
+from slurmscale.check import check
 from slurmscale.cli import cli
 from slurmscale.config_file import load_config
 from slurmscale.slurmconf import apply_nodes, render_slurm_conf
