@@ -23,6 +23,7 @@ from itertools import compress, repeat
 from operator import attrgetter, eq, itemgetter
 
 from slurmscale.config import Config
+from slurmscale.hostlists import expand_cached
 from slurmscale.model import QueueJob, QueueRead
 from slurmscale.policy.demand import gpu_seconds
 from slurmscale.policy.model import NodeState, PendingJob, Snapshot
@@ -123,8 +124,15 @@ class Ledger:
         self.last_prune: datetime | None = None
 
     def _row(self, j: QueueJob, now: datetime) -> JobRow | None:
-        pool = next((self.by_partition[p] for p in j.partitions if p in self.by_partition),
-                    None)
+        """A job seen started, charged to the pool whose nodes it runs on (a spot job that
+        fell back to on-demand is on-demand's: before, its first partition's, so a report
+        showed spot busier than provisioned and on-demand idle); to its first partition's
+        pool when Slurm gives no nodes."""
+        nodes = expand_cached(j.nodelist) if j.nodelist else ()
+        pool = self.cfg.pool_of(nodes[0]) if nodes else None
+        if pool is None:
+            pool = next((self.by_partition[p] for p in j.partitions if p in self.by_partition),
+                        None)
         if pool is None:
             return None
         started = slurm_time(j.start_time) or now.timestamp()

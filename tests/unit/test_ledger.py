@@ -217,3 +217,22 @@ def test_a_pass_the_store_refused_is_walked_again_and_no_end_is_lost() -> None:
     ledger.observe(build_snapshot(cfg, [], first[1:], t.timestamp() + 20), again,
                    t + timedelta(seconds=20))
     assert store.running_job_ids() == set(), "the end recorded on the walk after"
+
+
+def test_a_job_is_charged_to_the_pool_whose_nodes_it_runs_on(cfg) -> None:  # type: ignore[no-untyped-def]
+    """Issue 64: a spot job that fell back to on-demand (submitted to both partitions, run on
+    od- nodes) was charged to spot for its whole life: the report showed spot busier than it
+    was provisioned and on-demand idle."""
+    store = Store(cfg.store_url)
+    store.upgrade()
+    ledger = Ledger(cfg, store)
+    local = datetime.fromtimestamp(T0.timestamp()).isoformat(timespec="seconds")
+    fell_back = QueueJob("7", ("gpu-spot", "gpu-od"), 2, 8, 3600, local, "None", 100, "bob",
+                         "RUNNING", start_time=local, nodelist="od-[1-2]")
+    nodes = [SlurmNode("od-1", "ALLOCATED+CLOUD", "a", "a"),
+             SlurmNode("od-2", "ALLOCATED+CLOUD", "a", "a")]
+    at = T0 + timedelta(seconds=60)
+    ledger.observe(build_snapshot(cfg, nodes, [fell_back], at.timestamp()), [fell_back], at)
+    (row,) = store.jobs(T0 - timedelta(hours=1), T0 + timedelta(hours=1))
+    assert row.pool == "gpu-od"
+    store.close()
