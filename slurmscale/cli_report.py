@@ -32,7 +32,7 @@ def report(ctx: click.Context, since: str, until: str | None, fmt: str,
 
     Cron: `0 7 * * * slurmscale report --since 24h --format html -o /srv/reports/today.html`
     """
-    from slurmscale.report.compute import build_report
+    from slurmscale.report.compute import build_report, nodes_up_steps
     from slurmscale.report.render import MAX_POINTS, to_csv, to_html, to_json, to_text
 
     cfg = _load(ctx.find_root())
@@ -49,7 +49,9 @@ def report(ctx: click.Context, since: str, until: str | None, fmt: str,
         r = build_report(cfg, store, start, end)
         if fmt == "html":
             text = to_html(r, store.sample_series(start, end, MAX_POINTS),
-                           {p.name: p.gpus_per_node for p in cfg.pools})
+                           {p.name: p.gpus_per_node for p in cfg.pools},
+                           (start.timestamp(), end.timestamp()),
+                           nodes_up_steps(store.instances_between(start, end), start, end))
         else:
             text = {"text": to_text, "json": to_json, "csv": to_csv}[fmt](r)
     except Exception as e:  # noqa: BLE001 - cron wants one line, not a traceback

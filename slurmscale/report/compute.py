@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -361,3 +362,33 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
                        for r in store.capacity_reservations()],
         replacements=replacements(store, insts, since, until),
         graces=graces(store, since, until))
+
+
+def nodes_up_steps(instances: Sequence[InstanceRow], start: datetime, end: datetime
+                   ) -> dict[str, tuple[list[float], list[float]]]:
+    """Per pool, its nodes up as a step function over [start, end): (times, count from each
+    on), from the instances' own launch and termination times, not the minute samples, so a
+    burst of any length shows: the count at `start`, then one step per launch or end."""
+    t0, t1 = start.timestamp(), end.timestamp()
+    moves: dict[str, list[tuple[float, int]]] = {}
+    for i in instances:
+        up = utc(i.launched_at).timestamp()
+        down = utc(i.terminated_at).timestamp() if i.terminated_at is not None else math.inf
+        if up >= t1 or down < t0:
+            continue
+        moves.setdefault(i.pool, []).extend([(max(up, t0), 1), (down, -1)])
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for pool, ms in moves.items():
+        ms.sort()
+        times, values, n = [t0], [0.0], 0
+        for t, d in ms:
+            n += d
+            if t >= t1:
+                break
+            if t == times[-1]:
+                values[-1] = float(n)
+            else:
+                times.append(t)
+                values.append(float(n))
+        out[pool] = (times, values)
+    return out

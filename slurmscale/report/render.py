@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from slurmscale.report.compute import Report, Wait
-from slurmscale.report.svg import bar_chart, line_chart
+from slurmscale.report.svg import Steps, bar_chart, step_chart
 
 
 def _dur(s: float | None) -> str:
@@ -148,9 +148,12 @@ MAX_POINTS = 1440
 
 
 def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]],
-            gpus_per_node: dict[str, int]) -> str:
+            gpus_per_node: dict[str, int], window: tuple[float, float],
+            ups: Steps | None = None) -> str:
     """`series`: per pool, (time, nodes up, busy, pending GPUs) averaged per chart point
-    (`Store.sample_series(since, until, MAX_POINTS)`)."""
+    (`Store.sample_series(since, until, MAX_POINTS)`); `ups`: per pool, its nodes up as
+    steps from its instances' launches and ends (`compute.nodes_up_steps`; else the
+    samples'); `window`: the report's (Unix s), the charts' x axis."""
     t = r.totals
     util = (t.gpu_hours_busy / t.gpu_hours_provisioned * 100) if t.gpu_hours_provisioned \
         else None
@@ -161,12 +164,16 @@ def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]
             ("preemptions", str(r.preemptions)),
             ("anomalies", str(sum(r.anomalies.values())))]
     charts = []
-    for pool in sorted(series):
-        rows = series[pool]
+    ups = ups or {}
+    for pool in sorted(set(series) | set(ups)):
+        rows = series.get(pool, [])
         gpn = gpus_per_node.get(pool, 1) or 1
-        charts.append(line_chart(f"{pool}: capacity vs demand", [p[0] for p in rows], {
-            "nodes up": [p[1] for p in rows], "busy": [p[2] for p in rows],
-            "demand (pending GPUs / GPUs per node)": [p[3] / gpn for p in rows]}, "nodes"))
+        times = [p[0] for p in rows]
+        charts.append(step_chart(f"{pool}: capacity vs demand", {
+            "nodes up": ups.get(pool) or (times, [p[1] for p in rows]),
+            "busy": (times, [p[2] for p in rows]),
+            "demand (pending GPUs / GPUs per node)": (times, [p[3] / gpn for p in rows])},
+            "nodes", window, whole=True))
     waits = [*r.waits, r.gang_time_to_start]
     charts.append(bar_chart("queue wait by job size", [w.size for w in waits],
                             {"p50": [(w.p50_s or 0) / 60 for w in waits],

@@ -11,12 +11,13 @@ W, H, LEFT, RIGHT, TOP, BOTTOM = 900, 300, 64, 24, 48, 52
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 
 
-def nice_ticks(top: float, most: int = 5) -> list[float]:
+def nice_ticks(top: float, most: int = 5, whole: bool = False) -> list[float]:
     """Axis ticks from 0 in steps of 1, 2 or 5 times a power of ten, the last at or above
-    `top`, at most `most` intervals: 0 2 4 6 8 10, never 0.0 0.3 0.6 0.8 1.1."""
+    `top`, at most `most` intervals: 0 2 4 6 8 10, never 0.0 0.3 0.6 0.8 1.1. `whole`: a
+    count (nodes): steps of at least 1, never 0.2 0.4 0.6 0.8 nodes."""
     if top <= 0:
         return [0.0, 1.0]
-    raw = top / most
+    raw = max(top / most, 1.0) if whole else top / most
     power = 10.0 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw - 1e-12)
     n = math.ceil(top / step - 1e-9)
@@ -56,8 +57,9 @@ def _frame(title: str, ticks: list[float], legend: list[str], y_title: str,
     return out
 
 
-def _ticks(series: dict[str, list[float]]) -> list[float]:
-    return nice_ticks(max((v for vs in series.values() for v in vs), default=0.0))
+def _ticks(series: dict[str, list[float]], whole: bool = False) -> list[float]:
+    return nice_ticks(max((v for vs in series.values() for v in vs), default=0.0),
+                      whole=whole)
 
 
 # time ticks: the first of these steps that gives at most 8 ticks over the window
@@ -84,16 +86,22 @@ def time_ticks(x0: float, x1: float, most: int = 8) -> list[tuple[float, str]]:
     return out
 
 
-def line_chart(title: str, xs: list[float], series: dict[str, list[float]],
-               y_title: str) -> str:
-    """`xs`: Unix seconds; each series one value per x; `y_title`: what and its unit."""
-    ticks = _ticks(series)
+Steps = dict[str, tuple[list[float], list[float]]]  # name -> (times, value from each on)
+
+
+def step_chart(title: str, series: Steps, y_title: str, window: tuple[float, float],
+               whole: bool = False) -> str:
+    """Each series a step function: its value from each time (Unix s) until the next, drawn
+    as steps (a node up for 44 s shows for 44 s; nothing ramps between samples), over the
+    whole `window` (the report's, not only where there are points). `whole`: counts, so
+    whole-number ticks."""
+    ticks = _ticks({k: v for k, (_, v) in series.items()}, whole)
     out = _frame(title, ticks, list(series), y_title, "time (UTC)")
-    if len(xs) < 2:
+    x0, x1 = window
+    if not any(ts for ts, _ in series.values()):
         out.append(f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle" font-size="13">'
-                   'not enough samples yet (one a minute)</text></svg>')
+                   'nothing recorded in this window</text></svg>')
         return "".join(out)
-    x0, x1 = xs[0], xs[-1]
     span = (x1 - x0) or 1.0
     ymax = ticks[-1]
 
@@ -103,10 +111,18 @@ def line_chart(title: str, xs: list[float], series: dict[str, list[float]],
     def py(v: float) -> float:
         return H - BOTTOM - (H - TOP - BOTTOM) * v / ymax
 
-    for i, (_name, vs) in enumerate(series.items()):
-        pts = " ".join(f"{px(x):.1f},{py(v):.1f}" for x, v in zip(xs, vs, strict=True))
-        out.append(f'<polyline fill="none" stroke="{COLOURS[i % len(COLOURS)]}" '
-                   f'stroke-width="1.6" points="{pts}"/>')
+    for i, (ts, vs) in enumerate(series.values()):
+        pts: list[str] = []
+        for k, (x, v) in enumerate(zip(ts, vs, strict=True)):
+            if not x0 <= x <= x1:
+                continue
+            if pts:  # (the level held until this time, then the new one)
+                pts.append(f"{px(x):.1f},{py(vs[k - 1]):.1f}")
+            pts.append(f"{px(x):.1f},{py(v):.1f}")
+        if pts:  # held to the window's end
+            pts.append(f"{px(x1):.1f},{pts[-1].split(',')[1]}")
+            out.append(f'<polyline fill="none" stroke="{COLOURS[i % len(COLOURS)]}" '
+                       f'stroke-width="1.6" points="{" ".join(pts)}"/>')
     for t, label in time_ticks(x0, x1):
         out.append(f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{H - BOTTOM}" '
                    f'y2="{H - BOTTOM + 4}" stroke="#888"/>'

@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from slurmscale.config_file import parse_config
-from slurmscale.report.compute import build_report
+from slurmscale.report.compute import build_report, nodes_up_steps
 from slurmscale.report.render import MAX_POINTS, to_html
 from slurmscale.store.repo import Store
 from slurmscale.store.rows import EventRow, InstanceRow, JobRow, SampleRow
@@ -100,7 +100,9 @@ def main() -> None:
     t_compute = time.perf_counter() - t0
     t0 = time.perf_counter()
     page = to_html(r, store.sample_series(START, END, MAX_POINTS),
-                   {p.name: p.gpus_per_node for p in cfg.pools})
+                   {p.name: p.gpus_per_node for p in cfg.pools},
+                   (START.timestamp(), END.timestamp()),
+                   nodes_up_steps(store.instances_between(START, END), START, END))
     t_html = time.perf_counter() - t0
     store.close()
     total = t_compute + t_html

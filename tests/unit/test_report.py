@@ -145,7 +145,7 @@ def test_the_renderings_carry_the_same_numbers(filled) -> None:  # type: ignore[
     from slurmscale.report.render import MAX_POINTS
 
     page = to_html(r, store.sample_series(T0, T0 + 6 * H, MAX_POINTS),
-                   {"gpu-spot": 8, "gpu-od": 8})
+                   {"gpu-spot": 8, "gpu-od": 8}, (T0.timestamp(), (T0 + 6 * H).timestamp()))
     assert page.count("<svg") == 2 and "<script" not in page
     assert "260.00" in page and "slurmscale-gang-9" in page
 
