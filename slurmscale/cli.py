@@ -280,7 +280,7 @@ def nodes(ctx: click.Context, as_json: bool, show_all: bool) -> None:
     cfg = _load(ctx)
     rows, err = _node_rows(cfg)
     if as_json:
-        click.echo(json.dumps({"nodes": rows, "slurm_error": err}, indent=2))
+        click.echo(json.dumps({"nodes": rows, "slurm_error": err}, indent=2, default=str))
     else:
         shown = rows if show_all else [r for r in rows if r["instance_id"] or (
             r["slurm_state"] and "POWERED_DOWN" not in r["slurm_state"])]
@@ -313,7 +313,7 @@ def events(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> 
     found = _store(cfg).events(since_dt, limit)
     rows = [_event_dict(e, "milliseconds" if as_json else "seconds") for e in found]
     if as_json:
-        click.echo(json.dumps({"events": rows}, indent=2))
+        click.echo(json.dumps({"events": rows}, indent=2, default=str))
         return
     click.echo(_table(rows, ["at", "kind", "node", "message"]))
 
@@ -362,7 +362,7 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
     if as_json:
         # indented for a person at a terminal; compact for a program (json's C encoder does
         # not indent: at 10,000 gangs the indented dump alone took 0.5 s)
-        click.echo(json.dumps(data, indent=2 if sys.stdout.isatty() else None))
+        click.echo(json.dumps(data, indent=2 if sys.stdout.isatty() else None, default=str))
         end_at_once(ctx, heap)
         return
     age = _time.time() - data["now"]

@@ -101,7 +101,8 @@ def list_(ctx: click.Context, include_released: bool, as_json: bool) -> None:
     cfg = _load(ctx)
     rows, err = _rows(cfg, include_released)
     if as_json:
-        click.echo(json.dumps({"reservations": rows, "slurm_error": err}, indent=2))
+        click.echo(json.dumps({"reservations": rows, "slurm_error": err}, indent=2,
+                              default=str))
     else:
         view = [{**r, "held": f"{r['nodes_held']}/{r['nodes_needed']}"} for r in rows]
         click.echo(_table(view, ["name", "job_id", "user", "partition", "held",
@@ -125,7 +126,7 @@ def show(ctx: click.Context, name: str, as_json: bool) -> None:
         sys.exit(2)
     row["standing"] = _standing(cfg, row["job_id"]) if row["state"] != "released" else None
     if as_json:
-        click.echo(json.dumps(row, indent=2))
+        click.echo(json.dumps(row, indent=2, default=str))
         return
     for k, v in row.items():
         if k == "standing":

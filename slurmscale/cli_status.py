@@ -286,7 +286,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     cfg = _load(ctx.find_root())
     while True:
         d = gather(cfg)
-        text = json.dumps(d, indent=2) if as_json else render(d)
+        # (default=str: a store value that is not text, bytes in a text column, still prints)
+        text = json.dumps(d, indent=2, default=str) if as_json else render(d)
         if watch is None:
             click.echo(text)
             if d["slurm_error"] and not as_json:

@@ -14,6 +14,7 @@ from typing import Generic, NamedTuple, TypeVar, cast
 
 from slurmscale import timeframe
 from slurmscale.config import CapacityType, Config, Pool
+from slurmscale.daemon import view_check
 from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.policy import observe as reading
 from slurmscale.policy.demand import DemandBook
@@ -557,10 +558,14 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
     if view is None:
         return Snapshot(now=now, pools=knobs(cfg), nodes=tuple(views), jobs=tuple(pending),
                         memory=dict(memory or {}), arrivals=tuple(sorted(arrivals)))
-    return Snapshot(now=now, pools=view.knobs, nodes=tuple(views),
+    snap = Snapshot(now=now, pools=view.knobs, nodes=tuple(views),
                     jobs=view._jobs.in_order(jobs), memory=dict(memory or {}),
                     arrivals=view.recent(now - window), tallies=view.book.tallies(),
                     near=view.book.near())
+    if view_check.checking():  # (the view against a rebuild: daemon/view_check.py)
+        view_check.compare(snap, build_snapshot(cfg, nodes, jobs, now, memory, None,
+                                                requeued, paid))
+    return snap
 
 
 def fallback_rules(cfg: Config) -> tuple[FallbackRule, ...]:

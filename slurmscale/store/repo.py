@@ -28,6 +28,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import Float as PlainFloat
+from sqlalchemy import String as PlainString
 from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, make_transient, sessionmaker
@@ -275,6 +276,19 @@ class Store:
                 out.append(row)
         return out
 
+    @staticmethod
+    def _values(s: Session, q: Select[Any]) -> list[Any]:
+        """One text column's values (a key, a node), those its type cannot read (bytes in a
+        text column) left out: a column read has no row to quarantine, and must not fail
+        the pass."""
+        try:
+            return list(s.scalars(q))
+        except DECODE_ERRORS:
+            s.rollback()
+        col = q.selected_columns[0]
+        return [v for v in s.scalars(q.with_only_columns(type_coerce(col, PlainString())))
+                if isinstance(v, str)]
+
     def _get(self, s: Session, table: type[Any], key: object) -> Any:
         try:
             return s.get(table, key)
@@ -420,7 +434,7 @@ class Store:
         q = select(t.instances.c.node).where(t.instances.c.state.in_(ACTIVE_INSTANCE_STATES),
                                            t.instances.c.capacity_reservation_id != "")
         with self.session() as s:
-            return frozenset(s.scalars(q))
+            return frozenset(self._values(s, q))
 
     def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]:
         """Each node's most recently launched instance, whatever its state."""
@@ -436,9 +450,9 @@ class Store:
     def live_gangs(self) -> set[str]:
         """Gangs with an instance up or a launch in flight (their placement group is in use)."""
         with self.session() as s:
-            up = s.scalars(select(t.instances.c.gang_id).where(
+            up = self._values(s, select(t.instances.c.gang_id).where(
                 t.instances.c.state.in_(ACTIVE_INSTANCE_STATES)).distinct())
-            launching = s.scalars(select(t.gangs.c.id).where(
+            launching = self._values(s, select(t.gangs.c.id).where(
                 t.gangs.c.status == GangStatus.LAUNCHING.value))
             return set(up) | set(launching)
 
@@ -489,7 +503,8 @@ class Store:
 
     def exhausted_jobs(self) -> frozenset[str]:
         with self.session() as s:
-            return frozenset(s.scalars(select(t.holds.c.job_id).where(t.holds.c.exhausted)))
+            return frozenset(self._values(s, select(t.holds.c.job_id).where(
+                t.holds.c.exhausted)))
 
     # offerings (capacity backoff) -----------------------------------------------------
     def offering(self, pool: str, offering: str = "") -> OfferingRow | None:
@@ -599,9 +614,10 @@ class Store:
     def timer_notes(self, kind: str) -> dict[str, str]:
         tt = t.timers
         with self.session() as s:
-            found = s.execute(select(tt.c.subject, tt.c.note).where(
-                tt.c.kind == kind, tt.c.note.is_not(None))).all()
-        return {str(k): str(v) for k, v in found}
+            q = select(tt.c.subject, type_coerce(tt.c.note, PlainString())).where(
+                tt.c.kind == kind, tt.c.note.is_not(None))
+            found = s.execute(q).all()
+        return {str(k): v for k, v in found if isinstance(v, str)}
 
     # events ---------------------------------------------------------------------------
     def add_event(self, kind: Kind, message: str, now: datetime, *, node: str | None = None,
@@ -633,7 +649,7 @@ class Store:
         if not rows:
             return []
         with self.session() as s:
-            known = set(s.scalars(select(t.jobs.c.job_id).where(
+            known = set(self._values(s, select(t.jobs.c.job_id).where(
                 t.jobs.c.job_id.in_([r.job_id for r in rows]))))
             new = [r for r in rows if r.job_id not in known]
             s.add_all(new)
@@ -651,7 +667,8 @@ class Store:
 
     def running_job_ids(self) -> set[str]:
         with self.session() as s:
-            return set(s.scalars(select(t.jobs.c.job_id).where(t.jobs.c.ended_at.is_(None))))
+            return set(self._values(s, select(t.jobs.c.job_id).where(
+                t.jobs.c.ended_at.is_(None))))
 
     def job_runs(self, since: datetime) -> list[JobRun]:
         with self.session() as s:

@@ -8,9 +8,11 @@ import json
 import math
 from typing import Any
 
-from sqlalchemy import Boolean, Column, DateTime, MetaData, String, Table, Text
+from sqlalchemy import Boolean, Column, DateTime, MetaData, Table
 from sqlalchemy import Float as SqlFloat
 from sqlalchemy import Integer as SqlInteger
+from sqlalchemy import String as SqlString
+from sqlalchemy import Text as SqlText
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import registry
 from sqlalchemy.types import TypeDecorator
@@ -59,19 +61,48 @@ class Integer(TypeDecorator[int]):
         return None if value is None else int(_checked(value, "INTEGER"))
 
 
+def _text(value: Any, column_type: str) -> str:
+    """A stored string as read, or ValueError: SQLite keeps bytes (a BLOB) in a text column
+    too, and every reader that printed or validated it (`status --json`, the report's
+    models) failed on them."""
+    if not isinstance(value, str):
+        raise ValueError(f"{str(value)[:40]} in a {column_type} column is not text")
+    return value
+
+
+class String(TypeDecorator[str]):
+    """VARCHAR, read back only when it is text (`_text`)."""
+
+    impl = SqlString
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else _text(value, "VARCHAR")
+
+
+class Text(TypeDecorator[str]):
+    """TEXT, read back only when it is text (`_text`)."""
+
+    impl = SqlText
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else _text(value, "TEXT")
+
+
 class NameList(TypeDecorator[str]):
     """TEXT holding a JSON list of names (a hold's nodes), read back only when it
     is one: a row whose list does not decode is quarantined as it is read, instead of failing
     every later reader (`reservations list` ended in a JSONDecodeError traceback)."""
 
-    impl = Text
+    impl = SqlText
     cache_ok = True
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
         if value is None:
             return None
         try:
-            names = json.loads(value)
+            names = json.loads(_text(value, "TEXT"))
         except (TypeError, ValueError):
             names = None
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):

@@ -33,3 +33,20 @@ def cfg(tmp_path) -> Config:  # type: ignore[no-untyped-def]
                     hook_log_file=str(tmp_path / "hooks.log"),
                     store_url=f"sqlite:///{tmp_path / 'state.db'}")
     return parse_config(d)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _view_checks_itself() -> Any:
+    """Every snapshot the daemon's kept queue view builds in the unit tests (and the golden
+    simulator runs they start) is compared with a rebuild (daemon/view_check.py)."""
+    import os
+
+    from slurmscale.daemon.view_check import ENV
+
+    before = os.environ.get(ENV)
+    os.environ[ENV] = "1"
+    yield
+    if before is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = before
