@@ -37,6 +37,17 @@ def _cli(path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     return run
 
 
+def admin_config(cfg: Config, d: Path) -> Path:
+    """The config an admin's commands read: `cfg`'s store and spool, no Slurm to ask."""
+    data = base_config(spool_dir=cfg.spool_dir, socket_path=cfg.socket_path,
+                       hook_log_file=cfg.hook_log_file, store_url=cfg.store_url,
+                       slurm={"bin_dir": str(d / "no-slurm")})
+    path = d / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    path.chmod(0o644)
+    return path
+
+
 def _store_with_a_bad_row(cfg: Config) -> Store:
     store = Store(cfg.store_url)
     store.upgrade()
@@ -157,12 +168,7 @@ def test_a_number_that_is_not_one_or_out_of_range_is_quarantined(cfg: Config) ->
 def test_status_and_report_list_bad_numbers_without_a_traceback(cfg: Config,
                                                                 tmp_path: Path) -> None:
     _store_with_bad_numbers(cfg)
-    data = base_config(spool_dir=cfg.spool_dir, socket_path=cfg.socket_path,
-                       hook_log_file=cfg.hook_log_file, store_url=cfg.store_url,
-                       slurm={"bin_dir": str(tmp_path / "no-slurm")})
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(data))
-    path.chmod(0o644)
+    path = admin_config(cfg, tmp_path)
     run = _cli(path)
     st = run("status", "--json")
     assert "Traceback" not in st.stderr, st.stderr
@@ -240,11 +246,6 @@ def test_a_hold_whose_nodes_are_not_a_list_is_quarantined(cfg: Config, tmp_path:
             "ValueError: 'spot-[1-2]' in a node list column is not a JSON list of names")
     finally:
         store.close()
-    data = base_config(spool_dir=cfg.spool_dir, socket_path=cfg.socket_path,
-                       hook_log_file=cfg.hook_log_file, store_url=cfg.store_url,
-                       slurm={"bin_dir": str(tmp_path / "no-slurm")})
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(data))
-    path.chmod(0o644)
+    path = admin_config(cfg, tmp_path)
     listed = _cli(path)("reservations", "list", "--all")
     assert "Traceback" not in listed.stderr, listed.stderr

@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from slurmscale.cli import cli
@@ -38,6 +37,7 @@ from slurmscale.store.rows import (
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.support.store_contract import hold
 from tests.unit.conftest import base_config
+from tests.unit.test_quarantine import admin_config
 from tests.unit.test_reconcile import Clock, hook
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -171,12 +171,7 @@ def test_a_bad_column_never_ends_a_read_command_in_a_traceback(
     cfg = _corrupt(seeded, d, *where)
     if cfg is None:
         return
-    path = d / "c.yaml"
-    data = base_config(spool_dir=cfg.spool_dir, socket_path=cfg.socket_path,
-                       hook_log_file=cfg.hook_log_file, store_url=cfg.store_url,
-                       slurm={"bin_dir": str(d / "no-slurm")})
-    path.write_text(yaml.safe_dump(data))
-    path.chmod(0o644)
+    path = admin_config(cfg, d)
     for args in COMMANDS:
         out = CliRunner().invoke(cli, ["--config", str(path), *args],
                                  env={"AWS_EC2_METADATA_DISABLED": "true"})
