@@ -44,8 +44,9 @@ from dataclasses import dataclass
 
 # A change of (wall - monotonic) larger than this is a step of the wall clock.
 STEP_S = 2.0
-# AWS's clock moved against the steady time by more than this: taken as the new true offset
-# (a Date header has whole seconds, and an answer takes its time: smaller moves are noise)
+# AWS's clock off the host's, or moved against the steady time, by more than this: taken as
+# the true offset (a Date header has whole seconds, and an answer takes its time: smaller
+# differences are noise, and the host's clock is kept)
 TRUE_STEP_S = 2.0
 
 
@@ -102,7 +103,12 @@ class Frame:
             return
         sample = aws_now + 0.5 - self.now()
         with self._lock:
-            if self.true_offset is None or abs(sample - self.true_offset) > TRUE_STEP_S:
+            if abs(sample - self.offset) <= TRUE_STEP_S:
+                # the host's clock agrees with AWS's as closely as a Date header can say:
+                # read AWS's times by it, exactly as before (a header's whole seconds would
+                # move a block's close by a second)
+                self.true_offset = None
+            elif self.true_offset is None or abs(sample - self.true_offset) > TRUE_STEP_S:
                 self.true_offset = sample
 
     def _true(self) -> float:

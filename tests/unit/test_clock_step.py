@@ -287,6 +287,9 @@ def test_aws_answers_give_true_time_on_a_host_an_hour_off() -> None:
         true_now[0] += 0.9
         f.learn_true(T0)  # (a second's jitter of the header is not taken as a step)
         assert f.true_offset == learnt
+        right = _frame(0.0, true_now)  # a host that agrees with AWS to a second
+        right.learn_true(true_now[0] - 0.7)
+        assert right.true_offset is None  # (its own clock kept: no Date-header rounding)
         f.learns_true = False  # (a command, a test: nothing learnt)
         f.learn_true(T0 + HOUR)
         assert f.true_offset == learnt
