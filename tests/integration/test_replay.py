@@ -98,9 +98,13 @@ def test_a_sigtermed_replay_stops_everything_it_started(tmp_path: Path) -> None:
                 and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]]
         assert left == [] and _processes_under(str(root)) == [], left
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        if p.poll() is None:  # (a failed test still ends what the replay started)
+            p.terminate()
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def _descendants(pid: int) -> list[int]:
