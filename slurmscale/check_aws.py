@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurmscale.check import Problem, Templates
+from slurmscale.check import Problem
+from slurmscale.check_launch import Templates
 from slurmscale.cloud.eventbridge import BLOCK_KINDS, EventKind
 from slurmscale.config import CapacityType, Config
 

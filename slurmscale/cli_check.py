@@ -31,20 +31,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
     cannot be read.
 
     JSON: {"ok": bool, "problems": [{severity, code, message}]} (and "error" with exit 2)"""
-    from slurmscale.check import (
-        HOOKS,
-        check_dns,
-        check_reservations,
-        check_shapes,
-        check_subnets,
-        check_templates,
-        gather,
-        gather_platforms,
-        gather_reservations,
-        gather_shapes,
-        gather_subnets,
-        gather_templates,
-    )
+    from slurmscale.check import HOOKS, gather
     from slurmscale.check import check as run_check
     from slurmscale.check_aws import (
         check_events,
@@ -55,6 +42,18 @@ def check(ctx: click.Context, as_json: bool) -> None:
         gather_queue,
     )
     from slurmscale.check_hooks import check_hook_runs, gather_hook_runs
+    from slurmscale.check_launch import (
+        check_dns,
+        check_reservations,
+        check_shapes,
+        check_subnets,
+        check_templates,
+        gather_platforms,
+        gather_reservations,
+        gather_shapes,
+        gather_subnets,
+        gather_templates,
+    )
     from slurmscale.check_node_lines import check_node_lines
     from slurmscale.config_file import resolve_path
     from slurmscale.slurm.protocol import SlurmError

@@ -101,12 +101,6 @@ class LimitUseLearner:
         return self.uses
 
 
-def _hold(row: HoldRow) -> Hold:
-    return Hold(row.name, row.pool, row.job_id, row.user_name, row.needed,
-                tuple(json.loads(row.nodes)), row.created_s, row.spent_gpu_s, row.accounted_s,
-                row.attached)
-
-
 def current_holds(cfg: Config, store: PassStore, slurm_res: list[SlurmReservation],
                   now: float) -> tuple[list[Hold], list[str], frozenset[str]]:
     """The holds to plan with (the store's, corrected by Slurm), the names of holds that

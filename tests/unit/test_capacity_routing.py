@@ -412,7 +412,7 @@ def test_an_idle_node_on_paid_capacity_is_kept_unless_told_otherwise() -> None:
 
 # --- slurmscale check: the launch templates EFA and reservations rely on ----------------------
 def test_check_names_templates_without_efa_or_the_targets_fleet_needs() -> None:
-    from slurmscale.check import check_templates, templates_to_read
+    from slurmscale.check_launch import check_templates, templates_to_read
 
     cfg = parse_config(base_config(pools=[
         _pool(efa=True, capacity_reservations={"ids": ["cr-0000000a"],
@@ -446,7 +446,7 @@ def test_check_says_when_a_template_keeps_its_nodes_from_joining_by_themselves(c
     import base64
     import gzip
 
-    from slurmscale.check import check_templates
+    from slurmscale.check_launch import check_templates
     from slurmscale.cli_node import render_user_data
 
     spot = cfg.pool("gpu-spot")
@@ -474,7 +474,7 @@ def test_check_reads_the_template_versions_from_ec2(monkeypatch) -> None:  # typ
     import boto3
     from moto.server import ThreadedMotoServer
 
-    from slurmscale.check import gather_templates
+    from slurmscale.check_launch import gather_templates
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -499,7 +499,7 @@ def test_check_reads_the_template_versions_from_ec2(monkeypatch) -> None:  # typ
             "ImageId": "ami-0a1b2c3d4e5f60718", "MetadataOptions": {
                 "HttpTokens": "required", "InstanceMetadataTags": "enabled"},
             "NetworkInterfaces": [{"DeviceIndex": 0, "InterfaceType": "efa"}]})
-        from slurmscale.check import check_templates
+        from slurmscale.check_launch import check_templates
         codes = {v: sorted(p.code for p in check_templates(c, gather_templates(c)))
                  for v, c in ((v, parse_config(base_config(aws={"endpoint_url": url}, pools=[
                      _pool(efa=True, launch_template={"name": "gpu-efa", "version": v})])))
@@ -512,7 +512,7 @@ def test_check_reads_the_template_versions_from_ec2(monkeypatch) -> None:  # typ
 
 
 def test_check_reads_each_reservation_id_against_ec2() -> None:
-    from slurmscale.check import check_reservations
+    from slurmscale.check_launch import check_reservations
     from slurmscale.model import CapacityReservation
 
     cfg = parse_config(base_config(pools=[
@@ -548,7 +548,7 @@ def test_check_reads_each_reservation_id_against_ec2() -> None:
     assert [p.code for p in check_reservations(cfg, cancelled, now=now)] == ["reservation_gone"]
     assert check_reservations(cfg, good, {s: "us-east-1a" for s in subnets}, now=now) == []
     # issue 45: EC2 matches an instance to a reservation by type, platform, AZ and tenancy
-    from slurmscale.check import reserved_template
+    from slurmscale.check_launch import reserved_template
     templates = {reserved_template(p): {"ImageId": "ami-0a1b2c3d4e5f60718"}
                  for p in cfg.pools}
     rhel = {"ami-0a1b2c3d4e5f60718": "Red Hat Enterprise Linux"}

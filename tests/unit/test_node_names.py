@@ -161,7 +161,7 @@ def test_what_a_killed_daemon_left_undone_the_next_pass_does(zone_cfg) -> None: 
 
 
 def test_check_says_when_the_zone_cannot_be_read(zone_cfg) -> None:  # type: ignore[no-untyped-def]
-    from slurmscale.check import check_dns
+    from slurmscale.check_launch import check_dns
 
     cfg, _ = zone_cfg
     assert cfg.dns is not None and check_dns(cfg) == []

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmscale.check import check_shapes
+from slurmscale.check_launch import check_shapes
 from slurmscale.config_file import parse_config
 from slurmscale.model import InstanceShape
 from slurmscale.slurmconf import render_slurm_conf
