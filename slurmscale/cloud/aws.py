@@ -17,14 +17,18 @@ from botocore.exceptions import BotoCoreError, ClientError
 from slurmscale import timeframe
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.config import AwsSettings
+from slurmscale.identity import user_agent_extra
 
 
 def make_client(service: str, aws: AwsSettings, endpoint_url: str | None,
                 read_timeout: float = 30) -> Any:
+    """A client whose requests name slurmscale and this process in their user agent
+    (CloudTrail's `userAgent`: which daemon of two made a call)."""
     return boto3.client(
         service, region_name=aws.region, endpoint_url=endpoint_url,
         config=BotoConfig(retries={"max_attempts": aws.max_attempts, "mode": "standard"},
-                          connect_timeout=5, read_timeout=read_timeout))
+                          connect_timeout=5, read_timeout=read_timeout,
+                          user_agent_extra=user_agent_extra()))
 
 
 def error_of(e: ClientError) -> CloudError:

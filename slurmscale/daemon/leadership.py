@@ -31,7 +31,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -42,18 +41,20 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.pool import NullPool
 
+from slurmscale.identity import application_name, identity
+
 log = logging.getLogger(__name__)
 
 # libpq settings for the lock's connection: a leader cut off from the database must notice
 # (and stop acting) about as soon as the server drops its lock.
 PG_LEASE_CONNECT_ARGS = {"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 5,
                          "keepalives_interval": 2, "keepalives_count": 3,
-                         "tcp_user_timeout": 10000, "application_name": "slurmscale-lease"}
+                         "tcp_user_timeout": 10000}
 
 
-def identity() -> str:
-    """Who holds the lease, for logs and events: host and PID."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+def lease_connect_args(role: str) -> dict[str, object]:
+    """The lock connection's libpq settings, named for `pg_stat_activity` (identity.py)."""
+    return {**PG_LEASE_CONNECT_ARGS, "application_name": application_name(role)}
 
 
 class Lease(Protocol):
@@ -97,7 +98,7 @@ class PgAdvisoryLease:
         self.key = lock_key(cluster_name)
         self.stale_s = stale_s
         self.engine: Engine = create_engine(url, poolclass=NullPool,
-                                            connect_args=PG_LEASE_CONNECT_ARGS)
+                                            connect_args=lease_connect_args("lease"))
         self.conn: Connection | None = None
         self.took_over: str | None = None  # whom this lease cut off to lead (for the event)
         self._mutex = threading.Lock()  # (the connection is the pass's and the beat's)
@@ -267,7 +268,7 @@ def holder_silence(url: str, cluster_name: str) -> float | None:
     if make_url(url).get_backend_name() != "postgresql":
         return None
     u = lock_key(cluster_name) & 0xFFFFFFFFFFFFFFFF
-    engine = create_engine(url, poolclass=NullPool, connect_args=PG_LEASE_CONNECT_ARGS)
+    engine = create_engine(url, poolclass=NullPool, connect_args=lease_connect_args("status"))
     try:
         with engine.connect() as c:
             row = c.execute(_HOLDER, {"hi": u >> 32, "lo": u & 0xFFFFFFFF}).first()

@@ -44,12 +44,13 @@ from slurmscale.daemon.api import (
 )
 from slurmscale.daemon.context import host_now
 from slurmscale.daemon.fence import Fence, LeaseLost
-from slurmscale.daemon.leadership import identity, lease_for
+from slurmscale.daemon.leadership import lease_for
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.pass_times import PassTimes
 from slurmscale.daemon.plan_view import SOURCE_DAEMON, plan_data, with_standings
 from slurmscale.daemon.reconcile import Reconciler, TickResult, utcnow
 from slurmscale.gc_tuning import BetweenPasses, tune_gc
+from slurmscale.identity import identity
 from slurmscale.report.compute import paid_now
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.spool import Spool

@@ -14,8 +14,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurmscale.api_client import call
+from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.postgres import LocalPostgres
 from slurmscale.localcluster.procs import wait_for
 from tests.support.postgres import start_postgres
@@ -130,3 +132,129 @@ def test_the_database_restarting_pauses_the_daemon_and_terminates_nothing(
     print("database restart: daemon stood by, 0 instances terminated, the request spooled "
           "meanwhile launched after the restart")
 
+
+def _statements(pg: LocalPostgres, session: str, after: float) -> list[str]:
+    """The statement log's lines (`log_statement = mod`: every write, DDL included) from
+    sessions whose application_name ends in `session`, logged after `after` (epoch s)."""
+    found = []
+    for line in (pg.root / "postgres.out").read_text(errors="replace").splitlines():
+        stamp, _, rest = line.partition(" [")
+        name, _, said = rest.partition("] ")
+        try:
+            at = float(stamp)
+        except ValueError:
+            continue  # (a statement's own continuation lines)
+        if name.endswith(session) and at > after and said.startswith(
+                ("LOG:  statement:", "LOG:  execute")):
+            found.append(line)
+    return found
+
+
+def _recording_slurm_calls(c: LocalCluster) -> Path:
+    """Every Slurm command the daemons run, recorded (when, the calling daemon's PID, what)
+    by a `slurm.command_prefix` that then runs the real command."""
+    record = c.root / "slurm-calls.log"
+    record.touch(mode=0o666)
+    os.chmod(record, 0o666)  # (the daemons run as SlurmUser)
+    wrapper = c.root / "record-slurm"
+    wrapper.write_text(f'#!/bin/sh\necho "$(date +%s.%N) $PPID $*" >> {record}\nexec "$@"\n')
+    os.chmod(wrapper, 0o755)
+    data = yaml.safe_load(c.cfg_path.read_text())
+    data["slurm"]["command_prefix"] = [str(wrapper), *data["slurm"]["command_prefix"]]
+    c.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return record
+
+
+def _slurm_calls(record: Path, pid: int, after: float) -> list[str]:
+    return [line for line in record.read_text().splitlines()
+            if line.split()[1] == str(pid) and float(line.split()[0]) > after]
+
+
+def test_a_leader_frozen_in_a_spot_grace_is_replaced_and_the_gang_requeued_in_time(
+        make_cluster, postgres: LocalPostgres) -> None:
+    """Issue 65: a SIGSTOPped leader kept its PostgreSQL session, so the lock: the standby never
+    led and the spot warning that came meanwhile went unhandled past EC2's deadline. Here the
+    leader is frozen for 60 s as the warning comes: the standby cuts its session off after
+    `leader_stale_s`, leads, signals the gang and requeues it at EC2's deadline less the margin;
+    thawed, the old leader stands by. What it does then is read where it would show: the
+    database's statement log (every write, by session name), the EC2 proxy's record (every
+    call, by user agent) and a record of every Slurm command (by the calling PID) hold nothing
+    of it after the thaw, while all three hold its work before the freeze and the new
+    leader's after (so they would show it)."""
+    import signal
+    import time
+    from datetime import UTC
+
+    import psycopg
+
+    from slurmscale.cloud.eventbridge import EventKind, event_message
+    from slurmscale.hostlists import expand
+    from slurmscale.localcluster.options import PoolSpec
+    from tests.integration.test_interruptions import _instance_of
+
+    with psycopg.connect(postgres.url.replace("postgresql+psycopg", "postgresql"),
+                         autocommit=True) as db:
+        db.execute("ALTER SYSTEM SET log_statement = 'mod'")
+        db.execute("ALTER SYSTEM SET log_line_prefix = '%n [%a] '")
+        db.execute("SELECT pg_reload_conf()")
+    margin, stale = 80, 9.0  # the requeue 40 s after the warning (EC2's deadline: 120 s)
+    c, proxy = make_cluster(
+        store_url=postgres.url, tick_seconds=TICK, daemon={"leader_stale_s": stale},
+        pools=[PoolSpec("gpu-spot", "spot-", 4, extra={"grace_signal": {"margin_s": margin}}),
+               PoolSpec("gpu-od", "od-", 2, capacity_type="on-demand")],
+        capacity={"unavailable_ttl_s": 5, "max_unavailable_ttl_s": 10}, cred_expire=15,
+        start_daemon=False)
+    slurm_calls = _recording_slurm_calls(c)
+    sock_a = c.start_daemon()
+    wait_for("the first daemon to lead", lambda: _role(sock_a) == "leader", 4 * TICK)
+    sock_b = c.start_daemon(name="daemon-b")
+    assert _role(sock_a) == "leader" and _role(sock_b) == "standby"
+    job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-spot", "--time=10", "--wrap",
+                   "trap '' USR1; sleep 600")  # (stays on its node through its signal)
+    c.wait_job(job, {"RUNNING"}, 150)
+    iid = _instance_of(c, expand(c.job(job)["NodeList"])[0])
+    pid_a, pid_b = (c.procs.procs[n].pid for n in ("daemon", "daemon-b"))
+    a, b = f":{pid_a}", f":{pid_b}"
+    agent = {a: f"({os.uname().nodename}{a})", b: f"({os.uname().nodename}{b})"}
+    os.kill(pid_a, signal.SIGSTOP)
+    frozen = time.time()
+    try:
+        warned = time.monotonic()
+        c.send_event(event_message(EventKind.SPOT_WARNING, iid,
+                                   datetime.now(UTC).isoformat(timespec="seconds")
+                                   .replace("+00:00", "Z"), **{"instance-action": "terminate"}))
+        wait_for("the standby to lead", lambda: _role(sock_b) == "leader", stale + 4 * TICK)
+        led = time.monotonic() - warned
+        wait_for("the gang requeued", lambda: c.job(job).get("Restarts") == "1", 120)
+        requeued = time.monotonic() - warned
+        while time.monotonic() - warned < 60:  # frozen 60 s in all
+            time.sleep(1)
+    finally:
+        os.kill(pid_a, signal.SIGCONT)
+        thawed = time.time()
+    wait_for("the thawed leader to stand by", lambda: _role(sock_a) == "standby", 6 * TICK)
+    assert led <= stale + 3 * TICK, f"the standby led {led:.1f}s after the freeze"
+    assert 120 - margin - 2 <= requeued < 120, f"requeued {requeued:.1f}s after the warning"
+    wait_for("the new leader's writes and calls after the thaw", lambda: (
+        _statements(postgres, b, thawed + 2 * TICK)
+        and any(x.agent.endswith(agent[b]) for x in proxy.calls if x.at > thawed + 2 * TICK)
+        and _slurm_calls(slurm_calls, pid_b, thawed + 2 * TICK)), 6 * TICK)
+    # (the thawed daemon's next pass would have come by now: it stood by instead)
+    assert (_statements(postgres, a, 0) and _slurm_calls(slurm_calls, pid_a, 0)
+            and any(x.agent.endswith(agent[a]) for x in proxy.calls if x.at < frozen)), \
+        "the records miss the leader's work before the freeze"
+    wrote = _statements(postgres, a, frozen)
+    called = [f"{x.action} at thaw{x.at - thawed:+.1f}s" for x in proxy.calls
+              if x.agent.endswith(agent[a]) and x.at > frozen]
+    ran = _slurm_calls(slurm_calls, pid_a, frozen)
+    assert not wrote, f"the thawed leader wrote to the store: {wrote}"
+    assert not called, f"the thawed leader called EC2: {called}"
+    assert not ran, f"the thawed leader ran Slurm commands: {ran}"
+    kinds = [e["kind"] for e in c.events()]
+    assert kinds.count("job_signalled") == 1 and kinds.count("job_requeued") == 1, kinds
+    assert c.job(job).get("Restarts") == "1" and _role(sock_b) == "leader"
+    took = [e["message"] for e in c.events() if e["kind"] == "leader_acquired"][-1]
+    assert "was silent" in took, took
+    print(f"HA: leader frozen; standby led {led:.1f}s after, requeued {requeued:.1f}s after "
+          "the warning; the thawed leader stood by: 0 store writes, 0 EC2 calls, 0 Slurm "
+          "commands after it")

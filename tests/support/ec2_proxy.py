@@ -62,6 +62,7 @@ class Call:
     status: int = 0
     at: float = field(default_factory=time.time)  # when the proxy received it (wall clock)
     done: float = 0.0  # when its answer was sent (wall clock)
+    agent: str = ""  # its User-Agent (names the calling process: slurmscale/identity.py)
 
 
 @dataclass
@@ -98,7 +99,8 @@ class EC2Proxy:
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 params = dict(urllib.parse.parse_qsl(body.decode()))
-                call = Call(params.get("Action", ""), params)
+                call = Call(params.get("Action", ""), params,
+                            agent=self.headers.get("User-Agent", ""))
                 proxy.calls.append(call)
                 if proxy.refusing:
                     call.status = -1
