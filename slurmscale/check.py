@@ -33,6 +33,7 @@ from slurmscale.slurmconf import (
     REQUEUE_ON_RESUME_FAILURE,
     apply_nodes,
     ctld_parameters,
+    expedites,
 )
 from slurmscale.slurmconf_site import LISTS, SiteConfError, items, read_site, site_items
 
@@ -135,7 +136,7 @@ def check(cfg: Config, view: SlurmView, config_path: Path) -> list[Problem]:
     an admin fixes them: the pools' partitions and nodes, the Slurm release's options, the
     hooks and who can run them, the timers."""
     c = view.config
-    return (_check_pools(cfg, view) + _check_site(cfg, view) + _check_release(c)
+    return (_check_pools(cfg, view) + _check_site(cfg, view) + _check_release(cfg, c)
             + _check_hooks(cfg, c, config_path) + _check_timers(cfg, c)
             + _check_topology(cfg, c))
 
@@ -231,10 +232,16 @@ def _check_pools(cfg: Config, view: SlurmView) -> list[Problem]:
     return f.out
 
 
-def _check_release(c: dict[str, str]) -> list[Problem]:
+def _check_release(cfg: Config, c: dict[str, str]) -> list[Problem]:
     f = _Found()
     warn = f.warn
     release = release_of(c.get("SLURM_VERSION", ""))
+    ctld = {v.strip() for v in c.get("SlurmctldParameters", "").split(",")}
+    if expedites(cfg, release) and "enable_expedited_requeue" not in ctld:
+        warn("expedited_requeue", "SlurmctldParameters lacks enable_expedited_requeue: jobs "
+             "submitted with --requeue=expedite that slurmscale requeues wait their turn "
+             "(render slurm.conf again: `slurmscale slurm-conf --output`, then `scontrol "
+             "reconfigure`; slurm.expedited_requeue: false says the site does not want it)")
     if release is not None and release >= REQUEUE_ON_RESUME_FAILURE and \
             "requeue_on_resume_failure" not in c.get("SchedulerParameters", ""):
         warn("requeue_on_resume_failure", f"Slurm {release[0]}.{release[1]:02d} can requeue "

@@ -29,7 +29,7 @@ from slurmscale.config import CapacityType, Config
 
 
 @dataclass(frozen=True)
-class QueueView:
+class EventQueueSetup:
     """What AWS said of the events queue and the rules targeting it."""
 
     arn: str
@@ -113,7 +113,7 @@ def allows_eventbridge(policy: dict[str, Any] | None) -> bool:
     return False
 
 
-def check_events(cfg: Config, found: QueueView | str | None) -> list[Problem]:
+def check_events(cfg: Config, found: EventQueueSetup | str | None) -> list[Problem]:
     """The events queue and what feeds it (`found` None: no queue configured; a str: the
     queue could not be read, why)."""
     url = cfg.aws.interruption_queue_url
@@ -206,7 +206,7 @@ def check_image_restore(cfg: Config, templates: Templates, zones: dict[str, str]
 
 
 # --- gathering: what AWS says, never raising -----------------------------------------------
-def gather_queue(cfg: Config) -> QueueView | str | None:
+def gather_queue(cfg: Config) -> EventQueueSetup | str | None:
     url = cfg.aws.interruption_queue_url
     if url is None:
         return None
@@ -224,7 +224,7 @@ def gather_queue(cfg: Config) -> QueueView | str | None:
         policy = json.loads(attrs["Policy"]) if attrs.get("Policy") else None
     except ValueError:
         policy = None
-    return QueueView(arn, policy, attrs.get("KmsMasterKeyId"), _rules(cfg, arn))
+    return EventQueueSetup(arn, policy, attrs.get("KmsMasterKeyId"), _rules(cfg, arn))
 
 
 def _rules(cfg: Config, arn: str) -> dict[str, tuple[str, dict[str, Any]]] | str:

@@ -34,9 +34,9 @@ from slurmscale.model import InstanceShape
 def slurm_conf(ctx: click.Context, gres: bool, topology: bool,
                slurm_release: str | None, site_conf: str | None, output: str | None) -> None:
     """Print the slurm.conf (or gres.conf, or topology.conf) lines that match this config, and
-    what the running Slurm release does itself (25.05+: requeue_on_resume_failure). The
-    slurm.conf lines keep the site's own values of the parameters Slurm keeps one value of;
-    Include them as slurm.conf's last line (`--output`)."""
+    what the running Slurm release does itself (25.05+: requeue_on_resume_failure; 25.11+:
+    enable_expedited_requeue). The slurm.conf lines keep the site's own values of the
+    parameters Slurm keeps one value of; Include them as slurm.conf's last line (`--output`)."""
     import re
 
     from slurmscale.slurmconf import render_gres_conf, render_slurm_conf

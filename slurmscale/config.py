@@ -460,6 +460,11 @@ class SlurmSettings(_Strict):
     # nodes fetch their config from slurmctld (`node-userdata --conf-server`): rendered as
     # SlurmctldParameters=...,enable_configless (slurm.conf allows that key once)
     configless: bool = False
+    # Slurm 25.11+: `slurm-conf` renders SlurmctldParameters=...,enable_expedited_requeue, so a
+    # job submitted with `--requeue=expedite` that slurmscale requeues (a spot warning, a
+    # reclaim, a block's close, a failed node) restarts first, at once, on its previous nodes
+    # where they are up (sbatch(1), slurm.conf(5)); false: the jobs' flag does nothing
+    expedited_requeue: bool = True
     # the site's own SlurmctldParameters (e.g. [cloud_reg_addrs, reboot_from_controller]):
     # `slurm-conf` renders one line with them and slurmscale's, since Slurm keeps only the
     # last SlurmctldParameters line of slurm.conf

@@ -42,7 +42,7 @@ class Planned:
 
 
 @dataclass
-class Outcome:
+class InstallOutcome:
     lines: list[str]
     refused: int = 0
 
@@ -102,7 +102,7 @@ def plan(prefix: Path, user: str) -> tuple[list[Planned], list[tuple[Path, int]]
     return files, dirs
 
 
-def install(prefix: Path, user: str, dry_run: bool = False) -> Outcome:
+def install(prefix: Path, user: str, dry_run: bool = False) -> InstallOutcome:
     if not prefix.is_dir():
         raise InstallError(f"--prefix {prefix}: not a directory")
     try:
@@ -111,7 +111,7 @@ def install(prefix: Path, user: str, dry_run: bool = False) -> Outcome:
         raise InstallError(f"--slurm-user {user}: no such user on this machine (Slurm's "
                            "packages make `slurm`; give SlurmUser from slurm.conf)") from None
     files, dirs = plan(prefix, user)
-    out = Outcome([])
+    out = InstallOutcome([])
     would = "would " if dry_run else ""
     for d, mode in dirs:
         st = d.stat() if d.exists() else None
@@ -173,7 +173,7 @@ def install(prefix: Path, user: str, dry_run: bool = False) -> Outcome:
     return out
 
 
-def uninstall(prefix: Path, dry_run: bool = False) -> Outcome:
+def uninstall(prefix: Path, dry_run: bool = False) -> InstallOutcome:
     """Remove what `install` put under `prefix`, by its record: a file still as installed
     (its SHA-256 the recorded one) goes, one an admin changed since (the config, surely) is
     kept and said; the hook links go; the spool, log and state directories stay (the store,
@@ -188,7 +188,7 @@ def uninstall(prefix: Path, dry_run: bool = False) -> Outcome:
         record: dict[str, str] = json.loads(record_path.read_text())
     except ValueError:
         raise InstallError(f"{record_path}: not a record `slurmscale install` wrote") from None
-    out = Outcome([])
+    out = InstallOutcome([])
     would = "would " if dry_run else ""
     hooks = prefix / "usr/local/lib/slurmscale/resume_suspend"
     for name in HOOK_LINKS:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.model import InstanceShape
+from slurmscale.slurm.kv import EXPEDITED_REQUEUE
 from slurmscale.slurmconf_site import GENERATED, LISTS, merge, replaced, site_items
 
 HOOKS = ("resume", "suspend", "resume-fail")
@@ -40,11 +41,18 @@ def apply_nodes(release: tuple[int, int] | None) -> str:
             "only on a restart; `scontrol reconfigure` stops slurmctld")
 
 
-def ctld_parameters(cfg: Config) -> list[str]:
-    """The one SlurmctldParameters line's values: slurmscale's, then the site's, once each."""
+def ctld_parameters(cfg: Config, release: tuple[int, int] | None = None) -> list[str]:
+    """The one SlurmctldParameters line's values: slurmscale's, then the site's, once each;
+    `release`: what that Slurm has besides (None: only what every release from 22.05 takes)."""
     want = ["idle_on_node_suspend", *(["enable_configless"] if cfg.slurm.configless else []),
+            *(["enable_expedited_requeue"] if expedites(cfg, release) else []),
             *cfg.slurm.ctld_parameters]
     return list(dict.fromkeys(want))
+
+
+def expedites(cfg: Config, release: tuple[int, int] | None) -> bool:
+    """Whether the lines for `release` let jobs ask for an expedited requeue."""
+    return cfg.slurm.expedited_requeue and release is not None and release >= EXPEDITED_REQUEUE
 
 
 def sized_by_ec2(p: Pool) -> bool:
@@ -113,7 +121,10 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         + ("; nodes fetch their config from slurmctld." if cfg.slurm.configless else "."),
         "# Slurm keeps only the last SlurmctldParameters line: this is the one, with the site's",
         "# own values (its slurm.conf's, and slurm.ctld_parameters in slurmscale.yaml).",
-        keep("SlurmctldParameters", ctld_parameters(cfg)),
+        *(["# Slurm 25.11+: a job submitted with --requeue=expedite that slurmscale requeues",
+           "# (spot, reclaim, block close) restarts first (slurm.expedited_requeue)."]
+          if expedites(cfg, release) else []),
+        keep("SlurmctldParameters", ctld_parameters(cfg, release)),
         "# Jobs on a node whose launch failed or whose spot instance is interrupted are",
         "# requeued (slurmscale runs scontrol requeue), never failed.",
         "JobRequeue=1",

@@ -199,26 +199,6 @@ def aws_time(text: str) -> float | None:
     return timeframe.FRAME.from_true(t)
 
 
-def health_message(event_type_code: str, instance_ids: list[str], time: str,
-                   start_time: str) -> str:
-    """The message body EventBridge puts on the queue for an AWS Health scheduled change to
-    EC2 instances (the shape AWS documents; what `parse_events` reads)."""
-    return json.dumps({
-        "version": "0", "id": "1d8d2d8e-2b0c-4a1e-9b7f-5b1f0c2d3e4f",
-        "detail-type": "AWS Health Event", "source": "aws.health", "account": "123456789012",
-        "time": time, "region": "us-east-1", "resources": list(instance_ids),
-        "detail": {
-            "eventArn": f"arn:aws:health:us-east-1::event/EC2/{event_type_code}/"
-                        f"{event_type_code}_{instance_ids[0][2:]}",
-            "service": "EC2", "eventTypeCode": event_type_code,
-            "eventTypeCategory": "scheduledChange", "eventRegion": "us-east-1",
-            "startTime": start_time,
-            "eventDescription": [{"language": "en_US", "latestDescription":
-                                  "EC2 has detected degradation of the underlying hardware "
-                                  "hosting your instance; it is scheduled for retirement."}],
-            "affectedEntities": [{"entityValue": i} for i in instance_ids]}})
-
-
 def event_message(detail_type: str, instance_id: str, time: str, **detail: str) -> str:
     """The message body EventBridge puts on the queue for an EC2 event about `instance_id`
     (the shape AWS documents; what `parse_event` reads): `detail_type` an `EventKind` or any
@@ -229,15 +209,3 @@ def event_message(detail_type: str, instance_id: str, time: str, **detail: str) 
         "time": time, "region": "us-east-1",
         "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}"],
         "detail": {"instance-id": instance_id, **detail}})
-
-
-def block_message(kind: EventKind, reservation_id: str, time: str, end_date: str) -> str:
-    """The message body EventBridge puts on the queue for a Capacity Block event (the shape
-    the EC2 user guide shows, "Monitor Capacity Blocks using EventBridge")."""
-    return json.dumps({
-        "customer_event_id": f"{reservation_id}-" + (
-            "approaching-expiry" if kind is EventKind.BLOCK_EXPIRING else "delivered"),
-        "detail-type": kind.value, "source": "aws.ec2", "account": "123456789012",
-        "time": time, "resources": [
-            f"arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{reservation_id}"],
-        "detail": {"capacity-reservation-id": reservation_id, "end-date": end_date}})

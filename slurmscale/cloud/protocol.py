@@ -140,7 +140,7 @@ class EventQueue(Protocol):
     def delete(self, receipt: str) -> None: ...
 
 
-class Record(NamedTuple):
+class DnsRecord(NamedTuple):
     """A node's A record: its address and TTL."""
 
     ip: str
@@ -150,10 +150,10 @@ class Record(NamedTuple):
 class DnsZone(Protocol):
     """The zone that resolves node names (a Route 53 private hosted zone)."""
 
-    def records(self) -> dict[str, Record]:
+    def records(self) -> dict[str, DnsRecord]:
         """node name -> its A record, every one under the zone's domain."""
         ...
 
-    def change(self, upsert: dict[str, str], delete: dict[str, Record]) -> None:
+    def change(self, upsert: dict[str, str], delete: dict[str, DnsRecord]) -> None:
         """Set these names to these addresses and delete these records, in one change."""
         ...

@@ -9,7 +9,7 @@ pages by StartRecordName/StartRecordType (IsTruncated, NextRecordName, NextRecor
 from __future__ import annotations
 
 from slurmscale.cloud.aws import call, make_client
-from slurmscale.cloud.protocol import Record
+from slurmscale.cloud.protocol import DnsRecord
 from slurmscale.config import AwsSettings, DnsSettings
 
 MAX_CHANGES = 1000  # ResourceRecord elements in one ChangeResourceRecordSets
@@ -27,9 +27,9 @@ class Route53Zone:
     def _call(self, name: str, **kwargs: object) -> dict:
         return call(self.client, name, **kwargs)
 
-    def records(self) -> dict[str, Record]:
+    def records(self) -> dict[str, DnsRecord]:
         """Node name -> its A record, for every single-valued A record `<name>.<domain>`."""
-        out: dict[str, Record] = {}
+        out: dict[str, DnsRecord] = {}
         suffix = f".{self.domain}."
         start: dict[str, str] = {}
         while True:
@@ -40,16 +40,16 @@ class Route53Zone:
                 values = r.get("ResourceRecords", [])
                 if (r.get("Type") == "A" and name.endswith(suffix) and len(values) == 1
                         and "." not in name[:-len(suffix)]):
-                    out[name[:-len(suffix)]] = Record(str(values[0]["Value"]),
+                    out[name[:-len(suffix)]] = DnsRecord(str(values[0]["Value"]),
                                                       int(r.get("TTL", self.ttl)))
             if not page.get("IsTruncated"):
                 return out
             start = {"StartRecordName": page["NextRecordName"],
                      "StartRecordType": page.get("NextRecordType", "A")}
 
-    def change(self, upsert: dict[str, str], delete: dict[str, Record]) -> None:
+    def change(self, upsert: dict[str, str], delete: dict[str, DnsRecord]) -> None:
         """UPSERT each name -> IP, DELETE each listed record, in batches of MAX_CHANGES."""
-        changes = [self._change("UPSERT", n, Record(ip, self.ttl)) for n, ip in
+        changes = [self._change("UPSERT", n, DnsRecord(ip, self.ttl)) for n, ip in
                    sorted(upsert.items())]
         changes += [self._change("DELETE", n, r) for n, r in sorted(delete.items())]
         for i in range(0, len(changes), MAX_CHANGES):
@@ -57,7 +57,7 @@ class Route53Zone:
                        ChangeBatch={"Comment": "slurmscale: cloud nodes",
                                     "Changes": changes[i:i + MAX_CHANGES]})
 
-    def _change(self, action: str, name: str, r: Record) -> dict:
+    def _change(self, action: str, name: str, r: DnsRecord) -> dict:
         return {"Action": action, "ResourceRecordSet": {
             "Name": f"{name}.{self.domain}.", "Type": "A", "TTL": r.ttl,
             "ResourceRecords": [{"Value": r.ip}]}}

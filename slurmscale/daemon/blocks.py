@@ -23,16 +23,16 @@ from slurmscale.crashpoints import crash_point
 from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.effects import Effect, taken
-from slurmscale.daemon.fleets import ReservedCapacity
 from slurmscale.daemon.graces import Graces
+from slurmscale.daemon.reserved_capacity import ReservedCapacity
 from slurmscale.hostlists import compress
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.blocks import (
     FOREVER_S,
+    BlockEdit,
+    BlockEditKind,
     BlockPlan,
     Closed,
-    Edit,
-    EditKind,
     at,
     plan_block,
     starts_at_open,
@@ -164,10 +164,10 @@ class BlockPass:
         for c in plan.closed:  # the right span over the wrong nodes (the pool grew, say)
             r = held.get(c.name)
             if r is not None and c.name not in touched and sorted(r.nodes) != sorted(names):
-                todo.append(Edit(EditKind.UPDATE, c.name, None, c.end))
+                todo.append(BlockEdit(BlockEditKind.UPDATE, c.name, None, c.end))
         out: list[Effect] = []
         for e in todo:
-            if e.kind is EditKind.DELETE:
+            if e.kind is BlockEditKind.DELETE:
                 out.append(self._unreserve(e.name, plan.reason))
                 continue
             start = None if e.start is None or e.start <= now else e.start
@@ -176,7 +176,7 @@ class BlockPass:
             said = (Kind.BLOCK_RESERVATION, f"{pool.name}: nodes closed from "
                     f"{'now' if start is None else at(start)} {until}: {plan.reason}")
             out.append(edits.window(e.name, names, [self.user], start, e.end, said=said)
-                       if e.kind is EditKind.CREATE
+                       if e.kind is BlockEditKind.CREATE
                        else edits.window_set(e.name, names, start, e.end, said=said))
         return all(a.taken for a in self.effects.apply(out, now))
 

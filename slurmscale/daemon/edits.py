@@ -378,7 +378,7 @@ class SlurmEdits:
             case EditKind.POWER_UP:
                 self.slurm.power_up(nodes)
             case EditKind.REQUEUE:
-                self.slurm.requeue(edit.job)
+                self.slurm.requeue(edit.job, nodes[0] if nodes else "")
             case EditKind.PARTITIONS:
                 self.slurm.set_job_partitions(edit.job, list(edit.partitions))
             case EditKind.RESERVE:

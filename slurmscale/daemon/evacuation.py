@@ -157,7 +157,7 @@ def requeue(job: str, inst: InstanceRow, lost: Lost, runs: list[PreemptionRow],
 
 
 @dataclass(frozen=True)
-class Plan:
+class Evacuation:
     """A node's evacuation: `effects` in order; `kept`: jobs of this instance still in the
     grace an earlier handling began (the node waits for them, as for a grace begun now)."""
 
@@ -167,7 +167,7 @@ class Plan:
 
 def plan(inst: InstanceRow, jobs: list[str], graces: list[GraceRow], window: Window | None,
          lost: Lost, runs: dict[str, list[PreemptionRow]], steer: Steer | None,
-         now: datetime, warned: bool) -> Plan:
+         now: datetime, warned: bool) -> Evacuation:
     """Drain the node, then each job on it (`jobs`, read first: draining a node still
     powering up makes Slurm requeue its configuring job at once, and it would no longer be
     listed there): left alone if already in its grace for this warning (a message delivered
@@ -189,4 +189,4 @@ def plan(inst: InstanceRow, jobs: list[str], graces: list[GraceRow], window: Win
             continue
         out.append(Chain(signal(job, inst, window, lost.cause, lost.kind, lost.notice_time,
                                now, again=job in signalled_), otherwise=(now_requeued,)))
-    return Plan(out, kept=bool(in_grace))
+    return Evacuation(out, kept=bool(in_grace))

@@ -47,7 +47,7 @@ def read(t: datetime) -> datetime:
     return datetime.fromtimestamp(timeframe.FRAME.from_true(u.timestamp()), u.tzinfo)
 
 
-class Step(Enum):
+class GraceStep(Enum):
     """What one grace needs at a pass."""
 
     WAIT = "wait"  # still in its grace
@@ -73,15 +73,15 @@ def signal(job: str, inst: InstanceRow, window: Window, cause: PreemptionCause |
             f"{gs.margin_s:.0f}s) unless it leaves the node first"))
 
 
-def step(g: GraceRow, on_node: set[str], requeued_since: bool, now: datetime) -> Step:
+def step(g: GraceRow, on_node: set[str], requeued_since: bool, now: datetime) -> GraceStep:
     """Pure: a grace's next step from what Slurm shows on its node (`on_node`: the jobs
     there) and whether slurmscale requeued the job since its signal (its instance went
     first, or a gang's other node's grace requeued it)."""
     if requeued_since:
-        return Step.REQUEUED
+        return GraceStep.REQUEUED
     if g.job_id not in on_node:
-        return Step.LEFT
-    return Step.REQUEUE if now >= g.requeue_at else Step.WAIT
+        return GraceStep.LEFT
+    return GraceStep.REQUEUE if now >= g.requeue_at else GraceStep.WAIT
 
 
 class Graces:

@@ -36,8 +36,8 @@ from slurmscale.policy.health import (
     REPLACED_KIND,
     Cause,
     HealthKnobs,
+    HealthStep,
     HealthWatch,
-    Step,
     Verdict,
     iso,
 )
@@ -94,11 +94,11 @@ class HealthPass:
             # (Slurm's refusals are outcomes, said where they are applied: one node's
             # trouble never stops the others)
             match v.step:
-                case Step.DRAIN:
+                case HealthStep.DRAIN:
                     self._drain(v)
-                case Step.REPLACE:
+                case HealthStep.REPLACE:
                     self._replace(v, inst, now)
-                case Step.LEAVE:
+                case HealthStep.LEAVE:
                     self._leave(v, inst, recent.get(v.node, 0), now)
 
     def _heard(self, rows: list[InstanceRow]) -> None:

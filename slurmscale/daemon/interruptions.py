@@ -53,8 +53,8 @@ from slurmscale.daemon.evacuation import (
     requeue,
     steer_for,
 )
-from slurmscale.daemon.fleets import ReservedCapacity
-from slurmscale.daemon.graces import Graces, Step, step
+from slurmscale.daemon.graces import Graces, GraceStep, step
+from slurmscale.daemon.reserved_capacity import ReservedCapacity
 from slurmscale.lifecycles import GraceState
 from slurmscale.model import SlurmNode
 from slurmscale.slurm import reasons
@@ -320,11 +320,11 @@ class InterruptionPass:
             inst = self.store.instance(iid)
             for g in gs:
                 match step(g, on_node, self.graces.requeued_since(g), now):
-                    case Step.REQUEUED:
+                    case GraceStep.REQUEUED:
                         self.graces.close(g, GraceState.REQUEUED, now)
-                    case Step.LEFT:
+                    case GraceStep.LEFT:
                         self.graces.close(g, GraceState.ENDED, now)
-                    case Step.REQUEUE if self._requeue_graced(g, inst, now):
+                    case GraceStep.REQUEUE if self._requeue_graced(g, inst, now):
                         self.graces.close(g, GraceState.REQUEUED, now)
             if gs[0].cause == PreemptionCause.BLOCK_END:
                 continue  # the block pass powers a closed block's nodes down once idle

@@ -28,8 +28,9 @@ from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.edits import Edit
 from slurmscale.daemon.effects import GangUpdate, Record, Say, Terminate
-from slurmscale.daemon.fleets import STATE_DUE_TTL_S, GangFleets, ReservedCapacity
+from slurmscale.daemon.fleets import GangFleets
 from slurmscale.daemon.metrics import Metrics
+from slurmscale.daemon.reserved_capacity import STATE_DUE_TTL_S, ReservedCapacity
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.gangs import gang_id
 from slurmscale.hostlists import compress

@@ -17,7 +17,7 @@ import logging
 from datetime import datetime
 
 from slurmscale.audit import Kind
-from slurmscale.cloud.protocol import CloudError, DnsZone, Record
+from slurmscale.cloud.protocol import CloudError, DnsRecord, DnsZone
 from slurmscale.daemon.context import PassContext
 from slurmscale.hostlists import compress
 from slurmscale.store.protocol import ReconcileStore
@@ -51,7 +51,7 @@ class NodeNamePass:
         try:
             have = {n: r for n, r in self.zone.records().items()
                     if self.ctx.cfg.pool_of(n) is not None}
-            upsert = {n: ip for n, ip in want.items() if have.get(n, Record("", 0)).ip != ip}
+            upsert = {n: ip for n, ip in want.items() if have.get(n, DnsRecord("", 0)).ip != ip}
             delete = {n: r for n, r in have.items() if n not in want}
             if upsert or delete:
                 self.zone.change(upsert, delete)

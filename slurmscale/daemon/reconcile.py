@@ -39,7 +39,7 @@ from slurmscale.daemon.call_failures import CallFailures, watched
 from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.context import Clock, PassContext, TickResult, host_now, utcnow
 from slurmscale.daemon.fence import Fence, fenced
-from slurmscale.daemon.fleets import GangFleets, ReservedCapacity
+from slurmscale.daemon.fleets import GangFleets
 from slurmscale.daemon.health import HealthPass
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.keep_up import KeepUpPass
@@ -49,6 +49,7 @@ from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.node_names import NodeNamePass
 from slurmscale.daemon.pass_times import PassTimes
 from slurmscale.daemon.requests import RequestPass
+from slurmscale.daemon.reserved_capacity import ReservedCapacity
 from slurmscale.daemon.retry import EndpointRetry
 from slurmscale.daemon.sweep import InstanceSweep
 from slurmscale.daemon.topology import TopologyPass

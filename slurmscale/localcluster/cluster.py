@@ -463,8 +463,10 @@ SlurmdTimeout={self.o.slurmd_timeout}
         # (docs/install.md step 4: `slurmscale slurm-conf --output`)
         ours = self.slurmscale_conf
         self.conf.write_text(head + extra)
+        # (for the release that runs, as `slurm-conf` renders by `scontrol --version`)
         body = render_slurm_conf(self.cfg, node_extra=lambda p: f"NodeHostname=localhost "
-                                 f"Port={ports[p.name]}", site=read_site(self.conf))
+                                 f"Port={ports[p.name]}", site=read_site(self.conf),
+                                 release=self.release())
         ours.write_text(body)
         with self.conf.open("a") as f:
             f.write(f"Include {ours}\n")
@@ -642,8 +644,9 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
         preload = env.pop("LD_PRELOAD", None)
         after = ["/usr/bin/env", f"LD_PRELOAD={preload}"] if preload else []
         sock.unlink(missing_ok=True)  # a socket left by a killed daemon proves nothing
-        self.procs.start(name, [*self.as_slurm_user(), *after, sys.executable, "-m",
-                                "slurmscale", "--config", str(cfg_path), "daemon"], env=env)
+        self.procs.start(name, [*self.o.daemon_prefix, *self.as_slurm_user(), *after,
+                                sys.executable, "-m", "slurmscale", "--config", str(cfg_path),
+                                "daemon"], env=env)
 
         def up() -> bool:
             if not self.procs.running(name):

@@ -55,6 +55,9 @@ class ClusterOptions:
     capacity: dict[str, Any] = field(default_factory=dict)  # overrides of `capacity:`
     daemon: dict[str, Any] = field(default_factory=dict)  # overrides of `daemon:`
     daemon_env: dict[str, str] = field(default_factory=dict)  # the first daemon's extra env
+    # a command the daemons start under, as root, before the switch to SlurmUser (as systemd
+    # sets up a unit's sandbox before User=): tests/support/unit_sandbox.py
+    daemon_prefix: list[str] = field(default_factory=list)
     # Slurm keeps a requeued job ineligible for cred_expire seconds (default 120)
     cred_expire: int | None = None
     slurmd_timeout: int = 120  # slurmctld sets a silent node DOWN after this

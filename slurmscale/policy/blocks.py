@@ -59,15 +59,15 @@ class Closed:
     end: float  # the next window's start, or FOREVER_S on
 
 
-class EditKind(StrEnum):
+class BlockEditKind(StrEnum):
     CREATE = "create"
     UPDATE = "update"  # in place: the end, and the start unless it has begun
     DELETE = "delete"
 
 
 @dataclass(frozen=True)
-class Edit:
-    kind: EditKind
+class BlockEdit:
+    kind: BlockEditKind
     name: str
     start: float | None = None  # CREATE: None = now; UPDATE: None = leave it
     end: float = 0.0
@@ -80,7 +80,7 @@ class BlockPlan:
     open: Window | None  # the window open now
     next: Window | None  # the next window to open
     reason: str
-    edits: tuple[Edit, ...] = ()  # what makes Slurm's reservations `closed`
+    edits: tuple[BlockEdit, ...] = ()  # what makes Slurm's reservations `closed`
 
     @property
     def closed_from(self) -> float | None:
@@ -167,7 +167,7 @@ def plan_block(pool: str, prefix: str, blocks: Sequence[CapacityReservation], no
 
 
 def _match(pool: str, prefix: str, want: list[tuple[float | None, float]],
-           held: Sequence[Closed], now: float) -> tuple[list[Edit], list[Closed]]:
+           held: Sequence[Closed], now: float) -> tuple[list[BlockEdit], list[Closed]]:
     """The edits that turn `held` into `want` under Slurm's rules, and `want` named."""
     begun = sorted((h for h in held if h.start is None or h.start <= now),
                    key=lambda h: -h.end)
@@ -204,15 +204,15 @@ def _match(pool: str, prefix: str, want: list[tuple[float | None, float]],
     deletes += [h.name for h in future]
     # shrinking first: a reservation moved into the time another still holds is refused
     updates.sort(key=lambda u: not _within(u[1], u[0]))
-    edits = [Edit(EditKind.DELETE, n) for n in deletes]
-    edits += [Edit(EditKind.UPDATE, w.name, w.start, w.end) for _, w in updates]
+    edits = [BlockEdit(BlockEditKind.DELETE, n) for n in deletes]
+    edits += [BlockEdit(BlockEditKind.UPDATE, w.name, w.start, w.end) for _, w in updates]
     taken = {h.name for h in held}
     names = _names(prefix, pool, taken)
     before = f"{prefix}{pool}-before"
     for begins, end in creates:
         name = before if begins is None and before not in taken else next(names)
         named.append(Closed(name, begins, end))
-        edits.append(Edit(EditKind.CREATE, name, begins, end))
+        edits.append(BlockEdit(BlockEditKind.CREATE, name, begins, end))
     named.sort(key=lambda c: -1.0 if c.start is None else c.start)
     return edits, named
 

@@ -50,7 +50,7 @@ class Cause(StrEnum):
     REBOOTED = "unexpected-reboot"
 
 
-class Step(StrEnum):
+class HealthStep(StrEnum):
     WAIT = "wait"  # unhealthy, not acted on yet (grace, or a scheduled event's node busy)
     DRAIN = "drain"  # scheduled event: nothing new starts there
     REPLACE = "replace"  # jobs requeued, node powered down (instance terminated), returned
@@ -64,7 +64,7 @@ class Verdict:
     pool: str
     cause: Cause
     detail: str  # what was seen, for the reason, the audit log and `status`
-    step: Step
+    step: HealthStep
     since: float  # when first seen unhealthy (Unix seconds)
     # a scheduled event's start (Unix seconds): the time a pool's grace_signal gives its
     # jobs before the requeue; None: no time to give (an unhealthy node's jobs requeue now)
@@ -161,9 +161,9 @@ class HealthWatch:
             if cause in (Cause.NOT_RESPONDING, Cause.HEALTH_CHECK):
                 since = unwell[n.name] = self.since.get(n.name, now)
             step = self._step(n, cause, inst, since, now)
-            if step is Step.REPLACE and replaced_recently.get(n.name, 0) >= \
+            if step is HealthStep.REPLACE and replaced_recently.get(n.name, 0) >= \
                     self.settings.max_replacements:
-                step = Step.LEAVE
+                step = HealthStep.LEAVE
             ev = self.scheduled.get(inst.instance_id) if cause is Cause.SCHEDULED else None
             out.append(Verdict(n.name, inst.instance_id, inst.pool, cause, detail, step, since,
                                None if ev is None else ev.not_before))
@@ -203,19 +203,20 @@ class HealthWatch:
         return None
 
     def _step(self, n: SlurmNode, cause: Cause, inst: RunningInstance, since: float,
-              now: float) -> Step:
+              now: float) -> HealthStep:
         match cause:
             case Cause.IMPAIRED | Cause.REBOOTED:
-                return Step.REPLACE  # (Slurm has taken the node out already)
+                return HealthStep.REPLACE  # (Slurm has taken the node out already)
             case Cause.NOT_RESPONDING | Cause.HEALTH_CHECK:
-                return Step.REPLACE if now - since >= self.settings.grace_s else Step.WAIT
+                return (HealthStep.REPLACE if now - since >= self.settings.grace_s
+                        else HealthStep.WAIT)
         if reasons.drained_by_us(n) is not Why.SCHEDULED:
-            return Step.DRAIN
+            return HealthStep.DRAIN
         if n.base_state == "IDLE" and "COMPLETING" not in n.flags:
-            return Step.REPLACE  # drained and idle: nothing is lost by replacing it now
+            return HealthStep.REPLACE  # drained and idle: nothing is lost by replacing it now
         ev = self.scheduled.get(inst.instance_id)
         if ev is not None and ev.not_before is not None and \
                 now >= ev.not_before - self.settings.event_lead_s:
-            return Step.REPLACE  # its jobs requeue now rather than die in the event
-        return Step.WAIT
+            return HealthStep.REPLACE  # its jobs requeue now rather than die in the event
+        return HealthStep.WAIT
 

@@ -109,7 +109,7 @@ class PaidUsage(BaseModel):
     utilization: float | None
 
 
-class Graces(BaseModel):
+class GraceTotals(BaseModel):
     """The jobs one pool signalled before a requeue in the window (its `grace_signal`), by
     what warned: how many were signalled, left their node within the grace (saved and
     ended, or requeued themselves), were requeued at its end, or are in it still."""
@@ -160,7 +160,7 @@ class Report(BaseModel):
     unpriced: list[str]  # instance type/capacity type pairs without a price
     paid_capacity: list[PaidUsage] = []
     replacements: list[Replacements] = []
-    graces: list[Graces] = []
+    graces: list[GraceTotals] = []
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -247,7 +247,7 @@ def _usage(cfg: Config, pool: str, ctype: str, insts: list[InstanceRow], jobs: l
                      est_cost_usd=None if cost is None else round(cost, 2))
 
 
-def graces(store: Store, since: datetime, until: datetime) -> list[Graces]:
+def graces(store: Store, since: datetime, until: datetime) -> list[GraceTotals]:
     """Per pool and cause, the graces begun in the window (a gang's job counted once per
     signal, not once per node)."""
     by: dict[tuple[str, str], dict[str, GraceRow]] = {}
@@ -259,7 +259,7 @@ def graces(store: Store, since: datetime, until: datetime) -> list[Graces]:
         rows = list(jobs.values())
         took = [(utc(g.ended_at) - utc(g.signalled_at)).total_seconds() for g in rows
                 if g.ended_at is not None]
-        out.append(Graces(
+        out.append(GraceTotals(
             pool=pool, cause=cause, signalled=len(rows),
             left_in_grace=sum(g.state == GraceState.ENDED.value for g in rows),
             requeued=sum(g.state == GraceState.REQUEUED.value for g in rows),

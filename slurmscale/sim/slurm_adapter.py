@@ -463,9 +463,9 @@ class SimSlurm:
             self.sim.attached[idx] = name
         self._changed()
 
-    def requeue(self, job_id: str) -> None:
+    def requeue(self, job_id: str, node: str = "") -> None:
         """The whole job back to the queue (every node of a gang), eligible again after
-        Slurm's requeue delay."""
+        Slurm's requeue delay (the simulated Slurm is one without expedited requeues)."""
         idx = self.sim.idx_of.get(str(job_id))
         cmd = ["scontrol", "requeue", str(job_id)]
         if idx is None:

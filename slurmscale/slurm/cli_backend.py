@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from slurmscale import timeframe
-from slurmscale.hostlists import compress
+from slurmscale.hostlists import compress, expand
 from slurmscale.model import (
     JobPriority,
     PriorityWeights,
@@ -29,6 +29,7 @@ from slurmscale.model import (
     SlurmReservation,
 )
 from slurmscale.slurm.kv import (
+    EXPEDITED_REQUEUE,
     SPRIO_FORMAT,
     SQUEUE_FORMAT,
     LineMemo,
@@ -42,6 +43,7 @@ from slurmscale.slurm.kv import (
     release_of,
 )
 from slurmscale.slurm.protocol import SlurmError
+from slurmscale.slurm.reasons import INSTANCE_LOST, ours
 
 log = logging.getLogger(__name__)
 
@@ -296,9 +298,31 @@ class SlurmCLI:
         out = self.run("squeue", "-h", "-w", node, "-t", "CF,R", "-o", "%i")
         return [x.strip() for x in out.split() if x.strip()]
 
-    def requeue(self, job_id: str) -> None:
-        # the whole job (every node of a gang) goes back to the queue; never FAILED
+    def requeue(self, job_id: str, node: str = "") -> None:
+        """`scontrol requeue`, or on Slurm 25.11+ for a job submitted with
+        `--requeue=expedite`, its `node` set DOWN with the reason slurmscale drained it for
+        (its instance going away): Slurm's expedited requeue then restarts the job first, at
+        once. An explicit `scontrol requeue` spares such a job the requeue delay but keeps its
+        priority (shown on 26.05: a job of higher priority took the nodes first); a failed node
+        is what Slurm expedites (sbatch(1) --requeue; slurm.conf(5) enable_expedited_requeue)."""
+        why = self._expedite_off(job_id, node) if node else None
+        if why is not None:
+            self.scontrol("update", f"NodeName={node}", "State=DOWN", f"Reason={why}")
+            return
         self.scontrol("requeue", job_id)
+
+    def _expedite_off(self, job_id: str, node: str) -> str | None:
+        """The reason to set `node` DOWN with so Slurm expedites the job's requeue: the
+        node's own, when it is slurmscale's for an instance going away; None: requeue it."""
+        if self.release() < EXPEDITED_REQUEUE:
+            return None
+        job = parse_oneliner(self.scontrol("show", "job", "-o", job_id).strip())
+        if job.get("ExpeditedRequeue") != "Yes" or node not in expand(job.get("NodeList", "")):
+            return None
+        said = parse_oneliner(self.scontrol("show", "node", "-o", node).strip()).get(
+            "Reason", "")
+        said = said.split(" [", 1)[0]  # (Slurm appends [user@time])
+        return said if ours(said) in INSTANCE_LOST else None
 
     def signal_job(self, job_id: str, signal: str, full: bool) -> None:
         # (without --batch or --full, scancel signals the steps only, and a batch script

@@ -310,6 +310,10 @@ def parse_sprio(text: str) -> list[JobPriority]:
     return out
 
 
+# sbatch --requeue=expedite and SlurmctldParameters=enable_expedited_requeue (Slurm 25.11)
+EXPEDITED_REQUEUE = (25, 11)
+
+
 def release_of(text: str) -> tuple[int, int] | None:
     """Slurm's release (major, minor) from its version text (`scontrol --version`:
     "slurm-wlm 26.05.5"; SLURM_VERSION in `scontrol show config`: "22.05.8"); None: none in

@@ -101,6 +101,6 @@ class NodeWrites:
         self.unknown = True
         self.inner.delete_reservation(name)
 
-    def requeue(self, job_id: str) -> None:
+    def requeue(self, job_id: str, node: str = "") -> None:
         self.unknown = True
-        self.inner.requeue(job_id)
+        self.inner.requeue(job_id, node)

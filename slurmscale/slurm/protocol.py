@@ -70,7 +70,10 @@ class SlurmClient(Protocol):
 
     def jobs_on_node(self, node: str) -> list[str]: ...
 
-    def requeue(self, job_id: str) -> None: ...
+    def requeue(self, job_id: str, node: str = "") -> None:
+        """The whole job (every node of a gang) back to the queue, never FAILED. `node`: the
+        one it is requeued off (its instance going away), where the release can use it."""
+        ...
 
     def signal_job(self, job_id: str, signal: str, full: bool) -> None:
         """Send `signal` (a name: USR1) to a running job's batch shell, or with `full` to the

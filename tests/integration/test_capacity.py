@@ -544,8 +544,9 @@ def test_an_extension_moves_the_close_and_the_expiration_warning_closes_at_once(
     down, long before the close slurmscale had planned and before any EC2 termination."""
     from datetime import UTC, datetime, timedelta
 
-    from slurmscale.cloud.eventbridge import EventKind, block_message
+    from slurmscale.cloud.eventbridge import EventKind
     from slurmscale.policy.observe import slurm_time
+    from tests.support.eventbridge_messages import block_message
 
     margin = 40
     c, proxy = _block_pool(make_cluster, [BLOCK], margin)
@@ -614,7 +615,8 @@ def _past_the_close_and_warned(c, job: int, close: float, end) -> None:  # type:
     Expiration Warning for BLOCK, sent with the close as its time."""
     from datetime import UTC, datetime
 
-    from slurmscale.cloud.eventbridge import EventKind, block_message
+    from slurmscale.cloud.eventbridge import EventKind
+    from tests.support.eventbridge_messages import block_message
 
     c.slurm("scontrol", "update", f"JobId={job}", "TimeLimit=10")
     wait_for("the close", lambda: datetime.now(UTC).timestamp() >= close,

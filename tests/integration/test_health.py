@@ -17,13 +17,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slurmscale.cloud.eventbridge import health_message
 from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.hostlists import expand
 from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.procs import wait_for
 from slurmscale.slurm.reasons import Why
 from tests.integration.slurm_releases import slurm_root
+from tests.support.eventbridge_messages import health_message
 
 pytestmark = pytest.mark.slurm
 

@@ -108,3 +108,43 @@ def test_a_gang_goes_whole_into_the_reservation_under_one_spine_and_is_one_block
     assert f"BlockName={LEAF_C}" in shown and f"Nodes={c.job(job)['NodeList']}" in shown, shown
     print(f"topology/block: the gang on {nodes} in {CR_C}, {len(reads)} reservation "
           f"topology read(s); scontrol show topology:\n{shown}")
+
+
+def test_the_daemon_in_the_shipped_units_sandbox_writes_topology_conf_only_as_the_unit_allows(
+        make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Issue 64: the shipped unit's ProtectSystem=full makes /etc read-only for the daemon,
+    whose `topology:` rewrites /etc/slurm/topology.conf. Run in the unit's own sandbox (its
+    ProtectSystem=, ProtectHome= and ReadWritePaths= lines, read from the shipped file:
+    tests/support/unit_sandbox.py), with the cluster's configuration directory as /etc/slurm:
+    without the unit's `ReadWritePaths=-/etc/slurm/topology.conf` the write fails (and says
+    so); with the unit as shipped, the same daemon writes it and Slurm takes it."""
+    from tests.support.unit_sandbox import sandbox_prefix
+
+    c, proxy = make_cluster(
+        pools=[PoolSpec("gpu-od", "od-", 2, capacity_type="on-demand")],
+        extra_config={"topology": {"read_interval_s": 2, "reconfigure_interval_s": 2}},
+        min_idle=600, max_idle=900, suspend_time=1200, start_daemon=False)
+    proxy.capacity.topology_by_node = {"od-1": (TOP, SPINE_A, LEAF_A),
+                                       "od-2": (TOP, SPINE_A, LEAF_A)}
+    conf_dir = c.conf.parent
+    topology = conf_dir / "topology.conf"
+    assert c.cfg.topology_file() == str(topology)
+    c.o.daemon_prefix = sandbox_prefix(conf_dir, drop=("/etc/slurm/topology.conf",))
+    c.start_daemon()
+    job = c.sbatch("-N", "2", "-p", "gpu-od", "--gres=gpu:8", "--wrap", "sleep 1")
+    c.wait_job(job, {"COMPLETED"}, 180)
+
+    def said(kind: str) -> list[str]:
+        return [e["message"] for e in c.events() if e["kind"] == kind]
+    wait_for("the write refused", lambda: said("topology_failed"), 60)
+    assert "Read-only file system" in said("topology_failed")[0], said("topology_failed")
+    assert LEAF_A not in topology.read_text()
+
+    c.procs.stop("daemon")
+    c.o.daemon_prefix = sandbox_prefix(conf_dir)  # the unit as shipped
+    c.start_daemon()
+    wait_for("the topology written", lambda: any(
+        "2 node(s) placed" in m for m in said("topology_updated")), 60)
+    assert LEAF_A in topology.read_text()
+    shown = c.slurm("scontrol", "show", "topology")
+    assert f"SwitchName={LEAF_A}" in shown and "Nodes=od-[1-2]" in shown, shown

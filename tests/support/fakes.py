@@ -440,7 +440,7 @@ class FakeSlurm:
             raise SlurmError(["scancel"], 1, "slurm_signal_job error")
         self.calls.append(("signal", [job_id, signal, "full" if full else "batch"]))
 
-    def requeue(self, job_id: str) -> None:
+    def requeue(self, job_id: str, node: str = "") -> None:
         self.calls.append(("requeue", [job_id]))
         self.queue = [j._replace(state="PENDING", reason="BeginTime", nodelist="")
                       if j.job_id == job_id else j for j in self.queue]

@@ -171,11 +171,11 @@ def test_the_stacks_outputs_fill_the_config_and_a_second_apply_changes_nothing()
 
 # --- check's AWS pieces ---------------------------------------------------------------------
 def _queue(policy: dict | None = None, rules: dict | str | None = None, kms: str | None = None):  # type: ignore[no-untyped-def]
-    from slurmscale.check_aws import QueueView
+    from slurmscale.check_aws import EventQueueSetup
     from slurmscale.stack.template import event_rules, queue_policy
 
     arn = "arn:aws:sqs:us-east-1:1:q"
-    return QueueView(arn, queue_policy(arn, ["r"]) if policy is None else policy, kms,
+    return EventQueueSetup(arn, queue_policy(arn, ["r"]) if policy is None else policy, kms,
                      {n: ("ENABLED", p) for n, p in event_rules().items()}
                      if rules is None else rules)
 

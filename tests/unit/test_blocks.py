@@ -14,9 +14,9 @@ from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode
 from slurmscale.policy.blocks import (
     FOREVER_S,
+    BlockEdit,
+    BlockEditKind,
     Closed,
-    Edit,
-    EditKind,
     plan_block,
     starts_at_open,
     windows,
@@ -334,17 +334,17 @@ class SlurmWindows:
 
     def __init__(self) -> None:
         self.resv: dict[str, tuple[float, float]] = {}
-        self.refused: list[tuple[Edit, str]] = []
+        self.refused: list[tuple[BlockEdit, str]] = []
 
     def held(self, now: float) -> list[Closed]:
         self.resv = {n: (s, e) for n, (s, e) in self.resv.items() if e > now}
         return [Closed(n, s, e) for n, (s, e) in self.resv.items()]
 
-    def apply(self, e: Edit, now: float) -> None:
-        if e.kind is EditKind.DELETE:
+    def apply(self, e: BlockEdit, now: float) -> None:
+        if e.kind is BlockEditKind.DELETE:
             self.resv.pop(e.name)
             return
-        if e.kind is EditKind.CREATE:
+        if e.kind is BlockEditKind.CREATE:
             span = (now if e.start is None else e.start, e.end)
         else:
             start, _ = self.resv[e.name]
@@ -397,7 +397,8 @@ def test_an_expiration_warning_closes_the_block_at_once(tmp_path) -> None:  # ty
     """EC2 sends the Expiration Warning 40 minutes before a block's end. When the block as
     last read ends later than that (a late config, a skewed clock), the warning's time wins:
     the window closes now, what runs is requeued, before EC2's terminations begin."""
-    from slurmscale.cloud.eventbridge import EventKind, block_message
+    from slurmscale.cloud.eventbridge import EventKind
+    from tests.support.eventbridge_messages import block_message
 
     queue = FakeQueue()
     r, cloud, slurm, clock, _ = _world(tmp_path, queue=queue)

@@ -182,6 +182,31 @@ def test_a_slurm_that_requeues_on_resume_failure_itself_is_told_to(world) -> Non
     assert line not in render_slurm_conf(cfg)
 
 
+def test_slurm_25_11s_expedited_requeue_is_rendered_for_it_and_checked(world) -> None:  # type: ignore[no-untyped-def]
+    """25.11 added SlurmctldParameters=enable_expedited_requeue: slurm-conf renders it for that
+    release on (the site's own values kept), check warns where the running Slurm lacks it,
+    and `slurm.expedited_requeue: false` leaves it out of both."""
+    from slurmscale.slurmconf import render_slurm_conf
+
+    cfg, view, conf = world
+    new = replace(view, config={**view.config, "SLURM_VERSION": "26.05.5",
+                                "SchedulerParameters": "requeue_on_resume_failure"})
+    on = replace(new, config={**new.config, "SlurmctldParameters":
+                              "idle_on_node_suspend,enable_expedited_requeue"})
+    assert codes(cfg, new, conf) == ["expedited_requeue"] and codes(cfg, on, conf) == []
+    assert "enable_expedited_requeue" in render_slurm_conf(cfg, release=(25, 11))
+    assert "enable_expedited_requeue" not in render_slurm_conf(cfg, release=(25, 5))
+    assert "enable_expedited_requeue" not in render_slurm_conf(cfg)
+    site = render_slurm_conf(cfg, release=(26, 5),
+                             site={"slurmctldparameters": ["reboot_from_controller"]})
+    assert ("SlurmctldParameters=reboot_from_controller,idle_on_node_suspend,"
+            "enable_expedited_requeue") in site
+    off = cfg.model_copy(update={"slurm": cfg.slurm.model_copy(
+        update={"expedited_requeue": False})})
+    assert codes(off, new, conf) == []
+    assert "enable_expedited_requeue" not in render_slurm_conf(off, release=(26, 5))
+
+
 def test_slurm_conf_names_a_bad_release_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys
@@ -226,7 +251,8 @@ def test_the_block_plugin_needs_slurm_23_11_and_topology_block(world) -> None:  
     assert p.code == "topology_plugin" and "23.11 or later (this is 22.05)" in p.message
     tree = replace(view, config={**view.config, "TopologyPlugin": "topology/tree",
                                  "SLURM_VERSION": "26.05.0", "SchedulerParameters":
-                                 "requeue_on_resume_failure"})
+                                 "requeue_on_resume_failure", "SlurmctldParameters":
+                                 "idle_on_node_suspend,enable_expedited_requeue"})
     (p,) = check(topo, tree, conf)
     assert p.code == "topology_plugin" and "expected topology/block" in p.message
     block = replace(tree, config={**tree.config, "TopologyPlugin": "topology/block"})

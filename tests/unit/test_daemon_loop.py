@@ -208,7 +208,9 @@ def _daemon_up(tmp_path: Path, cfg: Path, env: dict[str, str] | None = None,
     while not sock.is_socket():
         if daemon.poll() is not None or time.monotonic() > deadline:
             daemon.kill()
-            raise AssertionError("daemon not up")
+            said = daemon.communicate()[0] if out == subprocess.PIPE else b""
+            raise AssertionError(f"daemon not up (exit {daemon.returncode}): "
+                                 f"{(said or b'').decode(errors='replace')[-2000:]}")
         time.sleep(0.1)
     return daemon
 

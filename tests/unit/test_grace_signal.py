@@ -173,17 +173,17 @@ def test_a_gang_warned_on_two_nodes_is_signalled_once_and_requeued_once(graced) 
 
 
 def test_a_graces_step_is_decided_from_what_slurm_shows() -> None:
-    from slurmscale.daemon.graces import Step, step
+    from slurmscale.daemon.graces import GraceStep, step
     from slurmscale.store.rows import GraceRow
 
     g = GraceRow(job_id="42", node="spot-1", instance_id="i-1", pool="gpu-spot",
                  signal="USR1", signalled_at=T0, requeue_at=REQUEUE_AT, state="signalled",
                  cause="interrupted", kind="k")
     before = REQUEUE_AT - timedelta(seconds=1)
-    assert step(g, {"42"}, False, before) is Step.WAIT
-    assert step(g, {"42"}, False, REQUEUE_AT) is Step.REQUEUE
-    assert step(g, {"7"}, False, before) is Step.LEFT
-    assert step(g, {"42"}, True, REQUEUE_AT) is Step.REQUEUED  # (requeued off another node)
+    assert step(g, {"42"}, False, before) is GraceStep.WAIT
+    assert step(g, {"42"}, False, REQUEUE_AT) is GraceStep.REQUEUE
+    assert step(g, {"7"}, False, before) is GraceStep.LEFT
+    assert step(g, {"42"}, True, REQUEUE_AT) is GraceStep.REQUEUED  # (requeued off another node)
 
 
 def test_an_instance_gone_in_the_grace_has_its_jobs_requeued_at_once(graced) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmscale.cloud.eventbridge import EventError, EventKind, health_message, parse_events
+from slurmscale.cloud.eventbridge import EventError, EventKind, parse_events
 from slurmscale.cloud.protocol import CloudInstance
 from slurmscale.config import HealthSettings
 from slurmscale.config_file import parse_config
@@ -19,11 +19,12 @@ from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.health import HealthPass, health_knobs
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.model import InstanceHealth, QueueJob, ScheduledEvent, SlurmNode
-from slurmscale.policy.health import Cause, HealthWatch, Step
+from slurmscale.policy.health import Cause, HealthStep, HealthWatch
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
 from slurmscale.store.rows import InstanceRow, utc
+from tests.support.eventbridge_messages import health_message
 from tests.support.fakes import FakeCloud, FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
 
@@ -47,7 +48,7 @@ def node(state: str, reason: str = "") -> SlurmNode:
 
 
 def steps(watch: HealthWatch, n: SlurmNode, t: float, statuses: dict | None = None,
-          recent: dict | None = None) -> list[tuple[Cause, Step]]:
+          recent: dict | None = None) -> list[tuple[Cause, HealthStep]]:
     return [(v.cause, v.step) for v in watch.verdicts([n], RUN, statuses or {}, recent or {},
                                                       t)]
 
@@ -55,7 +56,7 @@ def steps(watch: HealthWatch, n: SlurmNode, t: float, statuses: dict | None = No
 def test_an_impaired_instance_is_replaced_at_once() -> None:
     w = HealthWatch(SETTINGS)
     bad = {IID: InstanceHealth(IID, system_status="impaired")}
-    assert steps(w, node("ALLOCATED+CLOUD"), 0, bad) == [(Cause.IMPAIRED, Step.REPLACE)]
+    assert steps(w, node("ALLOCATED+CLOUD"), 0, bad) == [(Cause.IMPAIRED, HealthStep.REPLACE)]
     assert steps(w, node("ALLOCATED+CLOUD"), 0, {IID: InstanceHealth(IID)}) == []
 
 
@@ -65,16 +66,16 @@ def test_a_node_slurm_downed_as_unexpectedly_rebooted_is_replaced_at_once() -> N
     node would hold its instance for nothing."""
     w = HealthWatch(SETTINGS)
     rebooted = node("DOWN+CLOUD", "Node unexpectedly rebooted")
-    assert steps(w, rebooted, 0) == [(Cause.REBOOTED, Step.REPLACE)]
+    assert steps(w, rebooted, 0) == [(Cause.REBOOTED, HealthStep.REPLACE)]
     assert steps(w, node("DOWN+CLOUD", "rebooted for a BIOS update"), 0) == [], "an admin's"
 
 
 def test_a_health_check_drain_waits_out_the_grace_and_an_admin_drain_is_never_touched() -> None:
     w = HealthWatch(SETTINGS)
     nhc = node("IDLE+CLOUD+DRAIN", "NHC: check_nv_gpu: Xid 79 on GPU 3")
-    assert steps(w, nhc, 1000) == [(Cause.HEALTH_CHECK, Step.WAIT)]
-    assert steps(w, nhc, 1059) == [(Cause.HEALTH_CHECK, Step.WAIT)]
-    assert steps(w, nhc, 1060) == [(Cause.HEALTH_CHECK, Step.REPLACE)]
+    assert steps(w, nhc, 1000) == [(Cause.HEALTH_CHECK, HealthStep.WAIT)]
+    assert steps(w, nhc, 1059) == [(Cause.HEALTH_CHECK, HealthStep.WAIT)]
+    assert steps(w, nhc, 1060) == [(Cause.HEALTH_CHECK, HealthStep.REPLACE)]
     admin = node("IDLE+CLOUD+DRAIN", "bad cable, ticket 4411")
     impaired = {IID: InstanceHealth(IID, instance_status="impaired")}
     assert steps(HealthWatch(SETTINGS), admin, 0, impaired) == []
@@ -84,11 +85,11 @@ def test_a_health_check_drain_waits_out_the_grace_and_an_admin_drain_is_never_to
 def test_not_responding_must_last_the_grace_across_passes() -> None:
     w = HealthWatch(SETTINGS)
     gone = node("IDLE+CLOUD+NOT_RESPONDING")
-    assert steps(w, gone, 0) == [(Cause.NOT_RESPONDING, Step.WAIT)]
+    assert steps(w, gone, 0) == [(Cause.NOT_RESPONDING, HealthStep.WAIT)]
     assert steps(w, node("IDLE+CLOUD"), 30) == []  # it answered again: the grace restarts
-    assert steps(w, gone, 40) == [(Cause.NOT_RESPONDING, Step.WAIT)]
+    assert steps(w, gone, 40) == [(Cause.NOT_RESPONDING, HealthStep.WAIT)]
     assert steps(w, node("DOWN+CLOUD", "Not responding"), 100) == [
-        (Cause.NOT_RESPONDING, Step.REPLACE)]
+        (Cause.NOT_RESPONDING, HealthStep.REPLACE)]
 
 
 def test_nodes_without_an_instance_in_transition_or_ours_already_are_left_alone() -> None:
@@ -110,18 +111,18 @@ def test_a_scheduled_event_drains_then_replaces_once_idle_or_before_the_event() 
     w.statuses_read(st_.values())
     busy = node("MIXED+CLOUD")
     (v,) = w.verdicts([busy], RUN, st_, {}, 0)
-    assert (v.cause, v.step) == (Cause.SCHEDULED, Step.DRAIN)
+    assert (v.cause, v.step) == (Cause.SCHEDULED, HealthStep.DRAIN)
     assert v.detail == "instance-retirement from 1970-01-01T02:46:40+00:00"
     drained = reasons.reason(Why.SCHEDULED, v.detail)
     assert steps(w, node("MIXED+CLOUD+DRAIN", drained), 9_099, st_) == [
-        (Cause.SCHEDULED, Step.WAIT)]
+        (Cause.SCHEDULED, HealthStep.WAIT)]
     assert steps(w, node("MIXED+CLOUD+DRAIN", drained), 9_100, st_) == [
-        (Cause.SCHEDULED, Step.REPLACE)]
+        (Cause.SCHEDULED, HealthStep.REPLACE)]
     assert steps(w, node("IDLE+CLOUD+DRAIN", drained), 0, st_) == [
-        (Cause.SCHEDULED, Step.REPLACE)]
+        (Cause.SCHEDULED, HealthStep.REPLACE)]
     # the memory lost (a restart before the status read): drained by us, idle -> replaced
     assert steps(HealthWatch(SETTINGS), node("IDLE+CLOUD+DRAIN", drained), 0) == [
-        (Cause.SCHEDULED, Step.REPLACE)]
+        (Cause.SCHEDULED, HealthStep.REPLACE)]
     # EC2 lists it no more (canceled): an undrained node is left alone
     w.statuses_read([InstanceHealth(IID)])
     assert steps(w, busy, 0, {IID: InstanceHealth(IID)}) == []
@@ -131,9 +132,9 @@ def test_a_node_replaced_too_often_is_left_for_an_admin() -> None:
     w = HealthWatch(SETTINGS)  # max_replacements 3
     bad = {IID: InstanceHealth(IID, instance_status="impaired")}
     assert steps(w, node("IDLE+CLOUD"), 0, bad, {"spot-1": 2}) == [
-        (Cause.IMPAIRED, Step.REPLACE)]
+        (Cause.IMPAIRED, HealthStep.REPLACE)]
     assert steps(w, node("IDLE+CLOUD"), 0, bad, {"spot-1": 3}) == [
-        (Cause.IMPAIRED, Step.LEAVE)]
+        (Cause.IMPAIRED, HealthStep.LEAVE)]
 
 
 STATES = st.sets(st.sampled_from(["DRAIN", "NOT_RESPONDING", "COMPLETING", "POWERED_DOWN",
@@ -156,7 +157,7 @@ def test_an_admins_drain_is_never_acted_on_and_replacing_respects_the_guard(
     if admins and (n.flags & {"DRAIN", "DOWN"}):
         assert out == []
     for v in out:
-        assert v.step is not Step.REPLACE or recent < SETTINGS.max_replacements
+        assert v.step is not HealthStep.REPLACE or recent < SETTINGS.max_replacements
 
 
 def test_aws_health_scheduled_changes_parse_one_event_per_instance() -> None:

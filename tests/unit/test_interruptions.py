@@ -134,7 +134,7 @@ def test_a_node_is_powered_down_once_its_requeued_jobs_are_off_it(world, complet
     p, slurm, q, store, events = world
     plain = slurm.requeue
 
-    def requeue(job_id: str) -> None:  # as slurmctld: the node COMPLETING the job a while
+    def requeue(job_id: str, node: str = "") -> None:  # as slurmctld: the node COMPLETING
         plain(job_id)
         n = slurm.table["spot-1"]
         slurm.table["spot-1"] = replace(n, state=n.state + "+COMPLETING")
@@ -173,7 +173,7 @@ def test_a_standby_that_takes_over_mid_wait_powers_the_node_down_when_the_leader
     p, slurm, q, store, events = world
     plain = slurm.requeue
 
-    def requeue(job_id: str) -> None:
+    def requeue(job_id: str, node: str = "") -> None:
         plain(job_id)
         n = slurm.table["spot-1"]
         slurm.table["spot-1"] = replace(n, state=n.state + "+COMPLETING")  # for good
@@ -352,7 +352,7 @@ def test_a_warning_for_a_node_still_booting_records_its_job_even_if_slurm_requeu
         drain(names, reason)
         slurm.requeue("42")  # what slurmctld does to the configuring job
 
-    def requeue_pending(job_id: str) -> None:
+    def requeue_pending(job_id: str, node: str = "") -> None:
         if slurm.job(job_id).get("JobState") == "PENDING":
             raise SlurmError(["scontrol"], 1, "Job is pending execution")
         slurm.queue = [j._replace(state="PENDING") if j.job_id == job_id else j

@@ -14,7 +14,7 @@ import boto3
 import pytest
 
 from slurmscale.cloud.protocol import CloudError
-from slurmscale.cloud.route53 import Record, Route53Zone
+from slurmscale.cloud.route53 import DnsRecord, Route53Zone
 from slurmscale.config import Config
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.reconcile import Reconciler
@@ -85,7 +85,7 @@ class FailingOnce:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.zone, name)
 
-    def change(self, upsert: dict[str, str], delete: dict[str, Record]) -> None:
+    def change(self, upsert: dict[str, str], delete: dict[str, DnsRecord]) -> None:
         if self.left:
             self.left -= 1
             raise CloudError("EndpointConnectionError", "killed before the write")
