@@ -232,12 +232,16 @@ def _check_pools(cfg: Config, view: SlurmView) -> list[Problem]:
     return f.out
 
 
+def _ctld(c: dict[str, str]) -> set[str]:
+    """The SlurmctldParameters the running Slurm has."""
+    return set(items(c.get("SlurmctldParameters")))
+
+
 def _check_release(cfg: Config, c: dict[str, str]) -> list[Problem]:
     f = _Found()
     warn = f.warn
     release = release_of(c.get("SLURM_VERSION", ""))
-    ctld = {v.strip() for v in c.get("SlurmctldParameters", "").split(",")}
-    if expedites(cfg, release) and "enable_expedited_requeue" not in ctld:
+    if expedites(cfg, release) and "enable_expedited_requeue" not in _ctld(c):
         warn("expedited_requeue", "SlurmctldParameters lacks enable_expedited_requeue: jobs "
              "submitted with --requeue=expedite that slurmscale requeues wait their turn "
              "(render slurm.conf again: `slurmscale slurm-conf --output`, then `scontrol "
@@ -312,7 +316,7 @@ def _check_timers(cfg: Config, c: dict[str, str]) -> list[Problem]:
     if c.get("JobRequeue", "1") != "1":
         warn("job_requeue", f"JobRequeue is {c.get('JobRequeue')}: jobs on a failed launch or "
              "an interrupted spot node fail instead of requeueing")
-    have = {v.strip() for v in c.get("SlurmctldParameters", "").split(",") if v.strip()}
+    have = _ctld(c)
     if "idle_on_node_suspend" not in have:
         warn("idle_on_node_suspend", "SlurmctldParameters lacks idle_on_node_suspend: nodes "
              "powered down after a failure stay DOWN")

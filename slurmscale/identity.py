@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+from urllib.parse import parse_qs, urlsplit
 
 from slurmscale import __version__
 
@@ -25,6 +26,15 @@ def application_name(role: str) -> str:
     pid = f":{os.getpid()}"
     head = f"slurmscale-{role} {socket.gethostname()}"
     return head[:_PG_NAME_MAX - len(pid)] + pid
+
+
+def session_args(url: str, role: str) -> dict[str, str]:
+    """The connect_args that name a PostgreSQL session (`application_name`) for this process
+    in `role`; {} for another database, or a URL that names its sessions itself."""
+    parts = urlsplit(url)
+    if not parts.scheme.startswith("postgresql") or "application_name" in parse_qs(parts.query):
+        return {}
+    return {"application_name": application_name(role)}
 
 
 def user_agent_extra() -> str:

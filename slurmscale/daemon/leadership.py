@@ -41,7 +41,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.pool import NullPool
 
-from slurmscale.identity import application_name, identity
+from slurmscale.identity import identity, session_args
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,9 @@ PG_LEASE_CONNECT_ARGS = {"connect_timeout": 5, "keepalives": 1, "keepalives_idle
                          "tcp_user_timeout": 10000}
 
 
-def lease_connect_args(role: str) -> dict[str, object]:
+def lease_connect_args(url: str, role: str) -> dict[str, object]:
     """The lock connection's libpq settings, named for `pg_stat_activity` (identity.py)."""
-    return {**PG_LEASE_CONNECT_ARGS, "application_name": application_name(role)}
+    return {**PG_LEASE_CONNECT_ARGS, **session_args(url, role)}
 
 
 class Lease(Protocol):
@@ -98,7 +98,7 @@ class PgAdvisoryLease:
         self.key = lock_key(cluster_name)
         self.stale_s = stale_s
         self.engine: Engine = create_engine(url, poolclass=NullPool,
-                                            connect_args=lease_connect_args("lease"))
+                                            connect_args=lease_connect_args(url, "lease"))
         self.conn: Connection | None = None
         self.took_over: str | None = None  # whom this lease cut off to lead (for the event)
         self._mutex = threading.Lock()  # (the connection is the pass's and the beat's)
@@ -268,7 +268,7 @@ def holder_silence(url: str, cluster_name: str) -> float | None:
     if make_url(url).get_backend_name() != "postgresql":
         return None
     u = lock_key(cluster_name) & 0xFFFFFFFFFFFFFFFF
-    engine = create_engine(url, poolclass=NullPool, connect_args=lease_connect_args("status"))
+    engine = create_engine(url, poolclass=NullPool, connect_args=lease_connect_args(url, "status"))
     try:
         with engine.connect() as c:
             row = c.execute(_HOLDER, {"hi": u >> 32, "lo": u & 0xFFFFFFFF}).first()

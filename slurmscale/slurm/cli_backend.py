@@ -316,11 +316,10 @@ class SlurmCLI:
         node's own, when it is slurmscale's for an instance going away; None: requeue it."""
         if self.release() < EXPEDITED_REQUEUE:
             return None
-        job = parse_oneliner(self.scontrol("show", "job", "-o", job_id).strip())
+        job = self.job(job_id)
         if job.get("ExpeditedRequeue") != "Yes" or node not in expand(job.get("NodeList", "")):
             return None
-        said = parse_oneliner(self.scontrol("show", "node", "-o", node).strip()).get(
-            "Reason", "")
+        said = next((n.reason for n in self.nodes([node])), "")
         said = said.split(" [", 1)[0]  # (Slurm appends [user@time])
         return said if ours(said) in INSTANCE_LOST else None
 

@@ -30,13 +30,12 @@ from sqlalchemy import (
 from sqlalchemy import Float as PlainFloat
 from sqlalchemy import String as PlainString
 from sqlalchemy.engine import Connection, CursorResult, Engine
-from sqlalchemy.engine.url import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, make_transient, sessionmaker
 from sqlalchemy.sql import Select, Update
 
 from slurmscale.audit import Kind
-from slurmscale.identity import application_name
+from slurmscale.identity import session_args
 from slurmscale.lifecycles import (
     GANG_EDGES,
     GRACE_EDGES,
@@ -143,12 +142,7 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
         _private_sqlite_file(path)
-    named = make_url(url)
-    # (a PostgreSQL session named for pg_stat_activity, unless the URL names it already)
-    connect_args = ({"application_name": application_name("store")}
-                    if named.get_backend_name() == "postgresql"
-                    and "application_name" not in named.query else {})
-    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    engine = create_engine(url, pool_pre_ping=True, connect_args=session_args(url, "store"))
     if engine.dialect.name == "sqlite":
         # pysqlite runs DDL outside any transaction, so a daemon killed during a schema
         # upgrade would leave tables without their version stamp and every later upgrade

@@ -30,3 +30,11 @@ def test_every_aws_request_names_slurmscale_and_this_process() -> None:
     client = make_client("ec2", AwsSettings(region="us-east-1"), "http://127.0.0.1:9")
     agent = client.meta.config.user_agent_extra
     assert agent == f"slurmscale/{__version__} ({socket.gethostname()}:{os.getpid()})"
+
+
+def test_only_a_postgresql_url_that_names_no_session_gets_this_process_name() -> None:
+    pg = "postgresql+psycopg://slurmscale@db.example:5432/slurmscale"
+    assert identity.session_args(pg, "store") == {
+        "application_name": identity.application_name("store")}
+    assert identity.session_args(pg + "?application_name=site-ha", "lease") == {}
+    assert identity.session_args("sqlite:////var/lib/slurmscale/state.db", "store") == {}
