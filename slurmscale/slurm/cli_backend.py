@@ -30,6 +30,7 @@ from slurmscale.model import (
 )
 from slurmscale.slurm.kv import (
     EXPEDITED_REQUEUE,
+    EXPEDITING,
     SPRIO_FORMAT,
     SQUEUE_FORMAT,
     LineMemo,
@@ -331,13 +332,24 @@ class SlurmCLI:
     def reconfigure(self) -> None:
         self.scontrol("reconfigure")
 
+    def _pending_states(self) -> str:
+        """squeue -t for pending jobs: on 25.11+ with the expedited requeues waiting to
+        restart (kv.EXPEDITING), which `PD` leaves out; the parser reads them as PENDING.
+        (squeue's read does not wait on scontrol's: a release not known yet is asked again
+        next time, the read done as on any release.)"""
+        try:
+            expedites = self.release() >= EXPEDITED_REQUEUE
+        except SlurmError:
+            expedites = False
+        return "PD" + (f",{EXPEDITING}" if expedites else "")
+
     def pending_jobs(self) -> list[QueueJob]:
-        return [j for j in self._jobs("PD") if j.state == "PENDING"]
+        return [j for j in self._jobs(self._pending_states()) if j.state == "PENDING"]
 
     def active_jobs(self) -> list[QueueJob]:
         # Pending (demand) and starting/running (recent arrivals, for the reuse forecast) in
         # one fixed-field read.
-        return self._jobs("PD,CF,R")
+        return self._jobs(self._pending_states() + ",CF,R")
 
     def ended_jobs(self) -> list[QueueJob]:
         # Slurm keeps an ended job for MinJobAge (300 s by default): a job that started and
@@ -370,7 +382,9 @@ class SlurmCLI:
     def set_node_instances(self, entries: list[tuple[str, str, str]]) -> bool:
         """(node, instance id, instance type) into each node's InstanceId/InstanceType ("":
         cleared). False, nothing written, before 23.02 (22.05's scontrol has neither field).
-        26.05 pairs a node list with lists of values, as it does NodeAddr; 24.11 gives every
+        26.05 pairs a node list with lists of values, as it does NodeAddr, and takes one
+        value (an empty one: cleared) for the whole list, but refuses a list of empty values
+        ("Invalid node name specified", slurmctld/node_mgr.c's count check); 24.11 gives every
         node of the list the whole string, so there one update per distinct value."""
         if not entries:
             return True
@@ -378,9 +392,15 @@ class SlurmCLI:
         if rel < (23, 2):
             return False
         if rel >= (26, 5):
-            names, ids, types = (",".join(col) for col in zip(*entries, strict=True))
-            self.scontrol("update", f"nodename={names}", f"instanceid={ids}",
-                          f"instancetype={types}")
+            cleared = [n for n, iid, itype in entries if not iid and not itype]
+            if cleared:
+                self.scontrol("update", f"nodename={compress(cleared)}", "instanceid=",
+                              "instancetype=")
+            given = [e for e in entries if e[1] or e[2]]
+            if given:
+                names, ids, types = (",".join(col) for col in zip(*given, strict=True))
+                self.scontrol("update", f"nodename={names}", f"instanceid={ids}",
+                              f"instancetype={types}")
             return True
         same: dict[tuple[str, str], list[str]] = {}
         for node, iid, itype in entries:

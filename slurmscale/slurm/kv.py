@@ -206,6 +206,8 @@ def parse_squeue_fixed(text: str | Iterable[str],
         if parts is None:
             parts = parts_of[f[1]] = tuple(p for p in f[1].split(",") if p)
         nodes, prio, acct, resv, state = f[2], f[7], f[10], f[11], f[9]
+        if state == "EXPEDITING":
+            state = "PENDING"  # (25.11+: see EXPEDITING below)
         pending = state == "PENDING"  # a pending job's EndTime/NodeList are only estimates
         try:
             limit = parse_time_limit(f[4])
@@ -312,6 +314,11 @@ def parse_sprio(text: str) -> list[JobPriority]:
 
 # sbatch --requeue=expedite and SlurmctldParameters=enable_expedited_requeue (Slurm 25.11)
 EXPEDITED_REQUEUE = (25, 11)
+# The state such a job is in from its node's failure until it starts again: squeue prints it
+# EXPEDITING (compact state PD) and `-t PD` leaves it out, `-t EXPEDITING` lists it (measured
+# on 26.05: 57 s of it while its lost node powered down and up). It is pending demand; 22.05's
+# squeue refuses the name, so it is asked for on 25.11+ only.
+EXPEDITING = "EXPEDITING"
 
 
 def release_of(text: str) -> tuple[int, int] | None:

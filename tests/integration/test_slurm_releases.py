@@ -8,6 +8,7 @@ import pytest
 
 from slurmscale.hostlists import expand
 from slurmscale.localcluster.procs import wait_for
+from slurmscale.slurm.cli_backend import SlurmCLI
 from tests.integration.slurm_releases import NEWER, slurm_root
 from tests.integration.test_capacity import capacity_block_scenario
 from tests.integration.test_elastic_loop import four_node_gang_scenario
@@ -28,6 +29,10 @@ def test_four_node_gang(make_cluster, release: str) -> None:  # type: ignore[no-
     four_node_gang_scenario(c, proxy)
     rf = [e for e in c.events() if e["kind"] == "request_received"]
     assert rf, f"the {release} resume request reached the daemon"
+    # the release's InstanceId/InstanceType updates all taken (26.05 refused a cleared list)
+    refused = [line for line in (c.root / "log" / "slurmscale-daemon.log").read_text()
+               .splitlines() if "instance ids of" in line]
+    assert not refused, refused
 
 
 @pytest.mark.parametrize("release", NEWER)
@@ -79,6 +84,12 @@ def test_a_gang_slurmscale_requeues_restarts_before_higher_priority_work_where_s
     victim = expand(c.job(gang)["NodeList"])[0]
     c.send_event(spot_warning(_instance_of(c, victim)))
     wait_for("the gang requeued", lambda: c.job(gang).get("Restarts") == "1", 90)
+    # until its node is back, Slurm holds it EXPEDITING, which `squeue -t PD` leaves out: the
+    # daemon's adapter still reads it as pending demand
+    slurm = SlurmCLI(c.cfg.slurm)
+    assert c.job(gang)["JobState"] == "EXPEDITING"
+    assert str(gang) in [j.job_id for j in slurm.pending_jobs()]
+    assert str(gang) in [j.job_id for j in slurm.active_jobs() if j.state == "PENDING"]
     c.wait_job(gang, {"RUNNING"}, 240)
     assert c.job(rival)["JobState"] == "PENDING", c.job(rival)
     assert c.job(gang)["ExpeditedRequeue"] == "Yes"

@@ -148,3 +148,51 @@ def test_the_daemon_in_the_shipped_units_sandbox_writes_topology_conf_only_as_th
     assert LEAF_A in topology.read_text()
     shown = c.slurm("scontrol", "show", "topology")
     assert f"SwitchName={LEAF_A}" in shown and "Nodes=od-[1-2]" in shown, shown
+
+
+def test_blocks_kept_through_a_power_cycle_on_26_05(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Issue 64: topology/block on Slurm 26.05 through power saving. Four nodes come up, EC2
+    lays them out under two leaves (two blocks); idle, they power down, and the daemon puts
+    them back in the unplaced block (their instances are gone); a job powers them up again,
+    the daemon reads the new instances' places, and Slurm has both blocks back: a 2-node
+    `--exclusive=topo` job then runs inside one of them. No node is ever left in no block
+    (the failure `--exclusive=topo` jobs hit where a powered-down node drops out of its
+    block), and the daemon never re-applies a topology that has not changed."""
+    c, proxy = make_cluster(
+        slurm_root=slurm_root("26.05"),
+        pools=[PoolSpec("gpu-od", "od-", 4, capacity_type="on-demand")],
+        extra_config={"topology": {"plugin": "block", "read_interval_s": 2,
+                                   "reconfigure_interval_s": 5}},
+        min_idle=0, max_idle=0, suspend_time=20)
+    proxy.capacity.topology_by_node = {
+        "od-1": (TOP, SPINE_A, LEAF_A), "od-3": (TOP, SPINE_A, LEAF_A),
+        "od-2": (TOP, SPINE_B, LEAF_B), "od-4": (TOP, SPINE_B, LEAF_B)}
+    both = (f"BlockName={LEAF_A} BlockIndex=0 Nodes=od-[1,3]",
+            f"BlockName={LEAF_B} BlockIndex=1 Nodes=od-[2,4]")
+
+    def shows(*lines: str) -> bool:
+        shown = c.slurm("scontrol", "show", "topology")
+        return all(line in shown for line in lines)
+
+    def powered_down() -> bool:
+        return all("POWERED_DOWN" in c.node(f"od-{n}")["State"] for n in range(1, 5))
+
+    def cycle() -> None:
+        job = c.sbatch("-N", "4", "-p", "gpu-od", "--gres=gpu:8", "--wrap", "sleep 1")
+        c.wait_job(job, {"COMPLETED"}, 180)
+        wait_for("two blocks in Slurm", lambda: shows(*both), 60)
+
+    cycle()
+    wait_for("the four nodes powered down", powered_down, 180)
+    wait_for("the four nodes back in the unplaced block", lambda: shows(
+        "BlockName=slurmscale-unplaced BlockIndex=0 Nodes=od-[1-4]"), 60)
+    cycle()
+    topo = c.sbatch("-N", "2", "-p", "gpu-od", "--gres=gpu:8", "--exclusive=topo",
+                    "--wrap", "sleep 1")
+    c.wait_job(topo, {"COMPLETED"}, 60)
+    assert c.job(topo)["NodeList"] in ("od-[1,3]", "od-[2,4]"), c.job(topo)
+    updates = [e["message"] for e in c.events() if e["kind"] == "topology_updated"]
+    # placed, unplaced, placed again (a burst may split across one more reconfigure each)
+    assert 3 <= len(updates) <= 6, updates
+    print(f"topology/block through a power cycle: {len(updates)} reconfigure(s); "
+          f"the --exclusive=topo job on {c.job(topo)['NodeList']}")

@@ -47,6 +47,15 @@ def test_squeue_fixed_fields_for_22_05_and_24_11() -> None:
         "a pending job's StartTime is backfill's expected start"
 
 
+
+def test_an_expedited_requeue_waiting_to_restart_is_a_pending_job() -> None:
+    """25.11+: squeue prints a --requeue=expedite job between its node's failure and its
+    restart EXPEDITING (26.05, measured); it is demand like any pending job."""
+    text = ("7|gpu-spot|2|gres/gpu:8|UNLIMITED|2026-11-29T10:00:00|NodeDown|4294901|alice|"
+            "EXPEDITING|(null)|(null)|2026-11-30T10:00:00|spot-[1-2]|2026-11-30T08:00:00|\n")
+    (j,) = parse_squeue_fixed(text)
+    assert (j.state, j.nodelist, j.expected_start) == ("PENDING", "", "2026-11-30T08:00:00")
+
 def test_reservations_parse_with_flags_and_node_lists() -> None:
     text = ("ReservationName=slurmscale-gang-7 StartTime=2026-11-29T12:43:11 "
             "EndTime=2026-11-29T12:53:11 Duration=00:10:00 Nodes=g-[1-2] NodeCnt=2 CoreCnt=4 "
