@@ -365,7 +365,14 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
         click.echo(json.dumps(data, indent=2 if sys.stdout.isatty() else None, default=str))
         end_at_once(ctx, heap)
         return
-    age = _time.time() - data["now"]
+    _print_plan(data, _time.time())
+    end_at_once(ctx, heap)
+
+
+def _print_plan(data: dict[str, Any], now: float) -> None:
+    """The plan as `plan` prints it for a person: the pools, the actions, the reservations,
+    the gangs' standings, and what the daemon is in the middle of."""
+    age = now - data["now"]
     click.echo(f"the daemon's plan of {age:.0f}s ago (--live: from Slurm now)"
                if data["source"] == "daemon" else "planned from live Slurm state now")
     click.echo(_table([{"pool": k, **{kk: vv for kk, vv in v.items() if kk != "pending_gangs"},
@@ -405,7 +412,6 @@ def plan(ctx: click.Context, as_json: bool, live: bool) -> None:
         left = g["requeue_at"] - data["now"]
         click.echo(f"grace        job {g['job_id']} on {g['node']}: SIG{g['signal']} "
                    f"({g['cause']}); requeued in {max(0.0, left):.0f}s unless it leaves first")
-    end_at_once(ctx, heap)
 
 
 def _daemon_plan(cfg: Config) -> dict[str, Any] | None:

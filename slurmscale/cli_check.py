@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from slurmscale.cli_common import _load
+
+if TYPE_CHECKING:
+    from slurmscale.check import Problem, SlurmView
+    from slurmscale.config import Config
 
 
 @click.command()
@@ -33,28 +38,7 @@ def check(ctx: click.Context, as_json: bool) -> None:
     JSON: {"ok": bool, "problems": [{severity, code, message}]} (and "error" with exit 2)"""
     from slurmscale.check import HOOKS, gather
     from slurmscale.check import check as run_check
-    from slurmscale.check_aws import (
-        check_events,
-        check_image_restore,
-        check_munge_key,
-        gather_image_restores,
-        gather_munge_key,
-        gather_queue,
-    )
     from slurmscale.check_hooks import check_hook_runs, gather_hook_runs
-    from slurmscale.check_launch import (
-        check_dns,
-        check_reservations,
-        check_shapes,
-        check_subnets,
-        check_templates,
-        gather_platforms,
-        gather_reservations,
-        gather_shapes,
-        gather_subnets,
-        gather_templates,
-    )
-    from slurmscale.check_node_lines import check_node_lines
     from slurmscale.config_file import resolve_path
     from slurmscale.slurm.protocol import SlurmError
 
@@ -73,8 +57,47 @@ def check(ctx: click.Context, as_json: bool) -> None:
              if view.config.get(key) == str(Path(cfg.hooks_dir) / script)]
     problems += check_hook_runs(user, gather_hook_runs(hooks, user,
                                                        view.config.get("SLURM_CONF")))
+    problems += _aws_problems(cfg, view)
+    errors = [p for p in problems if p.severity == "error"]
+    if as_json:
+        click.echo(json.dumps({"ok": not errors, "problems": [p.__dict__ for p in problems]},
+                              indent=2))
+    else:
+        for p in problems:
+            click.echo(p.line())
+        click.echo(f"{len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
+                   if problems else "ok: the config and the running Slurm agree")
+    sys.exit(1 if errors else 0)
+
+
+def _aws_problems(cfg: Config, view: SlurmView) -> list[Problem]:
+    """What EC2, SQS, SSM and Route 53 say of the config: the launch templates, subnets,
+    instance types (and Slurm's node lines against them), reservations, the events queue,
+    the munge key and the images' first reads."""
+    from slurmscale.check_aws import (
+        check_events,
+        check_image_restore,
+        check_munge_key,
+        gather_image_restores,
+        gather_munge_key,
+        gather_queue,
+    )
+    from slurmscale.check_launch import (
+        check_dns,
+        check_reservations,
+        check_shapes,
+        check_subnets,
+        check_templates,
+        gather_platforms,
+        gather_reservations,
+        gather_shapes,
+        gather_subnets,
+        gather_templates,
+    )
+    from slurmscale.check_node_lines import check_node_lines
+
     templates = gather_templates(cfg)
-    problems += check_templates(cfg, templates)
+    problems = check_templates(cfg, templates)
     zones, unshown = gather_subnets(cfg)
     problems += check_subnets(cfg, unshown)
     shapes = gather_shapes(cfg)
@@ -88,13 +111,4 @@ def check(ctx: click.Context, as_json: bool) -> None:
     problems += check_munge_key(cfg, gather_munge_key(cfg))
     problems += check_image_restore(cfg, templates, zones,
                                     gather_image_restores(cfg, templates))
-    errors = [p for p in problems if p.severity == "error"]
-    if as_json:
-        click.echo(json.dumps({"ok": not errors, "problems": [p.__dict__ for p in problems]},
-                              indent=2))
-    else:
-        for p in problems:
-            click.echo(p.line())
-        click.echo(f"{len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
-                   if problems else "ok: the config and the running Slurm agree")
-    sys.exit(1 if errors else 0)
+    return problems

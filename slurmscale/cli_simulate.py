@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from slurmscale.policy.model import PoolKnobs
     from slurmscale.policy.reservations import ReservationKnobs
     from slurmscale.sim.engine import PaidCapacity, SimCloud, SpotModel
+    from slurmscale.sim.replicas import Settings
     from slurmscale.sim.slurm_model import SlurmModel
     from slurmscale.sim.trace import TraceJob
 
@@ -190,26 +191,11 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     """
     from slurmscale.sim.engine import FailureModel, SimResult
     from slurmscale.sim.policies import POLICY_NAMES
-    from slurmscale.sim.replicas import Settings, numeric, run_all, run_replicas, summarise
+    from slurmscale.sim.replicas import Settings, run_all
     from slurmscale.sim.report import plot
 
     names = policies or POLICY_NAMES
-    if plot_path and not Path(plot_path).resolve().parent.is_dir():
-        raise click.BadParameter(f"{plot_path!r}: directory {Path(plot_path).parent} does "
-                                 "not exist", param_hint="--plot")
-    if plot_path and replicas > 1:
-        raise click.BadParameter("plots one run: not with --replicas above 1",
-                                 param_hint="--plot")
-    if plot_path:
-        import importlib.util
-
-        if importlib.util.find_spec("matplotlib") is None:  # before the run, not after it
-            raise click.BadParameter("needs matplotlib: pip install 'slurmscale[plot]'",
-                                     param_hint="--plot")
-    for n in names:
-        if n not in POLICY_NAMES:
-            raise click.BadParameter(f"{n!r} is not one of {', '.join(POLICY_NAMES)}",
-                                     param_hint="--policy")
+    _check_choices(names, POLICY_NAMES, plot_path, replicas)
     jobs = _jobs(trace_path, carry_in)
     if checkpoint_s is not None or save_on_signal:  # (how the trace's jobs save their work)
         jobs = [replace(j, checkpoint_s=checkpoint_s, saves_on_signal=save_on_signal)
@@ -230,12 +216,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     out: dict[str, Any] = {"trace": trace_path, "slurm_model": slurm_model}
     shown = Progress(jobs, enabled=not as_json and sys.stderr.isatty())
     if replicas > 1:
-        each = run_replicas(jobs, settings, replicas, jitter, seed,
-                            shown.replicas(replicas) if shown.enabled else None)
-        shown.end()
-        out.update(replicas=replicas, jitter_s=jitter, policies=summarise(each),
-                   each=[numeric(r) for r in each])
-        _print_replicas(out, as_json)
+        _print_replicas(_replicas(out, jobs, settings, replicas, jitter, seed, shown), as_json)
         return
     results: list[SimResult] = []
     out["policies"] = run_all(jobs, settings, results, shown.policy if shown.enabled else None)
@@ -245,22 +226,64 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
+    cols = _columns("idle_vs_oracle" in out["policies"].get("oracle", {}), spot is not None,
+                    checkpoint_s is not None or save_on_signal, failures is not None,
+                    paid is not None)
+    click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
+
+
+def _replicas(out: dict[str, Any], jobs: list[TraceJob], settings: Settings, replicas: int,
+              jitter: float, seed: int, shown: Progress) -> dict[str, Any]:
+    """`out` with every policy run on `replicas` jittered copies of the trace: medians and
+    ranges, and each replica's figures."""
+    from slurmscale.sim.replicas import numeric, run_replicas, summarise
+
+    each = run_replicas(jobs, settings, replicas, jitter, seed,
+                        shown.replicas(replicas) if shown.enabled else None)
+    shown.end()
+    out.update(replicas=replicas, jitter_s=jitter, policies=summarise(each),
+               each=[numeric(r) for r in each])
+    return out
+
+
+def _check_choices(names: tuple[str, ...], known: tuple[str, ...], plot_path: str | None,
+                   replicas: int) -> None:
+    """The policies and the plot asked for, refused before the run (not after it)."""
+    if plot_path and not Path(plot_path).resolve().parent.is_dir():
+        raise click.BadParameter(f"{plot_path!r}: directory {Path(plot_path).parent} does "
+                                 "not exist", param_hint="--plot")
+    if plot_path and replicas > 1:
+        raise click.BadParameter("plots one run: not with --replicas above 1",
+                                 param_hint="--plot")
+    if plot_path:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise click.BadParameter("needs matplotlib: pip install 'slurmscale[plot]'",
+                                     param_hint="--plot")
+    for n in names:
+        if n not in known:
+            raise click.BadParameter(f"{n!r} is not one of {', '.join(known)}",
+                                     param_hint="--policy")
+
+
+def _columns(oracle: bool, spot: bool, saves: bool, failures: bool, paid: bool) -> list[str]:
+    """The table's columns: the figures every run has, and those of what the run modelled."""
     cols = ["policy", "jobs_completed", "wait_p50_s", "wait_p95_s", "gang_wait_p50_s",
             "gang_wait_p95_s", "busy_gpu_hours", "idle_gpu_hours", "cost_usd", "node_launches"]
-    if "idle_vs_oracle" in out["policies"].get("oracle", {}):
+    if oracle:
         cols += ["idle_vs_oracle", "cost_vs_oracle"]
-    if spot is not None:
+    if spot:
         cols += ["preemptions", "requeues", "jobs_failed", "restart_wait_p95_s",
                  "lost_gpu_hours"]
-    if checkpoint_s is not None or save_on_signal:
+    if saves:
         cols += ["saved_gpu_hours"]
-    if failures is not None:
+    if failures:
         cols += ["node_failures", "requeues", "capacity_lost_gpu_hours", "lost_gpu_hours"]
-    if paid is not None:
+    if paid:
         cols += ["on_demand_node_hours", "reserved_node_hours_paid", "reservation_utilization",
                  "jobs_killed_at_block_end"]
-    cols = list(dict.fromkeys(cols))  # (a figure two options ask for, once)
-    click.echo(_table([{"policy": k, **v} for k, v in out["policies"].items()], cols))
+    return list(dict.fromkeys(cols))  # (a figure two options ask for, once)
 
 
 class Progress:

@@ -8,7 +8,7 @@ import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,11 +23,15 @@ from slurmscale.cli_common import (
     _store,
     _table,
 )
-from slurmscale.config import Config
+from slurmscale.config import Config, Pool
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import LIVE_HOLD_STATES
 from slurmscale.policy.boots import BOOT_CAUSE_PREFIX
 from slurmscale.store.rows import utc
+
+if TYPE_CHECKING:
+    from slurmscale.daemon.ledger import PoolNow
+    from slurmscale.policy.model import PoolMemory
 
 ERROR_KINDS = frozenset({
     Kind.LAUNCH_FAILED, Kind.LAUNCH_DEFERRED, Kind.LAUNCH_QUOTA_ERROR, Kind.LAUNCH_CONFIG_ERROR,
@@ -39,9 +43,38 @@ ERROR_KINDS = frozenset({
 })
 
 
-def gather(cfg: Config) -> dict[str, Any]:
+def _daemon(cfg: Config) -> dict[str, Any]:
+    """The daemon as its socket answers (unreachable: no answer), and how long the
+    cluster's leader has been silent in the store."""
     from slurmscale.api_client import ApiError, call
     from slurmscale.daemon.leadership import holder_silence
+
+    try:
+        code, health = call(cfg.socket_path, "GET", "/v1/health", timeout=2)
+        daemon = {"reachable": code == 200, "role": (health or {}).get("role"),
+                  "last_tick": (health or {}).get("last_tick")}
+    except ApiError:
+        daemon = {"reachable": False, "role": None, "last_tick": None}
+    daemon["leader_silent_s"] = holder_silence(cfg.database_url(), cfg.cluster_name)
+    daemon["leader_stale_s"] = cfg.daemon.leader_stale_s
+    return daemon
+
+
+def _pool_row(p: Pool, now: PoolNow | None, mem: PoolMemory | None,
+              instances: int) -> dict[str, Any]:
+    """A pool's line: its settings, its instances, and Slurm's nodes and queue for it (none
+    where Slurm could not be read)."""
+    return {
+        "name": p.name, "capacity_type": p.capacity_type.value, "mode": str(p.policy.mode),
+        "target": mem.target if mem and str(p.policy.mode) == "governed" else None,
+        "max_nodes": p.max_nodes, "instances": instances,
+        **({k: getattr(now, k) for k in ("nodes_up", "nodes_busy", "nodes_booting",
+                                        "nodes_held", "nodes_idle", "pending_gpus",
+                                        "pending_gpu_hours", "pending_gangs")} if now else {}),
+    }
+
+
+def gather(cfg: Config) -> dict[str, Any]:
     from slurmscale.daemon.ledger import pools_now
     from slurmscale.daemon.lost_nodes import SLURMS_DOWN
     from slurmscale.daemon.observe import build_snapshot
@@ -55,14 +88,7 @@ def gather(cfg: Config) -> dict[str, Any]:
 
     now = datetime.now(UTC)
     store = _store(cfg)
-    try:
-        code, health = call(cfg.socket_path, "GET", "/v1/health", timeout=2)
-        daemon = {"reachable": code == 200, "role": (health or {}).get("role"),
-                  "last_tick": (health or {}).get("last_tick")}
-    except ApiError:
-        daemon = {"reachable": False, "role": None, "last_tick": None}
-    daemon["leader_silent_s"] = holder_silence(cfg.database_url(), cfg.cluster_name)
-    daemon["leader_stale_s"] = cfg.daemon.leader_stale_s
+    daemon = _daemon(cfg)
     memory = store.pool_memory()
     slurm_error = None
     replacing: list[dict[str, str]] = []
@@ -79,19 +105,8 @@ def gather(cfg: Config) -> dict[str, Any]:
     except SlurmError as e:
         current, slurm_error = {}, str(e)
     instances = store.active_instances()
-    pools = []
-    for p in cfg.pools:
-        c = current.get(p.name)
-        mem = memory.get(p.name)
-        pools.append({
-            "name": p.name, "capacity_type": p.capacity_type.value, "mode": str(p.policy.mode),
-            "target": mem.target if mem and str(p.policy.mode) == "governed" else None,
-            "max_nodes": p.max_nodes,
-            "instances": sum(1 for i in instances if i.pool == p.name),
-            **({k: getattr(c, k) for k in ("nodes_up", "nodes_busy", "nodes_booting",
-                                          "nodes_held", "nodes_idle", "pending_gpus",
-                                          "pending_gpu_hours", "pending_gangs")} if c else {}),
-        })
+    pools = [_pool_row(p, current.get(p.name), memory.get(p.name),
+                       sum(1 for i in instances if i.pool == p.name)) for p in cfg.pools]
     holds = [{"name": h.name, "pool": h.pool, "job_id": h.job_id, "state": h.state,
               "nodes_held": len(json.loads(h.nodes or "[]")), "nodes_needed": h.needed,
               "idle_gpu_hours": round(h.spent_gpu_s / 3600, 2)}
@@ -151,7 +166,9 @@ def exit_code(d: dict[str, Any]) -> int:
     return 0
 
 
-def render(d: dict[str, Any]) -> str:
+def _headline(d: dict[str, Any]) -> list[str]:
+    """The daemon's line, and first what needs an admin now: failing passes, the events
+    queue unreadable, a silent leader, nodes Slurm gave up booting."""
     dm = d["daemon"]
     up = f"up, {dm['role']}" if dm["reachable"] else "NOT REACHABLE"
     tick = dm.get("last_tick") or {}
@@ -183,6 +200,11 @@ def render(d: dict[str, Any]) -> str:
                     f"{compress(d['resume_timeouts_1h'])}"[:100],
                     "  slurmctld could not run the resume hook (`slurmscale check`), or boots "
                     "outlast ResumeTimeout"]
+    return out
+
+
+def render(d: dict[str, Any]) -> str:
+    out = _headline(d)
     short = {"on-demand": "od", "capacity-block": "blk"}
     rows = [{"pool": p["name"][:12], "type": short.get(p["capacity_type"], p["capacity_type"][:4]),
              "tgt": p["target"] if p["target"] is not None else "-",

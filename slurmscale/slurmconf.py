@@ -158,44 +158,52 @@ def render_slurm_conf(cfg: Config, node_extra: Callable[[Pool], str] | None = No
         lines.append(keep("GresTypes", ["gpu"]))
     lines = _name_replaced(lines, site)
     for p in cfg.pools:
-        cpus, mem, why = node_size(p, shapes)
-        if why:
-            lines.append(why)
-        attrs = [f"NodeName={p.node_range()}"]
-        if cpus is not None:
-            attrs.append(f"CPUs={cpus}")
-        if mem is not None:
-            attrs.append(f"RealMemory={mem}")
-        if p.gpus_per_node:
-            gt = f"{p.gpu_type}:" if p.gpu_type else ""
-            attrs.append(f"Gres=gpu:{gt}{p.gpus_per_node}")
-        feats = [p.capacity_type.value, *p.instance_types, *p.features]
-        attrs.append(f"Feature={','.join(feats)}")
-        attrs.append("State=CLOUD")
-        if node_extra:
-            extra = node_extra(p)
-            if extra:
-                attrs.append(extra)
-        lines.append(" ".join(attrs))
-        # A job submitted to several partitions (-p block,spot,on-demand) is placed where it
-        # can start first by tier: a Capacity Block (paid whether used or not), then spot,
-        # then on-demand; while a spot pool is out of capacity its nodes are held, so it goes
-        # to on-demand, and a block's nodes are reserved outside its window.
-        tier = {CapacityType.CAPACITY_BLOCK: 3, CapacityType.SPOT: 2}.get(p.capacity_type, 1)
-        # A block's nodes are paid for the whole block: Slurm's SuspendTime never powers them
-        # down (partition-level, 22.05 on); slurmscale does at the window's close.
-        block = p.capacity_type is CapacityType.CAPACITY_BLOCK
-        stay_up = " SuspendTime=INFINITE" if block else ""
-        if block:
-            # Down (jobs queue, none starts) from each slurmctld start until the daemon has
-            # the block's windows in Slurm's reservations: it sets the partition UP then.
-            # Its State is slurmscale's; to take the pool out of service, drain its nodes.
-            lines.append("# The block partition starts DOWN: slurmscale opens it once its "
-                         "windows are in Slurm.")
-        lines.append(f"PartitionName={p.partition} Nodes={p.node_range()} "
-                     f"State={'DOWN' if block else 'UP'} "
-                     f"MaxTime=INFINITE OverSubscribe=NO PriorityTier={tier}{stay_up}")
+        lines += _pool_lines(p, shapes, node_extra)
     return "\n".join(lines) + "\n"
+
+
+def _pool_lines(p: Pool, shapes: dict[str, InstanceShape] | None,
+                node_extra: Callable[[Pool], str] | None) -> list[str]:
+    """A pool's NodeName and PartitionName lines."""
+    out: list[str] = []
+    cpus, mem, why = node_size(p, shapes)
+    if why:
+        out.append(why)
+    attrs = [f"NodeName={p.node_range()}"]
+    if cpus is not None:
+        attrs.append(f"CPUs={cpus}")
+    if mem is not None:
+        attrs.append(f"RealMemory={mem}")
+    if p.gpus_per_node:
+        gt = f"{p.gpu_type}:" if p.gpu_type else ""
+        attrs.append(f"Gres=gpu:{gt}{p.gpus_per_node}")
+    feats = [p.capacity_type.value, *p.instance_types, *p.features]
+    attrs.append(f"Feature={','.join(feats)}")
+    attrs.append("State=CLOUD")
+    if node_extra:
+        extra = node_extra(p)
+        if extra:
+            attrs.append(extra)
+    out.append(" ".join(attrs))
+    # A job submitted to several partitions (-p block,spot,on-demand) is placed where it
+    # can start first by tier: a Capacity Block (paid whether used or not), then spot,
+    # then on-demand; while a spot pool is out of capacity its nodes are held, so it goes
+    # to on-demand, and a block's nodes are reserved outside its window.
+    tier = {CapacityType.CAPACITY_BLOCK: 3, CapacityType.SPOT: 2}.get(p.capacity_type, 1)
+    # A block's nodes are paid for the whole block: Slurm's SuspendTime never powers them
+    # down (partition-level, 22.05 on); slurmscale does at the window's close.
+    block = p.capacity_type is CapacityType.CAPACITY_BLOCK
+    stay_up = " SuspendTime=INFINITE" if block else ""
+    if block:
+        # Down (jobs queue, none starts) from each slurmctld start until the daemon has
+        # the block's windows in Slurm's reservations: it sets the partition UP then.
+        # Its State is slurmscale's; to take the pool out of service, drain its nodes.
+        out.append("# The block partition starts DOWN: slurmscale opens it once its "
+                   "windows are in Slurm.")
+    out.append(f"PartitionName={p.partition} Nodes={p.node_range()} "
+               f"State={'DOWN' if block else 'UP'} "
+               f"MaxTime=INFINITE OverSubscribe=NO PriorityTier={tier}{stay_up}")
+    return out
 
 
 def _name_replaced(lines: list[str], site: Mapping[str, list[str]]) -> list[str]:

@@ -21,8 +21,9 @@ from slurmscale.daemon import edits
 from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.effects import Effect, Say
+from slurmscale.daemon.knobs import fallback_rules
 from slurmscale.daemon.ledger import Ledger, PoolNow, pools_now
-from slurmscale.daemon.observe import QueueView, build_snapshot, fallback_rules, gang_jobs
+from slurmscale.daemon.observe import QueueView, build_snapshot, gang_jobs
 from slurmscale.hostlists import compress
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.decide import decide
@@ -91,6 +92,15 @@ def read_priorities(slurm: SlurmClient) -> Priorities:
         return [], None
 
 
+def _grabbed_not_idle(snap: Snapshot, grabbed: frozenset[str]) -> Snapshot:
+    """Idle nodes a hold takes this pass are not idle for the pool-size decision."""
+    if not grabbed:
+        return snap
+    return replace(snap, nodes=tuple(
+        n._replace(state=NodeState.RESERVED) if n.name in grabbed and n.state is NodeState.IDLE
+        else n for n in snap.nodes))
+
+
 def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[], PassStore],
                  now: float,
                  view: QueueView | None = None,
@@ -151,12 +161,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
         hold_plan, gone = holds.plan(snap.nodes, gangs, res, now, uses,
                                      *((view.ranked, view.take_order) if view is not None
                                        else (None, None)))
-        if hold_plan.grabbed:
-            # Idle nodes a hold takes this pass are not idle for the pool-size decision.
-            snap = replace(snap, nodes=tuple(
-                n._replace(state=NodeState.RESERVED)
-                if n.name in hold_plan.grabbed and n.state is NodeState.IDLE else n
-                for n in snap.nodes))
+        snap = _grabbed_not_idle(snap, hold_plan.grabbed)
         unavailable = {r.pool: r.until_s for r in store.offerings() if not r.offering}
         blocks = (block_outlook(cfg, store.capacity_reservations(), jobs, now)
                   if any(p.capacity_type is CapacityType.CAPACITY_BLOCK for p in cfg.pools)

@@ -20,7 +20,7 @@ from slurmscale.config import Config
 from slurmscale.daemon import edits
 from slurmscale.daemon.edits import Edit, EditKind
 from slurmscale.daemon.effects import Effect, Effects, Record, Say
-from slurmscale.daemon.observe import hold_knobs
+from slurmscale.daemon.knobs import hold_knobs
 from slurmscale.lifecycles import HoldState
 from slurmscale.model import SlurmReservation
 from slurmscale.policy.limit_use import LimitUse, Shares, fixed

@@ -33,6 +33,17 @@ TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self._demand(r)
+        self._passes(r)
+        self._capacity(r)
+        self._server: Any = None
+        # every audit kind from the start, at 0: `increase(...{kind=...}[1h]) > 0` sees the
+        # first event of a kind after a restart (a series born at 1 has no increase)
+        for kind in Kind:
+            self.events.labels(kind.value)
+
+    def _demand(self, r: CollectorRegistry) -> None:
+        """The queue, the nodes, the launches and the jobs' starts, and the audit log."""
         self.pending_gpu_hours = Gauge("slurmscale_pending_gpu_hours",
                                        "GPU-hours of jobs pending for capacity", ["pool"],
                                        registry=r)
@@ -61,6 +72,9 @@ class Metrics:
         self.limit_use_jobs = Gauge("slurmscale_reservation_limit_use_jobs",
                                     "ended jobs limit_use: auto was learned from",
                                     ["pool"], registry=r)
+
+    def _passes(self, r: CollectorRegistry) -> None:
+        """The reconcile passes: their time, their waits, their failures, the lead."""
         self.tick = Histogram("slurmscale_tick_duration_seconds", "one reconcile pass",
                               buckets=TICK_BUCKETS, registry=r)
         self.phase_s = Counter("slurmscale_pass_phase_seconds",
@@ -83,6 +97,9 @@ class Metrics:
                                      registry=r)
         self.leader = Gauge("slurmscale_leader", "1 while this daemon leads its cluster",
                             registry=r)
+
+    def _capacity(self, r: CollectorRegistry) -> None:
+        """Paid capacity, node health and replacements, the capacity backoff."""
         self.reserved = Gauge("slurmscale_capacity_reservation_instances",
                               "a capacity reservation's or block's instances (total, available)"
                               " as EC2 last reported them", ["reservation", "pool", "kind",
@@ -114,11 +131,6 @@ class Metrics:
         self.backoff_s = Gauge("slurmscale_capacity_backoff_seconds",
                                "seconds until a pool out of capacity is tried again (0: not "
                                "backed off)", ["pool"], registry=r)
-        self._server: Any = None
-        # every audit kind from the start, at 0: `increase(...{kind=...}[1h]) > 0` sees the
-        # first event of a kind after a restart (a series born at 1 has no increase)
-        for kind in Kind:
-            self.events.labels(kind.value)
 
     def preset(self, pools: Iterable[tuple[str, str]]) -> None:
         """The pools' (name, capacity type) labelled counters at 0, for the same reason."""

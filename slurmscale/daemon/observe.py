@@ -15,12 +15,11 @@ from typing import Generic, NamedTuple, TypeVar, cast
 from slurmscale import timeframe
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.daemon import view_check
+from slurmscale.daemon.knobs import hold_knobs, knobs
 from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.policy import observe as reading
 from slurmscale.policy.demand import DemandBook
-from slurmscale.policy.fallback import FallbackRule
 from slurmscale.policy.model import (
-    BufferRule,
     NodeState,
     NodeView,
     PendingJob,
@@ -43,31 +42,6 @@ from slurmscale.policy.reservations import (
     earliest_plan,
 )
 from slurmscale.slurm.reasons import Why, drained_by_us
-
-
-def knobs(cfg: Config) -> tuple[PoolKnobs, ...]:
-    """The config's pool policy as the policy's knobs (PoolPolicy mirrors PoolKnobs' fields)."""
-    return tuple(
-        PoolKnobs(name=p.name, gpus_per_node=p.gpus_per_node, max_nodes=p.max_nodes,
-                  min_nodes=p.min_nodes, buffer=buffer_rules(cfg, p.name),
-                  release_paid_idle=(p.capacity_reservations is None
-                                     or p.capacity_reservations.release_idle),
-                  **p.policy.knob_values())
-        for p in cfg.pools)
-
-
-def hold_knobs(cfg: Config) -> ReservationKnobs:
-    """The config's reservation settings as the hold planner's knobs."""
-    r = cfg.reservations
-    return ReservationKnobs(**r.model_dump(exclude={"limit_use_auto"}))
-
-
-def buffer_rules(cfg: Config, pool: str) -> tuple[BufferRule, ...]:
-    """The safety buffers on-demand pool `pool` keeps for the spot pools falling back to it."""
-    return tuple(BufferRule(p.name, p.spot.on_demand_buffer, p.spot.warm_on_demand_nodes)
-                 for p in cfg.pools if p.fallback_pool == pool
-                 and (p.spot.on_demand_buffer or p.spot.warm_on_demand_nodes))
-
 
 V = TypeVar("V")
 
@@ -446,14 +420,22 @@ _JOB_PRIORITY = QueueJob._fields.index("priority")
 _DEMAND_PRIORITY = PendingJob._fields.index("priority")
 
 
+def counts(reason: str, requeued: bool, priority: int, startable: int) -> bool:
+    """When a pending job's demand counts (PendingJob.actionable): it waits for capacity (a
+    capacity reason, or slurmscale requeued it and Slurm holds it back), it is not held
+    (priority 0), and a task of it may start now. Written once: the full read and the
+    priority-only shortcut below both ask it."""
+    return (reason in CAPACITY_REASONS or requeued) and priority > 0 and startable > 0
+
+
 def _priority_moved(kept: PerJob[PendingJob], todo: list[QueueJob], went: list[QueueJob],
                     requeued: frozenset[str]) -> list[QueueJob]:
     """Of the records to work out, those whose line changed in its priority alone (each
     PriorityCalcPeriod moves every pending job's): what the job gives is what it gave with
-    the new priority, while the priority stays above 0 (a held job gives no actionable
-    demand) and nothing else it hangs on moved (jobs `requeued` now, those worked out again
-    every pass - requeued, no submit time: `redo` -, and throttled array lines: worked out
-    in full). Returns the rest, to work out in full."""
+    the new priority, while nothing else it hangs on moved (jobs `requeued` now, those
+    worked out again every pass - requeued, no submit time: `redo` -, and throttled array
+    lines: worked out in full) and its demand does not start or stop counting with the new
+    priority (`counts`: a job held at priority 0). Returns the rest, to work out in full."""
     was = {j[0]: j for j in went}
     made, redo, rest = kept.made, kept.redo, []
     p, q = _JOB_PRIORITY, _DEMAND_PRIORITY
@@ -462,12 +444,46 @@ def _priority_moved(kept: PerJob[PendingJob], todo: list[QueueJob], went: list[Q
         old = was.get(j[0])
         if (old is None or (demand := made.get(j[0])) is None
                 or old[:p] != j[:p] or old[p + 1:] != j[p + 1:]
-                or (old.priority > 0) is not (j.priority > 0) or j.array_throttle
-                or j[0] in redo or j[0] in requeued):
+                or j.array_throttle or j[0] in redo or j[0] in requeued
+                or counts(j.reason, False, j.priority, demand.startable)
+                is not demand.actionable):
             rest.append(j)
             continue
         kept.give(j[0], make(PendingJob, (*demand[:q], j[p], *demand[q + 1:])))
     return rest
+
+
+def _pool_for(partitions: tuple[str, ...], by_partition: dict[str, Pool]
+              ) -> tuple[str, tuple[str, ...], int, int] | None:
+    """A partition list's pool (the first of slurmscale's), the other pools it may also run
+    in, that pool's max nodes and GPUs a node; None: no partition of slurmscale's."""
+    mine = [by_partition[p] for p in partitions if p in by_partition]
+    if not mine:
+        return None
+    return (mine[0].name, tuple(p.name for p in mine[1:] if p is not mine[0]),
+            mine[0].max_nodes, mine[0].gpus_per_node)
+
+
+def _to_work_out(jobs: list[QueueJob], view: QueueView | None, requeued: frozenset[str]
+                 ) -> tuple[list[QueueJob], Counter[str]]:
+    """The records a read works out: every one (no view), else those whose record changed
+    (or that hang on more than it), a priority-only change given its new priority in
+    place (`_priority_moved`); and the running tasks of each array (a throttled array,
+    `%N`, starts no more tasks than N less those running)."""
+    if view is None:
+        running_tasks: Counter[str] = Counter()
+        if any(j.array_throttle for j in jobs):
+            running_tasks.update(j.array_job for j in jobs
+                                 if j.array_job and j.state != "PENDING")
+        return jobs, running_tasks
+    kept = view._jobs
+    todo, came, went = kept.todo(jobs, requeued)
+    running_tasks, again = view.arrays(came, went)
+    if again:
+        todo = list({j[0]: j for j in (*todo, *again)}.values())
+    if went:  # (a PriorityCalcPeriod's read: every pending line's priority moved)
+        todo = _priority_moved(kept, todo, went, requeued)
+    return todo, running_tasks
 
 
 def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
@@ -492,22 +508,8 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
     pending: list[PendingJob] = []
     arrivals: list[tuple[float, str, int]] = []
     window = max((p.policy.reuse_window_s for p in cfg.pools), default=3600.0)
-    # a throttled array (`%N`) starts no more tasks than N less those running
-    kept: PerJob[PendingJob] | None = None
-    if view is None:
-        todo = jobs
-        running_tasks: Counter[str] = Counter()
-        if any(j.array_throttle for j in jobs):
-            running_tasks.update(j.array_job for j in jobs
-                                 if j.array_job and j.state != "PENDING")
-    else:
-        kept = view._jobs
-        todo, came, went = kept.todo(jobs, requeued)
-        running_tasks, again = view.arrays(came, went)
-        if again:
-            todo = list({j[0]: j for j in (*todo, *again)}.values())
-        if went:  # (a PriorityCalcPeriod's read: every pending line's priority moved)
-            todo = _priority_moved(kept, todo, went, requeued)
+    todo, running_tasks = _to_work_out(jobs, view, requeued)
+    kept = view._jobs if view is not None else None
     times, missing = reading.time_memo(), reading._MISSING  # (looked up before slurm_time)
     for j in todo:
         # (every changed job: each QueueJob unpacked once, not read field by field)
@@ -517,10 +519,7 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         if partitions in pool_of:
             seen = pool_of[partitions]
         else:
-            mine = [by_partition[p] for p in partitions if p in by_partition]
-            seen = pool_of[partitions] = (mine[0].name, tuple(
-                p.name for p in mine[1:] if p is not mine[0]), mine[0].max_nodes,
-                mine[0].gpus_per_node) if mine else None
+            seen = pool_of[partitions] = _pool_for(partitions, by_partition)
         if seen is None:
             if kept is not None:
                 kept.give(job_id, None)
@@ -544,8 +543,8 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
                 startable = max(0, min(tasks, throttle - running_tasks[array_job]))
             demand = PendingJob(
                 job_id, pool_name, num_nodes, gpus or pool_gpus, limit, submit, priority,
-                (reason in CAPACITY_REASONS or job_id in requeued) and priority > 0
-                and startable > 0, also, tasks, startable)
+                counts(reason, job_id in requeued, priority, startable), also, tasks,
+                startable)
             if kept is None:
                 pending.append(demand)
         if kept is not None:
@@ -566,12 +565,3 @@ def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], no
         view_check.compare(snap, build_snapshot(cfg, nodes, jobs, now, memory, None,
                                                 requeued, paid))
     return snap
-
-
-def fallback_rules(cfg: Config) -> tuple[FallbackRule, ...]:
-    """The spot pools whose users' spot-only jobs may be given the on-demand partition
-    (`spot.allow_partition_rewrite`), and after how long."""
-    return tuple(FallbackRule(p.name, p.partition, cfg.pool(p.fallback_pool).partition,
-                              p.spot.fallback_after_s)
-                 for p in cfg.pools if p.capacity_type is CapacityType.SPOT
-                 and p.fallback_pool is not None and p.spot.allow_partition_rewrite)

@@ -13,12 +13,12 @@ directory and the source tree bind-mounted at the same paths so hooks and daemon
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -35,6 +35,12 @@ from slurmscale.config import Config, Pool
 from slurmscale.config_file import load_config
 from slurmscale.hookview import VIEW_NAME
 from slurmscale.localcluster.agent import InstanceAgent
+from slurmscale.localcluster.files import (
+    kill_job_steps,
+    slurm_conf_head,
+    slurmscale_yaml,
+    write_nvidia_smi,
+)
 from slurmscale.localcluster.imds import InstanceMetadata
 from slurmscale.localcluster.options import ClusterOptions
 from slurmscale.localcluster.procs import Procs, free_port_range, release_port_range, wait_for
@@ -271,7 +277,8 @@ class LocalCluster:
         self._ports.append((base, n))
         return base
 
-    def _metrics_port(self) -> int:
+    def metrics_port(self) -> int:
+        """A free port for the daemon's metrics, and the URL they are scraped at."""
         port = self._free_ports(1)
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"
         return port
@@ -367,55 +374,7 @@ class LocalCluster:
         self.sqs().send_message(QueueUrl=self.events_queue_url, MessageBody=body)
 
     def _write_config(self) -> None:
-        r = self.root
-        data = {
-            "cluster_name": self.name,
-            "aws": {"region": "us-east-1",
-                    "endpoint_url": (self.o.daemon_ec2_endpoint(self.moto_url)
-                                     if self.o.daemon_ec2_endpoint else self.moto_url),
-                    "max_attempts": self.o.aws_max_attempts,
-                    **({"interruption_queue_url": self.events_queue_url}
-                       if self.events_queue_url else {}),
-                    "sqs_endpoint_url": self.moto_url,
-                    # (the stack's zone: Route 53 straight to moto, not through a test's
-                    # EC2 proxy)
-                    **({"route53_endpoint_url": self.moto_url} if self.o.aws_stack else {}),
-                    **self.o.aws},
-            "store_url": self.o.store_url or f"sqlite:///{r / 'slurmscale' / 'state.db'}",
-            "socket_path": str(r / "run" / "slurmscale.sock"),
-            "spool_dir": str(r / "slurmscale" / "spool"),
-            "log_file": str(r / "log" / "slurmscale-daemon.log"),
-            "hook_log_file": str(r / "log" / "slurmscale-hooks.log"),
-            "hooks_dir": str(r / "hooks"),
-            "node_address": "loopback",
-            "slurm": {"bin_dir": "/usr/bin", "command_prefix": self.prefix,
-                      "conf": str(self.conf), "configless": self.o.configless},
-            "daemon": {"tick_seconds": self.o.tick_seconds,
-                       "batch_window_seconds": self.o.batch_window, **self.o.daemon},
-            "power_saving": {"suspend_time": self.o.suspend_time, "suspend_timeout": 30,
-                             "resume_timeout": self.o.resume_timeout},
-            "reservations": {"max_hold_s": self.o.suspend_time - 1, **self.o.reservations},
-            "capacity": dict(self.o.capacity),
-            **({"metrics": {"address": "127.0.0.1", "port": self._metrics_port()}}
-               if self.o.metrics else {}),
-            **self.o.extra_config,
-            "pools": [{
-                "name": p.name, "partition": p.name, "node_prefix": p.prefix,
-                "max_nodes": p.max_nodes, "gpus_per_node": p.gpus, "cpus_per_node": p.cpus,
-                # (this machine's memory, not the type's: the node line takes what it gets)
-                "real_memory_mb": 1024,
-                "instance_types": [p.instance_type], "capacity_type": p.capacity_type,
-                "launch_template": {"name": self.lt_name,
-                                    "version": p.launch_template_version},
-                "subnets": [self.subnet],
-                "boot_time_s": max(10.0, self.o.boot_delay * 5),  # slurmd up in boot_delay
-                "policy": {"min_idle_s": self.o.min_idle, "max_idle_s": self.o.max_idle,
-                           **p.policy},
-                **({"fallback_pool": p.fallback_pool} if p.fallback_pool else {}),
-                **({"spot": p.spot} if p.spot else {}),
-                **p.extra,
-            } for p in self.o.pools],
-        }
+        data = slurmscale_yaml(self)
         self.cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
         os.chmod(self.cfg_path, 0o644)  # slurmscale refuses a config others may write
         self.cfg = load_config(self.cfg_path)
@@ -442,42 +401,7 @@ class LocalCluster:
             nxt += p.max_nodes
         for i in range(8):
             (r / "gpu" / f"gpu{i}").touch()
-        host = socket.gethostname().split(".")[0]
-        cred = f",cred_expire={self.o.cred_expire}" if self.o.cred_expire else ""
-        head = f"""\
-# Local slurmscale cluster {self.name} (generated; everything on loopback)
-ClusterName={self.name}
-SlurmctldHost={host}(127.0.0.1)
-SlurmctldPort={self.ctld_port}
-AuthType=auth/munge
-AuthInfo=socket={self.munge_socket}{cred}
-CredType=cred/munge
-SlurmUser={self.o.slurm_user}
-SlurmdUser=root
-StateSaveLocation={r / 'state'}
-SlurmdSpoolDir={r / 'spool'}/%n
-SlurmctldPidFile={r / 'run'}/slurmctld.pid
-SlurmdPidFile={r / 'run'}/slurmd-%n.pid
-SlurmctldLogFile={r / 'log'}/slurmctld.log
-SlurmdLogFile={r / 'log'}/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-PriorityType=priority/multifactor
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MpiDefault=none
-ReturnToService=2
-{"" if self.chroot else "CommunicationParameters=NoAddrCache"}
-KillWait=5
-MinJobAge=600
-SlurmdTimeout={self.o.slurmd_timeout}
-"""
+        head = slurm_conf_head(self)
         extra = "".join(f"{line}\n" for line in self.o.slurm_conf_extra)
         # slurmscale's lines in a file of their own, Included last, keeping the site's values
         # (docs/install.md step 4: `slurmscale slurm-conf --output`)
@@ -533,41 +457,6 @@ SlurmdTimeout={self.o.slurmd_timeout}
                                        "-f", str(self.conf)], env=self.env())
         wait_for("slurmctld to answer", lambda: self.slurm("scontrol", "ping", check=False)
                  .count("is UP"), 60)
-
-    def _kill_job_steps(self, node: str) -> None:
-        """A terminated instance takes its jobs' processes with it; here they would outlive
-        the stopped slurmd (slurmstepd runs in its own session). They are found by the node's
-        slurmd log, which every step this node's slurmd started holds open, and killed."""
-        log_path = str(self.root / "log" / f"slurmd-{node}.log")
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                if not (proc / "cmdline").read_bytes().startswith(b"slurmstepd"):
-                    continue
-                if any(os.readlink(fd) == log_path for fd in (proc / "fd").iterdir()):
-                    os.kill(int(proc.name), signal.SIGKILL)
-            except OSError:
-                continue  # gone meanwhile
-
-    def _write_nvidia_smi(self) -> Path:
-        """The instances' nvidia-smi: as many GPUs as the booting instance's hardware has
-        (SLURMSCALE_LOCAL_GPUS, its pool's); a test breaks a GPU for a node's next N boots by
-        writing N to gpu/broken-<node> (each boot that sees it counts it down)."""
-        path = self.root / "bin" / "nvidia-smi"
-        path.parent.mkdir(exist_ok=True)
-        broken = self.root / "gpu" / "broken-"
-        path.write_text(f"""#!/bin/sh
-n=${{SLURMSCALE_LOCAL_GPUS:-8}}
-f="{broken}$SLURMSCALE_NODE"
-if [ -s "$f" ] && [ "$(cat "$f")" -gt 0 ]; then
-  echo $(( $(cat "$f") - 1 )) > "$f"; n=$((n - 1))
-fi
-i=0
-while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 1)); done
-""")
-        path.chmod(0o755)
-        return path
 
     def break_gpu(self, node: str, boots: int = 1) -> None:
         """The next `boots` instances to boot as `node` see one GPU fewer than promised."""
@@ -637,10 +526,10 @@ while [ $i -lt $n ]; do echo "GPU $i: Local GPU (UUID: GPU-local-$i)"; i=$((i + 
         assert self.cfg
         for node in (n for p in self.cfg.pools for n in p.node_names()):
             (self.root / "spool" / node).mkdir(parents=True, exist_ok=True)
-        self.nvidia_smi = self._write_nvidia_smi()
+        self.nvidia_smi = write_nvidia_smi(self.root)
         self.imds = InstanceMetadata(self.ec2(), self._template_of).start()
         self.agent = InstanceAgent(self.ec2(), self.name, self.o.boot_delay, self._boot,
-                                   on_halt=self._kill_job_steps,
+                                   on_halt=functools.partial(kill_job_steps, self.root),
                                    clock_ahead_s=self.o.aws_clock_ahead_s)
         self.agent.start()
 

@@ -74,6 +74,39 @@ def where_the_time_went(c: LocalCluster, job: int, submitted: float, seen_runnin
     return out
 
 
+def _until_completed(c: LocalCluster, jobs: dict[int, str], t0: float,
+                     deadline: float) -> dict[int, float] | None:
+    """Each job's start, seconds after `t0` (the gang's sbatch) as this poll sees it (up to
+    5 s late), once every job completed; None: not by `deadline`."""
+    started: dict[int, float] = {}
+    while time.monotonic() < deadline:
+        for j in jobs:
+            if j not in started and c.job_state(j) in ("RUNNING", "COMPLETED"):
+                started[j] = time.monotonic() - t0
+                _say(f"{jobs[j]} (job {j}) started {started[j]:.0f}s after sbatch")
+        if all(c.job_state(j) == "COMPLETED" for j in jobs):
+            return started
+        _say(_snapshot(c, jobs))
+        time.sleep(5)
+    return None
+
+
+def _print_joins(c: LocalCluster, gang: int, submitted_at: float,
+                 started: dict[int, float]) -> None:
+    """How each instance joined Slurm, and where the gang's seconds went."""
+    _say("how each instance joined Slurm (its bootstrap: node tag from instance "
+         "metadata, GPU check, slurmd; times from power-on):")
+    seen = joins(c.root / "log")
+    for join in seen:
+        print(f"           {describe(join)}")
+    if not seen:
+        print(f"           (no bootstrap output in {c.root / 'log'}/boot-i-*.out)")
+    _say("where the gang's seconds went, sbatch to RUNNING:")
+    for line in where_the_time_went(c, gang, submitted_at, submitted_at + started[gang],
+                                    seen):
+        print(f"           {line}")
+
+
 def run(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="slurmscale-demo-"))
     opts = ClusterOptions(boot_delay=args.boot_delay, min_idle=args.max_idle / 2,
@@ -103,32 +136,12 @@ def run(args: argparse.Namespace) -> int:
                           "--wrap", "sleep 5")] = f"single-{i}"
         _say(f"submitted {len(jobs)} jobs: one 4-node gang (32 GPUs) and three 1-node jobs")
         t0 = time.monotonic() - (time.time() - submitted_at)  # (the gang's sbatch)
-        started: dict[int, float] = {}
         deadline = t0 + 300
-        while time.monotonic() < deadline:
-            for j in jobs:
-                if j not in started and c.job_state(j) in ("RUNNING", "COMPLETED"):
-                    started[j] = time.monotonic() - t0  # (seen by this poll: up to 5 s late)
-                    _say(f"{jobs[j]} (job {j}) started {started[j]:.0f}s after sbatch")
-            if all(c.job_state(j) == "COMPLETED" for j in jobs):
-                break
-            _say(_snapshot(c, jobs))
-            time.sleep(5)
-        else:
+        started = _until_completed(c, jobs, t0, deadline)
+        if started is None:
             _say("jobs did not complete in time")
             return 1
-        _say("how each instance joined Slurm (its bootstrap: node tag from instance "
-             "metadata, GPU check, slurmd; times from power-on):")
-        seen = joins(c.root / "log")
-        for join in seen:
-            print(f"           {describe(join)}")
-        if not seen:
-            print(f"           (no bootstrap output in {c.root / 'log'}/boot-i-*.out)")
-        gang = next(iter(jobs))
-        _say("where the gang's seconds went, sbatch to RUNNING:")
-        for line in where_the_time_went(c, gang, submitted_at, submitted_at + started[gang],
-                                        seen):
-            print(f"           {line}")
+        _print_joins(c, next(iter(jobs)), submitted_at, started)
         _say("all jobs COMPLETED; slurmscale's policy powers the idle nodes down within "
              f"{args.max_idle:g}s (Slurm then runs the suspend hook)")
         print(c.cli("plan").stdout)

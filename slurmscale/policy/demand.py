@@ -19,8 +19,59 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from slurmscale.policy.model import PendingJob, PoolDemand, PoolKnobs, PoolTally, gang_order
+
+
+class Contribution(NamedTuple):
+    """What one actionable pending job adds to its pool's tally: PoolTally's first nine
+    fields, worked out by `contribution` alone. The walk sums it (`pending_nodes`), the
+    DemandBook adds and takes it away as jobs come and go: each demand rule is written once,
+    there."""
+
+    tasks: int
+    limited_gpu_s: int
+    unlimited_gpus: int
+    inexact: int
+    multi_nodes: int
+    single_gpus: int
+    single_nodes: int
+    gpus: int
+    gang_tasks: int
+
+
+def is_gang(j: PendingJob) -> bool:
+    """A multi-node job: its nodes start together, all at once or none."""
+    return j.nodes >= 2
+
+
+def takes_whole_nodes(j: PendingJob) -> bool:
+    """A gang, or a job without GPUs, takes whole nodes; a single-node GPU job's GPUs are
+    packed onto nodes with others' (in a pool with GPUs)."""
+    return is_gang(j) or not j.gpus_per_node
+
+
+def contribution(j: PendingJob) -> Contribution:
+    """The rules of what a pending job asks for: a line of an array counts its tasks
+    (GPU-seconds, GPUs) and takes nodes for the tasks that may start now (`startable`); a
+    time limit of whole seconds is summed as an integer (exact), one that is not is
+    counted as such (`inexact`), a job without one takes the pool's default."""
+    limit = j.time_limit_s or 0.0  # (None and 0: no limit)
+    gpus = j.nodes * j.gpus_per_node * j.tasks
+    whole = takes_whole_nodes(j)
+    starts = j.nodes * j.startable
+    exact = bool(limit) and float(limit).is_integer()
+    return Contribution(
+        j.tasks,
+        j.nodes * j.gpus_per_node * int(limit) * j.tasks if exact else 0,
+        0 if limit else gpus,
+        1 if limit and not exact else 0,
+        starts if whole else 0,
+        0 if whole else j.gpus_per_node * j.startable,
+        0 if whole else starts,
+        gpus,
+        j.tasks if is_gang(j) else 0)
 
 
 def _gangs(knobs: PoolKnobs, order: Iterable[PendingJob]) -> tuple[tuple[str, int], ...]:
@@ -43,30 +94,33 @@ def pool_demand(knobs: PoolKnobs, jobs: list[PendingJob], now: float) -> PoolDem
     gpu_h = sum(j.nodes * j.gpus_per_node * (j.time_limit_s or knobs.default_time_limit_s)
                 * j.tasks for j in act) / 3600.0
     # (only the gangs' order is used: the single-node jobs, most of a queue, go unsorted)
-    order = sorted((j for j in act if j.nodes >= 2), key=gang_order)
+    order = sorted((j for j in act if is_gang(j)), key=gang_order)
     oldest = max((now - j.submit_s for j in act), default=0.0)
     return PoolDemand(sum(j.tasks for j in act), round(gpu_h, 6), _gangs(knobs, order),
                       max(0.0, oldest))
 
 
 def pending_nodes(k: PoolKnobs, jobs: list[PendingJob]) -> int:
-    """Nodes the pending jobs would fill if every one that may start now started: a multi-node
-    job (or a job without GPUs, or any job in a pool without them) takes whole nodes,
-    single-node jobs' GPUs are packed onto nodes; never more than the pool holds."""
-    whole, gpus = 0, 0
+    """Nodes the pending jobs would fill if every one that may start now started
+    (`contribution`'s nodes, summed; `tally_nodes` packs them)."""
+    multi = single_gpus = single_nodes = 0
     for j in jobs:
-        if not j.actionable:
-            continue
-        if j.nodes >= 2 or not k.gpus_per_node or not j.gpus_per_node:
-            whole += j.nodes * j.startable
-        else:
-            gpus += j.gpus_per_node * j.startable
-    return _packed(k, whole, gpus)
+        if j.actionable:
+            c = contribution(j)
+            multi += c.multi_nodes
+            single_gpus += c.single_gpus
+            single_nodes += c.single_nodes
+    return _nodes(k, multi, single_gpus, single_nodes)
 
 
-def _packed(k: PoolKnobs, whole: int, gpus: int) -> int:
-    packed = math.ceil(gpus / k.gpus_per_node) if gpus else 0
-    return min(k.max_nodes, whole + packed)
+def _nodes(k: PoolKnobs, multi: int, single_gpus: int, single_nodes: int) -> int:
+    """Whole nodes, and single-node jobs' GPUs packed onto nodes where the pool has GPUs
+    (in a pool without, each such job takes its nodes whole); never more than the pool
+    holds."""
+    if not k.gpus_per_node:
+        return min(k.max_nodes, multi + single_nodes)
+    packed = math.ceil(single_gpus / k.gpus_per_node) if single_gpus else 0
+    return min(k.max_nodes, multi + packed)
 
 
 def gpu_seconds(k: PoolKnobs, t: PoolTally) -> int:
@@ -84,9 +138,7 @@ def demand_of(k: PoolKnobs, t: PoolTally, now: float) -> PoolDemand:
 
 def tally_nodes(k: PoolKnobs, t: PoolTally) -> int:
     """pending_nodes' value from a tally."""
-    if k.gpus_per_node:
-        return _packed(k, t.multi_nodes, t.single_gpus)
-    return _packed(k, t.multi_nodes + t.single_nodes, 0)
+    return _nodes(k, t.multi_nodes, t.single_gpus, t.single_nodes)
 
 
 class _Sums:
@@ -103,23 +155,10 @@ class _Sums:
 
     def add(self, j: PendingJob, sign: int) -> None:
         s = self.sums
-        s[0] += sign * j.tasks
-        limit = j.time_limit_s
-        if limit:
-            if float(limit).is_integer():
-                s[1] += sign * j.nodes * j.gpus_per_node * int(limit) * j.tasks
-            else:
-                s[3] += sign
-        else:
-            s[2] += sign * j.nodes * j.gpus_per_node * j.tasks
-        if j.nodes >= 2 or not j.gpus_per_node:
-            s[4] += sign * j.nodes * j.startable
-        else:
-            s[5] += sign * j.gpus_per_node * j.startable
-            s[6] += sign * j.nodes * j.startable
-        s[7] += sign * j.nodes * j.gpus_per_node * j.tasks
-        if j.nodes >= 2:
-            s[8] += sign * j.tasks
+        for i, v in enumerate(contribution(j)):
+            if v:
+                s[i] += sign * v
+        if is_gang(j):
             key = gang_order(j)
             if sign > 0:
                 bisect.insort(self.gangs, (key, j))

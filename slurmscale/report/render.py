@@ -147,6 +147,27 @@ text-align:right}th{background:#f5f5f5}td:first-child,th:first-child{text-align:
 MAX_POINTS = 1440
 
 
+def _charts(series: dict[str, list[tuple[float, float, float, float]]],
+            gpus_per_node: dict[str, int], window: tuple[float, float], ups: Steps,
+            waits: list[Wait]) -> list[str]:
+    """Each pool's capacity against its demand (steps), and the queue waits by job size."""
+    charts = []
+    for pool in sorted(set(series) | set(ups)):
+        rows = series.get(pool, [])
+        gpn = gpus_per_node.get(pool, 1) or 1
+        times = [p[0] for p in rows]
+        charts.append(step_chart(f"{pool}: capacity vs demand", {
+            "nodes up": ups.get(pool) or (times, [p[1] for p in rows]),
+            "busy": (times, [p[2] for p in rows]),
+            "demand (pending GPUs / GPUs per node)": (times, [p[3] / gpn for p in rows])},
+            "nodes", window, whole=True))
+    charts.append(bar_chart("queue wait by job size", [w.size for w in waits],
+                            {"p50": [(w.p50_s or 0) / 60 for w in waits],
+                             "p95": [(w.p95_s or 0) / 60 for w in waits]},
+                            "wait (minutes)", "job size"))
+    return charts
+
+
 def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]],
             gpus_per_node: dict[str, int], window: tuple[float, float],
             ups: Steps | None = None) -> str:
@@ -163,22 +184,8 @@ def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]
             ("gang time-to-start p95", _dur(r.gang_time_to_start.p95_s)),
             ("preemptions", str(r.preemptions)),
             ("anomalies", str(sum(r.anomalies.values())))]
-    charts = []
-    ups = ups or {}
-    for pool in sorted(set(series) | set(ups)):
-        rows = series.get(pool, [])
-        gpn = gpus_per_node.get(pool, 1) or 1
-        times = [p[0] for p in rows]
-        charts.append(step_chart(f"{pool}: capacity vs demand", {
-            "nodes up": ups.get(pool) or (times, [p[1] for p in rows]),
-            "busy": (times, [p[2] for p in rows]),
-            "demand (pending GPUs / GPUs per node)": (times, [p[3] / gpn for p in rows])},
-            "nodes", window, whole=True))
     waits = [*r.waits, r.gang_time_to_start]
-    charts.append(bar_chart("queue wait by job size", [w.size for w in waits],
-                            {"p50": [(w.p50_s or 0) / 60 for w in waits],
-                             "p95": [(w.p95_s or 0) / 60 for w in waits]},
-                            "wait (minutes)", "job size"))
+    charts = _charts(series, gpus_per_node, window, ups or {}, waits)
     parts = [
         f"<h1>slurmscale report: {html.escape(r.cluster)}</h1>",
         f"<p>{html.escape(r.since)} to {html.escape(r.until)}</p>",

@@ -59,7 +59,8 @@ from slurmscale.policy.limit_use import LimitUse
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.policy.reservations import ReservationKnobs
 from slurmscale.sim.ec2_adapter import BLOCK, SPOT, SimEc2, SimQueue
-from slurmscale.sim.slurm_adapter import EPOCH, SimModel, SimSlurm
+from slurmscale.sim.model_view import EPOCH, SimModel
+from slurmscale.sim.slurm_adapter import SimSlurm
 from slurmscale.sim.world import PaidCapacity
 from slurmscale.spool import RequestKind, SpooledRequest
 from slurmscale.store.memory import MemoryStore

@@ -42,7 +42,7 @@ class Disruptions:
         self.st.result.jobs_killed_at_block_end += len(killed)
         for n in self.st.nodes:
             if n.state != "down" and n.paid == i:
-                slurm.power_down(n, now)
+                slurm.power.down(n, now)
         return len(killed)
 
     def interruptions(self, now: float) -> None:
@@ -99,7 +99,7 @@ class Disruptions:
         if st.daemon is None:
             for n in st.nodes:
                 if n.failed_at is not None and now >= n.failed_at + f.admin_repair_s:
-                    slurm.recovered(n, now)
+                    slurm.power.recovered(n, now)
         if f.rate <= 0:
             return
         p = 1.0 - math.exp(-f.rate * st.cloud.tick_s / 3600.0)

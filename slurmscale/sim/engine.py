@@ -180,7 +180,7 @@ class Simulation:
         if st.policy.all_up_from_start:
             launch = st.new_launch()
             for n in st.nodes:
-                slurm.power_up(n, 0.0, launch=launch)
+                slurm.power.up(n, 0.0, launch=launch)
         st.push(0.0, TICK, -1)
         next_tick: float | None = 0.0  # the periodic pass due (None: none is)
         outstanding = len(slurm.jobs)
@@ -296,7 +296,7 @@ class Simulation:
             r.reservations_created = self.daemon.store.created()
         for n in st.nodes:
             if n.state != "down":
-                slurm.power_down(n, now)
+                slurm.power.down(n, now)
         if self.daemon is not None:
             self.daemon.carry_out(now)
         r.on_gpu_s = r.node_on_s * st.main.gpus_per_node

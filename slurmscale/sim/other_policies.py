@@ -77,4 +77,4 @@ class OtherPolicies:
                 if st.live_count[k.name] >= min(st.memory[k.name].target, k.max_nodes):
                     break
                 if n.state == "down":
-                    slurm.power_up(n, now, launch=launch)
+                    slurm.power.up(n, now, launch=launch)

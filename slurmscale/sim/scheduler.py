@@ -16,7 +16,6 @@ Slurm changes their jobs and power, the cloud part their failures and ends."""
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,12 +23,11 @@ from dataclasses import replace
 from slurmscale.policy.model import Mode, PendingJob, PoolKnobs
 from slurmscale.sim.backfill import SimBackfill
 from slurmscale.sim.paid import PaidRouting
+from slurmscale.sim.power import SimPower
+from slurmscale.sim.priorities import SimPriorities
 from slurmscale.sim.slurm_model import (
-    FairShare,
     SchedulerKind,
     SlurmModel,
-    factors,
-    size_share,
 )
 from slurmscale.sim.state import SimState
 from slurmscale.sim.trace import TraceJob
@@ -37,8 +35,6 @@ from slurmscale.sim.world import (
     BACKFILL,
     ELIGIBLE,
     END,
-    NOT_RESPONDING,
-    READY,
     SCHED,
     Node,
 )
@@ -78,23 +74,13 @@ class SimSlurmctld:
         self.preempted: dict[int, int] = {}
         self.signalled_at: dict[int, float] = {}  # running jobs Slurm signalled, and when
         self.steered: set[int] = set()  # preempted max_preemptions times: on-demand only
-        # priorities (the slurm model): per pending job, recomputed every calc period
-        self.prio: dict[int, float] = {}
-        # per pending job: its priority as squeue and sprio show it, kept as it changes (the
-        # simulated squeue looks every pending job's up each daemon pass): the Slurm model's
-        # multifactor value, never below 1 for a queued job that is not held; in the greedy
-        # model earlier submits rank higher
-        self.shown: dict[int, int] = {}
-        self.factors: dict[int, tuple[float, float, float]] = {}  # age, size, fair-share
-        self.fairshare = FairShare(model.priority_decay_half_life)
-        self._size: dict[int, float] = {}  # a job's size share (its size, the cluster's: fixed)
-        self.next_calc = 0.0
-        self.order: list[int] | None = None  # pending jobs by priority (None: to sort)
+        self.pri = SimPriorities(self)  # the pending jobs' priorities and their order
         self.bf_due = False  # a backfill event is queued
         self.main_wanted = False  # a main scheduler run is asked for, not yet queued
         self.sched_due = False  # a main scheduler run is queued (slurmctld's request count)
         self.last_main_run = -math.inf
         self.bf = SimBackfill(self)  # backfill's cycles and the start estimates it plans
+        self.power = SimPower(st, self._power_changed)  # ResumeProgram and SuspendProgram
         self.bf_dirty = True  # something changed since the last backfill cycle
         self.windowed = False  # a node is in a window reservation (Node.windows)
         # partitions set DOWN (scontrol update State=DOWN); a capacity-block pool's starts
@@ -137,6 +123,9 @@ class SimSlurmctld:
         self._bf_dirty = value
         if value:
             self.bf.planned_to = None
+
+    def _power_changed(self) -> None:
+        self.bf_dirty = True
 
     def _limits(self, jobs: list[TraceJob]) -> list[float]:
         """Each job's time limit as the model gives it (greedy: no limits, the run time
@@ -284,7 +273,7 @@ class SimSlurmctld:
                                    now) if new else None)
         launch = st.new_launch()
         for n in new:
-            self.power_up(n, now, src, launch)
+            self.power.up(n, now, src, launch)
         if new and st.daemon is not None:  # Slurm's resume hook for the job's new nodes
             st.daemon.resume([n.name for n in new], int(self.slurm_ids[idx]), k.name, now)
         booting = [n.ready_at for n in chosen if n.state == "booting"]
@@ -313,15 +302,9 @@ class SimSlurmctld:
         self.pending_gpus -= self.pending.pop(idx).gpus
         del self.pending_views[idx]
         self.eligible_at.pop(idx, None)
-        self.prio.pop(idx, None)
-        self.shown.pop(idx, None)
-        self.factors.pop(idx, None)
+        self.pri.leave(idx)
         self.bf.expected.pop(idx, None)
         self.bf.planned_to = None
-        if self.order is not None:  # (a new list: a scheduler run may be walking the old)
-            order = self.order.copy()
-            order.remove(idx)
-            self.order = order
         return len(new)
 
     def pool_room(self, k: PoolKnobs, now: float) -> list[int]:
@@ -426,76 +409,26 @@ class SimSlurmctld:
                 if len(blocked) + len(self.down) >= len(self.st.pools):
                     return
 
+    # --- priorities (`priorities.py`), as the backfill and SimSlurm read them -----------
     def by_priority(self, now: float) -> list[int]:
-        """Pending jobs, highest priority first (ties: submitted first). Priorities are
-        recomputed every PriorityCalcPeriod, as slurmctld does."""
-        if now >= self.next_calc:
-            self._recalc(now)
-        return self.ordered()
+        return self.pri.by_priority(now)
 
     def ordered(self) -> list[int]:
-        """Pending jobs by their priorities as last calculated (ties: submitted first);
-        sorted again after each calculation, kept in order as jobs start and enter."""
-        if self.order is None:
-            self.order = sorted(self.pending, key=self._rank)
-        return self.order
+        return self.pri.ordered()
 
-    def _rank(self, idx: int) -> tuple[float, int]:
-        return -self.prio[idx], idx
-
-    def _recalc(self, now: float) -> None:
-        m = self.sched
-        self.next_calc = now + m.priority_calc_period
-        if m.priority_weight_fairshare:
-            running: dict[str, float] = {}
-            for idx, placed in self.placed.items():
-                u = self.jobs[idx].user
-                running[u] = running.get(u, 0.0) + sum(g for _, g in placed)
-            self.fairshare.accrue(now, running)
-        for idx in self.pending:
-            self._prioritise(idx, now)
-        self.order = None
-        self.bf_dirty = True  # a new order may let backfill start other jobs
-
-    def _prioritise(self, idx: int, now: float) -> None:
-        """Pending job `idx`'s priority calculated now, and as squeue shows it (never below
-        1 for a queued job that is not held)."""
-        self.prio[idx] = p = self._priority(idx, now)
-        self.shown[idx] = max(1, int(p))
-
-    def _priority(self, idx: int, now: float) -> float:
-        """Job `idx`'s priority now (its weighted factors kept for `sprio`)."""
-        job = self.jobs[idx]
-        if job.priority is not None:
-            self.factors.pop(idx, None)
-            return job.priority
-        m = self.sched
-        fs = self.fairshare.factor(job.user) if m.priority_weight_fairshare else 0.0
-        size = self._size.get(idx)
-        if size is None:
-            gpn = self.st.main.gpus_per_node
-            size = self._size[idx] = size_share(job.nodes, job.gpus_per_node(gpn) * job.nodes,
-                                                self.st.cluster_nodes, gpn)
-        f = self.factors[idx] = factors(m, now - self.eligible_at.get(idx, job.submit_s),
-                                        size, fs)
-        return sum(f)
+    @property
+    def shown(self) -> dict[int, int]:
+        return self.pri.shown
 
     def priority_factors(self, idx: int) -> tuple[float, float, float]:
         """Pending job `idx`'s weighted age, job size and fair-share factors as of Slurm's
         last priority calculation (none: a trace-given priority, or the greedy model)."""
-        return self.factors.get(idx, (0.0, 0.0, 0.0))
+        return self.pri.factors.get(idx, (0.0, 0.0, 0.0))
 
     def enqueue(self, idx: int, now: float) -> None:
         """A job enters the queue (submitted or requeued): Slurm gives it a priority now."""
-        if self.greedy:
-            self.shown[idx] = 10**10 - int(self.jobs[idx].submit_s)
-        else:
-            self.fairshare.see(self.jobs[idx].user)
-            self._prioritise(idx, now)
-            if self.order is not None:  # (a new list, as a start makes)
-                order = self.order.copy()
-                bisect.insort(order, idx, key=self._rank)
-                self.order = order
+        self.pri.enter(idx, now)
+        if not self.greedy:
             self.bf_dirty = True
 
     def release_nodes(self, names: list[str], now: float, force: bool = False) -> None:
@@ -509,9 +442,9 @@ class SimSlurmctld:
                 for idx in [i for i, placed in self.placed.items()
                             if any(m is n for m, _ in placed)]:
                     self.requeue_job(idx, now)
-                self.power_down(n, now)
+                self.power.down(n, now)
             elif n.state == "up" and n.jobs == 0:  # a busy node is never taken from its job
-                self.power_down(n, now)
+                self.power.down(n, now)
                 released = True
         if released:
             self.st.result.scale_down_actions += 1
@@ -521,7 +454,7 @@ class SimSlurmctld:
         up = [name for name in names if st.by_name[name].state == "down"]
         launch = st.new_launch()
         for name in up:
-            self.power_up(st.by_name[name], now, launch=launch)
+            self.power.up(st.by_name[name], now, launch=launch)
         if up and st.daemon is not None:  # Slurm's resume hook, for no job
             st.daemon.resume(up, None, st.by_name[up[0]].pool, now)
 
@@ -598,42 +531,6 @@ class SimSlurmctld:
         self.enqueue(idx, now)
         st.push(now + delay, ELIGIBLE, idx)
 
-    # --- power saving: ResumeProgram and SuspendProgram, and a node's fault's end ---------
-    def power_up(self, n: Node, now: float, paid: int | None = None, launch: int = 0) -> None:
-        """`n` boots for the cloud's delay (`paid`: in that paid capacity; `launch`: with
-        the nodes of that launch), Slurm's resume hook telling the daemon."""
-        st = self.st
-        n.launch = launch or st.new_launch()
-        n.state, n.ready_at, n.free, n.on_since = "booting", now + st.cloud.boot_s, n.gpus, now
-        st.touched.add(n.name)
-        st.live_count[n.pool] += 1
-        n.idle_since = None
-        n.paid = paid
-        n.spot = st.spot is not None and n.pool == st.main.name and paid is None
-        if st.routes_paid and (n.pool == st.main.name
-                               or (st.block is not None and n.pool == st.block.name)):
-            st.unrouted.append(n)
-        st.result.node_launches += 1
-        if st.last_launch_batch != now:
-            st.result.scale_up_actions += 1
-            st.last_launch_batch = now
-        st.push(n.ready_at, READY, st.node_index[n.name])
-
-    def power_down(self, n: Node, now: float) -> None:
-        st = self.st
-        if n.failed_at is not None:  # the instance goes, and its hardware fault with it
-            self.recovered(n, now)
-        st.result.node_on_s += now - n.on_since
-        if n.spot:
-            st.result.spot_node_s += now - n.on_since
-        if n.paid is not None:
-            st.result.paid_node_s += now - n.on_since
-        n.state, n.idle_since, n.jobs, n.free, n.paid = "down", None, 0, 0, None
-        st.touched.add(n.name)
-        st.live_count[n.pool] -= 1
-        if st.daemon is not None:  # Slurm's suspend hook: the daemon terminates it
-            st.daemon.suspend([n.name], now)
-
     def vacate(self, idx: int, now: float) -> None:
         """A run is over (ended, requeued or killed): its nodes' GPUs are free again, and the
         work it did on paid capacity is counted."""
@@ -652,15 +549,3 @@ class SimSlurmctld:
                 m.idle_since = now
             if m.paid is not None:
                 st.result.paid_busy_gpu_s += g * ran
-
-    def recovered(self, n: Node, now: float) -> None:
-        """A failed node's fault is over: replaced (powered down) or repaired by an admin."""
-        assert n.failed_at is not None
-        self.st.result.capacity_lost_gpu_s += n.gpus * (now - n.failed_at)
-        n.failed_at = None
-        if n.drain == NOT_RESPONDING:
-            n.drain = ""
-        if n.state == "up" and n.jobs == 0:
-            n.idle_since = now
-        self.st.touched.add(n.name)
-        self.bf_dirty = True

@@ -239,32 +239,7 @@ def render(cfg: Config, conf_servers: tuple[str, ...] = (),
     _zone_vars(daemon_doc)
     res.update(_identity("Daemon", cfg, "docs/iam-policy.json", daemon_doc))
     res.update(_identity("Node", cfg, "docs/node-iam-policy.json", node_doc))
-    res.update({
-        # a warning is worth 2 minutes, a block's expiration 40: an hour is plenty
-        "InterruptionQueue": {"Type": "AWS::SQS::Queue", "Properties": {
-            "MessageRetentionPeriod": 3600, "SqsManagedSseEnabled": True}},
-        "InterruptionQueuePolicy": {"Type": "AWS::SQS::QueuePolicy", "Properties": {
-            "Queues": [_ref("InterruptionQueue")],
-            "PolicyDocument": queue_policy(_att("InterruptionQueue", "Arn"), [
-                _att("Ec2EventsRule", "Arn"), _att("HealthEventsRule", "Arn")])}},
-        "Ec2EventsRule": {"Type": "AWS::Events::Rule", "Properties": {
-            "Description": f"EC2 events slurmscale acts on, cluster {cfg.cluster_name}",
-            "EventPattern": event_rules()["ec2-events"],
-            "Targets": [{"Id": "slurmscale-queue",
-                         "Arn": _att("InterruptionQueue", "Arn")}]}},
-        "HealthEventsRule": {"Type": "AWS::Events::Rule", "Properties": {
-            "Description": f"AWS Health scheduled changes to EC2, cluster {cfg.cluster_name}",
-            "EventPattern": event_rules()["health-events"],
-            "Targets": [{"Id": "slurmscale-queue",
-                         "Arn": _att("InterruptionQueue", "Arn")}]}},
-        "HostedZone": {"Type": "AWS::Route53::HostedZone", "Condition": "CreateZone",
-                       "Properties": {
-                           "Name": _ref("DomainName"),
-                           "HostedZoneConfig": {"Comment": f"slurmscale node names of "
-                                                           f"cluster {cfg.cluster_name}"},
-                           "VPCs": [{"VPCId": _ref("VpcId"),
-                                     "VPCRegion": _ref("AWS::Region")}]}},
-    })
+    res.update(_events_and_zone(cfg))
     outputs = {
         "ClusterName": {"Description": "cluster_name", "Value": cfg.cluster_name},
         "Region": {"Description": "aws.region", "Value": _ref("AWS::Region")},
@@ -292,6 +267,37 @@ def render(cfg: Config, conf_servers: tuple[str, ...] = (),
         "Conditions": _conditions(),
         "Resources": res,
         "Outputs": outputs,
+    }
+
+
+def _events_and_zone(cfg: Config) -> dict[str, Any]:
+    """The interruption queue and the EventBridge rules that feed it, and the node names'
+    private zone (where the stack makes one)."""
+    return {
+        # a warning is worth 2 minutes, a block's expiration 40: an hour is plenty
+        "InterruptionQueue": {"Type": "AWS::SQS::Queue", "Properties": {
+            "MessageRetentionPeriod": 3600, "SqsManagedSseEnabled": True}},
+        "InterruptionQueuePolicy": {"Type": "AWS::SQS::QueuePolicy", "Properties": {
+            "Queues": [_ref("InterruptionQueue")],
+            "PolicyDocument": queue_policy(_att("InterruptionQueue", "Arn"), [
+                _att("Ec2EventsRule", "Arn"), _att("HealthEventsRule", "Arn")])}},
+        "Ec2EventsRule": {"Type": "AWS::Events::Rule", "Properties": {
+            "Description": f"EC2 events slurmscale acts on, cluster {cfg.cluster_name}",
+            "EventPattern": event_rules()["ec2-events"],
+            "Targets": [{"Id": "slurmscale-queue",
+                         "Arn": _att("InterruptionQueue", "Arn")}]}},
+        "HealthEventsRule": {"Type": "AWS::Events::Rule", "Properties": {
+            "Description": f"AWS Health scheduled changes to EC2, cluster {cfg.cluster_name}",
+            "EventPattern": event_rules()["health-events"],
+            "Targets": [{"Id": "slurmscale-queue",
+                         "Arn": _att("InterruptionQueue", "Arn")}]}},
+        "HostedZone": {"Type": "AWS::Route53::HostedZone", "Condition": "CreateZone",
+                       "Properties": {
+                           "Name": _ref("DomainName"),
+                           "HostedZoneConfig": {"Comment": f"slurmscale node names of "
+                                                           f"cluster {cfg.cluster_name}"},
+                           "VPCs": [{"VPCId": _ref("VpcId"),
+                                     "VPCRegion": _ref("AWS::Region")}]}},
     }
 
 

@@ -20,7 +20,7 @@ from slurmscale.policy.reservations import (
     plan_holds,
 )
 from slurmscale.policy.standing import gang_standings
-from slurmscale.sim.slurm_adapter import stamp
+from slurmscale.sim.model_view import stamp
 from slurmscale.slurm.kv import parse_show_config, priority_weights
 
 K = ReservationKnobs(accumulate_after_s=600, max_hold_s=3600)

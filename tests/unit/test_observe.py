@@ -97,7 +97,7 @@ def test_a_pool_policy_and_its_knobs_convert_both_ways() -> None:
 def test_a_spot_pools_buffer_becomes_its_fallback_pools_knob() -> None:
     from slurmscale.config import ConfigError
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.observe import knobs
+    from slurmscale.daemon.knobs import knobs
     from slurmscale.policy.model import BufferRule
 
     def cfg(spot: dict[str, object], on: str = "spot") -> dict[str, object]:
@@ -165,7 +165,7 @@ def test_the_daemons_arrival_log_remembers_finished_jobs_for_the_reuse_forecast(
 
 def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -> None:
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.observe import fallback_rules
+    from slurmscale.daemon.knobs import fallback_rules
     from slurmscale.model import QueueJob
     from slurmscale.policy.fallback import partition_rewrites
     from slurmscale.policy.observe import slurm_time

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.holds import with_earliest_plans
-from slurmscale.daemon.observe import QueueView, build_snapshot, gang_jobs, hold_knobs
+from slurmscale.daemon.knobs import hold_knobs
+from slurmscale.daemon.observe import QueueView, build_snapshot, gang_jobs
 from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.policy.reservations import RankedGangs
 from slurmscale.slurm.kv import SQUEUE_FIELDS, LineMemo, parse_squeue_fixed
@@ -177,6 +178,25 @@ def test_a_priority_calculation_moves_every_priority_and_nothing_else() -> None:
                                      requeued=requeued), f"step {step}"
     assert not {j.job_id: j for j in got.jobs}["1"].actionable, "requeued two reads ago"
 
+
+def test_a_job_held_and_released_in_a_priority_calculation_counts_as_a_rebuild_says() -> None:
+    """A PriorityCalcPeriod that holds a job (priority 0: `scontrol hold`) or releases it
+    moves its line's priority alone, yet its demand stops or starts counting: the
+    priority-only shortcut asks the same rule as the full read (`observe.counts`), so the
+    kept view gives what a rebuild gives, job by job."""
+    cfg = parse_config(base_config())
+    view = QueueView()
+    queue = [job(i) for i in range(8)]
+    read = QueueRead(queue, 1)
+    build_snapshot(cfg, NODES, read, NOW, view=view)
+    for step, prio in enumerate((0, 0, 50)):
+        queue = [j._replace(priority=prio) if j.job_id == "3" else changed(j, "prio")
+                 for j in queue]
+        read = delta_read(read, queue, step + 2)
+        now = NOW + 60 * (step + 1)
+        got = build_snapshot(cfg, NODES, read, now, view=view)
+        assert got == build_snapshot(cfg, NODES, queue, now, view=QueueView()), f"step {step}"
+        assert {j.job_id: j for j in got.jobs}["3"].actionable is (prio > 0)
 
 def line(i: int, prio: int) -> str:
     f = [str(i), "gpu-spot", "2", "gres:gpu:8", "1:00:00", "2026-11-29T11:00:00", "Resources",

@@ -9,8 +9,8 @@ from datetime import datetime
 from slurmscale.model import PriorityWeights, QueueJob, SlurmNode
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.engine import SimCloud, Simulation
+from slurmscale.sim.model_view import EPOCH, stamp
 from slurmscale.sim.policies import builtin_policy
-from slurmscale.sim.slurm_adapter import EPOCH, stamp
 from slurmscale.sim.trace import TraceJob
 from tests.support.fakes import FakeSlurm
 from tests.support.slurm_contract import Harness, check_contract, check_priorities

@@ -10,8 +10,8 @@ import pytest
 
 from slurmscale.policy.model import PoolKnobs
 from slurmscale.sim.engine import SimCloud, Simulation, SpotModel
+from slurmscale.sim.model_view import EPOCH
 from slurmscale.sim.policies import builtin_policy
-from slurmscale.sim.slurm_adapter import EPOCH
 from slurmscale.sim.trace import TraceJob
 from slurmscale.slurm.protocol import SlurmError
 

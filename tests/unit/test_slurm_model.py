@@ -298,7 +298,8 @@ def test_every_job_runs_to_its_end_and_no_node_is_overcommitted(
     def sorted_now() -> list[int]:  # (the order is kept as jobs start and enter, not re-sorted)
         got = ordered()
         slurm = sim.slurm
-        assert got == sorted(slurm.pending, key=lambda i: (-slurm.prio[i], i)), "order kept wrong"
+        prio = slurm.pri.prio
+        assert got == sorted(slurm.pending, key=lambda i: (-prio[i], i)), "order kept wrong"
         assert slurm.pending_gpus == sum(j.gpus for j in slurm.pending.values()), "sum kept wrong"
         return got
     sim.slurm.ordered = sorted_now  # type: ignore[method-assign]
