@@ -94,7 +94,10 @@ def four_node_gang_scenario(c: LocalCluster, proxy) -> int:  # type: ignore[no-u
 
 
 def test_two_gangs_and_coalesced_singles(make_cluster) -> None:
-    c, proxy = make_cluster()
+    # (idle nodes kept up for minutes: the end of the test runs a job on one while the
+    # daemon is stopped; with the default seconds a loaded machine had them all powered
+    # down by then)
+    c, proxy = make_cluster(min_idle=300, max_idle=600, suspend_time=900)
     # submitted held, released together: what is tested is the daemon's coalescing of one
     # resume's singles, not how fast five sbatch calls land (on a loaded machine Slurm
     # scheduled between them and called the resume program twice, 2.6 s apart)

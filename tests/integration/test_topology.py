@@ -152,8 +152,9 @@ def test_the_daemon_in_the_shipped_units_sandbox_writes_topology_conf_only_as_th
 
 def test_blocks_kept_through_a_power_cycle_on_26_05(make_cluster) -> None:  # type: ignore[no-untyped-def]
     """Issue 64: topology/block on Slurm 26.05 through power saving. Four nodes come up, EC2
-    lays them out under two leaves (two blocks); idle, they power down, and the daemon puts
-    them back in the unplaced block (their instances are gone); a job powers them up again,
+    lays them out under two leaves (two blocks); they power down (an admin's power_down:
+    idle nodes stay up for minutes here, so that the last job finds them up), and the daemon
+    puts them back in the unplaced block (their instances are gone); a job powers them up again,
     the daemon reads the new instances' places, and Slurm has both blocks back: a 2-node
     `--exclusive=topo` job then runs inside one of them. No node is ever left in no block
     (the failure `--exclusive=topo` jobs hit where a powered-down node drops out of its
@@ -163,7 +164,7 @@ def test_blocks_kept_through_a_power_cycle_on_26_05(make_cluster) -> None:  # ty
         pools=[PoolSpec("gpu-od", "od-", 4, capacity_type="on-demand")],
         extra_config={"topology": {"plugin": "block", "read_interval_s": 2,
                                    "reconfigure_interval_s": 5}},
-        min_idle=0, max_idle=0, suspend_time=20)
+        min_idle=600, max_idle=900, suspend_time=1200)
     proxy.capacity.topology_by_node = {
         "od-1": (TOP, SPINE_A, LEAF_A), "od-3": (TOP, SPINE_A, LEAF_A),
         "od-2": (TOP, SPINE_B, LEAF_B), "od-4": (TOP, SPINE_B, LEAF_B)}
@@ -183,6 +184,7 @@ def test_blocks_kept_through_a_power_cycle_on_26_05(make_cluster) -> None:  # ty
         wait_for("two blocks in Slurm", lambda: shows(*both), 60)
 
     cycle()
+    c.slurm("scontrol", "update", "nodename=od-[1-4]", "state=power_down")
     wait_for("the four nodes powered down", powered_down, 180)
     wait_for("the four nodes back in the unplaced block", lambda: shows(
         "BlockName=slurmscale-unplaced BlockIndex=0 Nodes=od-[1-4]"), 60)
