@@ -50,3 +50,21 @@ def _view_checks_itself() -> Any:
         os.environ.pop(ENV, None)
     else:
         os.environ[ENV] = before
+
+
+@pytest.fixture(autouse=True)
+def _a_host_clock_that_does_not_step() -> Any:
+    """Each test reads times in a frame of its own whose wall clock is the monotonic clock
+    from the test's start: a step of this machine's clock while the suite runs (NTP setting
+    it; seen here, some 26 s) would otherwise be noticed by the process's frame
+    (slurmscale/timeframe.py) as the daemon notices it, and move the times of every later
+    test in that worker (a spot warning's deadline read 26 s early). The clock-step tests
+    install frames of their own over it."""
+    import time
+
+    from slurmscale import timeframe
+
+    base = time.time() - time.monotonic()
+    before = timeframe.install(timeframe.Frame(wall=lambda: time.monotonic() + base))
+    yield
+    timeframe.install(before)
