@@ -8,13 +8,34 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from slurmscale.localcluster.cluster import LocalCluster
+from slurmscale.localcluster.options import ClusterOptions
 
 
-def slurmscale_yaml(c: LocalCluster) -> dict[str, Any]:
+class Cluster(Protocol):
+    """What these files are written from: the local cluster (cluster.LocalCluster) as it
+    stands once its ports, munge, moto and VPC are up."""
+
+    root: Path
+    o: ClusterOptions
+    name: str
+    conf: Path
+    chroot: Path | None
+    moto_url: str
+    events_queue_url: str | None
+    lt_name: str
+    subnet: str
+    ctld_port: int
+    munge_socket: Path
+
+    @property
+    def prefix(self) -> list[str]: ...
+
+    def metrics_port(self) -> int: ...
+
+
+def slurmscale_yaml(c: Cluster) -> dict[str, Any]:
     """The local cluster's slurmscale.yaml: everything under its directory, EC2 at moto (or
     through a test's proxy), the pools as the options give them."""
     r = c.root
@@ -68,7 +89,7 @@ def slurmscale_yaml(c: LocalCluster) -> dict[str, Any]:
     }
 
 
-def slurm_conf_head(c: LocalCluster) -> str:
+def slurm_conf_head(c: Cluster) -> str:
     """slurm.conf's own lines, before the Include of slurmscale's: everything on loopback,
     under the cluster's directory."""
     r = c.root

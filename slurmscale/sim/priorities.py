@@ -7,16 +7,29 @@ calculations. In the greedy model earlier submits rank higher."""
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from slurmscale.sim.slurm_model import FairShare, factors, size_share
+from slurmscale.sim.slurm_model import FairShare, SlurmModel, factors, size_share
+from slurmscale.sim.state import SimState
+from slurmscale.sim.trace import TraceJob
+from slurmscale.sim.world import Node
 
-if TYPE_CHECKING:
-    from slurmscale.sim.scheduler import SimSlurmctld
+
+class Queue(Protocol):
+    """What the priorities read of the simulated slurmctld (scheduler.SimSlurmctld)."""
+
+    st: SimState
+    sched: SlurmModel
+    greedy: bool
+    jobs: list[TraceJob]
+    pending: dict[int, TraceJob]
+    placed: dict[int, list[tuple[Node, int]]]
+    eligible_at: dict[int, float]
+    bf_dirty: bool
 
 
 class SimPriorities:
-    def __init__(self, ctld: SimSlurmctld) -> None:
+    def __init__(self, ctld: Queue) -> None:
         self.ctld = ctld
         self.prio: dict[int, float] = {}  # per pending job, recomputed every calc period
         # per pending job: its priority as squeue and sprio show it, kept as it changes (the
