@@ -206,7 +206,7 @@ def parse_squeue_fixed(text: str | Iterable[str],
         if parts is None:
             parts = parts_of[f[1]] = tuple(p for p in f[1].split(",") if p)
         nodes, prio, acct, resv, state = f[2], f[7], f[10], f[11], f[9]
-        if state == "EXPEDITING":
+        if state == EXPEDITING:
             state = "PENDING"  # (25.11+: see EXPEDITING below)
         pending = state == "PENDING"  # a pending job's EndTime/NodeList are only estimates
         try:
