@@ -68,7 +68,7 @@ def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], st
 def _standing(cfg: Config, job_id: str) -> dict[str, object] | None:
     """The held job's place in Slurm's queue now (None: not pending, or Slurm unreadable)."""
     from slurmscale.daemon.capacity import read_priorities
-    from slurmscale.daemon.observe import gang_jobs
+    from slurmscale.daemon.queue_view import gang_jobs
     from slurmscale.policy.standing import gang_standings
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
@@ -76,7 +76,7 @@ def _standing(cfg: Config, job_id: str) -> dict[str, object] | None:
     slurm = SlurmCLI(cfg.slurm)
     try:
         jobs = slurm.active_jobs()
-        gang = tuple(g for g in gang_jobs(cfg, jobs, 2, frozenset({job_id}))
+        gang = tuple(g for g in gang_jobs(cfg, jobs, frozenset({job_id}))
                      if g.job_id == job_id)
         if not gang or not gang[0].pending:
             return None

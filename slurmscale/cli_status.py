@@ -77,7 +77,7 @@ def _pool_row(p: Pool, now: PoolNow | None, mem: PoolMemory | None,
 def gather(cfg: Config) -> dict[str, Any]:
     from slurmscale.daemon.ledger import pools_now
     from slurmscale.daemon.lost_nodes import SLURMS_DOWN
-    from slurmscale.daemon.observe import build_snapshot
+    from slurmscale.daemon.queue_view import build_snapshot
     from slurmscale.hostlists import expand
     from slurmscale.report.compute import paid_now
     from slurmscale.slurm.cli_backend import SlurmCLI

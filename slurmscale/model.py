@@ -79,7 +79,7 @@ class QueueRead(list[QueueJob]):
     records not printed again (jobs gone, and the old records of the changed ones). `since`
     names that earlier read (its `serial`); None: no change known, only the records. The
     daemon's queue view works out a pass from the change alone when it saw that read
-    (daemon/observe.QueueView), so a pass's cost follows what changed."""
+    (daemon/queue_view.QueueView), so a pass's cost follows what changed."""
 
     __slots__ = ("serial", "since", "changed", "dropped")
 

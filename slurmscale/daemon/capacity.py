@@ -23,7 +23,7 @@ from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.effects import Effect, Say
 from slurmscale.daemon.knobs import fallback_rules
 from slurmscale.daemon.ledger import Ledger, PoolNow, pools_now
-from slurmscale.daemon.observe import QueueView, build_snapshot, gang_jobs
+from slurmscale.daemon.queue_view import QueueView
 from slurmscale.hostlists import compress
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.decide import decide
@@ -111,24 +111,23 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     """What the policy decides from Slurm as it is now (raises SlurmError if unreadable).
     `view`: the daemon's view of the queue kept across passes (QueueView: its arrival log,
     each pending gang's earliest backfill plan, and what each unchanged job gave last
-    pass); `standings`: read sprio for every pending gang's standing
-    (`plan` shows it), not only where a gang's plan slipped; `nodes`: the pass's node read,
-    current (None: read them here); `limit_use`: the daemon's learner of the hold rule's
-    limit_use (None: learned here, from the store). `store` may be a function that gives
-    it, called once Slurm is read (`plan --live` reads the store in another process
-    meanwhile). `aside`: with `standings`, read sprio and make the standings in a child
-    process while this one builds the snapshot (slurmscale/aside.py: a one-shot command's
-    second core, never the daemon's)."""
-    from slurmscale.daemon.holds import HoldPass, LimitUseLearner, with_earliest_plans
+    pass; None: a fresh one, a one-shot command's); `standings`: read sprio for every
+    pending gang's standing (`plan` shows it), not only where a gang's plan slipped;
+    `nodes`: the pass's node read, current (None: read them here); `limit_use`: the
+    daemon's learner of the hold rule's limit_use (None: learned here, from the store).
+    `store` may be a function that gives it, called once Slurm is read (`plan --live`
+    reads the store in another process meanwhile). `aside`: with `standings`, read sprio
+    and make the standings in a child process while this one builds the snapshot
+    (slurmscale/aside.py: a one-shot command's second core, never the daemon's)."""
+    from slurmscale.daemon.holds import HoldPass, LimitUseLearner
 
+    view = view if view is not None else QueueView()  # (a rebuild: a fresh view's read)
     # Slurm read as the daemon reads it: nodes, queue, reservations; with the standings made
     # aside, the child starts once the queue is read, and the nodes are read meanwhile
     if nodes is None and not (standings and aside):
         nodes = slurm.nodes()
     jobs = slurm.active_jobs()
-    gangs = gang_jobs(cfg, jobs, 2, view=view)  # (the view's: with their earliest plans)
-    if view is None:
-        gangs = with_earliest_plans(gangs, {})
+    gangs = view.gangs(cfg, jobs)  # (with their earliest plans; the read's own)
 
     def standings_now() -> tuple[GangStanding, ...]:
         return gang_standings(gangs, {p.name: p.partition for p in cfg.pools}, jobs,
@@ -146,9 +145,10 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
             store = store()
         requeued = frozenset(p.job_id for p in store.preemptions(
             since=now - REQUEUED_RECENTLY_S))
-        snap = build_snapshot(cfg, nodes, jobs, now, store.pool_memory(), view, requeued,
-                              store.reserved_nodes())
-        holds = HoldPass(cfg, store, knobs=None if view is None else view.hold_knobs)
+        state = view.read(cfg, nodes, jobs, now, store.pool_memory(), requeued,
+                          store.reserved_nodes())
+        snap = state.snapshot
+        holds = HoldPass(cfg, store, knobs=state.hold_knobs)
         # A gang's age lift weighs in the hold rule only where its plan slipped (is age
         # about to stop the overtaking?): sprio is read for that, or when asked; made
         # aside, the standings are waited for before the decisions only then
@@ -158,9 +158,8 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
             standing = made.result() if made is not None else standings_now()
             gangs = lifted(standing)
         uses = (limit_use or LimitUseLearner(cfg, store)).current(now)
-        hold_plan, gone = holds.plan(snap.nodes, gangs, res, now, uses,
-                                     *((view.ranked, view.take_order) if view is not None
-                                       else (None, None)))
+        hold_plan, gone = holds.plan(snap.nodes, gangs, res, now, uses, state.ranked,
+                                     state.take_order)
         snap = _grabbed_not_idle(snap, hold_plan.grabbed)
         unavailable = {r.pool: r.until_s for r in store.offerings() if not r.offering}
         blocks = (block_outlook(cfg, store.capacity_reservations(), jobs, now)

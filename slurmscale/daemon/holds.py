@@ -34,7 +34,6 @@ from slurmscale.policy.reservations import (
     RankedGangs,
     ReservationKnobs,
     TakeOrder,
-    earliest_plan,
     plan_holds,
 )
 from slurmscale.store.protocol import PassStore
@@ -131,19 +130,6 @@ def current_holds(cfg: Config, store: PassStore, slurm_res: list[SlurmReservatio
                           len(r.nodes), r.nodes, created, 0.0, now))
     reserved = frozenset(n for r in slurm_res for n in r.nodes)
     return holds, gone, reserved
-
-
-def with_earliest_plans(jobs: tuple[GangJob, ...], seen: dict[str, float]
-                        ) -> tuple[GangJob, ...]:
-    """Each pending gang with the earliest start backfill has planned for it so far (`seen`,
-    the caller's memory across passes, updated here; jobs gone or started are forgotten): a
-    plan later than that one has slipped. (The daemon's queue view keeps its own, job by
-    job as they change: daemon/observe.gang_jobs.)"""
-    out = tuple(earliest_plan(j, seen) for j in jobs)
-    pending = {j.job_id for j in out if j.pending}
-    for gone in [i for i in seen if i not in pending]:
-        del seen[gone]
-    return out
 
 
 class HoldPass:

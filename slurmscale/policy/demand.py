@@ -5,7 +5,7 @@ wait), worked out two ways that give the same value bit for bit:
   other policies, any snapshot without tallies);
 - `demand_of`: from a PoolTally, the pool's pending jobs summed up by a DemandBook that is
   told each job as it comes and goes. The daemon's queue view keeps the book from pass to
-  pass (daemon/observe.QueueView), so `decide` no longer walks the whole queue: a pass's
+  pass (daemon/queue_view.QueueView), so `decide` no longer walks the whole queue: a pass's
   cost follows what changed (issue 44).
 
 Only jobs that may start now (`actionable`) count. Bit for bit: the GPU-seconds are summed as
@@ -175,6 +175,15 @@ class _Sums:
                 self.oldest = None
         self.made = None
 
+    def fill(self, jobs: list[PendingJob]) -> None:
+        """Start from these jobs at once (a fresh book): what adding them one by one gives,
+        in one sum and one sort."""
+        self.sums = [sum(col) for col in zip(*map(contribution, jobs), strict=True)] \
+            if jobs else [0] * 9
+        self.gangs = sorted((gang_order(j), j) for j in jobs if is_gang(j))
+        self.submits = Counter(j.submit_s for j in jobs)
+        self.oldest, self.made = None, None
+
     def tally(self) -> PoolTally:
         if self.made is None:
             if self.oldest is None and self.submits:
@@ -197,6 +206,25 @@ class DemandBook:
     def __init__(self, pools: Iterable[str]) -> None:
         self.own = {p: _Sums() for p in pools}
         self.also: dict[str, _Sums] = {}
+
+    @classmethod
+    def of(cls, pools: Iterable[str], jobs: Iterable[PendingJob]) -> DemandBook:
+        """A book that starts from these jobs at once (a fresh queue view's first read): what
+        swapping them in one by one gives (the view's check compares the two)."""
+        book = cls(pools)
+        own: dict[str, list[PendingJob]] = {p: [] for p in book.own}
+        also: dict[str, list[PendingJob]] = {}
+        for j in jobs:
+            if j.actionable:
+                own[j.pool].append(j)
+                for other in j.also:
+                    also.setdefault(other, []).append(j)
+        for pool, mine in own.items():
+            book.own[pool].fill(mine)
+        for pool, theirs in also.items():
+            book.also[pool] = _Sums()
+            book.also[pool].fill(theirs)
+        return book
 
     def swap(self, old: PendingJob | None, new: PendingJob | None) -> None:
         """A job's demand was `old` and is `new` (None: none). A single-node job whose new

@@ -1,6 +1,6 @@
 """Reading Slurm's state for the policy: Slurm's times, the node states and the jobs' ends (pure:
 the caller reads Slurm and the clock). Building the Snapshot from them and the config is the
-edge's (`daemon/observe.py`)."""
+edge's (`daemon/observe.py`, `daemon/queue_view.py`)."""
 
 from __future__ import annotations
 
@@ -57,14 +57,6 @@ def slurm_time(text: str) -> float | None:
 MAX_TIMES = 1 << 18  # ~40 MB at most; a queue of 50,000 jobs holds ~150,000 distinct times
 _TIMES: dict[str, float | None] = {}
 _MISSING = object()
-
-
-def time_memo() -> dict[str, float | None]:
-    """slurm_time's memo, for a loop over every job to look a time up in (with `_MISSING` as
-    the default) before calling slurm_time: the call costs more than the lookup. Empty once
-    the host's clock has stepped, so that every time goes through slurm_time, which reads it
-    into the daemon's steady frame."""
-    return {} if timeframe.FRAME.eras else _TIMES
 
 
 def node_state(n: SlurmNode) -> NodeState:

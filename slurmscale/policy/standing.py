@@ -14,11 +14,11 @@ lifted by age alone.
 from __future__ import annotations
 
 from bisect import bisect_right
-from operator import itemgetter
-from typing import NamedTuple, cast
+from operator import attrgetter, itemgetter
+from typing import NamedTuple
 
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob
-from slurmscale.policy.observe import _MISSING, slurm_time, time_memo
+from slurmscale.policy.observe import slurm_time
 from slurmscale.policy.reservations import GangJob
 
 
@@ -72,17 +72,16 @@ def gang_standings(gangs: tuple[GangJob, ...], partition_of: dict[str, str],
     line = dict(zip(map(itemgetter(0, 1), prios), prios, strict=True))
     wanted = {partition_of[g.pool] for g in todo}
     # per partition: (priority, age, submit) of every pending job (50,000 of them: fields
-    # taken by index in C, sprio's line and the submit time looked up before any call)
+    # taken in C, sprio's line looked up)
     queue: dict[str, list[tuple[float, float, float]]] = {p: [] for p in wanted}
-    get, times, missing = line.get, time_memo(), _MISSING
+    get = line.get
     for job_id, parts, submit, prio, state in map(_FIELDS, jobs):
         if state != "PENDING":
             continue
         for part in parts:
             if part in wanted:
                 f = get((job_id, part))
-                got = times.get(submit, missing)
-                t = (slurm_time(submit) if got is missing else cast(float | None, got)) or now
+                t = slurm_time(submit) or now
                 queue[part].append((f[2], f[3], t) if f is not None
                                    else (float(prio), 0.0, t))
     out: dict[tuple[str, str], GangStanding] = {}
@@ -92,7 +91,7 @@ def gang_standings(gangs: tuple[GangJob, ...], partition_of: dict[str, str],
     return tuple(out[g.job_id, g.pool] for g in todo)
 
 
-_FIELDS = itemgetter(0, 1, 5, 7, 9)  # QueueJob's job_id, partitions, submit_time, priority, state
+_FIELDS = attrgetter("job_id", "partitions", "submit_time", "priority", "state")
 
 
 def _standings_in(part: str, gangs: list[GangJob], queue: list[tuple[float, float, float]],

@@ -168,7 +168,7 @@ class LineMemo(Generic[R]):
     """The records one read's lines gave, kept for the next read of the same command: a line
     squeue (or `scontrol show node -o`) prints again unchanged gives back the very record it
     gave before, unparsed. Most of a queue is the same from one pass to the next, so a pass
-    parses what changed, and the observe layer after it (daemon/observe.QueueView) knows an
+    parses what changed, and the observe layer after it (daemon/queue_view.QueueView) knows an
     unchanged job by its record's identity. Holds one read's lines (the last), never more."""
 
     def __init__(self) -> None:

@@ -37,7 +37,7 @@ import yaml
 from slurmscale.config_file import load_config
 from slurmscale.daemon.capacity import current_plan
 from slurmscale.daemon.ledger import Ledger
-from slurmscale.daemon.observe import QueueView, build_snapshot, gang_jobs
+from slurmscale.daemon.queue_view import QueueView
 from slurmscale.gc_tuning import tune_gc
 from slurmscale.slurm.cli_backend import SlurmCLI, _parse_nodes
 from slurmscale.slurm.kv import LineMemo, parse_squeue_fixed
@@ -85,8 +85,7 @@ def main() -> None:
 
         def observe(memo: LineMemo | None, view: QueueView | None, text: list[str]) -> None:
             jobs = parse_squeue_fixed(text, memo)
-            build_snapshot(cfg, nodes, jobs, now, {}, view)
-            gang_jobs(cfg, jobs, 2, view=view)
+            (view or QueueView()).read(cfg, nodes, jobs, now, {})
 
         def whole(slurm: SlurmCLI, view: QueueView | None, ledger: Ledger) -> None:
             p = current_plan(cfg, slurm, store, now, view)

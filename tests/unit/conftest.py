@@ -6,6 +6,7 @@ import pytest
 
 from slurmscale.config import Config
 from slurmscale.config_file import parse_config
+from slurmscale.policy.reservations import GangJob, earliest_plan
 
 
 def base_config(**over: Any) -> dict[str, Any]:
@@ -24,6 +25,18 @@ def base_config(**over: Any) -> dict[str, Any]:
     }
     d.update(over)
     return d
+
+
+def with_earliest_plans(jobs: tuple[GangJob, ...], seen: dict[str, float]
+                        ) -> tuple[GangJob, ...]:
+    """The plain computation the queue view's kept plans are held to: each pending gang
+    with the earliest start backfill has planned for it so far (`seen`, updated here; jobs
+    gone or started are forgotten)."""
+    out = tuple(earliest_plan(j, seen) for j in jobs)
+    pending = {j.job_id for j in out if j.pending}
+    for gone in [i for i in seen if i not in pending]:
+        del seen[gone]
+    return out
 
 
 @pytest.fixture

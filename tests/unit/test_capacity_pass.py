@@ -114,12 +114,12 @@ def test_a_pass_that_fails_part_way_leaves_the_next_to_read_the_queue_afresh(
     cp, slurm, store, _ = governed
     slurm.queue = [job("4242", 4, T0)]
     cp.run(T0)
-    assert cp.view._gangs.records and cp.view._jobs.records
+    assert cp.view.kept() == {"4242"}
     slurm.queue = [job("4242", 4, T0), job("4343", 2, T0)]
     monkeypatch.setattr(store, "pool_memory", lambda: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         cp.run(T0 + timedelta(seconds=10))
-    assert not cp.view._gangs.records and not cp.view._jobs.records
+    assert not cp.view.kept()
     monkeypatch.undo()
     plan = cp.run(T0 + timedelta(seconds=20))
     assert plan is not None

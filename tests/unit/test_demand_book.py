@@ -52,7 +52,7 @@ def test_a_tally_kept_as_jobs_come_and_go_gives_what_walking_the_jobs_gives(
         steps: list[PendingJob | str | tuple[str, int]]) -> None:
     """Each step a job's demand is made, changed (a job id seen before), given a new
     priority alone (an id and a priority: what each PriorityCalcPeriod does), or gone (an
-    id alone)."""
+    id alone). A book made at once from the jobs of that step gives the same."""
     book, jobs = DemandBook(POOLS), {}
     now = 1000.0
     for step in steps:
@@ -67,6 +67,9 @@ def test_a_tally_kept_as_jobs_come_and_go_gives_what_walking_the_jobs_gives(
             book.swap(jobs.get(step.job_id), step)
             jobs[step.job_id] = step
         tallies, near = book.tallies(), book.near()
+        # a book made at once from the jobs as they are (a fresh queue view's) is the same
+        at_once = DemandBook.of(POOLS, jobs.values())
+        assert (at_once.tallies(), at_once.near()) == (tallies, near)
         for p in POOLS:
             k, mine = KNOBS[p], [j for j in jobs.values() if j.pool == p]
             others = [j for j in jobs.values() if p in j.also and j.actionable]

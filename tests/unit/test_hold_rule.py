@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmscale.daemon.holds import with_earliest_plans
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob
 from slurmscale.policy.model import NodeState, NodeView
 from slurmscale.policy.observe import slurm_time
@@ -22,6 +21,7 @@ from slurmscale.policy.reservations import (
 from slurmscale.policy.standing import gang_standings
 from slurmscale.sim.model_view import stamp
 from slurmscale.slurm.kv import parse_show_config, priority_weights
+from tests.unit.conftest import with_earliest_plans
 
 K = ReservationKnobs(accumulate_after_s=600, max_hold_s=3600)
 NOW = 100_000.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.observe import QueueView, build_snapshot
+from slurmscale.daemon.queue_view import QueueView, build_snapshot
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.decide import decide
 from slurmscale.policy.model import ActionKind, NodeState
@@ -156,10 +156,10 @@ def test_the_daemons_arrival_log_remembers_finished_jobs_for_the_reuse_forecast(
     view = QueueView()
     running = [QueueJob(str(i), ("gpu-spot",), 1, 8, 600, "2026-11-29T11:50:00", "None", 1,
                         "bob", "RUNNING") for i in range(3)]
-    build_snapshot(cfg, [], running, now, view=view)
-    later = build_snapshot(cfg, [], [], now + 60, view=view)  # they finished
+    view.read(cfg, [], running, now)
+    later = view.read(cfg, [], [], now + 60).snapshot  # they finished
     assert len(later.arrivals) == 3
-    gone = build_snapshot(cfg, [], [], now + 3600, view=view)  # out of the window
+    gone = view.read(cfg, [], [], now + 3600).snapshot  # out of the window
     assert gone.arrivals == () and view.arrivals == {}
 
 
@@ -199,7 +199,7 @@ def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -
 
 def test_a_job_submitted_to_two_pools_counts_as_near_demand_in_the_second() -> None:
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.observe import build_snapshot
+    from slurmscale.daemon.queue_view import build_snapshot
     from slurmscale.model import QueueJob
     from tests.unit.conftest import base_config
 
@@ -212,7 +212,7 @@ def test_a_job_submitted_to_two_pools_counts_as_near_demand_in_the_second() -> N
 
 def test_gpus_in_use_come_from_running_jobs_when_alloc_tres_has_none() -> None:
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.observe import build_snapshot
+    from slurmscale.daemon.queue_view import build_snapshot
     from slurmscale.model import QueueJob, SlurmNode
     from tests.unit.conftest import base_config
 
@@ -228,9 +228,10 @@ def test_gpus_in_use_come_from_running_jobs_when_alloc_tres_has_none() -> None:
 
 
 def test_gang_jobs_fills_every_field_in_order() -> None:
-    """gang_jobs makes each GangJob as a bare tuple (speed): it must be the GangJob the
-    keywords make, field for field (a field added to GangJob and not here fails this)."""
-    from slurmscale.daemon.observe import gang_jobs
+    """gang_jobs makes each GangJob from its record (daemon/observe.gang) positionally: it
+    must be the GangJob the keywords make, field for field (a field added to GangJob and not
+    there fails this); a pending gang's earliest plan is its first."""
+    from slurmscale.daemon.queue_view import gang_jobs
     from slurmscale.policy.observe import slurm_time
     from slurmscale.policy.reservations import GangJob
 
@@ -240,12 +241,13 @@ def test_gang_jobs_fills_every_field_in_order() -> None:
                   "2026-11-29T12:00:00"),
          QueueJob("8", ("gpu-spot",), 2, 0, None, "2026-11-29T10:00:01",
                   "JobHeldUser", 0, "bob", "PENDING")]
-    a, b = gang_jobs(cfg, q, 2)
+    a, b = gang_jobs(cfg, q)
     assert a == GangJob(job_id="7", pool="gpu-spot", nodes=4, gpus_per_node=8,
                         submit_s=slurm_time("2026-11-29T10:00:00"), priority=50,
                         user="alice", account="proj", pending=True,
                         waiting_for_capacity=True, held=False, reservation="resv",
-                        expected_start_s=slurm_time("2026-11-29T12:00:00"))
+                        expected_start_s=slurm_time("2026-11-29T12:00:00"),
+                        first_expected_s=slurm_time("2026-11-29T12:00:00"))
     assert (b.gpus_per_node, b.held, b.waiting_for_capacity, b.expected_start_s) == (
         8, True, False, None)
     assert len(a) == len(GangJob._fields) and type(a) is GangJob

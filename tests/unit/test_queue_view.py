@@ -12,13 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.holds import with_earliest_plans
 from slurmscale.daemon.knobs import hold_knobs
-from slurmscale.daemon.observe import QueueView, build_snapshot, gang_jobs
+from slurmscale.daemon.queue_view import QueueView, build_snapshot, gang_jobs
 from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.policy.reservations import RankedGangs
 from slurmscale.slurm.kv import SQUEUE_FIELDS, LineMemo, parse_squeue_fixed
-from tests.unit.conftest import base_config
+from tests.unit.conftest import base_config, with_earliest_plans
 
 NOW = datetime(2026, 11, 29, 12, 0).timestamp()
 NODES = [SlurmNode(f"spot-{i}", "ALLOCATED+CLOUD" if i <= 4 else "IDLE+CLOUD", f"spot-{i}",
@@ -84,34 +83,32 @@ def test_the_view_kept_across_passes_gives_what_a_rebuild_gives(
         queue += [job(100 * (p + 1) + k) for k in range(arrivals)]
         # the rebuild: the same arrival log, nothing else remembered
         rebuilt.forget()
-        a = build_snapshot(cfg, nodes, queue, now, view=kept, requeued=requeued, paid=paid)
-        b = build_snapshot(cfg, nodes, queue, now, view=rebuilt, requeued=requeued, paid=paid)
-        assert a == b
-        assert kept.arrivals == rebuilt.arrivals
         also = frozenset(j.job_id for j in queue[:2])
-        rebuilt_gangs = with_earliest_plans(gang_jobs(cfg, queue, 2, also), plans)
-        assert gang_jobs(cfg, queue, 2, also, kept) == rebuilt_gangs
+        a = kept.read(cfg, nodes, queue, now, requeued=requeued, paid=paid, also=also)
+        b = rebuilt.read(cfg, nodes, queue, now, requeued=requeued, paid=paid).snapshot
+        assert a.snapshot == b
+        assert kept.arrivals == rebuilt.arrivals
+        rebuilt_gangs = with_earliest_plans(gang_jobs(cfg, queue, also), plans)
+        assert a.gangs == kept.gangs(cfg, queue, also) == rebuilt_gangs
         assert kept.plans == plans
         # the same queue as the daemon's squeue read hands it over: with what changed since
         # the read before; or, now and then, a plain list (the next read's change is then
         # relative to a read this view never saw: it walks the records instead)
         read = delta_read(read, queue, p + 2)
         given = list(queue) if plain[p] else read
-        assert build_snapshot(cfg, nodes, given, now, view=told, requeued=requeued,
-                              paid=paid) == b
+        t = told.read(cfg, nodes, given, now, requeued=requeued, paid=paid, also=also)
+        assert t.snapshot == b
         assert told.arrivals == rebuilt.arrivals
-        assert gang_jobs(cfg, given, 2, also, told) == rebuilt_gangs
+        assert t.gangs == told.gangs(cfg, given, also) == rebuilt_gangs
         assert told.plans == plans
         # the gangs a hold could be for, ranked per pool as they came and went: as ranked
         # from scratch
         fresh = RankedGangs(hold_knobs(cfg), {q.name: q.max_nodes for q in cfg.pools},
                             rebuilt_gangs)
-        for view in (kept, told):
-            assert {k: v for k, v in view.ranked.by_pool.items() if v} == fresh.by_pool
+        for state in (a, t):
+            assert {k: v for k, v in state.ranked.by_pool.items() if v} == fresh.by_pool
         # and it holds the queue's jobs, no more: a job gone is let go
-        ids = {j.job_id for j in queue}
-        for kept_jobs in (told._jobs, told._gangs):
-            assert set(kept_jobs.records) == ids and set(kept_jobs.made) <= ids
+        assert told.kept() == {j.job_id for j in queue}
 
 
 def delta_read(before: QueueRead, queue: list[QueueJob], serial: int) -> QueueRead:
@@ -128,9 +125,9 @@ def test_an_unchanged_job_is_not_looked_at_again() -> None:
     cfg = parse_config(base_config())
     view = QueueView()
     queue = [job(i) for i in range(8)]
-    first = build_snapshot(cfg, NODES, queue, NOW, view=view)
+    first = view.read(cfg, NODES, queue, NOW).snapshot
     queue[0] = changed(queue[0], "prio")
-    second = build_snapshot(cfg, NODES, queue, NOW + 60, view=view)
+    second = view.read(cfg, NODES, queue, NOW + 60).snapshot
     same = [a is b for a, b in zip(first.jobs, second.jobs, strict=True)]
     assert same[0] is False and all(same[1:])
     assert second.jobs[0].priority == first.jobs[0].priority + 7
@@ -145,18 +142,17 @@ def test_the_same_records_give_what_their_jobs_give_now() -> None:
     view = QueueView()
     queue = [changed(job(0), "submit"), job(1)._replace(reason="BeginTime"), job(4)]
     read = QueueRead(queue, 1)
-    first = build_snapshot(cfg, NODES, read, NOW, view=view)
+    first = view.read(cfg, NODES, read, NOW).snapshot
     again = delta_read(read, queue, 2)
-    second = build_snapshot(cfg, NODES, again, NOW + 60, view=view)
+    second = view.read(cfg, NODES, again, NOW + 60).snapshot
     assert [j.submit_s for j in second.jobs] == [NOW + 60, first.jobs[1].submit_s,
                                                  first.jobs[2].submit_s]
     assert second.jobs[2] is first.jobs[2]
     assert not second.jobs[1].actionable
-    third = build_snapshot(cfg, NODES, delta_read(again, queue, 3), NOW + 60, view=view,
-                           requeued=frozenset({"1"}))
+    third = view.read(cfg, NODES, delta_read(again, queue, 3), NOW + 60,
+                      requeued=frozenset({"1"})).snapshot
     assert third.jobs[1].actionable, "requeued by slurmscale: demand on the same record"
-    assert third == build_snapshot(cfg, NODES, queue, NOW + 60, view=QueueView(),
-                                   requeued=frozenset({"1"}))
+    assert third == build_snapshot(cfg, NODES, queue, NOW + 60, requeued=frozenset({"1"}))
 
 
 def test_a_priority_calculation_moves_every_priority_and_nothing_else() -> None:
@@ -168,14 +164,13 @@ def test_a_priority_calculation_moves_every_priority_and_nothing_else() -> None:
     queue = [job(i)._replace(reason="BeginTime") if i == 1 else job(i) for i in range(12)]
     queue[2] = changed(queue[2], "submit")
     read = QueueRead(queue, 1)
-    build_snapshot(cfg, NODES, read, NOW, view=view, requeued=frozenset({"1"}))
+    view.read(cfg, NODES, read, NOW, requeued=frozenset({"1"}))
     for step, requeued in enumerate((frozenset(), frozenset({"5"}), frozenset())):
         queue = [changed(j, "prio") for j in queue]
         read = delta_read(read, queue, step + 2)
         now = NOW + 60 * (step + 1)
-        got = build_snapshot(cfg, NODES, read, now, view=view, requeued=requeued)
-        assert got == build_snapshot(cfg, NODES, queue, now, view=QueueView(),
-                                     requeued=requeued), f"step {step}"
+        got = view.read(cfg, NODES, read, now, requeued=requeued).snapshot
+        assert got == build_snapshot(cfg, NODES, queue, now, requeued=requeued), f"step {step}"
     assert not {j.job_id: j for j in got.jobs}["1"].actionable, "requeued two reads ago"
 
 
@@ -188,14 +183,14 @@ def test_a_job_held_and_released_in_a_priority_calculation_counts_as_a_rebuild_s
     view = QueueView()
     queue = [job(i) for i in range(8)]
     read = QueueRead(queue, 1)
-    build_snapshot(cfg, NODES, read, NOW, view=view)
+    view.read(cfg, NODES, read, NOW)
     for step, prio in enumerate((0, 0, 50)):
         queue = [j._replace(priority=prio) if j.job_id == "3" else changed(j, "prio")
                  for j in queue]
         read = delta_read(read, queue, step + 2)
         now = NOW + 60 * (step + 1)
-        got = build_snapshot(cfg, NODES, read, now, view=view)
-        assert got == build_snapshot(cfg, NODES, queue, now, view=QueueView()), f"step {step}"
+        got = view.read(cfg, NODES, read, now).snapshot
+        assert got == build_snapshot(cfg, NODES, queue, now), f"step {step}"
         assert {j.job_id: j for j in got.jobs}["3"].actionable is (prio > 0)
 
 def line(i: int, prio: int) -> str:

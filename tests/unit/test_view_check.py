@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from slurmscale.config import Config
-from slurmscale.daemon.observe import QueueView, build_snapshot
+from slurmscale.daemon.queue_view import QueueView
 from slurmscale.daemon.view_check import ENV, ViewDiverged, checking
 from slurmscale.model import QueueJob, SlurmNode
 
@@ -22,11 +22,10 @@ def test_a_kept_view_that_went_wrong_is_caught_naming_the_job(cfg: Config) -> No
     jobs = [QueueJob("5", ("gpu-spot",), 2, 8, 3600, local, "Resources", 100, "u", "PENDING")]
     nodes = [SlurmNode("spot-1", "IDLE+CLOUD+POWERED_DOWN", "spot-1", "spot-1")]
     view = QueueView()
-    first = build_snapshot(cfg, nodes, jobs, T0, view=view)
+    first = view.read(cfg, nodes, jobs, T0).snapshot
     assert [j.nodes for j in first.jobs] == [2]
-    build_snapshot(cfg, nodes, jobs, T0 + 10, view=view)  # unchanged: the memo answers
+    view.read(cfg, nodes, jobs, T0 + 10)  # unchanged: the memo answers
     (kept,) = first.jobs  # a memo edited as a shortcut might get it wrong
     view._jobs.give("5", kept._replace(nodes=3))
-    view._jobs.redo.discard("5")
     with pytest.raises(ViewDiverged, match="job 5: the kept view has .*nodes=3"):
-        build_snapshot(cfg, nodes, jobs, T0 + 20, view=view)
+        view.read(cfg, nodes, jobs, T0 + 20)
