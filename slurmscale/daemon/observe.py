@@ -45,8 +45,7 @@ def gang_pools(cfg: Config) -> dict[str, Pool]:
 def counts(reason: str, requeued: bool, priority: int, startable: int) -> bool:
     """When a pending job's demand counts (PendingJob.actionable): it waits for capacity (a
     capacity reason, or slurmscale requeued it and Slurm holds it back), it is not held
-    (priority 0), and a task of it may start now. Written once: the full read and the
-    priority-only shortcut both ask it."""
+    (priority 0), and a task of it may start now."""
     return (reason in CAPACITY_REASONS or requeued) and priority > 0 and startable > 0
 
 
@@ -76,26 +75,6 @@ def demand(j: QueueJob, pool: PoolOf, submit: float, requeued: bool, running_tas
         j.job_id, pool.name, j.num_nodes, j.gpus_per_node or pool.gpus_per_node,
         j.time_limit_s, submit, j.priority, counts(j.reason, requeued, j.priority, can_start),
         pool.also, j.array_tasks, can_start)
-
-
-_PRIORITY = QueueJob._fields.index("priority")
-
-
-def priority_alone(old: QueueJob, new: QueueJob) -> bool:
-    """Whether a job's line changed in its priority alone (compared as two slices: every
-    pending job's, after each PriorityCalcPeriod)."""
-    return (old[:_PRIORITY] == new[:_PRIORITY]
-            and old[_PRIORITY + 1:] == new[_PRIORITY + 1:])
-
-
-def with_priority(d: PendingJob, j: QueueJob) -> PendingJob | None:
-    """What a job whose line moved in its priority alone asks now (each PriorityCalcPeriod
-    moves every pending job's), from what it asked before; None: the new priority changes
-    more than the priority (its demand starts or stops counting: a job held at priority 0),
-    so it is worked out in full."""
-    if counts(j.reason, False, j.priority, d.startable) is not d.actionable:
-        return None
-    return d._replace(priority=j.priority)
 
 
 def gang(j: QueueJob, pool: Pool) -> GangJob:

@@ -39,6 +39,7 @@ from slurmscale.policy.reservations import (
     TakeOrder,
     earliest_plan,
 )
+from slurmscale.slurm.kv import starts_over
 
 V = TypeVar("V")
 _job_id = operator.attrgetter("job_id")
@@ -294,6 +295,7 @@ class QueueView:
         made = self._gangs_made
         if made is not None and made[0] is jobs and made[1] == also:
             return made[2]
+        self._start_over_if_most_changed(jobs)
         keep, plans = self._gangs, self._plans
         first = not keep.records  # (a fresh view: ranked at once, after)
         if first:
@@ -313,8 +315,9 @@ class QueueView:
             # (a single-node job in `also`: looked at again next pass)
             keep.give(j.job_id, earliest_plan(observe.gang(j, pool), plans),
                       again=j.num_nodes < 2)
-        # a gang gone, started or no longer one: its earliest plan forgotten
-        for job_id in (*map(_job_id, todo), *map(_job_id, went)):
+        # a gang gone, started or no longer one: its earliest plan forgotten (after a fresh
+        # fill, the jobs that left meanwhile are in no list: every plan is looked at)
+        for job_id in (list(plans) if first else (*map(_job_id, todo), *map(_job_id, went))):
             now_made = keep.made.get(job_id)
             if (now_made is None or not now_made.pending) and job_id in plans:
                 del plans[job_id]
@@ -324,6 +327,24 @@ class QueueView:
         out = keep.in_order(jobs)
         self._gangs_made = (jobs, also, out)
         return out
+
+    def _start_over_if_most_changed(self, jobs: list[QueueJob]) -> None:
+        """Forget every job's view when most records changed since the last pass (each
+        PriorityCalcPeriod changes every pending job's line; kv.starts_over, the squeue
+        parse's memo's rule): what is kept is then worth less than it costs to bring up to
+        date job by job - each change taken out of the tallies and the rankings and put
+        back - and a fresh view fills them at once."""
+        kept = self._jobs
+        if not kept.records:
+            return
+        if (isinstance(jobs, QueueRead) and jobs.since is not None
+                and jobs.since == kept.read):
+            changed = len(jobs.changed)
+        else:  # (the records not the very ones kept, counted in C)
+            records = kept.records
+            changed = sum(map(operator.is_not, map(records.get, map(_job_id, jobs)), jobs))
+        if starts_over(changed, len(jobs)):
+            self.forget()
 
     def _valid_for(self, cfg: Config) -> None:
         """Forget the views made under another config or before the host's clock stepped
@@ -421,37 +442,16 @@ class QueueView:
 
     def _to_work_out(self, jobs: list[QueueJob], requeued: frozenset[str]
                      ) -> list[QueueJob]:
-        """The records whose demand to work out: those whose record changed (or that hang
-        on more than it: `redo`, `requeued`, a throttled array whose running tasks moved),
-        a priority-only change given its new priority in place (`_priority_moved`)."""
+        """The records whose demand to work out: those whose record changed, or that hang
+        on more than it (`redo`, `requeued`, a throttled array whose running tasks moved).
+        (A line changed in its priority alone is worked out in full: a shortcut for it
+        paid nothing measurable, tests/benchmarks/pass_mix.py.)"""
         kept = self._jobs
         todo, came, went = kept.todo(jobs, requeued)
         again = self._arrays(came, went)
         if again:
             todo = list({j.job_id: j for j in (*todo, *again)}.values())
-        if went:  # (a PriorityCalcPeriod's read: every pending line's priority moved)
-            todo = self._priority_moved(todo, went, requeued)
         return todo
-
-    def _priority_moved(self, todo: list[QueueJob], went: list[QueueJob],
-                        requeued: frozenset[str]) -> list[QueueJob]:
-        """Of the records to work out, those whose line changed in its priority alone:
-        what the job gives is what it gave with the new priority (observe.with_priority),
-        while nothing else it hangs on moved (jobs `requeued` now, those worked out again
-        every pass, throttled array lines: worked out in full). Returns the rest."""
-        was = {j.job_id: j for j in went}
-        kept, rest = self._jobs, []
-        made, redo = kept.made, kept.redo
-        for j in todo:
-            old = was.get(j.job_id)
-            d = made.get(j.job_id) if old is not None else None
-            if (d is None or j.array_throttle or j.job_id in redo or j.job_id in requeued
-                    or not observe.priority_alone(old, j)  # type: ignore[arg-type]
-                    or (now := observe.with_priority(d, j)) is None):
-                rest.append(j)
-                continue
-            kept.give(j.job_id, now)
-        return rest
 
     def _pending(self, cfg: Config, jobs: list[QueueJob], now: float, window: float,
                  requeued: frozenset[str]) -> None:

@@ -3,13 +3,14 @@ kept view (daemon/queue_view.py: only the records that changed since the last pa
 at again) is made a second time by a fresh view and compared, and the first job, node, tally
 or gang that differs raises `ViewDiverged`, naming both.
 
-Why: the view's shortcuts (per-job memos, the priority-only path, node views kept across
-passes, the demand tallies kept as jobs come and go) must give what the plain computation
-gives; a change that updates one and not the other gives a daemon that decides on a queue
-that is not Slurm's. The unit tests and the simulator's golden runs under pytest turn it on
-(tests/conftest.py, tests/unit/test_sim_golden.py); a daemon may too, at twice the read's
-cost. Not compared: the reuse forecast's arrivals and each gang's earliest backfill plan,
-which the kept view remembers of earlier passes as a fresh one cannot."""
+Why: the view's shortcuts (per-job memos, node views kept across passes, the demand
+tallies and gang rankings kept as jobs come and go, starting over when most changed) must
+give what the plain computation gives; a change that updates one and not the other gives a
+daemon that decides on a queue that is not Slurm's. The unit tests and the simulator's
+golden runs under pytest turn it on (tests/conftest.py, tests/unit/test_sim_golden.py); a
+daemon may too, at twice the read's cost. Not compared: the reuse forecast's arrivals and
+each gang's earliest backfill plan, which the kept view remembers of earlier passes as a
+fresh one cannot."""
 
 from __future__ import annotations
 

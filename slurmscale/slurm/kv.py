@@ -240,6 +240,8 @@ def _parse_against(lines: list[str], memo: LineMemo[QueueJob]) -> QueueRead:
     new_at = list(itertools.compress(range(len(lines)),
                                      map(operator.is_, recs, itertools.repeat(None))))
     parsed = parse_squeue_fixed([lines[i] for i in new_at]) if new_at else []
+    if starts_over(len(new_at), len(lines)) and len(parsed) == len(new_at):
+        return _start_over(lines, recs, new_at, parsed, memo)
     if len(parsed) == len(new_at):
         for i, job in zip(new_at, parsed, strict=True):
             recs[i] = job
@@ -270,6 +272,34 @@ def _parse_against(lines: list[str], memo: LineMemo[QueueJob]) -> QueueRead:
     return read
 
 
+# Past this share of a read's records new, what is kept of the last read is worth less than
+# bringing it up to date record by record costs (each PriorityCalcPeriod prints every
+# pending job's line anew): the memo is made afresh from the read, which then says no change,
+# and the queue view starts over too (daemon/queue_view.py). Not below START_OVER_MIN
+# records, where either way costs a few milliseconds. Measured:
+# tests/benchmarks/pass_mix.py.
+START_OVER = 0.3
+START_OVER_MIN = 2000
+
+
+def starts_over(changed: int, records: int) -> bool:
+    return records >= START_OVER_MIN and changed > START_OVER * records
+
+
+def _start_over(lines: list[str], recs: list[QueueJob | None], new_at: list[int],
+                parsed: list[QueueJob], memo: LineMemo[QueueJob]) -> QueueRead:
+    """The read when most of its lines are new: the memo made afresh from it, in C."""
+    for i, job in zip(new_at, parsed, strict=True):
+        recs[i] = job
+    jobs = cast(list[QueueJob], recs)
+    memo.last = dict(zip(lines, jobs, strict=True))
+    memo.line_of = dict(zip(map(_JOB_ID, jobs), lines, strict=True))
+    read = QueueRead(jobs, next_read())
+    memo.serial = read.serial
+    return read
+
+
+_JOB_ID = operator.attrgetter("job_id")
 _NO_ARRAY = ("", 1, 0)
 
 

@@ -15,6 +15,8 @@ arguments and exits: the cost counted is starting one process per call, not slur
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -95,6 +97,10 @@ def main() -> None:
                   f"{calls['before']:>13}/{calls['now']}")
     finally:
         server.stop()
+        if os.environ.get("KEEP"):  # (its files kept to look at, and said where)
+            print(tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

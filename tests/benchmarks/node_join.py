@@ -21,8 +21,10 @@ been written when the bootstrap asks; here the bootstrap may have to wait for it
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -126,6 +128,10 @@ def main() -> int:
     finally:
         c.stop()
         proxy.stop()
+        if os.environ.get("KEEP"):  # (its files kept to look at, and said where)
+            print(root)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ data, so every run reports on the same store.
 from __future__ import annotations
 
 import random
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -76,35 +77,38 @@ def main() -> None:
     n_jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 60_000
     n_pools = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     d = Path(tempfile.mkdtemp(prefix="ss-bench-report-"))
-    conf = base_config(store_url=f"sqlite:///{d / 'state.db'}",
-                       prices={"p5.48xlarge": {"spot": 40.0, "on-demand": 98.0}})
-    for i in range(2, n_pools):  # more pools like the on-demand one
-        conf["pools"].append({**conf["pools"][1], "name": f"gpu-{i}", "partition": f"gpu-{i}",
-                              "node_prefix": f"g{i}-"})
-    cfg = parse_config(conf)
-    store = Store(cfg.store_url)
-    store.upgrade()
-    t0 = time.perf_counter()
-    fill(store, n_jobs, [p.name for p in cfg.pools])
-    t_fill = time.perf_counter() - t0
+    try:  # (the store, ~120 MB at the default size, removed whatever happens)
+        conf = base_config(store_url=f"sqlite:///{d / 'state.db'}",
+                           prices={"p5.48xlarge": {"spot": 40.0, "on-demand": 98.0}})
+        for i in range(2, n_pools):  # more pools like the on-demand one
+            conf["pools"].append({**conf["pools"][1], "name": f"gpu-{i}",
+                                  "partition": f"gpu-{i}", "node_prefix": f"g{i}-"})
+        cfg = parse_config(conf)
+        store = Store(cfg.store_url)
+        store.upgrade()
+        t0 = time.perf_counter()
+        fill(store, n_jobs, [p.name for p in cfg.pools])
+        t_fill = time.perf_counter() - t0
 
-    db = sqlite3.connect(d / "state.db")
-    t0 = time.perf_counter()
-    rows = sum(len(db.execute(f"select * from {t}").fetchall())  # noqa: S608 - fixed names
-               for t in ("jobs", "instances", "events", "samples"))
-    base = time.perf_counter() - t0
-    db.close()
+        db = sqlite3.connect(d / "state.db")
+        t0 = time.perf_counter()
+        rows = sum(len(db.execute(f"select * from {t}").fetchall())  # noqa: S608 - fixed
+                   for t in ("jobs", "instances", "events", "samples"))
+        base = time.perf_counter() - t0
+        db.close()
 
-    t0 = time.perf_counter()
-    r = build_report(cfg, store, START, END)
-    t_compute = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    page = to_html(r, store.sample_series(START, END, MAX_POINTS),
-                   {p.name: p.gpus_per_node for p in cfg.pools},
-                   (START.timestamp(), END.timestamp()),
-                   nodes_up_steps(store.instances_between(START, END), START, END))
-    t_html = time.perf_counter() - t0
-    store.close()
+        t0 = time.perf_counter()
+        r = build_report(cfg, store, START, END)
+        t_compute = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        page = to_html(r, store.sample_series(START, END, MAX_POINTS),
+                       {p.name: p.gpus_per_node for p in cfg.pools},
+                       (START.timestamp(), END.timestamp()),
+                       nodes_up_steps(store.instances_between(START, END), START, END))
+        t_html = time.perf_counter() - t0
+        store.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     total = t_compute + t_html
     print(f"report over 30 days: {rows:,} rows ({n_jobs:,} jobs, {n_pools} pools), store "
           f"filled in {t_fill:.1f} s")

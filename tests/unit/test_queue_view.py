@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +18,7 @@ from slurmscale.daemon.knobs import hold_knobs
 from slurmscale.daemon.queue_view import QueueView, build_snapshot, gang_jobs
 from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.policy.reservations import RankedGangs
+from slurmscale.slurm import kv
 from slurmscale.slurm.kv import SQUEUE_FIELDS, LineMemo, parse_squeue_fixed
 from tests.unit.conftest import base_config, with_earliest_plans
 
@@ -56,6 +59,8 @@ def changed(j: QueueJob, how: str) -> QueueJob:
 NODE_STATES = ("ALLOCATED+CLOUD", "IDLE+CLOUD", "IDLE+CLOUD+POWERED_DOWN", "MIXED+CLOUD+DRAIN")
 
 
+@pytest.mark.parametrize("start_over_min", [kv.START_OVER_MIN, 0],
+                         ids=["kept", "most-changed-starts-over"])
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.lists(change, min_size=12, max_size=12), min_size=1, max_size=6),
        st.integers(0, 3),
@@ -64,8 +69,17 @@ NODE_STATES = ("ALLOCATED+CLOUD", "IDLE+CLOUD", "IDLE+CLOUD+POWERED_DOWN", "MIXE
                 min_size=6, max_size=6),
        st.lists(st.booleans(), min_size=6, max_size=6))
 def test_the_view_kept_across_passes_gives_what_a_rebuild_gives(
-        passes: list[list[str]], arrivals: int,
+        start_over_min: int, passes: list[list[str]], arrivals: int,
         node_changes: list[tuple[int, str, frozenset[str]]], plain: list[bool]) -> None:
+    """Whatever changed between passes. With START_OVER_MIN at 0 (a queue of 12 jobs is
+    below it), a read with most of its records changed starts the view and the line memo
+    over, as a PriorityCalcPeriod does at 50,000 jobs."""
+    with mock.patch.object(kv, "START_OVER_MIN", start_over_min):
+        _passes(passes, arrivals, node_changes, plain)
+
+
+def _passes(passes: list[list[str]], arrivals: int,
+            node_changes: list[tuple[int, str, frozenset[str]]], plain: list[bool]) -> None:
     cfg = parse_config(base_config())
     kept, rebuilt, told = QueueView(), QueueView(), QueueView()
     queue = [job(i) for i in range(12)]
@@ -176,9 +190,8 @@ def test_a_priority_calculation_moves_every_priority_and_nothing_else() -> None:
 
 def test_a_job_held_and_released_in_a_priority_calculation_counts_as_a_rebuild_says() -> None:
     """A PriorityCalcPeriod that holds a job (priority 0: `scontrol hold`) or releases it
-    moves its line's priority alone, yet its demand stops or starts counting: the
-    priority-only shortcut asks the same rule as the full read (`observe.counts`), so the
-    kept view gives what a rebuild gives, job by job."""
+    moves its line's priority alone, yet its demand stops or starts counting: the kept
+    view gives what a rebuild gives, job by job."""
     cfg = parse_config(base_config())
     view = QueueView()
     queue = [job(i) for i in range(8)]
@@ -218,21 +231,29 @@ def test_a_line_printed_again_gives_back_its_record_unparsed() -> None:
     assert shrunk.changed == [] and sorted(shrunk.dropped) == sorted(again[:2])
 
 
+@pytest.mark.parametrize("start_over_min", [kv.START_OVER_MIN, 0],
+                         ids=["kept", "most-changed-starts-over"])
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(1, 9), st.integers(0, 2)), max_size=9),
                 min_size=1, max_size=6))
 def test_each_read_against_the_memo_is_the_plain_parse_and_says_what_changed(
-        reads: list[list[tuple[int, int]]]) -> None:
+        start_over_min: int, reads: list[list[tuple[int, int]]]) -> None:
     """Reads of jobs 1-9 at a few priorities (one line each; a job's line changes with its
     priority; priority 2's line is one squeue prints that slurmscale cannot read): each read
     through the memo gives what the plain parse gives, and what changed since the read
-    before by the records' identity."""
+    before by the records' identity; or, with START_OVER_MIN at 0 and most lines new, no
+    change (the memo made afresh from the read)."""
     memo, before = LineMemo(), None
     for jobs in reads:
         text = [line(i, p) if p < 2 else f"{i}|garbled\n" for i, p in dict(jobs).items()]
-        read = parse_squeue_fixed(text, memo)
+        with mock.patch.object(kv, "START_OVER_MIN", start_over_min):
+            read = parse_squeue_fixed(text, memo)
         assert read == parse_squeue_fixed(text)
-        if before is not None:
+        if before is not None and read.since is None:  # (started over)
+            assert start_over_min == 0 and not read.changed and not read.dropped
+            new = {id(j) for j in read} - {id(j) for j in before}
+            assert len(new) > kv.START_OVER * len(read)
+        elif before is not None:
             assert read.since == before.serial
             assert {id(j) for j in read.changed} == {id(j) for j in read} - {id(j) for j in before}
             assert {id(j) for j in read.dropped} == {id(j) for j in before} - {id(j) for j in read}
