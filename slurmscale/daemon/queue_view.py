@@ -2,7 +2,7 @@
 gives a pass's QueueState (the Snapshot the pool-size decision takes, the gangs the hold
 planner takes, its ranking of them and the nodes it may take), worked out afresh only for
 the records that changed since the last pass. A rebuild is a fresh view's first read
-(`rebuild`: the CLI, `plan --live`, the check mode), so a one-shot command and the daemon
+(`QueueView()`: the CLI, `plan --live`, the check mode), so a one-shot command and the daemon
 take one path, and each per-record rule (daemon/observe.py) is written once.
 
 Why kept: at 50,000 jobs a pass that works every record out again costs what the queue's
@@ -19,10 +19,10 @@ import bisect
 import itertools
 import operator
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, TypeGuard, TypeVar
 
 from slurmscale import timeframe
 from slurmscale.config import Config, Pool
@@ -108,8 +108,7 @@ class PerJob(Generic[V]):
         `told`); keeps each new record, so what the caller makes is current."""
         records = self.records
         let_go: list[QueueJob] = []
-        if (isinstance(jobs, QueueRead) and self.read is not None
-                and jobs.since == self.read):
+        if self._told_by(jobs):
             changed = jobs.changed
             if jobs.dropped:
                 came = set(map(_job_id, changed))
@@ -119,9 +118,7 @@ class PerJob(Generic[V]):
                         if j.job_id not in came:
                             self.give(j.job_id, None)
         else:
-            # (the records not the very ones kept, picked out in C: every job every pass)
-            changed = list(itertools.compress(
-                jobs, map(operator.is_not, map(records.get, map(_job_id, jobs)), jobs)))
+            changed = list(itertools.compress(jobs, self._not_kept(jobs)))
             for j in changed:
                 old = records.pop(j.job_id, None)
                 if old is not None:
@@ -141,6 +138,22 @@ class PerJob(Generic[V]):
             if job_id not in todo and job_id in records:
                 todo[job_id] = records[job_id]
         return Changes(list(todo.values()), changed, let_go)
+
+    def changed(self, jobs: list[QueueJob]) -> int:
+        """How many of the records are new or changed since those kept: told by the read
+        itself where it follows the one kept, else counted in C."""
+        if self._told_by(jobs):
+            return len(jobs.changed)
+        return sum(self._not_kept(jobs))
+
+    def _told_by(self, jobs: list[QueueJob]) -> TypeGuard[QueueRead]:
+        """The read says what changed since the one these are current with."""
+        return (isinstance(jobs, QueueRead) and self.read is not None
+                and jobs.since == self.read)
+
+    def _not_kept(self, jobs: list[QueueJob]) -> Iterator[bool]:
+        """Per record, whether it is not the very one kept (in C: every job every pass)."""
+        return map(operator.is_not, map(self.records.get, map(_job_id, jobs)), jobs)
 
     def in_order(self, jobs: list[QueueJob]) -> tuple[V, ...]:
         """What the jobs gave, in the queue's order (the jobs that gave nothing left out).
@@ -335,15 +348,7 @@ class QueueView:
         date job by job - each change taken out of the tallies and the rankings and put
         back - and a fresh view fills them at once."""
         kept = self._jobs
-        if not kept.records:
-            return
-        if (isinstance(jobs, QueueRead) and jobs.since is not None
-                and jobs.since == kept.read):
-            changed = len(jobs.changed)
-        else:  # (the records not the very ones kept, counted in C)
-            records = kept.records
-            changed = sum(map(operator.is_not, map(records.get, map(_job_id, jobs)), jobs))
-        if starts_over(changed, len(jobs)):
+        if kept.records and starts_over(kept.changed(jobs), len(jobs)):
             self.forget()
 
     def _valid_for(self, cfg: Config) -> None:
@@ -484,20 +489,13 @@ class QueueView:
             kept.told = self._book.swap
 
 
-def rebuild(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
-            memory: Mapping[str, PoolMemory] | None = None,
-            requeued: frozenset[str] = frozenset(),
-            paid: frozenset[str] = frozenset()) -> QueueState:
-    """A one-shot reading (the CLI): a fresh view's first read, the daemon's path."""
-    return QueueView().read(cfg, nodes, jobs, now, memory, requeued, paid)
-
-
 def build_snapshot(cfg: Config, nodes: list[SlurmNode], jobs: list[QueueJob], now: float,
                    memory: Mapping[str, PoolMemory] | None = None,
                    requeued: frozenset[str] = frozenset(),
                    paid: frozenset[str] = frozenset()) -> Snapshot:
-    """The Snapshot of a one-shot reading (`rebuild`)."""
-    return rebuild(cfg, nodes, jobs, now, memory, requeued, paid).snapshot
+    """The Snapshot of a one-shot reading (the CLI): a fresh view's first read, the
+    daemon's path."""
+    return QueueView().read(cfg, nodes, jobs, now, memory, requeued, paid).snapshot
 
 
 def gang_jobs(cfg: Config, jobs: list[QueueJob], also: frozenset[str] = frozenset()

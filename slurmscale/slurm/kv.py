@@ -240,11 +240,11 @@ def _parse_against(lines: list[str], memo: LineMemo[QueueJob]) -> QueueRead:
     new_at = list(itertools.compress(range(len(lines)),
                                      map(operator.is_, recs, itertools.repeat(None))))
     parsed = parse_squeue_fixed([lines[i] for i in new_at]) if new_at else []
-    if starts_over(len(new_at), len(lines)) and len(parsed) == len(new_at):
-        return _start_over(lines, recs, new_at, parsed, memo)
     if len(parsed) == len(new_at):
         for i, job in zip(new_at, parsed, strict=True):
             recs[i] = job
+        if starts_over(len(new_at), len(lines)):
+            return _start_over(lines, cast(list[QueueJob], recs), memo)
     else:  # a line it could not read (skipped, said once): records matched by job id
         got = iter(parsed)
         nxt: QueueJob | None = next(got, None)
@@ -286,12 +286,9 @@ def starts_over(changed: int, records: int) -> bool:
     return records >= START_OVER_MIN and changed > START_OVER * records
 
 
-def _start_over(lines: list[str], recs: list[QueueJob | None], new_at: list[int],
-                parsed: list[QueueJob], memo: LineMemo[QueueJob]) -> QueueRead:
+def _start_over(lines: list[str], jobs: list[QueueJob], memo: LineMemo[QueueJob]
+                ) -> QueueRead:
     """The read when most of its lines are new: the memo made afresh from it, in C."""
-    for i, job in zip(new_at, parsed, strict=True):
-        recs[i] = job
-    jobs = cast(list[QueueJob], recs)
     memo.last = dict(zip(lines, jobs, strict=True))
     memo.line_of = dict(zip(map(_JOB_ID, jobs), lines, strict=True))
     read = QueueRead(jobs, next_read())
