@@ -15,8 +15,6 @@ arguments and exits: the cost counted is starting one process per call, not slur
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -34,6 +32,7 @@ from slurmscale.daemon.effects import Tag
 from slurmscale.model import LaunchedInstance
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.memory import MemoryStore
+from tests.benchmarks.scratch import done_with
 from tests.unit.conftest import base_config
 
 RUNS = 5
@@ -97,10 +96,7 @@ def main() -> None:
                   f"{calls['before']:>13}/{calls['now']}")
     finally:
         server.stop()
-        if os.environ.get("KEEP"):  # (its files kept to look at, and said where)
-            print(tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        done_with(tmp)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,8 @@ been written when the bootstrap asks; here the bootstrap may have to wait for it
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +35,7 @@ from slurmscale.localcluster.joins import joins
 from slurmscale.localcluster.options import ClusterOptions, PoolSpec
 from slurmscale.policy.boots import TAG_BOOT_ERROR
 from slurmscale.policy.observe import slurm_time
+from tests.benchmarks.scratch import done_with
 from tests.support.ec2_proxy import EC2Proxy
 
 GANG = 4
@@ -128,10 +127,7 @@ def main() -> int:
     finally:
         c.stop()
         proxy.stop()
-        if os.environ.get("KEEP"):  # (its files kept to look at, and said where)
-            print(root)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        done_with(root)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 import compileall
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -38,6 +37,7 @@ import yaml
 
 from tests.benchmarks import canned_slurm
 from tests.benchmarks.canned_slurm import install
+from tests.benchmarks.scratch import done_with
 
 
 def timed(cmd: list[str], n: int) -> list[float]:
@@ -162,10 +162,7 @@ def main() -> None:
             print(f"  plan --json {label:<40} {t * 1000:7.0f} ms  "
                   f"{'OK' if t < 1.0 else 'OVER'} (target < 1 s)")
     finally:
-        if os.environ.get("KEEP"):
-            print(root)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        done_with(root)
 
 
 if __name__ == "__main__":

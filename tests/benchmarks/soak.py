@@ -10,10 +10,8 @@ slope after the first 5 minutes (warm-up) by least squares. Goal: under 1 MiB pe
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -21,6 +19,7 @@ from pathlib import Path
 
 from slurmscale.localcluster.cluster import LocalCluster
 from slurmscale.localcluster.options import ClusterOptions, PoolSpec
+from tests.benchmarks.scratch import done_with
 
 SAMPLE_S = 30.0
 WARM_S = 300.0
@@ -129,10 +128,7 @@ def main() -> int:
         return 0
     finally:
         c.stop()
-        if os.environ.get("KEEP"):  # (its files kept to look at, and said where)
-            print(root)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        done_with(root)
 
 
 if __name__ == "__main__":
