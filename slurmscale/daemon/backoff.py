@@ -218,5 +218,5 @@ class CapacityBackoff:
             self.edits.apply(edits.drain(names, reasons.reason(Why.NO_CAPACITY, stamp), said=(
                 Kind.NODES_HELD_NO_CAPACITY, f"{pool_name}: {','.join(names)} held out of "
                 f"scheduling until {stamp}")))
-        undrain(self.slurm, self.event, back, Kind.CAPACITY_RETRY,
+        undrain(self.edits, back, Kind.CAPACITY_RETRY,
                 "capacity TTL over; the next launch tries the pool again")

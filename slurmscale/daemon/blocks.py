@@ -106,7 +106,7 @@ class BlockPass:
         self.event = event
         self.effects = ctx.effects  # (its refusals' waits on the store)
         # a pool's grace_signal: the jobs still running at a close are signalled first
-        self.graces = Graces(cfg, store, slurm, event)
+        self.graces = Graces(cfg, store, ctx.effects, event)
         self.pools = [p for p in cfg.pools if p.capacity_type is CapacityType.CAPACITY_BLOCK]
         self.prefix = cfg.capacity_blocks.prefix
         self.user = _owner()

@@ -10,7 +10,7 @@ from typing import Generic, TypeVar
 
 from slurmscale import timeframe
 from slurmscale.audit import Event
-from slurmscale.cloud.protocol import CloudProvider
+from slurmscale.cloud.protocol import CloudProvider, DnsZone, EventQueue
 from slurmscale.config import AddressSource, Config
 from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.daemon.effects import Effects, Terminate
@@ -77,17 +77,29 @@ class PassContext(Generic[S]):
     cloud: CloudProvider
     clock: Clock
     event: Event
+    queue: EventQueue | None = None  # EventBridge's messages (none configured: None)
+    zone: DnsZone | None = None  # the nodes' names (`dns:`; none: None)
+
+    # the pass's one executor (effects.py), built with the context: every pass module
+    # applies through it, so the held-off edits' waits and the outcomes' policy are one
+    executor: Effects = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "executor", Effects(self.slurm, self.store, self.event,
+                                                     self.cloud, self.clock, self.queue,
+                                                     self.zone))
 
     @property
     def edits(self) -> SlurmEdits:
-        """Where the pass's edits of Slurm are made, each outcome said once (edits.py)."""
-        return SlurmEdits(self.slurm, self.event)
+        """Where the pass's edits of Slurm are made, each outcome said once (edits.py): the
+        executor's own."""
+        return self.executor.edits
 
     @property
     def effects(self) -> Effects:
         """Where the pass's effects are applied in order, each outcome returned
         (effects.py)."""
-        return Effects(self.slurm, self.store, self.event, self.cloud, self.clock)
+        return self.executor
 
     def address(self, node: str, inst: LaunchedInstance) -> tuple[str, str]:
         """The NodeAddr and NodeHostname slurmscale gives `node` running on `inst`."""

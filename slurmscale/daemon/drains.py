@@ -3,16 +3,15 @@ saying Slurm refused)."""
 
 from __future__ import annotations
 
-from slurmscale.audit import Event, Kind
+from slurmscale.audit import Kind
 from slurmscale.daemon import edits
 from slurmscale.daemon.edits import SlurmEdits
 from slurmscale.hostlists import compress
-from slurmscale.slurm.protocol import SlurmClient
 
 
-def undrain(slurm: SlurmClient, event: Event, names: list[str], kind: Kind,
-            why: str) -> bool:
+def undrain(sent: SlurmEdits, names: list[str], kind: Kind, why: str) -> bool:
+    """`sent`: the pass's executor's edits (`PassContext.edits`)."""
     if not names:
         return False
-    return SlurmEdits(slurm, event).apply(
+    return sent.apply(
         edits.undrain(names, said=(kind, f"{compress(names)}: {why}")))

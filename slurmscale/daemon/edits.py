@@ -35,6 +35,7 @@ from slurmscale.hostlists import compress
 from slurmscale.policy.blocks import at
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.protocol import TimerStore
+from slurmscale.store.rows import TimerKind
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ FAILED: dict[EditKind, Kind] = {
 HELD_OFF = frozenset({EditKind.WINDOW, EditKind.WINDOW_SET, EditKind.UNRESERVE,
                       EditKind.PARTITION_UP})
 RETRY_REFUSED_S = 300.0
-REFUSED = "refused-edit"
+REFUSED = TimerKind.REFUSED_EDIT
 # Error policy "said by the pass": a refusal of these kinds is no audit event here (the pass
 # says what it means for it) - `apply` is False and `last_error` says why.
 SAID_BY_PASS = frozenset({EditKind.UNHOLD, EditKind.RECONFIGURE})
@@ -328,13 +329,13 @@ class SlurmEdits:
                 then = (f"; not sent again the same before {at(now + RETRY_REFUSED_S)}"
                         if held else "")
                 if held:
-                    self._keep(refused | {edit.key: now}, now)
+                    self._keep(refused, now, {edit.key: now})
                 self.event(FAILED[edit.kind], f"{edit.label}: {e}{then}", node=edit.where,
                            **({"gang_id": edit.gang} if edit.gang else {}))
                 return False
         if edit.key in refused:
             del refused[edit.key]
-            self._keep(refused, now)
+            self._keep(refused, now, {}, [edit.key])
         self._say(edit)
         return True
 
@@ -358,11 +359,14 @@ class SlurmEdits:
             self._say(x)
         return True
 
-    def _keep(self, refused: dict[str, float], now: float) -> None:
-        """The refusals still in their wait, on the store (the others are over)."""
+    def _keep(self, refused: dict[str, float], now: float, begun: dict[str, float],
+              over: list[str] | None = None) -> None:
+        """A refusal's wait `begun` on the store; the waits `over` and those past (of
+        `refused`, as read) ended."""
         assert self.store is not None
-        self.store.put_timers(REFUSED, {k: t for k, t in refused.items()
-                                        if t + RETRY_REFUSED_S > now})
+        self.store.end_timers(REFUSED, (over or []) + [
+            k for k, t in refused.items() if t + RETRY_REFUSED_S <= now and k not in begun])
+        self.store.set_timers(REFUSED, begun)
 
     def _call(self, edit: Edit) -> None:
         nodes = list(edit.nodes)

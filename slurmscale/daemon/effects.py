@@ -7,7 +7,9 @@ the result, a sequence of effects, to `Effects.apply`. The effects are Slurm's e
 launch begun, the instances it got), a gang's row moved on (`GangUpdate`), EC2's writes
 (`Fleet`: one CreateFleet; `Terminate`; `Tag`; `PlacementGroup` made, `DropPlacementGroup`),
 instances no longer tracked though not terminated (`Untrack`), a job signalled ahead of its
-requeue with its grace recorded (`Signal`), AWS Health's scheduled change kept (`Heard`),
+requeue with its grace recorded (`Signal`), AWS Health's scheduled change kept (`Heard`), a
+pass's waits on the store (`Timers`), an event queue's message deleted (`Forget`), a batch
+of node names in Route 53 (`Names`), a file of Slurm's written (`WriteFile`: topology.conf),
 effects of one kind sent at once (`Together`: the nodes' addresses in one scontrol call,
 node by node when refused; the instances' tags in parallel), and `Chain`: an effect and what
 follows it, `then` when it was taken, `otherwise` when it was not (a preemption is recorded
@@ -23,22 +25,33 @@ terminate EC2 refused is said (`terminate_failed`), the store left as it was for
 to find; a tag refused is said (`tag_failed`: the resume is replayed, tags are idempotent);
 a placement group not deleted is logged (an instance still shutting down: the sweep tries
 again next pass); a CreateFleet refused or unanswered is its outcome (`Applied.code`): a
-retry is the pass's decision (the same ClientToken: never a second launch); the store's
+retry is the pass's decision (the same ClientToken: never a second launch); a message not
+deleted is logged (it comes back and is handled again); a Route 53 change or a file write
+that failed is its outcome's `error`, the pass's to say (once until it works); the store's
 writes are fenced by the leader's epoch (store/repo.py) and raise when the lease is lost,
 which ends the pass (nothing after them is applied); an audit event cannot fail. The
-effects are the only place the daemon writes to Slurm or EC2 (tests/unit/test_layering.py).
+effects are the only place the daemon writes to Slurm, EC2, the event queue, Route 53 or
+Slurm's files (tests/unit/test_layering.py).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurmscale.audit import Event, Kind
-from slurmscale.cloud.protocol import CloudError, CloudProvider, FleetSpec
+from slurmscale.cloud.protocol import (
+    CloudError,
+    CloudProvider,
+    DnsRecord,
+    DnsZone,
+    EventQueue,
+    FleetSpec,
+)
 from slurmscale.config import Pool
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon import scheduled
@@ -53,6 +66,7 @@ from slurmscale.store.rows import (
     InstanceRow,
     PreemptionRow,
     ReplacementRow,
+    TimerKind,
 )
 
 log = logging.getLogger(__name__)
@@ -171,6 +185,46 @@ class Heard:
 
 
 @dataclass(frozen=True)
+class Timers:
+    """Waits kept on the store (store/rows.py's `TimerKind`), written per subject: `over`
+    ended, then `since` begun or moved (with `notes`, subject -> the pass's note)."""
+
+    kind: TimerKind
+    since: Mapping[str, float] = field(default_factory=dict)
+    notes: Mapping[str, str] = field(default_factory=dict)
+    over: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Forget:
+    """An event queue's message handled, or moot: deleted, so that SQS does not deliver it
+    again (one that could not be deleted comes back after the queue's visibility timeout
+    and is handled again, idempotently: logged, no more)."""
+
+    receipt: str
+
+
+@dataclass(frozen=True)
+class Names:
+    """One Route 53 change batch of node names: these set to these addresses, these records
+    deleted (`said`: the event once Route 53 took it; a refusal is the pass's to say, once
+    until it works again: node_names.py)."""
+
+    upsert: Mapping[str, str]
+    delete: Mapping[str, DnsRecord]
+    said: tuple[Kind, str]
+
+
+@dataclass(frozen=True)
+class WriteFile:
+    """A file of Slurm's written in place and fsynced (topology.conf: SlurmUser owns the
+    file, not the directory it is in); a failure is the outcome's `error`."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Chain:
     """An effect and what follows it: `then` once it was taken, `otherwise` when not."""
 
@@ -194,7 +248,7 @@ TAG_THREADS = 8  # CreateTags in flight at once for one gang
 
 # what one effect is (Chain and Together hold others)
 Single = (Edit | Say | Record | GangUpdate | Signal | Heard | Terminate | Untrack | Fleet | Tag
-          | PlacementGroup | DropPlacementGroup)
+          | PlacementGroup | DropPlacementGroup | Timers | Forget | Names | WriteFile)
 Effect = Single | Chain | Together
 
 
@@ -236,14 +290,18 @@ class Effects:
 
     def __init__(self, slurm: SlurmClient, store: EffectStore, event: Event,
                  cloud: CloudProvider | None = None,
-                 clock: Callable[[], datetime] | None = None) -> None:
-        """`cloud` and `clock` (when an instance was terminated): needed for EC2's effects."""
+                 clock: Callable[[], datetime] | None = None,
+                 queue: EventQueue | None = None, zone: DnsZone | None = None) -> None:
+        """`cloud` and `clock` (when an instance was terminated): needed for EC2's effects;
+        `queue`, for `Forget`; `zone`, for `Names`."""
         self.slurm = slurm
         self.store = store
         self.event = event
         self.edits = SlurmEdits(slurm, event, store)
         self.cloud = cloud
         self.clock = clock
+        self.queue = queue
+        self.zone = zone
 
     def apply(self, effects: Iterable[Effect], now: float = 0.0) -> list[Applied]:
         """`now` (Unix s): when the pass asks (the held-off edits' waits)."""
@@ -289,6 +347,11 @@ class Effects:
                 ok, error = self._signal(e)
             case Heard():
                 scheduled.heard(self.store, e.instance_id, e.change, e.at)
+            case Timers():
+                self.store.end_timers(e.kind, e.over)
+                self.store.set_timers(e.kind, e.since, e.notes)
+            case Forget() | Names() | WriteFile():
+                ok, error = self._outside(e)
         out.append(Applied(e, ok, error))
         return ok
 
@@ -349,6 +412,32 @@ class Effects:
             self.store.mark_terminated(e.instance_ids, self._now())
             self.event(Kind.TERMINATED, f"{','.join(e.instance_ids)} ({e.why})")
         return Applied(e, True)
+
+    def _outside(self, e: Forget | Names | WriteFile) -> tuple[bool, str]:
+        """The event queue's, Route 53's and a file's writes, by their kinds' policies (the
+        effects' docstrings)."""
+        try:
+            match e:
+                case Forget():
+                    assert self.queue is not None, "Forget needs the context's queue"
+                    self.queue.delete(e.receipt)
+                case Names():
+                    assert self.zone is not None, "Names needs the context's DNS zone"
+                    self.zone.change(dict(e.upsert), dict(e.delete))
+                    self.event(*e.said)
+                case WriteFile():
+                    with open(e.path, "w", encoding="utf-8") as f:
+                        f.write(e.text)
+                        f.flush()
+                        os.fsync(f.fileno())
+        except CloudError as err:
+            if isinstance(e, Forget):  # (it comes back after its visibility timeout)
+                log.warning("cannot delete event message: %s", err)
+            return False, str(err)
+        except OSError as err:
+            return False, f"cannot write {e.path}: {err}" if isinstance(e, WriteFile) \
+                else str(err)
+        return True, ""
 
     def _signal(self, s: Signal) -> tuple[bool, str]:
         g = s.grace

@@ -24,7 +24,6 @@ from slurmscale.daemon.effects import Effects, EffectStore, Signal
 from slurmscale.lifecycles import GraceState
 from slurmscale.policy.health import REPLACED_KIND
 from slurmscale.slurm import reasons
-from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.rows import GraceRow, InstanceRow, PreemptionCause, utc
 
@@ -85,11 +84,12 @@ def step(g: GraceRow, on_node: set[str], requeued_since: bool, now: datetime) ->
 
 
 class Graces:
-    def __init__(self, cfg: Config, store: EffectStore, slurm: SlurmClient,
+    def __init__(self, cfg: Config, store: EffectStore, effects: Effects,
                  event: Event) -> None:
+        """`effects`: the pass's executor (`PassContext.effects`)."""
         self.cfg = cfg
         self.store = store
-        self.effects = Effects(slurm, store, event)
+        self.effects = effects
         self.event = event
 
     def window(self, pool_name: str, deadline: datetime | None, now: datetime) -> Window | None:

@@ -27,7 +27,7 @@ from slurmscale.cloud.protocol import CloudError
 from slurmscale.config import HealthSettings
 from slurmscale.daemon import edits, scheduled
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Chain, Record, Say
+from slurmscale.daemon.effects import Chain, Record, Say, Timers
 from slurmscale.daemon.evacuation import COMPLETING_WAIT_S, GONE_WAIT_S, Lost
 from slurmscale.daemon.interruptions import InterruptionPass
 from slurmscale.daemon.metrics import Metrics
@@ -44,13 +44,13 @@ from slurmscale.policy.health import (
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.rows import InstanceRow, PreemptionCause, ReplacementRow
+from slurmscale.store.rows import InstanceRow, PreemptionCause, ReplacementRow, TimerKind
 
 log = logging.getLogger(__name__)
 
 # the store's timers of nodes unhealthy by Slurm's account (not responding, health check),
 # each replaced once its grace is over
-UNHEALTHY = "unhealthy"
+UNHEALTHY = TimerKind.UNHEALTHY
 
 
 class HealthPass:
@@ -66,7 +66,6 @@ class HealthPass:
         self.verdicts: list[Verdict] = []  # the last pass's, for `status`
         # node -> (detected, pool) of replacements in flight: the time to a fresh node
         self.replacing: dict[str, tuple[float, str]] = {}
-        self.since_kept: dict[str, float] | None = None  # the grace timers as on the store
 
     def run(self, nodes: list[SlurmNode], active: list[InstanceRow] | None) -> None:
         """`active`: the store's running instances (read this pass); None: not readable."""
@@ -79,13 +78,14 @@ class HealthPass:
         running = {i.node: i for i in rows if i.state == "running"}
         recent = Counter(r.node for r in c.store.replacements(since=t - self.cfg.window_s))
         self._fresh(nodes, t)
-        if self.since_kept is None:
-            # the grace timers are the store's: a standby that took over waits no longer
-            self.watch.since = c.store.timers(UNHEALTHY)
+        # the grace timers are the store's: a standby that took over waits no longer
+        was = c.store.timers(UNHEALTHY)
+        self.watch.since = dict(was)
         self.verdicts = self.watch.verdicts(nodes, running, self.statuses, recent, t)
-        if self.watch.since != self.since_kept:
-            c.store.put_timers(UNHEALTHY, self.watch.since)
-        self.since_kept = dict(self.watch.since)
+        now_since = self.watch.since
+        c.effects.apply([Timers(UNHEALTHY, {n: s for n, s in now_since.items()
+                                            if was.get(n) != s},
+                                over=tuple(sorted(was.keys() - now_since.keys())))])
         by_id = {i.instance_id: i for i in rows}
         for v in self.verdicts:
             inst = by_id.get(v.instance_id)
@@ -106,7 +106,9 @@ class HealthPass:
         leader, or the one before: they are on the store), their nodes drained on this pass
         (not at the next status read); those of instances gone are forgotten."""
         running = {i.instance_id for i in rows if i.state == "running"}
-        for iid, ev in scheduled.known(self.ctx.store, running).items():
+        heard, over = scheduled.known(self.ctx.store, running)
+        self.ctx.effects.apply([Timers(scheduled.SCHEDULED, over=tuple(over))])
+        for iid, ev in heard.items():
             if iid not in self.watch.announced:  # (once: as it came)
                 self.watch.heard(iid, ev)
 

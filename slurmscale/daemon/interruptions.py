@@ -33,14 +33,14 @@ from datetime import UTC, datetime
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, parse_events
-from slurmscale.cloud.protocol import CloudError, CloudInstance, EventQueue
+from slurmscale.cloud.protocol import CloudError, CloudInstance
 from slurmscale.config import CapacityType
 from slurmscale.daemon import edits
 from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.drains import undrain
 from slurmscale.daemon.edits import EditKind
-from slurmscale.daemon.effects import Effect, signalled, taken
+from slurmscale.daemon.effects import Effect, Forget, Timers, signalled, taken
 from slurmscale.daemon.evacuation import (
     COMPLETING_WAIT_S,
     GONE_STATES,
@@ -61,7 +61,13 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.rows import NOT_PREEMPTED, GraceRow, InstanceRow, PreemptionCause
+from slurmscale.store.rows import (
+    NOT_PREEMPTED,
+    GraceRow,
+    InstanceRow,
+    PreemptionCause,
+    TimerKind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +102,12 @@ class Evacuating:
             return None
 
 
-EVACUATING = "evacuating"  # the store's timers of evacuated nodes waiting for their power-down
-EVACUATED = "evacuated"  # the store's timers of instances evacuated and powered down
+EVACUATING = TimerKind.EVACUATING  # evacuated nodes waiting for their power-down
+EVACUATED = TimerKind.EVACUATED  # instances evacuated and powered down
 
 
 class InterruptionPass:
-    def __init__(self, ctx: PassContext[LaunchStore], queue: EventQueue | None,
-                 backoff: CapacityBackoff | None = None,
+    def __init__(self, ctx: PassContext[LaunchStore], backoff: CapacityBackoff | None = None,
                  reserved: ReservedCapacity | None = None) -> None:
         """`reserved`: the pools' capacity reservations as read from EC2 (a Capacity Block's
         events go there; an interruptible reservation reclaimed has them read again)."""
@@ -111,19 +116,12 @@ class InterruptionPass:
         self.backoff = backoff
         self.store = store
         self.slurm = slurm
-        self.queue = queue
+        self.queue = ctx.queue  # (none configured: None)
         self.event = event
         # (every effect of this pass is applied there, its outcome returned)
         self.effects = ctx.effects
         # jobs signalled before their requeue (a pool's grace_signal)
-        self.graces = Graces(cfg, store, slurm, event)
-        # Instances already evacuated (powered down): the store calls them running until the
-        # suspend hook has terminated them, and neither a late event nor the sweep may
-        # evacuate them twice (the store's, read at the first need: a standby's too)
-        self._evacuated: dict[str, float] | None = None
-        # evacuated nodes whose power-down waits for Slurm to finish completing their jobs
-        # (the store's, read at the first need: a standby that took over finishes them)
-        self._evacuating: dict[str, Evacuating] | None = None
+        self.graces = Graces(cfg, store, ctx.effects, event)
         self.reserved = reserved
         self.queue_error: str | None = None  # the last read's failure (status leads with it)
 
@@ -167,10 +165,7 @@ class InterruptionPass:
                     log.warning("EC2 event for %s not handled yet; it comes back after the "
                                 "queue's visibility timeout", ", ".join(left))
                     continue
-            try:
-                self.queue.delete(m.receipt)
-            except CloudError as e:  # it comes back after its visibility timeout: harmless
-                log.warning("cannot delete event message: %s", e)
+            self.effects.apply([Forget(m.receipt)])
         return len(messages)
 
     def _handle(self, ev: Ec2Event, now: datetime) -> bool:
@@ -197,10 +192,11 @@ class InterruptionPass:
         how many."""
         by_id = {i.instance_id: i for i in seen}
         n = 0
+        evacuated = self.evacuated()
         for inst in active:
             found = by_id.get(inst.instance_id)
             if (inst.state != "running" or found is None or found.state not in GONE_STATES
-                    or inst.instance_id in self.evacuated()):
+                    or inst.instance_id in evacuated):
                 continue
             why = found.state_reason or "no reason given"
             if why == SPOT_RECLAIM:
@@ -257,49 +253,42 @@ class InterruptionPass:
         if todo.kept or signalled(done):
             return True  # settle_graces powers the node down once its graces are over
         requeued += len(taken(done, EditKind.REQUEUE))
-        evacuating = self.evacuating()
-        was = evacuating.get(node)
-        evacuating[node] = (Evacuating(inst.instance_id, lost.reason, requeued, now, wait_s)
-                            if was is None else replace(was, jobs=was.jobs + requeued))
-        self._keep_evacuating()
+        was = self.evacuating().get(node)
+        ev = (Evacuating(inst.instance_id, lost.reason, requeued, now, wait_s)
+              if was is None else replace(was, jobs=was.jobs + requeued))
+        self.effects.apply([Timers(EVACUATING, {node: ev.since.timestamp()}, {node: ev.note()})])
         return node not in self.power_down_evacuated(now)
 
     def evacuated(self) -> dict[str, float]:
-        """The instances evacuated and powered down (-> when), as on the store (read once,
-        then kept and written through)."""
-        if self._evacuated is None:
-            self._evacuated = self.store.timers(EVACUATED)
-        return self._evacuated
+        """The instances evacuated and powered down (-> when), as on the store: the store
+        calls them running until the suspend hook has terminated them, and neither a late
+        event nor the sweep may evacuate them twice (a standby that took over included)."""
+        return self.store.timers(EVACUATED)
 
     def _mark_evacuated(self, instance_id: str, now: datetime) -> None:
         """One more instance evacuated; those the store no longer has running (the suspend
         hook terminated them) are over."""
-        done = self.evacuated()
-        done[instance_id] = now.timestamp()
-        for iid in [i for i in done if i != instance_id]:
-            row = self.store.instance(iid)
-            if row is None or row.state != "running":
-                del done[iid]
-        self.store.put_timers(EVACUATED, done)
+        over = []
+        for iid in self.evacuated():
+            row = self.store.instance(iid) if iid != instance_id else None
+            if iid != instance_id and (row is None or row.state != "running"):
+                over.append(iid)
+        self.effects.apply([Timers(EVACUATED, {instance_id: now.timestamp()},
+                                   over=tuple(over))])
 
     def evacuating(self) -> dict[str, Evacuating]:
-        """The nodes waiting for their power-down, as on the store (read once, then kept and
-        written through)."""
-        if self._evacuating is None:
-            notes = self.store.timer_notes(EVACUATING)
-            self._evacuating = {}
-            for node, since in self.store.timers(EVACUATING).items():
-                ev = Evacuating.read(since, notes.get(node))
-                if ev is None:
-                    log.warning("evacuation of %s on the store unreadable: dropped", node)
-                else:
-                    self._evacuating[node] = ev
-        return self._evacuating
-
-    def _keep_evacuating(self) -> None:
-        ev = self.evacuating()
-        self.store.put_timers(EVACUATING, {n: e.since.timestamp() for n, e in ev.items()},
-                              {n: e.note() for n, e in ev.items()})
+        """The nodes waiting for their power-down, as on the store (a standby that took over
+        finishes them)."""
+        notes = self.store.timer_notes(EVACUATING)
+        out = {}
+        for node, since in self.store.timers(EVACUATING).items():
+            ev = Evacuating.read(since, notes.get(node))
+            if ev is None:
+                log.warning("evacuation of %s on the store unreadable: dropped", node)
+                self.effects.apply([Timers(EVACUATING, over=(node,))])
+            else:
+                out[node] = ev
+        return out
 
     def settle_graces(self, now: datetime) -> None:
         """Each signalled job still in its grace (graces.py): off the node (ended, or
@@ -366,8 +355,7 @@ class InterruptionPass:
         except SlurmError as e:
             log.warning("cannot read the evacuated nodes: %s", e)
             busy = set(evacuating)
-        done = []
-        for node, ev in list(evacuating.items()):
+        for node, ev in evacuating.items():
             waited = (now - ev.since).total_seconds()
             if node in busy and waited < ev.wait_s:
                 continue
@@ -379,11 +367,8 @@ class InterruptionPass:
                                       now.timestamp())[0].taken:
                 refused.add(node)
                 continue
-            done.append(node)
-            del evacuating[node]
+            self.effects.apply([Timers(EVACUATING, over=(node,))])
             self._mark_evacuated(ev.instance_id, now)
-        if done:
-            self._keep_evacuating()
         return refused
 
     def return_powered_down_nodes(self, nodes: list[SlurmNode]) -> None:
@@ -392,5 +377,5 @@ class InterruptionPass:
         back = [n.name for n in nodes
                 if reasons.drained_by_us(n) in reasons.INSTANCE_LOST
                 and "POWERED_DOWN" in n.flags]
-        undrain(self.slurm, self.event, back, Kind.NODES_RETURNED,
+        undrain(self.effects.edits, back, Kind.NODES_RETURNED,
                 "powered down after an interruption; available again")

@@ -22,8 +22,10 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from slurmscale.cloud.protocol import TAG_NODE, CloudInstance
+from slurmscale.daemon.effects import Timers
 from slurmscale.model import POWER_TRANSITIONS, SlurmNode
 from slurmscale.store.protocol import LaunchStore
+from slurmscale.store.rows import TimerKind
 
 
 def nodes_without_instances(nodes: Iterable[SlurmNode], is_cloud_node: Callable[[str], bool],
@@ -57,26 +59,24 @@ def stuck_powered_down(nodes: Iterable[SlurmNode], is_cloud_node: Callable[[str]
 
 class LostNodes:
     """Since when each node has been without an instance, on the store (timers of kind
-    `KIND`), so a standby that takes over acts when the leader would have; a node is acted
-    on only after `grace_s` of passes that all saw it so (a node that finishes booting
-    between two reads is never caught)."""
+    `kind`, read each pass), so a standby that takes over acts when the leader would have; a
+    node is acted on only after `grace_s` of passes that all saw it so (a node that finishes
+    booting between two reads is never caught)."""
 
-    KIND = "lost-node"
+    KIND = TimerKind.LOST_NODE
 
-    def __init__(self, grace_s: float, store: LaunchStore, kind: str = KIND) -> None:
-        self.KIND = kind
+    def __init__(self, grace_s: float, store: LaunchStore, kind: TimerKind = KIND) -> None:
+        self.kind = kind
         self.grace_s = grace_s
         self.store = store
-        self.since: dict[str, float] | None = None  # as on the store (read once, then kept)
 
-    def due(self, lost_now: set[str], now: datetime) -> list[str]:
+    def due(self, lost_now: set[str], now: datetime) -> tuple[list[str], Timers]:
+        """The nodes whose grace is over, and the waits as they now stand (for the pass's
+        executor: the nodes due and those seen again are over, new ones begin)."""
         t = now.timestamp()
-        was = self.store.timers(self.KIND) if self.since is None else self.since
+        was = self.store.timers(self.kind)
         since = {n: was.get(n, t) for n in lost_now}
         out = sorted(n for n, s in since.items() if t - s >= self.grace_s)
-        for n in out:
-            del since[n]
-        if since != was:
-            self.store.put_timers(self.KIND, since)
-        self.since = since
-        return out
+        return out, Timers(self.kind, {n: s for n, s in since.items()
+                                       if n not in was and n not in out},
+                           over=tuple(sorted((was.keys() - lost_now) | set(out))))

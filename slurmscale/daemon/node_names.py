@@ -19,6 +19,7 @@ from datetime import datetime
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError, DnsRecord, DnsZone
 from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.effects import Names
 from slurmscale.hostlists import compress
 from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.rows import InstanceRow
@@ -27,11 +28,11 @@ log = logging.getLogger(__name__)
 
 
 class NodeNamePass:
-    def __init__(self, ctx: PassContext[ReconcileStore], zone: DnsZone) -> None:
-        assert ctx.cfg.dns is not None
+    def __init__(self, ctx: PassContext[ReconcileStore]) -> None:
+        assert ctx.cfg.dns is not None and ctx.zone is not None
         self.ctx = ctx
         self.dns = ctx.cfg.dns
-        self.zone = zone
+        self.zone: DnsZone = ctx.zone
         self.written: dict[str, str] | None = None  # what the zone had after the last change
         self.listed_at: datetime | None = None
         self.failing = False  # a failure said once until it works again
@@ -51,24 +52,30 @@ class NodeNamePass:
         try:
             have = {n: r for n, r in self.zone.records().items()
                     if self.ctx.cfg.pool_of(n) is not None}
-            upsert = {n: ip for n, ip in want.items() if have.get(n, DnsRecord("", 0)).ip != ip}
-            delete = {n: r for n, r in have.items() if n not in want}
-            if upsert or delete:
-                self.zone.change(upsert, delete)
         except CloudError as e:
-            if not self.failing:
-                self.ctx.event(Kind.DNS_FAILED, f"Route 53 zone {self.dns.hosted_zone_id}: {e}; "
-                               "node names are tried again next pass")
-            self.failing = True
-            self.written = None
+            self._failed(str(e))
             return
-        self.failing = False
-        self.written, self.listed_at = want, now
+        upsert = {n: ip for n, ip in want.items() if have.get(n, DnsRecord("", 0)).ip != ip}
+        delete = {n: r for n, r in have.items() if n not in want}
         if upsert or delete:
             said = []
             if upsert:
                 said.append(f"{compress(sorted(upsert))} written")
             if delete:
                 said.append(f"{compress(sorted(delete))} deleted")
-            self.ctx.event(Kind.DNS_RECORDS_CHANGED, f"{self.dns.domain.rstrip('.')}: "
-                           f"{'; '.join(said)} (A records of nodes with an instance)")
+            (done,) = self.ctx.effects.apply([Names(upsert, delete, (
+                Kind.DNS_RECORDS_CHANGED, f"{self.dns.domain.rstrip('.')}: "
+                f"{'; '.join(said)} (A records of nodes with an instance)"))])
+            if not done.taken:
+                self._failed(done.error)
+                return
+        self.failing = False
+        self.written, self.listed_at = want, now
+
+    def _failed(self, why: str) -> None:
+        """Said once until it works again; the zone is listed again next pass."""
+        if not self.failing:
+            self.ctx.event(Kind.DNS_FAILED, f"Route 53 zone {self.dns.hosted_zone_id}: "
+                           f"{why}; node names are tried again next pass")
+        self.failing = True
+        self.written = None

@@ -99,13 +99,24 @@ class Reconciler:
         # the audit log's times: the host's clock (the timers' steady time lags it after a
         # step); a simulated or test clock is both
         self.recorded_at: Clock = host_now if clock is utcnow else clock
-        ctx = PassContext(cfg, store, slurm, cloud, clock, self.event)
+        zone: DnsZone | None = None
+        if cfg.dns is not None:  # (its own fence and failure count: a Route 53 call is AWS's)
+            if dns_zone is None:
+                raise ValueError("dns: is configured but no DNS zone was given (the daemon's "
+                                 "service builds the Route 53 one)")
+            zone = dns_zone
+            if times is not None:
+                zone = times.timed(zone, "Route 53")
+            if fence is not None:
+                zone = fenced(zone, fence, "Route 53")
+            zone = watched(zone, self.cloud_failures, "Route 53")
+        ctx = PassContext(cfg, store, slurm, cloud, clock, self.event, queue, zone)
         self.capacity = CapacityPass(ctx, Ledger(
             cfg, store, metrics.job_started if metrics else None, slurm.ended_jobs))
         self.reserved = ReservedCapacity(ctx)
         # (an offering's AZ is its subnet's, read with the reservations' once)
         self.backoff = CapacityBackoff(ctx, self.reserved.zones)
-        self.interruptions = InterruptionPass(ctx, queue, self.backoff, self.reserved)
+        self.interruptions = InterruptionPass(ctx, self.backoff, self.reserved)
         fleets = GangFleets(ctx, client_token)
         self.addresses = NodeAddresses(ctx)
         # (its delay on the store: a standby waits out the leader's)
@@ -114,17 +125,7 @@ class Reconciler:
                                      ec2_retry, metrics)
         self.requests = RequestPass(ctx, self.launcher, self.addresses, ec2_retry, spool)
         self.sweep = InstanceSweep(ctx, self.interruptions, fleets)
-        self.names: NodeNamePass | None = None
-        if cfg.dns is not None:  # (its own fence and failure count: a Route 53 call is AWS's)
-            if dns_zone is None:
-                raise ValueError("dns: is configured but no DNS zone was given (the daemon's "
-                                 "service builds the Route 53 one)")
-            zone: DnsZone = dns_zone
-            if times is not None:
-                zone = times.timed(zone, "Route 53")
-            if fence is not None:
-                zone = fenced(zone, fence, "Route 53")
-            self.names = NodeNamePass(ctx, watched(zone, self.cloud_failures, "Route 53"))
+        self.names = NodeNamePass(ctx) if zone is not None else None
         self.topology = TopologyPass(ctx) if cfg.topology is not None else None
         self.boots = BootPass(ctx, fleets, self.addresses, metrics)
         self.health = HealthPass(ctx, self.interruptions, metrics)

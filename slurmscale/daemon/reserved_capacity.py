@@ -21,6 +21,7 @@ from slurmscale.config import (
     ReservationPreference,
 )
 from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.effects import Timers
 from slurmscale.model import (
     INTERRUPTIBLE,
     CapacityReservation,
@@ -36,7 +37,7 @@ from slurmscale.policy.routing import (
     take,
 )
 from slurmscale.store.protocol import ReconcileStore
-from slurmscale.store.rows import CapacityReservationRow
+from slurmscale.store.rows import CapacityReservationRow, TimerKind
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ RESERVATIONS_TTL_S = 30.0
 STATE_DUE_TTL_S = 2.0
 # States a reservation leaves by itself when its start comes
 BEFORE_START = frozenset({"scheduled", "pending", "payment-pending", "assessing", "delayed"})
+# States a reservation does not leave (CapacityReservation.State in the EC2 API reference)
+ENDED = frozenset({"expired", "cancelled", "failed", "payment-failed", "unsupported"})
 
 
 def _warned(r: CapacityReservation, end: float | None) -> CapacityReservation:
@@ -64,6 +67,7 @@ class ReservedCapacity:
         self.cloud = ctx.cloud
         self.event = ctx.event
         self.store = ctx.store
+        self.effects = ctx.effects
         self.ids = sorted({i for p in cfg.pools if p.capacity_reservations
                            for i in p.capacity_reservations.ids})
         self._read_at: float | None = None
@@ -72,9 +76,6 @@ class ReservedCapacity:
         self._failing = False
         self._missing: list[str] = []
         self.readable = True  # the last read answered
-        # block id -> the end an Expiration Warning implies, when earlier than EC2's date
-        # (a late config, a skewed clock): the block closes by it
-        self.warned_end: dict[str, float] = {}
         # where each reservation's capacity sits (DescribeCapacityReservationTopology), read
         # with the reservations for the pools whose gangs must share a network node
         self.topology_ids = sorted({i for p in cfg.pools if p.capacity_reservations
@@ -130,6 +131,10 @@ class ReservedCapacity:
         self.readable = True
         self._by_id = {r.id: r for r in found}
         self._read_at = now
+        # a warning's close is over with its block (gone from EC2, or ended)
+        self.effects.apply([Timers(TimerKind.BLOCK_WARNED, over=tuple(sorted(
+            i for i in self.warned_ends() if i not in self._by_id
+            or self._by_id[i].state in ENDED)))])
         self._read_places([i for i in self.topology_ids if i in self._by_id])
         if found:
             self._save(found, now)
@@ -169,7 +174,15 @@ class ReservedCapacity:
         if cr is None:
             return []
         by_id = self.reservations(now)
-        return [_warned(by_id[i], self.warned_end.get(i)) for i in cr.ids if i in by_id]
+        warned = self.warned_ends() if pool.capacity_type is CapacityType.CAPACITY_BLOCK else {}
+        return [_warned(by_id[i], warned.get(i)) for i in cr.ids if i in by_id]
+
+    def warned_ends(self) -> dict[str, float]:
+        """Block id -> the end an Expiration Warning implies, when earlier than EC2's date (a
+        late config, a skewed clock): the block closes by it. On the store (timers of kind
+        BLOCK_WARNED, since = that end): the warning's message is deleted once read, and a
+        standby that takes over closes the block as the leader would have."""
+        return self.store.timers(TimerKind.BLOCK_WARNED)
 
     def changed(self) -> None:
         """Read the reservations again at the next ask (one was reclaimed, say)."""
@@ -189,8 +202,9 @@ class ReservedCapacity:
         warned = aws_time(ev.time) or now.timestamp()
         end = min(warned + min(BLOCK_WARNING_LEAD_S, self.cfg.block_end_margin_s()),
                   ev.end or math.inf)
-        self.warned_end[ev.reservation_id] = min(end, self.warned_end.get(
-            ev.reservation_id, math.inf))
+        was = self.warned_ends().get(ev.reservation_id, math.inf)
+        if end < was:
+            self.effects.apply([Timers(TimerKind.BLOCK_WARNED, {ev.reservation_id: end})])
         self.event(Kind.BLOCK_EXPIRING, f"capacity block {ev.reservation_id}: Expiration Warning "
                    f"at {ev.time} (EC2's terminations begin 10 minutes on): its window is "
                    "closed from then on")

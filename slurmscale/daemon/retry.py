@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slurmscale.store.protocol import TimerStore
+from slurmscale.store.rows import TimerKind
 
-RETRY = "ec2-retry"  # the store's timers of the endpoint's retry delay
+RETRY = TimerKind.EC2_RETRY  # the store's timer of the endpoint's retry delay
 SUBJECT = "ec2"
 # The count of failures in a row is kept up to here: past the doublings the cap is reached
 # long before, and a count read back from the store (a note anyone may have edited) is
@@ -24,15 +25,15 @@ _MAX_DOUBLINGS = 60  # 2**60 times any sane base is past any cap, and no float o
 
 @dataclass
 class EndpointRetry:
-    """The growing delay before EC2 is asked again (`store`: where it is kept; None: this
-    process's memory only)."""
+    """The growing delay before EC2 is asked again (`store`: where it is kept, read at each
+    ask, so that a daemon that leads again after another did never goes by what it
+    remembered; None: this process's memory only)."""
 
     base_s: float
     cap_s: float = 60.0
     store: TimerStore | None = field(default=None, repr=False)
     failures: int = 0
     until: float = 0.0
-    _loaded: bool = field(default=False, repr=False)
 
     def _delay(self) -> float:
         """base * 2^(failures - 1), capped; the exponent is bounded before the power (at
@@ -41,12 +42,12 @@ class EndpointRetry:
                                                          _MAX_DOUBLINGS))
 
     def _load(self) -> None:
-        """The delay as the store has it (once: a leader's own writes keep it current)."""
-        if self._loaded or self.store is None:
+        """The delay as the store has it."""
+        if self.store is None:
             return
-        self._loaded = True
         since = self.store.timers(RETRY).get(SUBJECT)
         if since is None:
+            self.failures, self.until = 0, 0.0
             return
         note = self.store.timer_notes(RETRY).get(SUBJECT, "").strip()
         if not note.isdigit() or note.strip("0") == "":
@@ -63,13 +64,13 @@ class EndpointRetry:
         delay = self._delay()
         self.until = now + delay
         if self.store is not None:
-            self.store.put_timers(RETRY, {SUBJECT: now}, {SUBJECT: str(self.failures)})
+            self.store.set_timers(RETRY, {SUBJECT: now}, {SUBJECT: str(self.failures)})
         return delay
 
     def answered(self) -> None:
         self._load()
         if self.failures and self.store is not None:
-            self.store.put_timers(RETRY, {})
+            self.store.end_timers(RETRY, [SUBJECT])
         self.failures, self.until = 0, 0.0
 
     def waiting(self, now: float) -> bool:

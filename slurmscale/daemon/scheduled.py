@@ -13,25 +13,25 @@ import logging
 
 from slurmscale.model import ScheduledEvent
 from slurmscale.store.protocol import TimerStore
+from slurmscale.store.rows import TimerKind
 
 log = logging.getLogger(__name__)
 
-SCHEDULED = "scheduled-event"
+SCHEDULED = TimerKind.SCHEDULED
 
 
 def heard(store: TimerStore, instance_id: str, ev: ScheduledEvent, at: float) -> None:
     """Keep AWS Health's change `ev` for `instance_id` (heard at `at`)."""
-    since, notes = store.timers(SCHEDULED), store.timer_notes(SCHEDULED)
-    since[instance_id] = at
-    notes[instance_id] = json.dumps({"code": ev.code, "not_before": ev.not_before,
-                                     "description": ev.description})
-    store.put_timers(SCHEDULED, since, notes)
+    store.set_timers(SCHEDULED, {instance_id: at}, {instance_id: json.dumps(
+        {"code": ev.code, "not_before": ev.not_before, "description": ev.description})})
 
 
-def known(store: TimerStore, running: set[str]) -> dict[str, ScheduledEvent]:
-    """The changes heard for the `running` instances (one read of the store a pass); those of
-    instances no longer running are forgotten. A note that cannot be read is dropped with a
-    warning (the instance status read names the change too, if EC2 lists it)."""
+def known(store: TimerStore, running: set[str]
+          ) -> tuple[dict[str, ScheduledEvent], list[str]]:
+    """The changes heard for the `running` instances (one read of the store a pass), and the
+    instances no longer running whose changes are to be forgotten (the pass's `Timers`). A
+    note that cannot be read is dropped with a warning (the instance status read names the
+    change too, if EC2 lists it)."""
     notes = store.timer_notes(SCHEDULED)
     out = {}
     for iid, note in notes.items():
@@ -45,8 +45,4 @@ def known(store: TimerStore, running: set[str]) -> dict[str, ScheduledEvent]:
         except (ValueError, TypeError, KeyError):
             log.warning("scheduled change for %s unreadable on the store (%r): dropped", iid,
                         note)
-    if notes.keys() - running:  # (every change is written with its note)
-        since = store.timers(SCHEDULED)
-        store.put_timers(SCHEDULED, {k: v for k, v in since.items() if k in running},
-                         {k: v for k, v in notes.items() if k in running})
-    return out
+    return out, sorted(notes.keys() - running)  # (each change has its note)

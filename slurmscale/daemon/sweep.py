@@ -22,7 +22,7 @@ from slurmscale.model import SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import ReconcileStore
-from slurmscale.store.rows import InstanceRow, utc
+from slurmscale.store.rows import InstanceRow, TimerKind, utc
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class InstanceSweep:
         self.interruptions = interruptions
         self.fleets = fleets
         self.lost = LostNodes(ctx.cfg.daemon.lost_node_grace_s, ctx.store)
-        self.stuck = LostNodes(ctx.cfg.daemon.lost_node_grace_s, ctx.store, "stuck-node")
+        self.stuck = LostNodes(ctx.cfg.daemon.lost_node_grace_s, ctx.store, TimerKind.STUCK_NODE)
         self.untracked_reported: set[str] = set()
         self.seen: list[CloudInstance] | None = None  # this pass's listing (None: EC2 silent)
 
@@ -127,13 +127,14 @@ class InstanceSweep:
         c = self.ctx
         lost = nodes_without_instances(nodes, lambda n: c.cfg.pool_of(n) is not None,
                                        seen, tracked)
-        due = self.lost.due(lost, now)
+        due, waits = self.lost.due(lost, now)
+        c.effects.apply([waits])
         if not due:
             return
-        c.edits.apply(edits.power_down(due, reasons.reason(Why.LOST), said=(
+        c.effects.apply([edits.power_down(due, reasons.reason(Why.LOST), said=(
             Kind.NODE_WITHOUT_INSTANCE,
             f"{compress(due)}: up in Slurm, but neither EC2 nor the store has an instance "
-            f"for {c.cfg.daemon.lost_node_grace_s:g}s; powered down (jobs requeue)")))
+            f"for {c.cfg.daemon.lost_node_grace_s:g}s; powered down (jobs requeue)"))])
 
     def _return_stuck(self, nodes: list[SlurmNode], seen: list[CloudInstance],
                       tracked: set[str], now: datetime) -> None:
@@ -142,17 +143,18 @@ class InstanceSweep:
         c = self.ctx
         stuck = stuck_powered_down(nodes, lambda n: c.cfg.pool_of(n) is not None, seen,
                                    tracked)
-        due = self.stuck.due(stuck, now)
+        due, waits = self.stuck.due(stuck, now)
+        c.effects.apply([waits])
         if not due:
             return
         why = {n.name: n.reason or n.state for n in nodes if n.name in due}
         first = why[due[0]]
-        c.edits.apply(edits.power_down(due, reasons.reason(Why.STUCK, first), said=(
+        c.effects.apply([edits.power_down(due, reasons.reason(Why.STUCK, first), said=(
             Kind.NODE_STUCK,
             f"{compress(due)}: Slurm held {'it' if len(due) == 1 else 'them'} DOWN while "
             f"powered down ({first}) with no instance behind; powered down again to return "
             f"{'it' if len(due) == 1 else 'them'} to service. Repeated: slurmctld cannot "
-            "run the resume hook (`slurmscale check`), or boots outlast ResumeTimeout")))
+            "run the resume hook (`slurmscale check`), or boots outlast ResumeTimeout"))])
 
     def _not_launching(self, leaks: list[CloudInstance]) -> list[CloudInstance]:
         """Of untracked instances, those not tagged for a gang whose launch is still being

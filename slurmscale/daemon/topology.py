@@ -9,25 +9,30 @@ changes; slurmctld re-reads it on `scontrol reconfigure` only, so that is sent a
 `reconfigure_interval_s`: a burst of launches is one reconfigure, never one per node.
 
 What slurmctld holds is what the file held at the last reconfigure: a daemon that restarts
-finds the file as it left it and reconfigures only if the placements have changed since.
+finds the file as it left it and reconfigures only if the placements have changed since, or
+if the file was written and slurmctld not told (a timer of kind TOPOLOGY_UNREAD on the store
+from the write to the reconfigure: a leader that dies between the two leaves it to the next).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.effects import Timers, WriteFile
 from slurmscale.model import NetworkPlace
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.rows import InstanceRow
+from slurmscale.store.rows import InstanceRow, TimerKind
 from slurmscale.topology import render
 
 log = logging.getLogger(__name__)
+
+UNREAD = TimerKind.TOPOLOGY_UNREAD  # the file written, slurmctld not yet reconfigured
+SUBJECT = "topology.conf"
 
 
 class TopologyPass:
@@ -44,7 +49,6 @@ class TopologyPass:
             self.written: str | None = self.path.read_text()
         except OSError:
             self.written = None
-        self.reconfigure_due = False  # the file changed since slurmctld last read it
         self.reconfigured_at: float | None = None
         self.failing = False  # a failure said once until it works again
 
@@ -60,30 +64,28 @@ class TopologyPass:
         text = render(self.settings.plugin, nodes,
                       {running[i].node: place for i, place in self.placed.items()})
         if text != self.written:
-            try:
-                # in place: SlurmUser owns the file, not the directory slurm.conf is in
-                with open(self.path, "w", encoding="utf-8") as f:
-                    f.write(text)
-                    f.flush()
-                    os.fsync(f.fileno())
-            except OSError as e:
-                self._failed(f"cannot write {self.path}: {e}")
+            # in place: SlurmUser owns the file, not the directory slurm.conf is in
+            (wrote,) = self.ctx.effects.apply([WriteFile(str(self.path), text)])
+            if not wrote.taken:
+                self._failed(wrote.error)
                 return
             self.written = text
-            self.reconfigure_due = True
-        if self.reconfigure_due and (self.reconfigured_at is None or now - self.reconfigured_at
-                                     >= self.settings.reconfigure_interval_s):
+            self.ctx.effects.apply([Timers(UNREAD, {SUBJECT: now})])
+        due = SUBJECT in self.ctx.store.timers(UNREAD)  # (since slurmctld last read it)
+        if due and (self.reconfigured_at is None or now - self.reconfigured_at
+                    >= self.settings.reconfigure_interval_s):
             placed = sorted(running[i].node for i in self.placed)
             word = "block" if self.settings.plugin == "block" else "switch"
             parts = sum(1 for line in text.splitlines() if line.startswith(
                 f"{word.capitalize()}Name="))
-            sent = self.ctx.edits
-            if not sent.apply(edits.reconfigure(said=(
-                    Kind.TOPOLOGY_UPDATED, f"{self.path}: {len(placed)} node(s) placed by "
-                    f"EC2's network topology, {parts} {word}(s); slurmctld reconfigured"))):
-                self._failed(f"scontrol reconfigure: {sent.last_error}")
+            (told,) = self.ctx.effects.apply([edits.reconfigure(said=(
+                Kind.TOPOLOGY_UPDATED, f"{self.path}: {len(placed)} node(s) placed by "
+                f"EC2's network topology, {parts} {word}(s); slurmctld reconfigured"))])
+            if not told.taken:
+                self._failed(f"scontrol reconfigure: {told.error}")
                 return
-            self.reconfigured_at, self.reconfigure_due, self.failing = now, False, False
+            self.ctx.effects.apply([Timers(UNREAD, over=(SUBJECT,))])
+            self.reconfigured_at, self.failing = now, False
 
     def _read(self, running: dict[str, InstanceRow], now: float) -> None:
         every = self.settings.read_interval_s

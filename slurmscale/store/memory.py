@@ -43,6 +43,7 @@ from slurmscale.store.rows import (
     ReplacementRow,
     RequestRow,
     SampleRow,
+    TimerKind,
 )
 
 if TYPE_CHECKING:
@@ -186,15 +187,27 @@ class MemoryStore:
                 if since is None or r.at.timestamp() >= since]
 
     # --- timers --------------------------------------------------------------------------
-    def timers(self, kind: str) -> dict[str, float]:
+    def timers(self, kind: TimerKind) -> dict[str, float]:
         return dict(self._timers.get(kind, {}))
 
-    def put_timers(self, kind: str, since: Mapping[str, float],
+    def set_timers(self, kind: TimerKind, since: Mapping[str, float],
                    notes: Mapping[str, str] | None = None) -> None:
-        self._timers[kind] = dict(since)
-        self._notes[kind] = {k: v for k, v in (notes or {}).items() if k in since}
+        kept, said = self._timers.setdefault(kind, {}), self._notes.setdefault(kind, {})
+        for k, v in since.items():
+            kept[k] = v
+            note = (notes or {}).get(k)
+            if note is None:
+                said.pop(k, None)
+            else:
+                said[k] = note
 
-    def timer_notes(self, kind: str) -> dict[str, str]:
+    def end_timers(self, kind: TimerKind, subjects: Iterable[str]) -> None:
+        kept, said = self._timers.get(kind, {}), self._notes.get(kind, {})
+        for k in subjects:
+            kept.pop(k, None)
+            said.pop(k, None)
+
+    def timer_notes(self, kind: TimerKind) -> dict[str, str]:
         return dict(self._notes.get(kind, {}))
 
     # --- instances (what a launch recorded; the interruption pass looks them up) ----------

@@ -26,6 +26,7 @@ from slurmscale.store.rows import (
     ReplacementRow,
     RequestRow,
     SampleRow,
+    TimerKind,
 )
 
 
@@ -88,17 +89,23 @@ class TimerStore(Protocol):
     """The waits a pass keeps on rows (table `timers`: kind, subject, since, note), so that a
     standby that takes over decides what the leader would have."""
 
-    def timers(self, kind: str) -> dict[str, float]:
+    def timers(self, kind: TimerKind) -> dict[str, float]:
         """subject -> since when (Unix seconds), of the timers of this kind."""
         ...
 
-    def put_timers(self, kind: str, since: Mapping[str, float],
+    def set_timers(self, kind: TimerKind, since: Mapping[str, float],
                    notes: Mapping[str, str] | None = None) -> None:
-        """The timers of this kind are these, and only these (the others are ended); `notes`:
-        subject -> the pass's own note of that wait (none: no note)."""
+        """These subjects' timers begin, or move, to these times (`notes`: subject -> the
+        pass's own note of that wait; none: no note); the kind's other timers are left as
+        they are."""
         ...
 
-    def timer_notes(self, kind: str) -> dict[str, str]:
+    def end_timers(self, kind: TimerKind, subjects: Iterable[str]) -> None:
+        """These subjects' timers are over (with their notes); a subject without one is
+        no error."""
+        ...
+
+    def timer_notes(self, kind: TimerKind) -> dict[str, str]:
         """subject -> note, of the timers of this kind that have one."""
         ...
 

@@ -60,6 +60,7 @@ from slurmscale.store.rows import (
     ReplacementRow,
     RequestRow,
     SampleRow,
+    TimerKind,
     utc,
 )
 
@@ -345,7 +346,7 @@ class Store(FencedStore):
             return self._get(s, InstanceRow, instance_id)
 
     # timers ---------------------------------------------------------------------------
-    def timers(self, kind: str) -> dict[str, float]:
+    def timers(self, kind: TimerKind) -> dict[str, float]:
         """(A time that is not one, written by hand or a broken disk, is skipped: that wait
         starts again, which errs on the side of waiting.)"""
         tt = t.timers
@@ -356,18 +357,28 @@ class Store(FencedStore):
                 if isinstance(v, int | float) and not isinstance(v, bool)
                 and math.isfinite(v) and abs(v) <= t.MAX_ABS}
 
-    def put_timers(self, kind: str, since: Mapping[str, float],
+    def set_timers(self, kind: TimerKind, since: Mapping[str, float],
                    notes: Mapping[str, str] | None = None) -> None:
+        if not since:
+            return
         tt = t.timers
         notes = notes or {}
         with self.session() as s:
-            s.execute(delete(tt).where(tt.c.kind == kind))
-            if since:
-                s.execute(insert(tt), [{"kind": kind, "subject": k, "since_s": v,
-                                        "note": notes.get(k)} for k, v in since.items()])
+            s.execute(delete(tt).where(tt.c.kind == kind, tt.c.subject.in_(list(since))))
+            s.execute(insert(tt), [{"kind": kind, "subject": k, "since_s": v,
+                                    "note": notes.get(k)} for k, v in since.items()])
             self._commit(s)
 
-    def timer_notes(self, kind: str) -> dict[str, str]:
+    def end_timers(self, kind: TimerKind, subjects: Iterable[str]) -> None:
+        gone = list(subjects)
+        if not gone:
+            return
+        tt = t.timers
+        with self.session() as s:
+            s.execute(delete(tt).where(tt.c.kind == kind, tt.c.subject.in_(gone)))
+            self._commit(s)
+
+    def timer_notes(self, kind: TimerKind) -> dict[str, str]:
         tt = t.timers
         with self.session() as s:
             q = select(tt.c.subject, type_coerce(tt.c.note, PlainString())).where(

@@ -34,6 +34,26 @@ class PreemptionCause(StrEnum):
 NOT_PREEMPTED = frozenset({PreemptionCause.UNHEALTHY, PreemptionCause.BLOCK_END})
 
 
+class TimerKind(StrEnum):
+    """What a timer times (table `timers`: kind, subject, since, note): every wait a decision
+    keeps on the store, so that a standby taking over acts when the leader would have. Each
+    is written per subject (`set_timers`, `end_timers`), never a kind replaced whole."""
+
+    LOST_NODE = "lost-node"  # a node Slurm has up with no instance (sweep.py)
+    STUCK_NODE = "stuck-node"  # a node powering up with no instance (sweep.py)
+    UNHEALTHY = "unhealthy"  # a node unhealthy by Slurm's account, in its grace (health.py)
+    REFUSED_EDIT = "refused-edit"  # an edit Slurm refused, not sent again before (edits.py)
+    EVACUATING = "evacuating"  # a node whose jobs were requeued, to be powered down
+    EVACUATED = "evacuated"  # an instance evacuated and powered down (interruptions.py)
+    SCHEDULED = "scheduled-event"  # AWS Health's scheduled change for an instance
+    EC2_RETRY = "ec2-retry"  # EC2 not answering: the endpoint's retry delay (retry.py)
+    # a Capacity Block whose Expiration Warning closed its window early: since = that close
+    # (the warning's message is deleted once read: reserved_capacity.py)
+    BLOCK_WARNED = "block-warned"
+    # topology.conf written and not yet read by slurmctld: since = the write (topology.py)
+    TOPOLOGY_UNREAD = "topology-unread"
+
+
 @overload
 def utc(dt: datetime) -> datetime: ...
 @overload

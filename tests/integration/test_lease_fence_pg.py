@@ -26,7 +26,7 @@ from slurmscale.model import LaunchResult, SlurmNode
 from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
-from slurmscale.store.rows import InstanceRow
+from slurmscale.store.rows import InstanceRow, TimerKind
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.support.postgres import start_postgres
 from tests.unit.conftest import base_config
@@ -199,7 +199,7 @@ def test_a_standby_taking_over_mid_grace_acts_when_the_leader_would_have(
 
     b, store_b, lease_b = leader("host-b:2")
     with pytest.raises(LeaseLost, match="epoch 1"):  # (the old leader, not told yet)
-        store_a.put_timers("unhealthy", {})
+        store_a.end_timers(TimerKind.UNHEALTHY, ["gpu-1"])
     now[0] = T0 + timedelta(seconds=299)
     b.tick()
     assert slurm.powered_down == []

@@ -508,8 +508,9 @@ def slurm_down(directory: Path) -> Path:
 
 
 def pass_context(cfg: Config, store: Any, slurm: Any, event: Event = lambda *_a, **_k: None,
-                 cloud: Any = None, clock: Clock | None = None) -> PassContext[Any]:
+                 cloud: Any = None, clock: Clock | None = None,
+                 queue: Any = None) -> PassContext[Any]:
     """What the Reconciler gives each pass (one constructor style), for a pass built alone:
     EC2 a `FakeCloud` unless given, the daemon's clock unless given."""
     return PassContext(cfg, store, slurm, FakeCloud() if cloud is None else cloud,
-                       utcnow if clock is None else clock, event)
+                       utcnow if clock is None else clock, event, queue)

@@ -38,6 +38,7 @@ from slurmscale.store.rows import (
     PreemptionCause,
     PreemptionRow,
     ReplacementRow,
+    TimerKind,
 )
 
 T0 = 1_800_000_000.0
@@ -266,28 +267,39 @@ def a_grace_is_open_until_it_ends_or_requeues_once(store: ReconcileStore) -> Non
     assert got == {"j1": "ended", "j2": "requeued"}
 
 
-def timers_are_kept_per_kind_and_replaced_whole(store: ReconcileStore) -> None:
-    assert store.timers("lost-node") == {}
-    store.put_timers("lost-node", {"gpu-1": T0, "gpu-2": T0 + 5.5})
-    store.put_timers("unhealthy", {"gpu-1": T0 + 1})
-    assert store.timers("lost-node") == {"gpu-1": T0, "gpu-2": T0 + 5.5}
-    store.put_timers("lost-node", {"gpu-2": T0 + 5.5, "gpu-3": T0 + 9})
-    assert store.timers("lost-node") == {"gpu-2": T0 + 5.5, "gpu-3": T0 + 9}
-    assert store.timers("unhealthy") == {"gpu-1": T0 + 1}
-    got = store.timers("unhealthy")
+def timers_are_kept_per_kind_and_written_per_subject(store: ReconcileStore) -> None:
+    lost, unhealthy, evacuating = (TimerKind.LOST_NODE, TimerKind.UNHEALTHY,
+                                   TimerKind.EVACUATING)
+    assert store.timers(lost) == {}
+    store.set_timers(lost, {"gpu-1": T0, "gpu-2": T0 + 5.5})
+    store.set_timers(unhealthy, {"gpu-1": T0 + 1})
+    assert store.timers(lost) == {"gpu-1": T0, "gpu-2": T0 + 5.5}
+    # a subject's timer moves; the kind's others stay as they are
+    store.set_timers(lost, {"gpu-2": T0 + 7, "gpu-3": T0 + 9})
+    assert store.timers(lost) == {"gpu-1": T0, "gpu-2": T0 + 7, "gpu-3": T0 + 9}
+    store.end_timers(lost, ["gpu-1", "gpu-9"])  # (gpu-9 has none: no error)
+    store.set_timers(lost, {})
+    store.end_timers(lost, [])
+    assert store.timers(lost) == {"gpu-2": T0 + 7, "gpu-3": T0 + 9}
+    assert store.timers(unhealthy) == {"gpu-1": T0 + 1}
+    got = store.timers(unhealthy)
     got["gpu-9"] = 0.0  # (a copy)
-    store.put_timers("unhealthy", {})
-    assert store.timers("unhealthy") == {} and store.timers("lost-node")
-    # a note rides with its timer, and ends with it
-    store.put_timers("evacuating", {"gpu-1": T0, "gpu-2": T0}, {"gpu-1": '{"a": 1}'})
-    assert store.timer_notes("evacuating") == {"gpu-1": '{"a": 1}'}
-    assert store.timer_notes("lost-node") == {}
-    store.put_timers("evacuating", {"gpu-2": T0})
-    assert store.timer_notes("evacuating") == {} and store.timers("evacuating") == {"gpu-2": T0}
+    store.end_timers(unhealthy, ["gpu-1"])
+    assert store.timers(unhealthy) == {} and store.timers(lost)
+    # a note rides with its timer, is replaced with it, and ends with it
+    store.set_timers(evacuating, {"gpu-1": T0, "gpu-2": T0}, {"gpu-1": '{"a": 1}'})
+    assert store.timer_notes(evacuating) == {"gpu-1": '{"a": 1}'}
+    assert store.timer_notes(lost) == {}
+    store.set_timers(evacuating, {"gpu-1": T0 + 1})
+    assert store.timer_notes(evacuating) == {}
+    store.set_timers(evacuating, {"gpu-2": T0}, {"gpu-2": "b"})
+    store.end_timers(evacuating, ["gpu-1"])
+    assert store.timer_notes(evacuating) == {"gpu-2": "b"}
+    assert store.timers(evacuating) == {"gpu-2": T0}
 
 
 CHECKS: list[Callable[[ReconcileStore], None]] = [
-    timers_are_kept_per_kind_and_replaced_whole,
+    timers_are_kept_per_kind_and_written_per_subject,
     holds_follow_their_lifecycle_and_reads_are_copies,
     the_policys_memory_is_kept_per_pool,
     an_offering_is_one_row_per_pool,

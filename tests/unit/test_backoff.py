@@ -167,7 +167,7 @@ def test_the_endpoint_retry_stays_bounded_however_long_ec2_is_away() -> None:
     store = MemoryStore()
     for note, want in (("1" + "0" * 11, MAX_COUNT), ("9" * 100_000, MAX_COUNT),
                        ("3", 3), ("0", 1), ("junk", 1), ("", 1)):
-        store.put_timers(RETRY, {SUBJECT: 50.0}, {SUBJECT: note})
+        store.set_timers(RETRY, {SUBJECT: 50.0}, {SUBJECT: note})
         t0 = time.process_time()
         back = EndpointRetry(base_s=5.0, store=store)
         assert back.waiting(51.0) and back.failures == want, (note[:20], back.failures)

@@ -24,7 +24,7 @@ from slurmscale.policy.blocks import (
 from slurmscale.policy.observe import slurm_time
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
-from slurmscale.store.rows import utc
+from slurmscale.store.rows import TimerKind, utc
 from tests.support.fakes import FakeCloud, FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
 from tests.unit.test_reconcile import Clock, hook
@@ -291,7 +291,7 @@ def test_the_block_partition_starts_down_and_opens_once_slurm_holds_the_window(t
     r.blocks.run(list(slurm.table.values()), clock.now)
     assert slurm.partitions["gpu-cb"] == "DOWN", "closed while Slurm lacks the window"
     slurm.create_window_reservation = real  # type: ignore[method-assign]
-    r.store.put_timers(REFUSED, {})  # (the refusal's wait over)
+    r.store.end_timers(REFUSED, r.store.timers(REFUSED))  # (the refusal's wait over)
     r.blocks.run(list(slurm.table.values()), clock.now)
     assert set(slurm.resv) == {"slurmscale-block-gpu-cb-before", "slurmscale-block-gpu-cb-after"}
     assert slurm.partitions["gpu-cb"] == "UP", "opened once the window is Slurm's"
@@ -423,6 +423,19 @@ def test_an_expiration_warning_closes_the_block_at_once(tmp_path) -> None:  # ty
     kinds = [e.kind for e in r.store.events()]
     assert "block_expiring" in kinds and "block_job_requeued" in kinds
     assert queue.deleted == ["0"]
+    # the message is gone from the queue: a standby taking over knows the close from the
+    # store, not from a memory that died with the leader
+    from slurmscale.config import BLOCK_WARNING_LEAD_S
+    lead = min(BLOCK_WARNING_LEAD_S, r.cfg.block_end_margin_s())
+    close = min(int(warned.timestamp()) + lead, E)
+    standby = Reconciler(r.cfg, r.store, slurm, cloud, clock=clock, queue=FakeQueue())
+    (seen,) = standby.reserved.of_pool(r.cfg.pool("gpu-cb"), clock.now.timestamp())
+    assert seen.end == close < E
+    # over with its block: gone from EC2's answer, its close is forgotten
+    del cloud.reservations["cr-0000000000000b01"]
+    standby.reserved.changed()
+    assert standby.reserved.of_pool(r.cfg.pool("gpu-cb"), clock.now.timestamp()) == []
+    assert r.store.timers(TimerKind.BLOCK_WARNED) == {}
 
 
 def test_status_shows_each_blocks_window_and_the_time_to_its_start_or_end() -> None:

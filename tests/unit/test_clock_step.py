@@ -267,8 +267,11 @@ def _grace(requeue_at: float, signalled_at: float) -> GraceRow:
 
 
 def _graces(cfg_store: MemoryStore) -> Graces:
+    from slurmscale.daemon.effects import Effects
+
     cfg = parse_config(base_config())
-    return Graces(cfg, cfg_store, FakeSlurm(), lambda *a, **k: None)
+    event = lambda *a, **k: None  # noqa: E731
+    return Graces(cfg, cfg_store, Effects(FakeSlurm(), cfg_store, event), event)
 
 
 def test_aws_answers_give_true_time_on_a_host_an_hour_off() -> None:

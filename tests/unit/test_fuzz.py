@@ -216,7 +216,7 @@ def test_any_sqs_message_is_consumed_without_touching_our_instances(
     slurm.queue = [QueueJob("42", ("gpu-spot",), 1, 8, 3600, "2026-11-29T11:00:00", "None",
                             100, "alice", "RUNNING", nodelist="spot-1")]
     q = FakeQueue(bodies=list(bodies))
-    p = InterruptionPass(pass_context(cfg, store, slurm), q)
+    p = InterruptionPass(pass_context(cfg, store, slurm, queue=q))
     assert p.run(T0) == len(bodies)
     assert len(q.deleted) == len(bodies), "every message deleted: none loops forever"
     assert slurm.calls == [] and store.preemptions() == [], "no message was about i-...01"

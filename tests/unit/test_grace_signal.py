@@ -33,7 +33,7 @@ def graced(tmp_path):  # type: ignore[no-untyped-def]
 
     def new_pass() -> InterruptionPass:  # (a daemon's, or the one after its restart)
         return InterruptionPass(pass_context(cfg, store, slurm,
-                                             lambda k, m, **_: events.append((k, m))), q)
+                                             lambda k, m, **_: events.append((k, m)), queue=q))
     yield new_pass, slurm, q, store, events
     store.close()
 

@@ -23,7 +23,7 @@ from slurmscale.policy.health import Cause, HealthStep, HealthWatch
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
-from slurmscale.store.rows import InstanceRow, utc
+from slurmscale.store.rows import InstanceRow, TimerKind, utc
 from tests.support.eventbridge_messages import health_message
 from tests.support.fakes import FakeCloud, FakeQueue, FakeSlurm
 from tests.unit.conftest import base_config
@@ -206,10 +206,10 @@ def _world(tmp_path, grace_s: float = 0, **spot_pool: object):  # type: ignore[n
     cloud = FakeCloud(instances={IID: CloudInstance(IID, "running", {})})
     now = [T0]
     events: list[tuple[str, str]] = []
-    ctx = PassContext(cfg, store, slurm, cloud, lambda: now[0],
-                      lambda k, m, **_: events.append((k, m)))
     q = FakeQueue()
-    ip = InterruptionPass(ctx, q)
+    ctx = PassContext(cfg, store, slurm, cloud, lambda: now[0],
+                      lambda k, m, **_: events.append((k, m)), q)
+    ip = InterruptionPass(ctx)
     hp = HealthPass(ctx, ip)
     return hp, ip, slurm, cloud, store, events, now, q
 
@@ -261,7 +261,7 @@ def test_a_standby_that_takes_over_replaces_when_the_leader_would_have(tmp_path)
                                           "spot-1")
         now[0] = T0 + timedelta(seconds=310)
         standby.run(slurm.nodes(), None)
-        assert store.timers("unhealthy") == {}  # (the node's wait ended with it)
+        assert store.timers(TimerKind.UNHEALTHY) == {}  # (the node's wait ended with it)
     finally:
         store.close()
 
@@ -361,7 +361,7 @@ def test_a_standby_drains_for_the_aws_health_message_the_leader_read(world) -> N
                                    "2026-11-30T12:00:00Z", "Wed, 02 Dec 2026 12:00:00 GMT"))
     assert ip.run(T0) == 1 and q.deleted == ["0"]
     assert "DRAIN" not in slurm.table["spot-1"].flags and set(store.timers(SCHEDULED)) == {IID}
-    standby = HealthPass(hp.ctx, InterruptionPass(hp.ctx, None))
+    standby = HealthPass(hp.ctx, InterruptionPass(hp.ctx))
     standby.run(slurm.nodes(), None)
     n = slurm.table["spot-1"]
     assert "DRAIN" in n.flags and "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED" in n.reason

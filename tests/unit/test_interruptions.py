@@ -19,7 +19,7 @@ from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
-from slurmscale.store.rows import InstanceRow
+from slurmscale.store.rows import InstanceRow, TimerKind
 from tests.support.eventbridge_messages import ec2_event
 from tests.support.fakes import FakeQueue, FakeSlurm, pass_context
 from tests.unit.conftest import base_config
@@ -96,7 +96,7 @@ def world(tmp_path):  # type: ignore[no-untyped-def]
     cfg, store, slurm, q = spot_world(tmp_path, fallback_pool="gpu-od")
     events: list[tuple[str, str]] = []
     p = InterruptionPass(pass_context(cfg, store, slurm,
-                                      lambda k, m, **_: events.append((k, m))), q)
+                                      lambda k, m, **_: events.append((k, m)), queue=q))
     yield p, slurm, q, store, events
     store.close()
 
@@ -181,15 +181,15 @@ def test_a_standby_that_takes_over_mid_wait_powers_the_node_down_when_the_leader
     q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
     p.run(T0)
     assert q.deleted == ["0"] and not slurm.powered_down
-    standby = InterruptionPass(pass_context(p.cfg, store, slurm,
-                                            lambda k, m, **_: events.append((k, m))), FakeQueue())
+    standby = InterruptionPass(pass_context(p.cfg, store, slurm, lambda k, m, **_: events.append(
+        (k, m)), queue=FakeQueue()))
     standby.run(T0 + timedelta(seconds=COMPLETING_WAIT_S - 1))
     assert not slurm.powered_down, "not before the leader would have"
     standby.run(T0 + timedelta(seconds=COMPLETING_WAIT_S))
     assert [n for n, _ in slurm.powered_down] == [["spot-1"]]
     assert [k for k, _ in events] == ["job_requeued", "node_evacuated"]
     assert "1 job(s) requeued" in events[-1][1] and "i-0000000000000001" in events[-1][1]
-    assert store.timers("evacuating") == {}
+    assert store.timers(TimerKind.EVACUATING) == {}
     standby.run(T0 + timedelta(seconds=COMPLETING_WAIT_S + 1))
     assert len(slurm.powered_down) == 1
 
@@ -286,7 +286,7 @@ def test_a_standby_does_not_evacuate_again_what_the_leader_evacuated(world) -> N
     again = FakeQueue()
     again.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
     standby = InterruptionPass(pass_context(p.cfg, store, slurm,
-                                            lambda k, m, **_: events.append((k, m))), again)
+                                            lambda k, m, **_: events.append((k, m)), queue=again))
     standby.run(T0 + timedelta(seconds=30))
     gone = CloudInstance("i-0000000000000001", "terminated", {},
                          state_reason="Server.SpotInstanceTermination")

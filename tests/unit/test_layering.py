@@ -138,3 +138,30 @@ def test_the_ec2_rule_sees_the_executors_writes() -> None:
     """(the rule can fail: the executor's own calls are found)"""
     got = {w.split()[0] for w in _ec2_writes(PKG / "daemon" / "effects.py")}
     assert got == EC2_WRITES, got
+
+
+# the event queue's, Route 53's and Slurm's files' writes
+OUTSIDE_WRITES = {"delete": "queue", "change": "zone"}
+
+
+def _outside_writes(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    out = [w for m, owner in OUTSIDE_WRITES.items() for w in _writes(path, {m}, owner)]
+    out += [f"open (line {n.lineno})" for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name) and n.func.id == "open"]
+    return out
+
+
+def test_only_the_effects_delete_messages_change_dns_or_write_slurms_files() -> None:
+    """One result per pass (issue 66): the SQS delete, Route 53's change batch and
+    topology.conf's write are effects too (`Forget`, `Names`, `WriteFile`), applied where
+    every other write is."""
+    found = {f"daemon/{p.name}": w for p in sorted((PKG / "daemon").glob("*.py"))
+             if p.name != "effects.py" and (w := _outside_writes(p))}
+    assert found == {}
+
+
+def test_the_outside_rule_sees_the_executors_writes() -> None:
+    """(the rule can fail: the executor's own calls are found)"""
+    got = {w.split()[0] for w in _outside_writes(PKG / "daemon" / "effects.py")}
+    assert got == {"delete", "change", "open"}, got

@@ -19,7 +19,7 @@ from slurmscale.config import Config
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
-from slurmscale.store.rows import HoldRow, InstanceRow, JobRow, OfferingRow
+from slurmscale.store.rows import HoldRow, InstanceRow, JobRow, OfferingRow, TimerKind
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.unit.conftest import base_config
 from tests.unit.test_reconcile import Clock, hook
@@ -182,13 +182,13 @@ def test_status_and_report_list_bad_numbers_without_a_traceback(cfg: Config,
 def test_a_timer_that_is_not_a_time_is_skipped_and_its_wait_starts_again(cfg: Config) -> None:
     store = Store(cfg.store_url)
     store.upgrade()
-    store.put_timers("lost-node", {"spot-1": 1.8e9, "spot-2": 1.8e9, "spot-3": 1.8e9})
+    store.set_timers(TimerKind.LOST_NODE, {"spot-1": 1.8e9, "spot-2": 1.8e9, "spot-3": 1.8e9})
     db = sqlite3.connect(cfg.store_url.removeprefix("sqlite:///"))
     db.execute("UPDATE timers SET since_s = 'soon' WHERE subject = 'spot-1'")
     db.execute("UPDATE timers SET since_s = 1e308 WHERE subject = 'spot-2'")
     db.commit()
     db.close()
-    assert store.timers("lost-node") == {"spot-3": 1.8e9}
+    assert store.timers(TimerKind.LOST_NODE) == {"spot-3": 1.8e9}
     store.close()
 
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from slurmscale.cloud.protocol import CloudError
+from slurmscale.daemon.effects import Effects
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
@@ -530,11 +531,18 @@ def test_a_node_left_addressed_at_a_released_instance_is_reset_once_slurm_answer
 def test_a_node_seen_with_an_instance_again_starts_its_grace_over() -> None:
     from slurmscale.daemon.lost_nodes import LostNodes
 
-    lost = LostNodes(60, MemoryStore())
-    assert lost.due({"a"}, T0) == []
-    assert lost.due(set(), T0 + timedelta(seconds=30)) == []  # it came back
-    assert lost.due({"a"}, T0 + timedelta(seconds=70)) == []
-    assert lost.due({"a"}, T0 + timedelta(seconds=130)) == ["a"]
+    store = MemoryStore()
+    lost = LostNodes(60, store)
+    kept = Effects(FakeSlurm(), store, lambda *_a, **_k: None)
+
+    def due(nodes: set[str], at: datetime) -> list[str]:
+        out, waits = lost.due(nodes, at)
+        kept.apply([waits])
+        return out
+    assert due({"a"}, T0) == []
+    assert due(set(), T0 + timedelta(seconds=30)) == []  # it came back
+    assert due({"a"}, T0 + timedelta(seconds=70)) == []
+    assert due({"a"}, T0 + timedelta(seconds=130)) == ["a"]
 
 
 def test_a_lost_nodes_wait_is_on_the_store_and_a_standby_acts_when_the_leader_would_have(
@@ -544,11 +552,17 @@ def test_a_lost_nodes_wait_is_on_the_store_and_a_standby_acts_when_the_leader_wo
     from slurmscale.daemon.lost_nodes import LostNodes
 
     store = MemoryStore()
-    assert LostNodes(60, store).due({"a", "b"}, T0) == []
+    kept = Effects(FakeSlurm(), store, lambda *_a, **_k: None)
+
+    def due(lost: LostNodes, nodes: set[str], at: datetime) -> list[str]:
+        out, waits = lost.due(nodes, at)
+        kept.apply([waits])
+        return out
+    assert due(LostNodes(60, store), {"a", "b"}, T0) == []
     assert store.timers(LostNodes.KIND) == {"a": T0.timestamp(), "b": T0.timestamp()}
     standby = LostNodes(60, store)
-    assert standby.due({"a"}, T0 + timedelta(seconds=59)) == []  # b came back meanwhile
-    assert standby.due({"a"}, T0 + timedelta(seconds=60)) == ["a"]
+    assert due(standby, {"a"}, T0 + timedelta(seconds=59)) == []  # b came back meanwhile
+    assert due(standby, {"a"}, T0 + timedelta(seconds=60)) == ["a"]
     assert store.timers(LostNodes.KIND) == {}
 
 

@@ -33,6 +33,7 @@ from slurmscale.store.rows import (
     OfferingRow,
     PreemptionRow,
     ReplacementRow,
+    TimerKind,
 )
 from tests.support.fakes import FakeCloud, FakeSlurm
 from tests.support.store_contract import hold
@@ -97,7 +98,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store.add_job_starts([JobRow(job_id="9", pool="gpu-spot", user_name="u", num_nodes=2,
                                  gpus_per_node=8, submitted_at=NOW - timedelta(minutes=5),
                                  started_at=NOW, time_limit_s=600)])
-    store.put_timers("lost-node", {"spot-5": NOW.timestamp()}, {"spot-5": "n"})
+    store.set_timers(TimerKind.LOST_NODE, {"spot-5": NOW.timestamp()}, {"spot-5": "n"})
     store.close()
     db = sqlite3.connect(d / "state.db")
     empty = [n for n in t.metadata.tables
@@ -141,7 +142,7 @@ def test_a_bad_column_never_stops_a_pass_or_a_read(seeded: Path, tmp_path: Path,
     try:
         for read in READS:
             getattr(store, read)()
-        store.timers("lost-node")
+        store.timers(TimerKind.LOST_NODE)
         store.jobs(NOW - timedelta(days=1), NOW + timedelta(days=1))
         store.preemptions("1")
         store.samples(NOW - timedelta(days=1), NOW + timedelta(days=1))

@@ -173,6 +173,24 @@ def test_a_restarted_daemon_finds_the_file_as_it_left_it_and_does_not_reconfigur
     assert len(slurm.calls) == 1
 
 
+def test_a_file_written_and_not_yet_read_is_reconfigured_by_the_next_leader(world) -> None:  # type: ignore[no-untyped-def]
+    """The leader wrote topology.conf and died before `scontrol reconfigure` (here: Slurm
+    refused it, then the leader was gone). The next daemon finds the file as it wants it,
+    and still tells slurmctld: the write is on the store until slurmctld has read it."""
+    ctx, cloud, slurm, _, rows, path = world
+    cloud.topology = {r.instance_id: NetworkPlace(("t", "a", "la")) for r in rows}
+    slurm.fail = True
+    TopologyPass(ctx).run(rows, 0.0)
+    assert switches(path.read_text())["la"] == ("Nodes", "od-[1-4]") and slurm.calls == []
+    slurm.fail = False
+    standby = TopologyPass(ctx)
+    standby.run(rows, 1.0)
+    assert slurm.calls == [("reconfigure", [])]
+    standby.run(rows, 100.0)
+    TopologyPass(ctx).run(rows, 200.0)
+    assert len(slurm.calls) == 1, "read by slurmctld: not again"
+
+
 def test_failures_are_said_once_and_change_nothing_slurm_has(world) -> None:  # type: ignore[no-untyped-def]
     ctx, cloud, slurm, events, rows, path = world
     cloud.down = CloudError("RequestLimitExceeded", "slow down")
