@@ -30,7 +30,7 @@ from slurmscale.config import Config
 from slurmscale.spool import RequestKind
 
 if TYPE_CHECKING:
-    from slurmscale.daemon.capacity import PassPlan
+    from slurmscale.daemon.passes.capacity import PassPlan
 
 log = logging.getLogger("slurmscale")
 
@@ -438,9 +438,9 @@ def _live_plan(cfg: Config) -> tuple[dict[str, Any], PassPlan]:
     import gc
     import time as _time
 
-    from slurmscale.daemon.capacity import REQUEUED_RECENTLY_S, current_plan
-    from slurmscale.daemon.holds import limit_use_runs_since
-    from slurmscale.daemon.plan_view import SOURCE_LIVE, plan_data
+    from slurmscale.daemon.passes.capacity import REQUEUED_RECENTLY_S, current_plan
+    from slurmscale.daemon.passes.holds import limit_use_runs_since
+    from slurmscale.daemon.queue.plan_view import SOURCE_LIVE, plan_data
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
     from slurmscale.store.snapshot import ReadAside, StoreUnreadable

@@ -16,7 +16,7 @@ import click
 from slurmscale.audit import Kind
 from slurmscale.cli_common import EXIT_SLURM_UNREADABLE, _load, _store, _table, in_time
 from slurmscale.config import Config
-from slurmscale.daemon.plan_view import gang_json
+from slurmscale.daemon.queue.plan_view import gang_json
 from slurmscale.lifecycles import LIVE_HOLD_STATES, HoldState
 
 FIELDS_HELP = """JSON fields: name, job_id, user, partition, pool, nodes (held now, from Slurm),
@@ -30,7 +30,7 @@ ahead, overtaken_by, priority, factors, expected_start, age_lift, age_lift_note)
 
 
 def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], str | None]:
-    from slurmscale.daemon.holds import LimitUseLearner
+    from slurmscale.daemon.passes.holds import LimitUseLearner
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
 
@@ -67,8 +67,8 @@ def _rows(cfg: Config, include_released: bool) -> tuple[list[dict[str, Any]], st
 
 def _standing(cfg: Config, job_id: str) -> dict[str, object] | None:
     """The held job's place in Slurm's queue now (None: not pending, or Slurm unreadable)."""
-    from slurmscale.daemon.capacity import read_priorities
-    from slurmscale.daemon.queue_view import gang_jobs
+    from slurmscale.daemon.passes.capacity import read_priorities
+    from slurmscale.daemon.queue.queue_view import gang_jobs
     from slurmscale.policy.standing import gang_standings
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError

@@ -30,7 +30,7 @@ from slurmscale.policy.boots import BOOT_CAUSE_PREFIX
 from slurmscale.store.rows import utc
 
 if TYPE_CHECKING:
-    from slurmscale.daemon.ledger import PoolNow
+    from slurmscale.daemon.passes.ledger import PoolNow
     from slurmscale.policy.model import PoolMemory
 
 ERROR_KINDS = frozenset({
@@ -75,9 +75,9 @@ def _pool_row(p: Pool, now: PoolNow | None, mem: PoolMemory | None,
 
 
 def gather(cfg: Config) -> dict[str, Any]:
-    from slurmscale.daemon.ledger import pools_now
-    from slurmscale.daemon.lost_nodes import SLURMS_DOWN
-    from slurmscale.daemon.queue_view import build_snapshot
+    from slurmscale.daemon.passes.ledger import pools_now
+    from slurmscale.daemon.passes.lost_nodes import SLURMS_DOWN
+    from slurmscale.daemon.queue.queue_view import build_snapshot
     from slurmscale.hostlists import expand
     from slurmscale.report.compute import paid_now
     from slurmscale.slurm.cli_backend import SlurmCLI

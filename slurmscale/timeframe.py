@@ -23,7 +23,7 @@ every time that comes from outside is read into it:
   hour off (stepped before the daemon started, or after) gives a spot warning 120 s, not an
   hour. Until an answer has come, they are read with the current offset, as the host's clock
   reads now. Times slurmscale keeps for AWS's deadlines (a grace's requeue) are stored as
-  true times, so a daemon restarted after a step reads them right (daemon/graces.py).
+  true times, so a daemon restarted after a step reads them right (daemon/passes/graces.py).
 - Times slurmscale writes to Slurm (a reservation's start and end) go out in the host's
   current wall clock.
 

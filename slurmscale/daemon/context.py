@@ -12,8 +12,8 @@ from slurmscale import timeframe
 from slurmscale.audit import Event
 from slurmscale.cloud.protocol import CloudProvider, DnsZone, EventQueue
 from slurmscale.config import AddressSource, Config
-from slurmscale.daemon.edits import SlurmEdits
-from slurmscale.daemon.effects import Effects, Terminate
+from slurmscale.daemon.executor.edits import SlurmEdits
+from slurmscale.daemon.executor.effects import Effects, Terminate
 from slurmscale.model import LaunchedInstance
 from slurmscale.slurm.protocol import SlurmClient
 from slurmscale.store.protocol import LaunchStore

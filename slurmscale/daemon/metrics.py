@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.exposition import generate_latest
 
 from slurmscale.audit import Kind
-from slurmscale.daemon.ledger import PoolNow
+from slurmscale.daemon.passes.ledger import PoolNow
 from slurmscale.policy.health import Cause
 from slurmscale.policy.limit_use import LimitUse
 from slurmscale.report.compute import PaidUsage

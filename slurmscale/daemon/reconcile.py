@@ -31,28 +31,28 @@ from slurmscale import timeframe
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudProvider, DnsZone, EventQueue
 from slurmscale.config import Config
-from slurmscale.daemon.addresses import NodeAddresses
-from slurmscale.daemon.backoff import CapacityBackoff
-from slurmscale.daemon.blocks import BlockPass
-from slurmscale.daemon.boots import BootPass
 from slurmscale.daemon.call_failures import CallFailures, watched
-from slurmscale.daemon.capacity import CapacityPass
 from slurmscale.daemon.context import Clock, PassContext, TickResult, host_now, utcnow
 from slurmscale.daemon.fence import Fence, fenced
-from slurmscale.daemon.fleets import GangFleets
-from slurmscale.daemon.health import HealthPass
-from slurmscale.daemon.interruptions import InterruptionPass
-from slurmscale.daemon.keep_up import KeepUpPass
-from slurmscale.daemon.launch import GangLauncher, client_token
-from slurmscale.daemon.ledger import Ledger
 from slurmscale.daemon.metrics import Metrics
-from slurmscale.daemon.node_names import NodeNamePass
 from slurmscale.daemon.pass_times import PassTimes
-from slurmscale.daemon.requests import RequestPass
-from slurmscale.daemon.reserved_capacity import ReservedCapacity
-from slurmscale.daemon.retry import EndpointRetry
-from slurmscale.daemon.sweep import InstanceSweep
-from slurmscale.daemon.topology import TopologyPass
+from slurmscale.daemon.passes.addresses import NodeAddresses
+from slurmscale.daemon.passes.backoff import CapacityBackoff
+from slurmscale.daemon.passes.blocks import BlockPass
+from slurmscale.daemon.passes.boots import BootPass
+from slurmscale.daemon.passes.capacity import CapacityPass
+from slurmscale.daemon.passes.fleets import GangFleets
+from slurmscale.daemon.passes.health import HealthPass
+from slurmscale.daemon.passes.interruptions import InterruptionPass
+from slurmscale.daemon.passes.keep_up import KeepUpPass
+from slurmscale.daemon.passes.launch import GangLauncher, client_token
+from slurmscale.daemon.passes.ledger import Ledger
+from slurmscale.daemon.passes.node_names import NodeNamePass
+from slurmscale.daemon.passes.requests import RequestPass
+from slurmscale.daemon.passes.reserved_capacity import ReservedCapacity
+from slurmscale.daemon.passes.retry import EndpointRetry
+from slurmscale.daemon.passes.sweep import InstanceSweep
+from slurmscale.daemon.passes.topology import TopologyPass
 from slurmscale.lifecycles import ChangedMeanwhile
 from slurmscale.model import SlurmNode
 from slurmscale.policy.model import ActionKind

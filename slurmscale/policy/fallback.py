@@ -19,7 +19,7 @@ from slurmscale.policy.observe import CAPACITY_REASONS, slurm_time
 class FallbackRule(NamedTuple):
     """A spot pool whose spot-only jobs may get its fallback's partition, after `after_s`
     pending for capacity while the pool is unavailable (built from the config at the edge:
-    `daemon/knobs.py`)."""
+    `daemon/queue/knobs.py`)."""
 
     pool: str
     partition: str

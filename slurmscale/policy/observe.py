@@ -1,6 +1,6 @@
 """Reading Slurm's state for the policy: Slurm's times, the node states and the jobs' ends (pure:
 the caller reads Slurm and the clock). Building the Snapshot from them and the config is the
-edge's (`daemon/observe.py`, `daemon/queue_view.py`)."""
+edge's (`daemon/queue/observe.py`, `daemon/queue/queue_view.py`)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import replace
 
 from slurmscale.config import Config, GraceSignal, SpotSettings
-from slurmscale.daemon.knobs import knobs
+from slurmscale.daemon.queue.knobs import knobs
 from slurmscale.policy.model import BufferRule, Mode, NodeState, NodeView, PoolKnobs, PoolMemory
 from slurmscale.sim.daemon import BLOCK_PREFIX, MAIN_PREFIX, OD_PREFIX, DaemonDriver, sim_config
 from slurmscale.sim.policies import SimPolicy

@@ -275,7 +275,7 @@ def _parse_against(lines: list[str], memo: LineMemo[QueueJob]) -> QueueRead:
 # Past this share of a read's records new, what is kept of the last read is worth less than
 # bringing it up to date record by record costs (each PriorityCalcPeriod prints every
 # pending job's line anew): the memo is made afresh from the read, which then says no change,
-# and the queue view starts over too (daemon/queue_view.py). Not below START_OVER_MIN
+# and the queue view starts over too (daemon/queue/queue_view.py). Not below START_OVER_MIN
 # records, where either way costs a few milliseconds. Measured:
 # tests/benchmarks/pass_mix.py.
 START_OVER = 0.3

@@ -111,7 +111,7 @@ class TimerStore(Protocol):
 
 
 class LaunchStore(PassStore, TimerStore, Protocol):
-    """What carrying out Slurm's requests needs besides (`daemon/requests.py`, `launch.py`):
+    """What carrying out Slurm's requests needs besides (`daemon/passes/requests.py`, `launch.py`):
     the requests themselves, gangs, and the instances launched and terminated."""
 
     def add_request(self, req: SpooledRequest) -> bool: ...

@@ -26,9 +26,9 @@ import boto3
 from slurmscale.cloud.ec2 import EC2Cloud
 from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext, utcnow
-from slurmscale.daemon.effects import Tag
+from slurmscale.daemon.executor.effects import Tag
+from slurmscale.daemon.passes.addresses import NodeAddresses
 from slurmscale.model import LaunchedInstance
 from slurmscale.slurm.cli_backend import SlurmCLI
 from slurmscale.store.memory import MemoryStore

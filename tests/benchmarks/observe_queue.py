@@ -42,7 +42,7 @@ def worker(kind: str, cfg_path: str, mode: str) -> None:
     Slurm command); mode "mem": the same read under tracemalloc (which slows Python several
     times over, so it is never timed) for the Python heap peak, plus the command's peak RSS."""
     from slurmscale.config_file import load_config
-    from slurmscale.daemon.queue_view import build_snapshot
+    from slurmscale.daemon.queue.queue_view import build_snapshot
     from slurmscale.gc_tuning import tune_gc
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.kv import SPRIO_FORMAT, parse_sprio, parse_squeue_fixed

@@ -47,9 +47,9 @@ import yaml
 
 from slurmscale.config import Config
 from slurmscale.config_file import load_config
-from slurmscale.daemon.capacity import current_plan
-from slurmscale.daemon.ledger import Ledger
-from slurmscale.daemon.queue_view import QueueView
+from slurmscale.daemon.passes.capacity import current_plan
+from slurmscale.daemon.passes.ledger import Ledger
+from slurmscale.daemon.queue.queue_view import QueueView
 from slurmscale.gc_tuning import tune_gc
 from slurmscale.model import SlurmNode
 from slurmscale.slurm.cli_backend import SlurmCLI, _parse_nodes

@@ -51,10 +51,10 @@ def cfg(tmp_path) -> Config:  # type: ignore[no-untyped-def]
 @pytest.fixture(autouse=True, scope="session")
 def _view_checks_itself() -> Any:
     """Every snapshot the daemon's kept queue view builds in the unit tests (and the golden
-    simulator runs they start) is compared with a rebuild (daemon/view_check.py)."""
+    simulator runs they start) is compared with a rebuild (daemon/queue/view_check.py)."""
     import os
 
-    from slurmscale.daemon.view_check import ENV
+    from slurmscale.daemon.queue.view_check import ENV
 
     before = os.environ.get(ENV)
     os.environ[ENV] = "1"

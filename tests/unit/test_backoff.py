@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from slurmscale.cloud.errors import ErrorClass, classify, unavailable_ttl
-from slurmscale.daemon.backoff import CapacityBackoff
+from slurmscale.daemon.passes.backoff import CapacityBackoff
 from slurmscale.model import SlurmNode
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store
@@ -154,7 +154,7 @@ def test_the_endpoint_retry_stays_bounded_however_long_ec2_is_away() -> None:
     launch raised); a count read back from the store is clamped before it is parsed."""
     import time
 
-    from slurmscale.daemon.retry import MAX_COUNT, RETRY, SUBJECT, EndpointRetry
+    from slurmscale.daemon.passes.retry import MAX_COUNT, RETRY, SUBJECT, EndpointRetry
     from slurmscale.store.memory import MemoryStore
 
     r = EndpointRetry(base_s=5.0, cap_s=60.0)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.edits import REFUSED
+from slurmscale.daemon.executor.edits import REFUSED
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode
 from slurmscale.policy.blocks import (
@@ -513,7 +513,7 @@ def test_a_standby_waits_out_the_refusal_the_leader_was_waiting_out(tmp_path) ->
     before RETRY_REFUSED_S, and sends it once that wait is over."""
     from datetime import timedelta
 
-    from slurmscale.daemon.edits import RETRY_REFUSED_S
+    from slurmscale.daemon.executor.edits import RETRY_REFUSED_S
     from slurmscale.slurm.protocol import SlurmError
 
     r, cloud, slurm, clock, _ = _world(tmp_path)

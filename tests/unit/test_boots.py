@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_NODE, CloudInstance
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.addresses import NodeAddresses
-from slurmscale.daemon.boots import BootPass
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.fleets import GangFleets
-from slurmscale.daemon.launch import client_token
+from slurmscale.daemon.passes.addresses import NodeAddresses
+from slurmscale.daemon.passes.boots import BootPass
+from slurmscale.daemon.passes.fleets import GangFleets
+from slurmscale.daemon.passes.launch import client_token
 from slurmscale.model import SlurmNode
 from slurmscale.policy.boots import (
     TAG_BOOT_ERROR,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.capacity import CapacityPass
+from slurmscale.daemon.passes.capacity import CapacityPass
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.repo import Store

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from slurmscale import timeframe
 from slurmscale.audit import Kind
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.graces import Graces
+from slurmscale.daemon.passes.graces import Graces
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.spool import RequestKind, Spool
@@ -267,7 +267,7 @@ def _grace(requeue_at: float, signalled_at: float) -> GraceRow:
 
 
 def _graces(cfg_store: MemoryStore) -> Graces:
-    from slurmscale.daemon.effects import Effects
+    from slurmscale.daemon.executor.effects import Effects
 
     cfg = parse_config(base_config())
     event = lambda *a, **k: None  # noqa: E731
@@ -304,7 +304,7 @@ def test_a_warning_never_gets_more_than_ecs_notice_from_the_pass_that_reads_it()
     """Unmeasured host skew (no AWS answer yet): a warning stamped an hour ahead of the
     host's clock still leaves at most 120 s."""
     from slurmscale.cloud.eventbridge import Ec2Event, EventKind
-    from slurmscale.daemon.evacuation import Evacuate, on_event
+    from slurmscale.daemon.passes.evacuation import Evacuate, on_event
     from slurmscale.store.rows import InstanceRow
 
     now = datetime.fromtimestamp(T0, UTC)
@@ -327,7 +327,7 @@ def test_a_grace_read_after_a_restart_across_a_step_keeps_its_deadline() -> None
     before = timeframe.install(_frame(0.0, true_now))
     try:
         g = _grace(T0 + 50, T0 - 60)
-        from slurmscale.daemon.graces import stored
+        from slurmscale.daemon.passes.graces import stored
         g.requeue_at, g.signalled_at = stored(g.requeue_at), stored(g.signalled_at)
         store.put_grace(g)
         restarted = _frame(-HOUR, true_now)  # a new process on the corrected clock

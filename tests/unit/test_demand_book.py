@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmscale.daemon.ledger import pools_now
+from slurmscale.daemon.passes.ledger import pools_now
 from slurmscale.policy.decide import decide
 from slurmscale.policy.demand import (
     DemandBook,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from slurmscale.audit import Kind
-from slurmscale.daemon import edits
-from slurmscale.daemon.edits import REFUSED, RETRY_REFUSED_S, SlurmEdits
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.edits import REFUSED, RETRY_REFUSED_S, SlurmEdits
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.store.memory import MemoryStore
 

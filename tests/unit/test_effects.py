@@ -12,10 +12,10 @@ from typing import Any
 from slurmscale.audit import Kind
 from slurmscale.cloud.eventbridge import parse_events
 from slurmscale.config import GraceSignal
-from slurmscale.daemon import edits
-from slurmscale.daemon.edits import EditKind
-from slurmscale.daemon.effects import Chain, Effects, Record, Say, Signal, signalled, taken
-from slurmscale.daemon.evacuation import (
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.edits import EditKind
+from slurmscale.daemon.executor.effects import Chain, Effects, Record, Say, Signal, signalled, taken
+from slurmscale.daemon.passes.evacuation import (
     GONE_WAIT_S,
     Evacuate,
     Lost,
@@ -180,7 +180,7 @@ def test_a_refused_signal_is_said_and_its_job_requeued_at_once() -> None:
 def test_addresses_go_in_one_call_and_node_by_node_when_slurm_refuses_it() -> None:
     """Each node's outcome is its own: said with its node when refused (`ADDRESS`), only
     logged when it is set again each pass (`READDRESS`); each success said once."""
-    from slurmscale.daemon.effects import Together
+    from slurmscale.daemon.executor.effects import Together
 
     def addresses(again: bool) -> Together:
         return Together(tuple(edits.address(n, "10.0.0.1", n, again=again,
@@ -205,7 +205,7 @@ def test_ec2s_writes_are_effects_each_with_its_own_error_policy() -> None:
     deleted is only logged (the sweep tries again)."""
     from slurmscale.cloud.protocol import CloudError, FleetSpec
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.effects import (
+    from slurmscale.daemon.executor.effects import (
         DropPlacementGroup,
         Fleet,
         PlacementGroup,
@@ -244,7 +244,7 @@ def test_ec2s_writes_are_effects_each_with_its_own_error_policy() -> None:
 def test_tags_go_out_together_each_outcome_its_own_and_an_untrack_follows_a_refusal() -> None:
     from slurmscale.cloud.protocol import CloudError
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.effects import Tag, Terminate, Together, Untrack
+    from slurmscale.daemon.executor.effects import Tag, Terminate, Together, Untrack
     from tests.support.fakes import FakeCloud
     from tests.unit.conftest import base_config
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from slurmscale.config import ConfigError
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.passes.interruptions import InterruptionPass
 from slurmscale.hooks import EXIT_BAD_INPUT, EXIT_OK, BadInput, build_request, run_hook
 from slurmscale.hookview import fresh_view
 from slurmscale.hostlists import HostlistError, expand

@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from slurmscale.config import GraceSignal
-from slurmscale.daemon.evacuation import Lost
-from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.passes.evacuation import Lost
+from slurmscale.daemon.passes.interruptions import InterruptionPass
 from slurmscale.lifecycles import IllegalTransition
 from slurmscale.model import SlurmNode
 from slurmscale.slurm.reasons import Why
@@ -173,7 +173,7 @@ def test_a_gang_warned_on_two_nodes_is_signalled_once_and_requeued_once(graced) 
 
 
 def test_a_graces_step_is_decided_from_what_slurm_shows() -> None:
-    from slurmscale.daemon.graces import GraceStep, step
+    from slurmscale.daemon.passes.graces import GraceStep, step
     from slurmscale.store.rows import GraceRow
 
     g = GraceRow(job_id="42", node="spot-1", instance_id="i-1", pool="gpu-spot",
@@ -211,9 +211,9 @@ def test_plan_lists_the_jobs_in_their_grace_from_the_daemon_and_from_a_snapshot(
         graced) -> None:  # type: ignore[no-untyped-def]
     """`plan` (the daemon's, and `--live`'s from the store's snapshot read in another
     process) lists each job in its grace and when it is requeued."""
-    from slurmscale.daemon.capacity import current_plan
-    from slurmscale.daemon.holds import limit_use_runs_since
-    from slurmscale.daemon.plan_view import plan_data
+    from slurmscale.daemon.passes.capacity import current_plan
+    from slurmscale.daemon.passes.holds import limit_use_runs_since
+    from slurmscale.daemon.queue.plan_view import plan_data
     from slurmscale.store.snapshot import StoreSnapshot
 
     new_pass, slurm, q, store, _ = graced

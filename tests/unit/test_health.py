@@ -16,8 +16,8 @@ from slurmscale.cloud.protocol import CloudInstance
 from slurmscale.config import HealthSettings
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.health import HealthPass, health_knobs
-from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.passes.health import HealthPass, health_knobs
+from slurmscale.daemon.passes.interruptions import InterruptionPass
 from slurmscale.model import InstanceHealth, QueueJob, ScheduledEvent, SlurmNode
 from slurmscale.policy.health import Cause, HealthStep, HealthWatch
 from slurmscale.slurm import reasons
@@ -354,7 +354,7 @@ def test_a_standby_drains_for_the_aws_health_message_the_leader_read(world) -> N
     health pass: the change is on the store, so the standby's health pass (a new one on the
     same store, a status read that does not list the change) drains the node; forgotten
     once the instance is gone."""
-    from slurmscale.daemon.scheduled import SCHEDULED
+    from slurmscale.daemon.passes.scheduled import SCHEDULED
 
     hp, ip, slurm, cloud, store, events, now, q = world
     q.bodies.append(health_message("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", [IID],

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from slurmscale.cloud.eventbridge import EventError, EventKind, parse_event
 from slurmscale.cloud.protocol import CloudInstance
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.passes.interruptions import InterruptionPass
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
 from slurmscale.slurm.reasons import Why
@@ -129,7 +129,7 @@ def test_a_node_is_powered_down_once_its_requeued_jobs_are_off_it(world, complet
     handled (deleted) at once; a node that never finishes is powered down after the wait."""
     from datetime import timedelta
 
-    from slurmscale.daemon.evacuation import COMPLETING_WAIT_S
+    from slurmscale.daemon.passes.evacuation import COMPLETING_WAIT_S
 
     p, slurm, q, store, events = world
     plain = slurm.requeue
@@ -168,7 +168,7 @@ def test_a_standby_that_takes_over_mid_wait_powers_the_node_down_when_the_leader
     stayed drained with its instance running.)"""
     from datetime import timedelta
 
-    from slurmscale.daemon.evacuation import COMPLETING_WAIT_S
+    from slurmscale.daemon.passes.evacuation import COMPLETING_WAIT_S
 
     p, slurm, q, store, events = world
     plain = slurm.requeue
@@ -200,7 +200,7 @@ def test_a_gone_instances_node_is_powered_down_seconds_after_the_requeue(world) 
     in), not for a completion that cannot come."""
     from datetime import timedelta
 
-    from slurmscale.daemon.evacuation import GONE_WAIT_S
+    from slurmscale.daemon.passes.evacuation import GONE_WAIT_S
 
     p, slurm, q, _store, _events = world
     n = slurm.table["spot-1"]
@@ -275,7 +275,7 @@ def test_a_standby_does_not_evacuate_again_what_the_leader_evacuated(world) -> N
     delivers at least once) and EC2 reporting the instance gone reach the standby: the
     evacuation is on the store, so nothing is drained, powered down or said a second time;
     once the instance is terminated the row goes."""
-    from slurmscale.daemon.interruptions import EVACUATED
+    from slurmscale.daemon.passes.interruptions import EVACUATED
 
     p, slurm, q, store, events = world
     q.bodies.append(ec2_event("EC2 Spot Instance Interruption Warning", "i-0000000000000001"))
@@ -300,7 +300,7 @@ def test_a_standby_does_not_evacuate_again_what_the_leader_evacuated(world) -> N
 
 
 def test_warnings_put_the_spot_pool_in_capacity_backoff_once(world) -> None:  # type: ignore[no-untyped-def]
-    from slurmscale.daemon.backoff import CapacityBackoff
+    from slurmscale.daemon.passes.backoff import CapacityBackoff
 
     p, slurm, q, store, events = world
     p.backoff = CapacityBackoff(pass_context(p.cfg, store, slurm,
@@ -325,7 +325,7 @@ def test_the_pools_powered_down_nodes_are_held_before_the_jobs_are_requeued(worl
     before the pass's upkeep drained them, and that drain (of a node powering up for it)
     requeued it a second time. The pool's nodes are now held when it becomes unavailable,
     before its jobs are requeued."""
-    from slurmscale.daemon.backoff import CapacityBackoff
+    from slurmscale.daemon.passes.backoff import CapacityBackoff
 
     p, slurm, q, store, events = world
     p.backoff = CapacityBackoff(pass_context(p.cfg, store, slurm,

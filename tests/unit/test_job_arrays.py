@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.ledger import pools_now
-from slurmscale.daemon.queue_view import build_snapshot
+from slurmscale.daemon.passes.ledger import pools_now
+from slurmscale.daemon.queue.queue_view import build_snapshot
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.decide import decide
 from slurmscale.policy.demand import pool_demand

@@ -8,8 +8,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.capacity import CapacityPass
-from slurmscale.daemon.keep_up import KeepUpPass, kept_up
+from slurmscale.daemon.passes.capacity import CapacityPass
+from slurmscale.daemon.passes.keep_up import KeepUpPass, kept_up
 from slurmscale.hostlists import compress
 from slurmscale.model import SlurmNode
 from slurmscale.policy.reservations import Hold

@@ -28,8 +28,8 @@ def _imports(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("path", sorted(
-    p for d in ("daemon", "policy") for p in (PKG / d).glob("*.py")
-    if f"{d}/{p.name}" not in COMPOSITION_ROOT), ids=lambda p: f"{p.parent.name}/{p.name}")
+    p for d in ("daemon", "policy") for p in (PKG / d).rglob("*.py")
+    if str(p.relative_to(PKG)) not in COMPOSITION_ROOT), ids=lambda p: str(p.relative_to(PKG)))
 def test_no_pass_or_decision_imports_an_adapter(path: Path) -> None:
     bad = sorted(m for m in _imports(path) if m.startswith(ADAPTERS))
     assert bad == [], f"{path.relative_to(PKG)} imports {bad}: go through the protocol"
@@ -105,14 +105,14 @@ def _slurm_writes(path: Path) -> list[str]:
 def test_only_the_executors_write_to_slurm() -> None:
     """Effects as data (issue 44): every write a pass makes to Slurm is an edit applied by
     one executor, with one error policy per kind; no pass calls Slurm's writes itself."""
-    found = {f"daemon/{p.name}": w for p in sorted((PKG / "daemon").glob("*.py"))
+    found = {str(p.relative_to(PKG)): w for p in sorted((PKG / "daemon").rglob("*.py"))
              if p.name not in EXECUTORS and (w := _slurm_writes(p))}
     assert found == {}
 
 
 def test_the_write_rule_sees_the_executors_writes() -> None:
     """(the rule can fail: the executor's own calls are found)"""
-    got = _slurm_writes(PKG / "daemon" / "edits.py")
+    got = _slurm_writes(PKG / "daemon" / "executor" / "edits.py")
     assert any(w.startswith("requeue ") for w in got) and len(got) >= 15, got
 
 
@@ -129,14 +129,14 @@ def test_only_the_effects_write_to_ec2() -> None:
     """Effects as data (issue 44): a launch's CreateFleet, a node's tags, a terminate, a
     placement group made or deleted are effects the executor applies, each kind with its
     error policy; no pass calls EC2's writes itself."""
-    found = {f"daemon/{p.name}": w for p in sorted((PKG / "daemon").glob("*.py"))
+    found = {str(p.relative_to(PKG)): w for p in sorted((PKG / "daemon").rglob("*.py"))
              if p.name != "effects.py" and (w := _ec2_writes(p))}
     assert found == {}
 
 
 def test_the_ec2_rule_sees_the_executors_writes() -> None:
     """(the rule can fail: the executor's own calls are found)"""
-    got = {w.split()[0] for w in _ec2_writes(PKG / "daemon" / "effects.py")}
+    got = {w.split()[0] for w in _ec2_writes(PKG / "daemon" / "executor" / "effects.py")}
     assert got == EC2_WRITES, got
 
 
@@ -156,12 +156,12 @@ def test_only_the_effects_delete_messages_change_dns_or_write_slurms_files() -> 
     """One result per pass (issue 66): the SQS delete, Route 53's change batch and
     topology.conf's write are effects too (`Forget`, `Names`, `WriteFile`), applied where
     every other write is."""
-    found = {f"daemon/{p.name}": w for p in sorted((PKG / "daemon").glob("*.py"))
+    found = {str(p.relative_to(PKG)): w for p in sorted((PKG / "daemon").rglob("*.py"))
              if p.name != "effects.py" and (w := _outside_writes(p))}
     assert found == {}
 
 
 def test_the_outside_rule_sees_the_executors_writes() -> None:
     """(the rule can fail: the executor's own calls are found)"""
-    got = {w.split()[0] for w in _outside_writes(PKG / "daemon" / "effects.py")}
+    got = {w.split()[0] for w in _outside_writes(PKG / "daemon" / "executor" / "effects.py")}
     assert got == {"delete", "change", "open"}, got

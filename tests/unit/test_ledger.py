@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmscale.daemon.ledger import Ledger, pools_now
-from slurmscale.daemon.queue_view import build_snapshot
+from slurmscale.daemon.passes.ledger import Ledger, pools_now
+from slurmscale.daemon.queue.queue_view import build_snapshot
 from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.store.repo import Store
 from slurmscale.store.rows import utc

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmscale.config_file import ConfigError, parse_config
-from slurmscale.daemon.holds import LimitUseLearner
+from slurmscale.daemon.passes.holds import LimitUseLearner
 from slurmscale.policy.limit_use import (
     UNLEARNED,
     Learning,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.queue_view import QueueView, build_snapshot
+from slurmscale.daemon.queue.queue_view import QueueView, build_snapshot
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.policy.decide import decide
 from slurmscale.policy.model import ActionKind, NodeState
@@ -97,7 +97,7 @@ def test_a_pool_policy_and_its_knobs_convert_both_ways() -> None:
 def test_a_spot_pools_buffer_becomes_its_fallback_pools_knob() -> None:
     from slurmscale.config import ConfigError
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.knobs import knobs
+    from slurmscale.daemon.queue.knobs import knobs
     from slurmscale.policy.model import BufferRule
 
     def cfg(spot: dict[str, object], on: str = "spot") -> dict[str, object]:
@@ -165,7 +165,7 @@ def test_the_daemons_arrival_log_remembers_finished_jobs_for_the_reuse_forecast(
 
 def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -> None:
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.knobs import fallback_rules
+    from slurmscale.daemon.queue.knobs import fallback_rules
     from slurmscale.model import QueueJob
     from slurmscale.policy.fallback import partition_rewrites
     from slurmscale.policy.observe import slurm_time
@@ -199,7 +199,7 @@ def test_spot_only_jobs_get_the_fallback_partition_only_when_allowed_and_due() -
 
 def test_a_job_submitted_to_two_pools_counts_as_near_demand_in_the_second() -> None:
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.queue_view import build_snapshot
+    from slurmscale.daemon.queue.queue_view import build_snapshot
     from slurmscale.model import QueueJob
     from tests.unit.conftest import base_config
 
@@ -212,7 +212,7 @@ def test_a_job_submitted_to_two_pools_counts_as_near_demand_in_the_second() -> N
 
 def test_gpus_in_use_come_from_running_jobs_when_alloc_tres_has_none() -> None:
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.queue_view import build_snapshot
+    from slurmscale.daemon.queue.queue_view import build_snapshot
     from slurmscale.model import QueueJob, SlurmNode
     from tests.unit.conftest import base_config
 
@@ -231,7 +231,7 @@ def test_gang_jobs_fills_every_field_in_order() -> None:
     """gang_jobs makes each GangJob from its record (daemon/observe.gang) positionally: it
     must be the GangJob the keywords make, field for field (a field added to GangJob and not
     there fails this); a pending gang's earliest plan is its first."""
-    from slurmscale.daemon.queue_view import gang_jobs
+    from slurmscale.daemon.queue.queue_view import gang_jobs
     from slurmscale.policy.observe import slurm_time
     from slurmscale.policy.reservations import GangJob
 

@@ -98,7 +98,7 @@ def test_the_daemon_serves_its_last_pass_once_per_pass(tmp_path) -> None:  # typ
     from types import SimpleNamespace
 
     from slurmscale.config_file import parse_config
-    from slurmscale.daemon.capacity import CapacityPass
+    from slurmscale.daemon.passes.capacity import CapacityPass
     from slurmscale.daemon.service import Daemon
     from slurmscale.model import QueueJob, SlurmNode
     from tests.support.fakes import FakeSlurm, pass_context

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.knobs import hold_knobs
-from slurmscale.daemon.queue_view import QueueView, build_snapshot, gang_jobs
+from slurmscale.daemon.queue.knobs import hold_knobs
+from slurmscale.daemon.queue.queue_view import QueueView, build_snapshot, gang_jobs
 from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.policy.reservations import RankedGangs
 from slurmscale.slurm import kv

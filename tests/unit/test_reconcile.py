@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from slurmscale.cloud.protocol import CloudError
-from slurmscale.daemon.effects import Effects
+from slurmscale.daemon.executor.effects import Effects
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.model import QueueJob, SlurmNode
 from slurmscale.slurm.protocol import SlurmError
@@ -183,7 +183,7 @@ def test_only_this_clusters_untracked_instances_past_the_grace_are_leaks() -> No
     from datetime import UTC, datetime, timedelta
 
     from slurmscale.cloud.protocol import TAG_CLUSTER, CloudInstance
-    from slurmscale.daemon.sweep import leaked_instances
+    from slurmscale.daemon.passes.sweep import leaked_instances
 
     now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     old, young = now - timedelta(seconds=400), now - timedelta(seconds=100)
@@ -210,7 +210,7 @@ class _Killed(BaseException):
                                    "launch:after_record"])
 def test_a_daemon_killed_mid_launch_resumes_without_a_second_launch(world, monkeypatch,
                                                                      point: str) -> None:
-    import slurmscale.daemon.launch as rec
+    import slurmscale.daemon.passes.launch as rec
 
     r, cloud, slurm, clock, spool = world
 
@@ -324,7 +324,7 @@ def test_a_standby_waits_out_the_ec2_retry_delay_the_leader_was_waiting_out(worl
     """EC2 did not answer the leader twice (its delay doubled) and the leader is gone: the
     delay is on the store, so the standby (a new Reconciler on the same store) asks EC2 no
     sooner than the leader would have, then launches and clears it."""
-    from slurmscale.daemon.retry import RETRY
+    from slurmscale.daemon.passes.retry import RETRY
 
     r, cloud, slurm, clock, spool = world
     base = r.requests.ec2_retry.base_s
@@ -529,7 +529,7 @@ def test_a_node_left_addressed_at_a_released_instance_is_reset_once_slurm_answer
 
 
 def test_a_node_seen_with_an_instance_again_starts_its_grace_over() -> None:
-    from slurmscale.daemon.lost_nodes import LostNodes
+    from slurmscale.daemon.passes.lost_nodes import LostNodes
 
     store = MemoryStore()
     lost = LostNodes(60, store)
@@ -549,7 +549,7 @@ def test_a_lost_nodes_wait_is_on_the_store_and_a_standby_acts_when_the_leader_wo
         ) -> None:
     """The leader saw node a without an instance at T0 and died; the standby taking over
     (a new LostNodes on the same store) powers it down at T0 + grace, not a grace after."""
-    from slurmscale.daemon.lost_nodes import LostNodes
+    from slurmscale.daemon.passes.lost_nodes import LostNodes
 
     store = MemoryStore()
     kept = Effects(FakeSlurm(), store, lambda *_a, **_k: None)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmscale.config_file import parse_config
-from slurmscale.daemon.capacity import CapacityPass
+from slurmscale.daemon.passes.capacity import CapacityPass
 from slurmscale.model import QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.model import NodeState, NodeView
 from slurmscale.policy.reservations import (

@@ -18,7 +18,7 @@ from slurmscale.sim.trace import TraceJob
 
 SIM = Path(reconcile.__file__).parents[1] / "sim"
 # what the simulator may take from the daemon: the loop itself, and the config's knobs
-ALLOWED = {"slurmscale.daemon.reconcile", "slurmscale.daemon.knobs"}
+ALLOWED = {"slurmscale.daemon.reconcile", "slurmscale.daemon.queue.knobs"}
 
 
 def _pass_calls() -> set[tuple[str, str]]:

@@ -18,7 +18,7 @@ from slurmscale.cloud.protocol import CloudError, CloudInstance
 from slurmscale.config import AwsSettings
 from slurmscale.config_file import parse_config
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.topology import TopologyPass
+from slurmscale.daemon.passes.topology import TopologyPass
 from slurmscale.hostlists import expand
 from slurmscale.model import NetworkPlace
 from slurmscale.store.memory import MemoryStore

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from slurmscale.config import Config
-from slurmscale.daemon.queue_view import QueueView
-from slurmscale.daemon.view_check import ENV, ViewDiverged, checking
+from slurmscale.daemon.queue.queue_view import QueueView
+from slurmscale.daemon.queue.view_check import ENV, ViewDiverged, checking
 from slurmscale.model import QueueJob, SlurmNode
 
 T0 = datetime(2026, 12, 7, 12, 0, tzinfo=UTC).timestamp()

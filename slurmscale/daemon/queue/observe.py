@@ -1,7 +1,7 @@
 """Slurm's records and the config -> the policy's inputs, one record at a time: a pending
 job's demand, a gang as the hold planner sees it, a node's view, a job's arrival. Each rule is
 written once, here, and called alike by the daemon's queue view for the records that changed
-since its last pass and by a rebuild for every record (daemon/queue_view.py holds what is kept
+since its last pass and by a rebuild for every record (daemon/queue/queue_view.py holds what is kept
 between passes). Pure: the caller reads Slurm and the clock."""
 
 from __future__ import annotations

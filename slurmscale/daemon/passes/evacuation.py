@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from slurmscale.audit import Kind
 from slurmscale.cloud.eventbridge import Ec2Event, EventKind, aws_time
 from slurmscale.config import INTERRUPTION_NOTICE_S, Config
-from slurmscale.daemon import edits
-from slurmscale.daemon.effects import Chain, Effect, Heard, Record, Say
-from slurmscale.daemon.graces import Window, signal
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.effects import Chain, Effect, Heard, Record, Say
+from slurmscale.daemon.passes.graces import Window, signal
 from slurmscale.policy.health import iso
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why

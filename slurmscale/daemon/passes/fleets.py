@@ -24,7 +24,7 @@ from slurmscale.config import (
 )
 from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Applied, DropPlacementGroup, Fleet, PlacementGroup
+from slurmscale.daemon.executor.effects import Applied, DropPlacementGroup, Fleet, PlacementGroup
 from slurmscale.model import (
     FleetError,
     Gang,

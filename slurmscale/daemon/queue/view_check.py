@@ -1,5 +1,5 @@
 """The queue view checks itself: with `SLURMSCALE_CHECK_VIEW=1` every read of the daemon's
-kept view (daemon/queue_view.py: only the records that changed since the last pass are looked
+kept view (daemon/queue/queue_view.py: only the records that changed since the last pass are looked
 at again) is made a second time by a fresh view and compared, and the first job, node, tally
 or gang that differs raises `ViewDiverged`, naming both.
 

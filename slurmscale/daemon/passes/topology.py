@@ -21,9 +21,9 @@ from pathlib import Path
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
-from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Timers, WriteFile
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.effects import Timers, WriteFile
 from slurmscale.model import NetworkPlace
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow, TimerKind

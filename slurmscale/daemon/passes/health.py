@@ -25,12 +25,13 @@ from datetime import UTC, datetime
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError
 from slurmscale.config import HealthSettings
-from slurmscale.daemon import edits, scheduled
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Chain, Record, Say, Timers
-from slurmscale.daemon.evacuation import COMPLETING_WAIT_S, GONE_WAIT_S, Lost
-from slurmscale.daemon.interruptions import InterruptionPass
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.effects import Chain, Record, Say, Timers
 from slurmscale.daemon.metrics import Metrics
+from slurmscale.daemon.passes import scheduled
+from slurmscale.daemon.passes.evacuation import COMPLETING_WAIT_S, GONE_WAIT_S, Lost
+from slurmscale.daemon.passes.interruptions import InterruptionPass
 from slurmscale.model import InstanceHealth, SlurmNode
 from slurmscale.policy.health import (
     REPLACED_KIND,

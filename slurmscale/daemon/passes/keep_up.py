@@ -15,9 +15,9 @@ import logging
 import time
 
 from slurmscale.audit import Kind
-from slurmscale.daemon import edits
-from slurmscale.daemon.capacity import PassPlan
 from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.passes.capacity import PassPlan
 from slurmscale.hostlists import compress
 from slurmscale.policy.model import ActionKind
 from slurmscale.slurm.protocol import SlurmError

@@ -4,8 +4,8 @@ saying Slurm refused)."""
 from __future__ import annotations
 
 from slurmscale.audit import Kind
-from slurmscale.daemon import edits
-from slurmscale.daemon.edits import SlurmEdits
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.edits import SlurmEdits
 from slurmscale.hostlists import compress
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from slurmscale.cloud.protocol import TAG_NODE, CloudInstance
-from slurmscale.daemon.effects import Timers
+from slurmscale.daemon.executor.effects import Timers
 from slurmscale.model import POWER_TRANSITIONS, SlurmNode
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import TimerKind

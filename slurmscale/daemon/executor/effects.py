@@ -54,8 +54,8 @@ from slurmscale.cloud.protocol import (
 )
 from slurmscale.config import Pool
 from slurmscale.crashpoints import crash_point
-from slurmscale.daemon import scheduled
-from slurmscale.daemon.edits import Edit, EditKind, SlurmEdits
+from slurmscale.daemon.executor.edits import Edit, EditKind, SlurmEdits
+from slurmscale.daemon.passes import scheduled
 from slurmscale.model import LaunchResult, ScheduledEvent
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.store.protocol import LaunchStore

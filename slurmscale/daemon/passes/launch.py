@@ -22,16 +22,16 @@ from slurmscale.cloud.protocol import (
 )
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
-from slurmscale.daemon import edits
-from slurmscale.daemon.addresses import NodeAddresses
-from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.edits import Edit
-from slurmscale.daemon.effects import GangUpdate, Record, Say, Terminate
-from slurmscale.daemon.fleets import GangFleets
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.edits import Edit
+from slurmscale.daemon.executor.effects import GangUpdate, Record, Say, Terminate
 from slurmscale.daemon.metrics import Metrics
-from slurmscale.daemon.reserved_capacity import STATE_DUE_TTL_S, ReservedCapacity
-from slurmscale.daemon.retry import EndpointRetry
+from slurmscale.daemon.passes.addresses import NodeAddresses
+from slurmscale.daemon.passes.backoff import CapacityBackoff
+from slurmscale.daemon.passes.fleets import GangFleets
+from slurmscale.daemon.passes.reserved_capacity import STATE_DUE_TTL_S, ReservedCapacity
+from slurmscale.daemon.passes.retry import EndpointRetry
 from slurmscale.gangs import gang_id
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus, InstanceState

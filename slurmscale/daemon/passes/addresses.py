@@ -9,9 +9,9 @@ from collections.abc import Callable
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.config import AddressSource
-from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext, launched
-from slurmscale.daemon.effects import Effect, GangUpdate, Say, Tag, Together
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.effects import Effect, GangUpdate, Say, Tag, Together
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus
 from slurmscale.model import LaunchedInstance, SlurmNode

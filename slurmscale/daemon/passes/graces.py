@@ -20,7 +20,7 @@ from enum import Enum
 from slurmscale import timeframe
 from slurmscale.audit import Event, Kind
 from slurmscale.config import INTERRUPTION_NOTICE_S, Config, GraceSignal, SignalTarget
-from slurmscale.daemon.effects import Effects, EffectStore, Signal
+from slurmscale.daemon.executor.effects import Effects, EffectStore, Signal
 from slurmscale.lifecycles import GraceState
 from slurmscale.policy.health import REPLACED_KIND
 from slurmscale.slurm import reasons

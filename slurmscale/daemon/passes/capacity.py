@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 from slurmscale.aside import Aside
 from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
-from slurmscale.daemon import edits
-from slurmscale.daemon.blocks import BlockOutlook, block_outlook
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Effect, Say
-from slurmscale.daemon.knobs import fallback_rules
-from slurmscale.daemon.ledger import Ledger, PoolNow, pools_now
-from slurmscale.daemon.queue_view import QueueView
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.effects import Effect, Say
+from slurmscale.daemon.passes.blocks import BlockOutlook, block_outlook
+from slurmscale.daemon.passes.ledger import Ledger, PoolNow, pools_now
+from slurmscale.daemon.queue.knobs import fallback_rules
+from slurmscale.daemon.queue.queue_view import QueueView
 from slurmscale.hostlists import compress
 from slurmscale.model import JobPriority, PriorityWeights, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.decide import decide
@@ -40,7 +40,7 @@ from slurmscale.store.protocol import LaunchStore, PassStore
 from slurmscale.store.rows import GraceRow
 
 if TYPE_CHECKING:
-    from slurmscale.daemon.holds import LimitUseLearner
+    from slurmscale.daemon.passes.holds import LimitUseLearner
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     reads the store in another process meanwhile). `aside`: with `standings`, read sprio
     and make the standings in a child process while this one builds the snapshot
     (slurmscale/aside.py: a one-shot command's second core, never the daemon's)."""
-    from slurmscale.daemon.holds import HoldPass, LimitUseLearner
+    from slurmscale.daemon.passes.holds import HoldPass, LimitUseLearner
 
     view = view if view is not None else QueueView()  # (a rebuild: a fresh view's read)
     # Slurm read as the daemon reads it: nodes, queue, reservations; with the standings made
@@ -212,7 +212,7 @@ class CapacityPass:
     daemon's; the simulator keeps its own accounts and passes none)."""
 
     def __init__(self, ctx: PassContext[LaunchStore], ledger: Ledger | None = None) -> None:
-        from slurmscale.daemon.holds import HoldPass, LimitUseLearner
+        from slurmscale.daemon.passes.holds import HoldPass, LimitUseLearner
 
         cfg, store = ctx.cfg, ctx.store
         self.cfg = cfg

@@ -12,11 +12,11 @@ from pathlib import Path
 from slurmscale import timeframe
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_NODE, CloudError
-from slurmscale.daemon import edits
-from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext, TickResult
-from slurmscale.daemon.launch import GangLauncher, Outcome
-from slurmscale.daemon.retry import EndpointRetry
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.passes.addresses import NodeAddresses
+from slurmscale.daemon.passes.launch import GangLauncher, Outcome
+from slurmscale.daemon.passes.retry import EndpointRetry
 from slurmscale.gangs import PendingRequest, plan_requests
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import RequestStatus

@@ -33,10 +33,9 @@ from slurmscale.cloud.protocol import (
     FleetSpec,
 )
 from slurmscale.config import CapacityType
-from slurmscale.daemon import edits
-from slurmscale.daemon.addresses import NodeAddresses
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import (
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.effects import (
     Chain,
     Effect,
     Fleet,
@@ -46,9 +45,10 @@ from slurmscale.daemon.effects import (
     Untrack,
     fleet,
 )
-from slurmscale.daemon.fleets import GangFleets
-from slurmscale.daemon.launch import client_token
 from slurmscale.daemon.metrics import Metrics
+from slurmscale.daemon.passes.addresses import NodeAddresses
+from slurmscale.daemon.passes.fleets import GangFleets
+from slurmscale.daemon.passes.launch import client_token
 from slurmscale.lifecycles import InstanceState
 from slurmscale.model import LaunchedInstance, SlurmNode
 from slurmscale.policy.boots import (

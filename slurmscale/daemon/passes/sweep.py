@@ -11,11 +11,15 @@ from datetime import datetime
 
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_NODE, CloudError, CloudInstance
-from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.fleets import GangFleets
-from slurmscale.daemon.interruptions import InterruptionPass
-from slurmscale.daemon.lost_nodes import LostNodes, nodes_without_instances, stuck_powered_down
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.passes.fleets import GangFleets
+from slurmscale.daemon.passes.interruptions import InterruptionPass
+from slurmscale.daemon.passes.lost_nodes import (
+    LostNodes,
+    nodes_without_instances,
+    stuck_powered_down,
+)
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus
 from slurmscale.model import SlurmNode

@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from slurmscale.audit import Kind
 from slurmscale.cloud.errors import ErrorClass, classify, unavailable_ttl
 from slurmscale.config import Pool
-from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.drains import undrain
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.passes.drains import undrain
 from slurmscale.model import FleetError, Offering, SlurmNode
 from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmError

@@ -15,7 +15,7 @@ from slurmscale.store.rows import utc
 
 if TYPE_CHECKING:  # the CLI imports this module for every command: keep it light
     from slurmscale.config import Config
-    from slurmscale.daemon.capacity import PassPlan
+    from slurmscale.daemon.passes.capacity import PassPlan
     from slurmscale.policy.reservations import HoldPlan
     from slurmscale.policy.standing import GangStanding
     from slurmscale.slurm.protocol import SlurmClient
@@ -52,7 +52,7 @@ def with_standings(cfg: Config, slurm: SlurmClient, pp: PassPlan) -> PassPlan:
     completed here, from the pass's own queue read and a sprio read now."""
     from dataclasses import replace
 
-    from slurmscale.daemon.capacity import read_priorities
+    from slurmscale.daemon.passes.capacity import read_priorities
     from slurmscale.policy.standing import gang_standings
 
     # a pass that read sprio ranked every pending gang (pp.gangs holds running ones too)

@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config, Pool
 from slurmscale.crashpoints import crash_point
-from slurmscale.daemon import edits
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Effect, taken
-from slurmscale.daemon.graces import Graces
-from slurmscale.daemon.reserved_capacity import ReservedCapacity
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.effects import Effect, taken
+from slurmscale.daemon.passes.graces import Graces
+from slurmscale.daemon.passes.reserved_capacity import ReservedCapacity
 from slurmscale.hostlists import compress
 from slurmscale.model import CapacityReservation, QueueJob, SlurmNode, SlurmReservation
 from slurmscale.policy.blocks import (

@@ -3,7 +3,7 @@ gives a pass's QueueState (the Snapshot the pool-size decision takes, the gangs 
 planner takes, its ranking of them and the nodes it may take), worked out afresh only for
 the records that changed since the last pass. A rebuild is a fresh view's first read
 (`QueueView()`: the CLI, `plan --live`, the check mode), so a one-shot command and the daemon
-take one path, and each per-record rule (daemon/observe.py) is written once.
+take one path, and each per-record rule (daemon/queue/observe.py) is written once.
 
 Why kept: at 50,000 jobs a pass that works every record out again costs what the queue's
 length makes it cost; kept, it costs what changed (issue 44). What a job's view depends on
@@ -11,7 +11,7 @@ beyond its record is either part of the key (the config object, the clock's eras
 followed (a throttled array's line is worked out again when its array's running tasks
 change), or never remembered (a job slurmscale requeued, a submit time Slurm does not
 give). With `SLURMSCALE_CHECK_VIEW=1` every read is compared with a rebuild
-(daemon/view_check.py)."""
+(daemon/queue/view_check.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from typing import Generic, NamedTuple, TypeGuard, TypeVar
 
 from slurmscale import timeframe
 from slurmscale.config import Config, Pool
-from slurmscale.daemon import observe, view_check
-from slurmscale.daemon.knobs import hold_knobs, knobs
+from slurmscale.daemon.queue import observe, view_check
+from slurmscale.daemon.queue.knobs import hold_knobs, knobs
 from slurmscale.model import QueueJob, QueueRead, SlurmNode
 from slurmscale.policy.demand import DemandBook
 from slurmscale.policy.model import NodeView, PendingJob, PoolKnobs, PoolMemory, Snapshot

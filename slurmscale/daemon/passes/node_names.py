@@ -19,7 +19,7 @@ from datetime import datetime
 from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import CloudError, DnsRecord, DnsZone
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Names
+from slurmscale.daemon.executor.effects import Names
 from slurmscale.hostlists import compress
 from slurmscale.store.protocol import ReconcileStore
 from slurmscale.store.rows import InstanceRow

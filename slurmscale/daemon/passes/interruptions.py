@@ -35,13 +35,13 @@ from slurmscale.audit import Kind
 from slurmscale.cloud.eventbridge import Ec2Event, EventError, EventKind, parse_events
 from slurmscale.cloud.protocol import CloudError, CloudInstance
 from slurmscale.config import CapacityType
-from slurmscale.daemon import edits
-from slurmscale.daemon.backoff import CapacityBackoff
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.drains import undrain
-from slurmscale.daemon.edits import EditKind
-from slurmscale.daemon.effects import Effect, Forget, Timers, signalled, taken
-from slurmscale.daemon.evacuation import (
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.edits import EditKind
+from slurmscale.daemon.executor.effects import Effect, Forget, Timers, signalled, taken
+from slurmscale.daemon.passes.backoff import CapacityBackoff
+from slurmscale.daemon.passes.drains import undrain
+from slurmscale.daemon.passes.evacuation import (
     COMPLETING_WAIT_S,
     GONE_STATES,
     GONE_WAIT_S,
@@ -53,8 +53,8 @@ from slurmscale.daemon.evacuation import (
     requeue,
     steer_for,
 )
-from slurmscale.daemon.graces import Graces, GraceStep, step
-from slurmscale.daemon.reserved_capacity import ReservedCapacity
+from slurmscale.daemon.passes.graces import Graces, GraceStep, step
+from slurmscale.daemon.passes.reserved_capacity import ReservedCapacity
 from slurmscale.lifecycles import GraceState
 from slurmscale.model import SlurmNode
 from slurmscale.slurm import reasons

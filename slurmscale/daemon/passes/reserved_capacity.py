@@ -21,7 +21,7 @@ from slurmscale.config import (
     ReservationPreference,
 )
 from slurmscale.daemon.context import PassContext
-from slurmscale.daemon.effects import Timers
+from slurmscale.daemon.executor.effects import Timers
 from slurmscale.model import (
     INTERRUPTIBLE,
     CapacityReservation,

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 
 from slurmscale.audit import Kind
 from slurmscale.config import Config
-from slurmscale.daemon import edits
-from slurmscale.daemon.edits import Edit, EditKind
-from slurmscale.daemon.effects import Effect, Effects, Record, Say
-from slurmscale.daemon.knobs import hold_knobs
+from slurmscale.daemon.executor import edits
+from slurmscale.daemon.executor.edits import Edit, EditKind
+from slurmscale.daemon.executor.effects import Effect, Effects, Record, Say
+from slurmscale.daemon.queue.knobs import hold_knobs
 from slurmscale.lifecycles import HoldState
 from slurmscale.model import SlurmReservation
 from slurmscale.policy.limit_use import LimitUse, Shares, fixed
