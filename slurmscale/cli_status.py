@@ -27,7 +27,7 @@ from slurmscale.config import Config, Pool
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import LIVE_HOLD_STATES
 from slurmscale.policy.boots import BOOT_CAUSE_PREFIX
-from slurmscale.store.rows import utc
+from slurmscale.store.rows import LaunchPhasesRow, utc
 
 if TYPE_CHECKING:
     from slurmscale.daemon.passes.ledger import PoolNow
@@ -126,6 +126,9 @@ def gather(cfg: Config) -> dict[str, Any]:
                  "signalled_at": utc(g.signalled_at).isoformat(timespec="seconds"),
                  "requeue_at": utc(g.requeue_at).isoformat(timespec="seconds")}
                 for g in store.graces()]
+    flight = launches_in_flight(store.launch_phases(since_s=now.timestamp() - 3600,
+                                                    open_only=True),
+                                {i.instance_id for i in instances}, now.timestamp())
     day = store.replacements(since=now.timestamp() - 86400)
     quarantined = [{"table": t, "key": k, "error": why}
                    for (t, k), why in sorted(store.quarantined.items())]
@@ -145,7 +148,7 @@ def gather(cfg: Config) -> dict[str, Any]:
             "replaced_24h": len(store_replacements),
             "boot_failures_24h": [{"pool": p, "cause": c, "count": n}
                                   for (p, c), n in sorted(boots.items())],
-            "quarantined_rows": quarantined,
+            "quarantined_rows": quarantined, "launches_in_flight": flight,
             "resume_timeouts_1h": sorted(set(timed_out))}
 
 
@@ -203,6 +206,21 @@ def _headline(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def launches_in_flight(rows: list[LaunchPhasesRow], running: set[str],
+                       now: float) -> list[dict[str, str]]:
+    """Launches of the last hour whose node has not registered, grouped by where they are
+    ("spot-[1-4]: booting 2m10s, bootstrap not yet seen")."""
+    from slurmscale.hostlists import compress
+    from slurmscale.report.time_to_run import in_flight
+
+    where: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        if r.instance_id in running and r.registered_s is None:
+            where.setdefault((r.pool, in_flight(r, now)), []).append(r.node)
+    return [{"pool": pool, "nodes": compress(nodes), "where": text}
+            for (pool, text), nodes in sorted(where.items())]
+
+
 def render(d: dict[str, Any]) -> str:
     out = _headline(d)
     short = {"on-demand": "od", "capacity-block": "blk"}
@@ -248,6 +266,10 @@ def render(d: dict[str, Any]) -> str:
     if d.get("boot_failures_24h"):
         out += ["", "boot failures (24h): " + ", ".join(
             f"{b['pool']} {b['cause']} {b['count']}" for b in d["boot_failures_24h"])]
+    if d.get("launches_in_flight"):
+        out += ["", "launches in flight:",
+                *(f"  {f['nodes']} ({f['pool']}): {f['where']}"[:80]
+                  for f in d["launches_in_flight"])]
     if d["backoff"]:
         out += ["", "capacity backoff (a pool, or one of its offerings: type/AZ/capacity):",
                 *(f"  {b['pool']} {b.get('offering', '(all)')} until {b['until'][11:19]} UTC "

@@ -119,11 +119,13 @@ def plan_requests(
     # Gangs first (all-or-nothing, the hardest to fill), then each pool's batch of singles.
     order = sorted(groups.items(), key=lambda kv: (kv[0][1] is None, kv[0][0], kv[0][1] or 0))
     for (pool, job), nodes in order:
+        names = tuple(sorted(nodes))
         launch.append(Gang(
-            pool=pool, nodes=tuple(sorted(nodes)),
+            pool=pool, nodes=names,
             job_ids=(job,) if job is not None else (),
             request_ids=tuple(sorted(group_reqs[(pool, job)])),
             coalesced=job is None,
+            requested_s=tuple(wanted[n].received_at for n in names),
         ))
     return RequestPlan(
         launch=tuple(launch), release=tuple(sorted(release)), already_up=tuple(sorted(up)),

@@ -144,6 +144,9 @@ class Gang:
     job_ids: tuple[int, ...] = ()
     request_ids: tuple[str, ...] = ()
     coalesced: bool = False
+    # when Slurm asked for each node (its request's spool time, Unix s), in `nodes`' order
+    # (empty: not known): where each launch's time to run begins
+    requested_s: tuple[float, ...] = ()
 
     @property
     def size(self) -> int:

@@ -42,6 +42,9 @@ import urllib.request
 TAG_CLUSTER = "slurmscale:cluster"
 TAG_NODE = "slurmscale:node"
 TAG_BOOT_ERROR = "slurmscale:boot-error"
+# once slurmd started: when each boot step ended (Unix s), for `slurmscale report`
+TAG_BOOT_TIMES = "slurmscale:boot-times"
+BOOT_STEPS = ("os", "start", "tag", "checked", "slurmd")
 IMDS = "http://169.254.169.254/"
 TOKEN_TTL_S = 21600
 PREFIX = "slurmscale-node-init: "
@@ -270,10 +273,26 @@ def sigv4_headers(url: str, body: bytes, region: str, creds: tuple[str, str, str
 
 def report(md: Metadata | None, instance_id: str, region: str, err: BootError) -> None:
     """Tag this instance with the failure, where the daemon reads it on its next pass."""
-    value = f"{err.cause}: {err.what}"[:256]
+    tag_self(md, instance_id, region, TAG_BOOT_ERROR, f"{err.cause}: {err.what}"[:256])
+
+
+def boot_times(steps: dict[str, float]) -> str:
+    return ",".join(f"{k}={steps[k]:.2f}" for k in BOOT_STEPS if k in steps)
+
+
+def kernel_started(now: float) -> float | None:
+    try:
+        with open("/proc/uptime", encoding="ascii") as f:
+            return now - float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def tag_self(md: Metadata | None, instance_id: str, region: str, key: str,
+             value: str) -> None:
     body = urllib.parse.urlencode({
         "Action": "CreateTags", "Version": "2016-11-15", "ResourceId.1": instance_id,
-        "Tag.1.Key": TAG_BOOT_ERROR, "Tag.1.Value": value}).encode()
+        "Tag.1.Key": key, "Tag.1.Value": value}).encode()
     url = ec2_endpoint(region)
     headers = sigv4_headers(url, body, region, credentials(md),
                             datetime.datetime.now(datetime.timezone.utc))  # noqa: UP017 (3.8)
@@ -372,7 +391,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--metadata-timeout", type=float, default=60.0)
     p.add_argument("--foreground", action="store_true",
                    help="exec slurmd in this process's place")
-    p.add_argument("--no-report", action="store_true", help="do not tag a failure")
+    p.add_argument("--no-report", action="store_true",
+                   help="do not tag a failure, nor the boot's times")
     p.add_argument("slurmd_args", nargs="*", help="after --: more slurmd arguments")
     a = p.parse_args(argv)
     if a.gpus < 0:
@@ -413,6 +433,10 @@ def slurmd_argv(a: argparse.Namespace, node: str, facts: dict[str, str]) -> list
 
 def boot(a: argparse.Namespace, md: Metadata, facts: dict[str, str]) -> None:
     t0 = time.monotonic()
+    steps = {"start": time.time()}
+    os_start = kernel_started(steps["start"])
+    if os_start is not None:
+        steps["os"] = os_start
     say("booting")
     until_ready(md, t0 + a.metadata_timeout)
     for key, path in (("instance_id", "instance-id"), ("instance_type", "instance-type"),
@@ -421,6 +445,7 @@ def boot(a: argparse.Namespace, md: Metadata, facts: dict[str, str]) -> None:
     facts["region"] = (md.get("placement/region") or facts["zone"][:-1]).strip()
     node = wait_for_node(md, a.cluster, a.tag_timeout)
     t_tag = time.monotonic()
+    steps["tag"] = time.time()
     say(f"{facts['instance_id']} ({facts['instance_type']}, {facts['zone']}) is node {node}: "
         f"tag after {t_tag - t0:.2f}s")
     env = dict(os.environ, SLURMSCALE_NODE=node, SLURMSCALE_INSTANCE_ID=facts["instance_id"],
@@ -435,8 +460,11 @@ def boot(a: argparse.Namespace, md: Metadata, facts: dict[str, str]) -> None:
     if a.check_program:
         run_check(a.check_program, env)
     argv = slurmd_argv(a, node, facts)
+    steps["checked"] = time.time()
     say(f"checks passed in {time.monotonic() - t_tag:.2f}s; starting {shlex.join(argv)}")
     if a.foreground:
+        steps["slurmd"] = time.time()
+        tell_times(a, md, facts, steps)
         try:
             os.execvpe(argv[0], argv, env)
         except OSError as e:
@@ -449,6 +477,19 @@ def boot(a: argparse.Namespace, md: Metadata, facts: dict[str, str]) -> None:
     if p.returncode != 0:
         err = (p.stderr.strip() or p.stdout.strip()).splitlines()
         raise BootError("slurmd", f"slurmd exited {p.returncode}" + (f": {err[-1]}" if err else ""))
+    steps["slurmd"] = time.time()
+    tell_times(a, md, facts, steps)
+
+
+def tell_times(a: argparse.Namespace, md: Metadata, facts: dict[str, str],
+               steps: dict[str, float]) -> None:
+    """(a tag not written costs the figures, never the join)"""
+    if a.no_report:
+        return
+    try:
+        tag_self(md, facts["instance_id"], facts["region"], TAG_BOOT_TIMES, boot_times(steps))
+    except (BootError, urllib.error.URLError, OSError, ValueError, KeyError) as e:
+        say(f"boot times not tagged: {e}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 WAIT_BUCKETS = (30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
 TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+PHASE_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 900, 1800, 3600)
 
 
 class Metrics:
@@ -63,6 +64,10 @@ class Metrics:
                                    buckets=WAIT_BUCKETS, registry=r)
         self.events = Counter("slurmscale_events", "audit-log events by kind", ["kind"],
                               registry=r)
+        self.launch_phases = Histogram(
+            "slurmscale_launch_phase_seconds", "each launch's time to run, phase by phase "
+            "(docs/operations.md: Time to run), once its node has run its first job",
+            ["pool", "kind", "phase"], buckets=PHASE_BUCKETS, registry=r)
         self.hold_gpu_hours = Gauge("slurmscale_reservation_hold_gpu_hours",
                                     "idle GPU-hours spent by active reservation holds",
                                     ["pool"], registry=r)
@@ -179,6 +184,9 @@ class Metrics:
         self.job_start.labels(pool).observe(wait_s)
         if nodes >= 2:
             self.gang_start.labels(pool).observe(wait_s)
+
+    def launch_phase(self, pool: str, kind: str, phase: str, seconds: float) -> None:
+        self.launch_phases.labels(pool, kind, phase).observe(seconds)
 
     def replaced(self, pool: str, cause: str, gpu_hours: float) -> None:
         self.replacements.labels(pool, cause).inc()

@@ -46,6 +46,7 @@ from slurmscale.daemon.passes.health import HealthPass
 from slurmscale.daemon.passes.interruptions import InterruptionPass
 from slurmscale.daemon.passes.keep_up import KeepUpPass
 from slurmscale.daemon.passes.launch import GangLauncher, client_token
+from slurmscale.daemon.passes.launch_phases import LaunchPhasePass
 from slurmscale.daemon.passes.ledger import Ledger
 from slurmscale.daemon.passes.node_names import NodeNamePass
 from slurmscale.daemon.passes.requests import RequestPass
@@ -131,6 +132,7 @@ class Reconciler:
         self.health = HealthPass(ctx, self.interruptions, metrics)
         self.blocks = BlockPass(ctx, self.reserved)
         self.keep_up = KeepUpPass(ctx)
+        self.launch_phases = LaunchPhasePass(ctx, metrics)
         self.quarantine_reported: set[tuple[str, str]] = set()
         self.steps_reported = len(timeframe.FRAME.eras)
 
@@ -192,6 +194,12 @@ class Reconciler:
                 self.keep_up.run(p)
             res.policy_actions = len(p.holds.actions) + sum(
                 1 for a in p.capacity.actions if a.kind is not ActionKind.KEEP)
+        if nodes is not None and active is not None:
+            # (after the capacity pass: its ledger saw this pass's job starts)
+            ledger = self.capacity.ledger
+            with phase("launch_phases"):
+                self.launch_phases.run(nodes, active, self.sweep.seen,
+                                       ledger.started_on if ledger else {}, self.clock())
         self._report_quarantine()
         retry = self.requests.ec2_retry
         if self.cloud_failures.all_answered("EC2") and retry.waiting(self.clock().timestamp()):

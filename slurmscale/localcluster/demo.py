@@ -91,6 +91,17 @@ def _until_completed(c: LocalCluster, jobs: dict[int, str], t0: float,
     return None
 
 
+def time_to_run_table(report: str) -> str:
+    """The report's "Time to run" table alone."""
+    lines = report.splitlines()
+    first = next((k for k, line in enumerate(lines) if line.startswith("Time to run")), None)
+    if first is None:
+        return "           (no launch measured yet)"
+    rest = lines[first + 1:]
+    end = next((k for k, line in enumerate(rest) if not line.startswith(" ")), len(rest))
+    return "\n".join(lines[first:first + 1 + end])
+
+
 def _print_joins(c: LocalCluster, gang: int, submitted_at: float,
                  started: dict[int, float]) -> None:
     """How each instance joined Slurm, and where the gang's seconds went."""
@@ -142,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
             _say("jobs did not complete in time")
             return 1
         _print_joins(c, next(iter(jobs)), submitted_at, started)
+        _say("each launch's time to run, as `slurmscale report` keeps it for any cluster:")
+        print(time_to_run_table(c.cli("report", "--since", "1h").stdout))
         _say("all jobs COMPLETED; slurmscale's policy powers the idle nodes down within "
              f"{args.max_idle:g}s (Slurm then runs the suspend hook)")
         print(c.cli("plan").stdout)

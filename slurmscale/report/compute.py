@@ -28,6 +28,8 @@ from pydantic import BaseModel
 from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
 from slurmscale.lifecycles import GraceState
+from slurmscale.report.quantiles import percentile
+from slurmscale.report.time_to_run import TimeToRun, summarize
 from slurmscale.store.rows import (
     NOT_PREEMPTED,
     CapacityReservationRow,
@@ -161,14 +163,8 @@ class Report(BaseModel):
     paid_capacity: list[PaidUsage] = []
     replacements: list[Replacements] = []
     graces: list[GraceTotals] = []
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest rank: the smallest value with at least q% of the values at or below it."""
-    if not values:
-        return None
-    s = sorted(values)
-    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+    # each launch's phases, per pool and kind (launches answered in the window)
+    time_to_run: list[TimeToRun] = []
 
 
 def overlap_h(start: datetime, end: datetime | None, since: datetime, until: datetime) -> float:
@@ -337,6 +333,9 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
              and (h.released_s is None or h.released_s >= since.timestamp())]
     anomalies = store.events(since, 20, until=until, kinds=ANOMALY_KINDS)
     return Report(
+        time_to_run=summarize(r for r in store.launch_phases(since_s=since.timestamp())
+                              if r.answered_s is not None
+                              and r.answered_s < until.timestamp()),
         cluster=cfg.cluster_name, since=since.isoformat(timespec="seconds"),
         until=until.isoformat(timespec="seconds"), pools=pools, totals=totals, waits=waits,
         gang_time_to_start=gang,

@@ -62,6 +62,10 @@ def _rows(r: Report) -> Iterator[tuple[str, str, str, Any]]:
     for g in r.graces:
         for f in ("signalled", "left_in_grace", "requeued", "in_grace", "p50_grace_s"):
             yield "graces", f"{g.pool}/{g.cause}", f, getattr(g, f)
+    for t in r.time_to_run:
+        for ph in t.phases:
+            for f in ("n", "median_s", "p95_s"):
+                yield "time_to_run", f"{t.pool}/{t.kind}/{ph.phase}", f, getattr(ph, f)
 
 
 def to_csv(r: Report) -> str:
@@ -118,6 +122,7 @@ def to_text(r: Report) -> str:
                 f"{u.pool[:10]:<10} {u.paid_node_hours:>9,.1f} {u.used_node_hours:>9,.1f} "
                 f"{u.idle_node_hours:>9,.1f} {_num(u.utilization, '{:.0%}'):>5}"
                 for u in r.paid_capacity]
+    out += _time_to_run_lines(r)
     bad = {k: v for k, v in r.anomalies.items() if v}
     out.append("Anomalies: " + (", ".join(f"{k} {v}" for k, v in bad.items()) or "none"))
     out += [f"  {a.at[5:16]} {a.kind}: {a.message}"[:80] for a in r.recent_anomalies[-5:]]
@@ -125,6 +130,28 @@ def to_text(r: Report) -> str:
         out.append("No price configured (prices:) for: " + ", ".join(r.unpriced))
     return "\n".join(textwrap.fill(line, 80, subsequent_indent="    ", break_on_hyphens=False)
                      if len(line) > 80 else line for line in out) + "\n"
+
+
+def _time_to_run_lines(r: Report) -> list[str]:
+    """Each pool's launches, phase by phase (docs/operations.md: Time to run)."""
+    if not r.time_to_run:
+        return []
+    out = ["Time to run, launch by launch (median/p95; phases a launch has both ends of)"]
+    for t in r.time_to_run:
+        out.append(f"  {t.pool} {'gangs' if t.kind == 'gang' else 'single nodes'}, "
+                   f"{t.launches} instance(s):")
+        line = "  "
+        for ph in t.phases:
+            if not ph.n:
+                continue
+            cell = f"  {ph.phase} {_dur(ph.median_s)}/{_dur(ph.p95_s)}"
+            if len(line) + len(cell) > 80:
+                out.append(line)
+                line = "  "
+            line += cell
+        out.append(line)
+        out += [f"    slow: {s}" for s in t.slow]
+    return out
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -220,6 +247,13 @@ def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]
                 "in their grace", "signal to off the node (p50)"],
                [[g.pool, g.cause, g.signalled, g.left_in_grace, g.requeued, g.in_grace,
                  _dur(g.p50_grace_s)] for g in r.graces]) if r.graces else "<p>None.</p>",
+        "<h2>Time to run, launch by launch</h2>",
+        _table(["pool", "kind", "phase", "launches", "p50", "p95"],
+               [[t.pool, t.kind, ph.phase, ph.n, _dur(ph.median_s), _dur(ph.p95_s)]
+                for t in r.time_to_run for ph in t.phases if ph.n])
+        + "".join(f"<p>{html.escape(t.pool)}: {html.escape(s)}</p>"
+                  for t in r.time_to_run for s in t.slow)
+        if r.time_to_run else "<p>No launch in the window.</p>",
         "<h2>Reservations for starving gangs</h2>",
         _table(["reservation", "pool", "job", "nodes needed", "state", "idle GPU-hours"],
                [[h.name, h.pool, h.job_id, h.needed, h.state, f"{h.idle_gpu_hours:,.2f}"]

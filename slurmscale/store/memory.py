@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -38,6 +39,7 @@ from slurmscale.store.rows import (
     InstanceRow,
     JobRow,
     JobRun,
+    LaunchPhasesRow,
     OfferingRow,
     PreemptionRow,
     ReplacementRow,
@@ -84,6 +86,9 @@ class MemoryStore:
         self._preempted_at: list[float] = []
         self._replacements: list[ReplacementRow] = []  # in time order
         self._timers: dict[str, dict[str, float]] = {}  # kind -> subject -> since
+        self._phases: dict[str, LaunchPhasesRow] = {}  # instance id -> its launch's phases
+        self._phase_order: list[tuple[float, str]] = []  # (answered, instance id), sorted
+        self._open_phases: set[str] = set()  # those whose node has run no job yet
         self._notes: dict[str, dict[str, str]] = {}  # kind -> subject -> note
         self._requests: dict[str, RequestRow] = {}
         self._pending: dict[str, RequestRow] = {}  # the pending ones, in arrival order
@@ -185,6 +190,33 @@ class MemoryStore:
     def replacements(self, since: float | None = None) -> list[ReplacementRow]:
         return [_copy(r) for r in self._replacements
                 if since is None or r.at.timestamp() >= since]
+
+    # --- launch phases -------------------------------------------------------------------
+    def put_launch_phases(self, rows: Sequence[LaunchPhasesRow]) -> None:
+        for r in rows:
+            old = self._phases.get(r.instance_id)
+            key = (r.answered_s or 0.0, r.instance_id)
+            if old is None or (old.answered_s or 0.0) != key[0]:
+                if old is not None:
+                    self._phase_order.remove(((old.answered_s or 0.0), r.instance_id))
+                bisect.insort(self._phase_order, key)
+            self._phases[r.instance_id] = _copy(r)
+            if r.started_s is None:
+                self._open_phases.add(r.instance_id)
+            else:
+                self._open_phases.discard(r.instance_id)
+
+    def launch_phases(self, since_s: float | None = None,
+                      open_only: bool = False) -> list[LaunchPhasesRow]:
+        """(the simulator asks every pass: by answer time from `since_s` with a bisection,
+        the open ones from their own set, never a walk of every launch so far)"""
+        first = (-math.inf if since_s is None else since_s, "")
+        if open_only:
+            keys = sorted(k for i in self._open_phases
+                          if (k := (self._phases[i].answered_s or 0.0, i)) >= first)
+        else:
+            keys = self._phase_order[bisect.bisect_left(self._phase_order, first):]
+        return [_copy(self._phases[i]) for _, i in keys]
 
     # --- timers --------------------------------------------------------------------------
     def timers(self, kind: TimerKind) -> dict[str, float]:

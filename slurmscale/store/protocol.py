@@ -21,6 +21,7 @@ from slurmscale.store.rows import (
     InstanceRow,
     JobRow,
     JobRun,
+    LaunchPhasesRow,
     OfferingRow,
     PreemptionRow,
     ReplacementRow,
@@ -110,7 +111,21 @@ class TimerStore(Protocol):
         ...
 
 
-class LaunchStore(PassStore, TimerStore, Protocol):
+class PhaseStore(Protocol):
+    """Each launch's time to run, step by step (table `launch_phases`)."""
+
+    def put_launch_phases(self, rows: Sequence[LaunchPhasesRow]) -> None:
+        """These instances' rows, whole (written over what the store had)."""
+        ...
+
+    def launch_phases(self, since_s: float | None = None,
+                      open_only: bool = False) -> list[LaunchPhasesRow]:
+        """The rows of instances answered from `since_s` on (None: all), by answer time;
+        `open_only`: those whose node has not run a job yet."""
+        ...
+
+
+class LaunchStore(PassStore, TimerStore, PhaseStore, Protocol):
     """What carrying out Slurm's requests needs besides (`daemon/passes/requests.py`, `launch.py`):
     the requests themselves, gangs, and the instances launched and terminated."""
 

@@ -54,6 +54,7 @@ from slurmscale.store.rows import (
     InstanceRow,
     JobRow,
     JobRun,
+    LaunchPhasesRow,
     OfferingRow,
     PoolStateRow,
     PreemptionRow,
@@ -408,6 +409,26 @@ class Store(FencedStore):
         with self.session() as s:
             rows = self._rows(s, q.order_by(t.events.c.id.desc()).limit(limit))
         return list(reversed(rows))
+
+    # launch phases (time to run) -----------------------------------------------------------
+    def put_launch_phases(self, rows: Sequence[LaunchPhasesRow]) -> None:
+        if not rows:
+            return
+        with self.session() as s:
+            for r in rows:
+                self._overwrite(s, r)
+            self._commit(s)
+
+    def launch_phases(self, since_s: float | None = None,
+                      open_only: bool = False) -> list[LaunchPhasesRow]:
+        lp = t.launch_phases.c
+        q = select(LaunchPhasesRow)
+        if since_s is not None:
+            q = q.where(lp.answered_s >= since_s)
+        if open_only:
+            q = q.where(lp.started_s.is_(None))
+        with self.session() as s:
+            return self._rows(s, q.order_by(lp.answered_s, lp.instance_id))
 
     # jobs and samples (reports, metrics) --------------------------------------------------
     def add_job_starts(self, rows: Sequence[JobRow]) -> list[JobRow]:

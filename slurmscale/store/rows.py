@@ -125,6 +125,32 @@ class InstanceRow:
 
 
 @dataclass(eq=False, kw_only=True)
+class LaunchPhasesRow:
+    """When each step of one instance's way from Slurm's resume call to its node's first job
+    ended (Unix seconds; None: not known yet, or never), for the time-to-run figures
+    (`report`, metrics, `status`). From the signals each side gives: the hook's spool time,
+    the CreateFleet answer, EC2's LaunchTime, the bootstrap's own tag (node_init.py's
+    `slurmscale:boot-times`, by the instance's clock), the pass that first saw slurmd
+    registered, and the first job's submit and start (Slurm's)."""
+
+    instance_id: str
+    node: str
+    pool: str
+    job_nodes: int  # nodes of the job it was launched for (1: a single node)
+    requested_s: float | None = None  # Slurm ran ResumeProgram (the request's spool time)
+    answered_s: float | None = None  # CreateFleet answered: the instance recorded
+    ec2_launch_s: float | None = None  # EC2's LaunchTime
+    os_s: float | None = None  # the instance's kernel started
+    bootstrap_s: float | None = None  # node-init started
+    tagged_s: float | None = None  # node-init saw its node tag
+    checked_s: float | None = None  # its checks passed (munge key, GPUs, the site's)
+    slurmd_s: float | None = None  # slurmd started
+    registered_s: float | None = None  # the first pass that saw slurmd registered
+    submitted_s: float | None = None  # the node's first job: submitted (sbatch)
+    started_s: float | None = None  # ... and RUNNING
+
+
+@dataclass(eq=False, kw_only=True)
 class EventRow:
     """The audit log: every decision and every failure, with its reason."""
 

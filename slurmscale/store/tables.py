@@ -272,6 +272,22 @@ replacements = Table(
 _mapper.map_imperatively(rows.ReplacementRow, replacements)
 
 
+# one instance's time to run, step by step (rows.LaunchPhasesRow)
+launch_phases = Table(
+    "launch_phases", metadata,
+    Column("instance_id", String(32), primary_key=True),
+    Column("node", String(128), nullable=False),
+    Column("pool", String(64), nullable=False),
+    Column("job_nodes", Integer, nullable=False),
+    Column("requested_s", Float, nullable=True),
+    Column("answered_s", Float, index=True, nullable=True),
+    *(Column(c, Float, nullable=True) for c in (
+        "ec2_launch_s", "os_s", "bootstrap_s", "tagged_s", "checked_s", "slurmd_s",
+        "registered_s", "submitted_s", "started_s")),
+)
+_mapper.map_imperatively(rows.LaunchPhasesRow, launch_phases)
+
+
 offerings = Table(
     "offerings", metadata,
     Column("pool", String(64), primary_key=True),

@@ -40,6 +40,23 @@ def test_four_node_gang_gets_one_fleet_runs_and_is_scaled_down(make_cluster) -> 
             'result="launched"} 1.0') in text
     assert 'slurmscale_gang_time_to_start_seconds_count{pool="gpu-spot"} 1.0' in text
     assert "slurmscale_leader 1.0" in text
+    # each of the four launches' time to run, phase by phase, from the signals both sides
+    # gave (the hook's spool time, CreateFleet, EC2's LaunchTime, the bootstrap's tag,
+    # slurmd's registration, the job's start): in the metrics and in `report`
+    for phase in ("resume->fleet", "boot", "tag", "checks", "slurmd", "register", "->job",
+                  "sbatch->running"):
+        assert ('slurmscale_launch_phase_seconds_count{kind="gang",phase="' + phase
+                + '",pool="gpu-spot"} 4.0') in text, phase
+    rep = json.loads(c.cli("report", "--since", "1h", "--format", "json").stdout)
+    (ttr,) = rep["time_to_run"]
+    figures = {f["phase"]: f for f in ttr["phases"]}
+    assert (ttr["pool"], ttr["kind"], ttr["launches"]) == ("gpu-spot", "gang", 4)
+    assert all(figures[ph]["n"] == 4 for ph in ("boot", "slurmd", "->job", "sbatch->running"))
+    # the local cluster's boot is its agent's delay (3 s) and the bootstrap's start
+    assert 2.0 <= figures["boot"]["median_s"] < 30, figures["boot"]
+    assert figures["sbatch->running"]["median_s"] < 150
+    print("time to run (median s): " + ", ".join(
+        f"{k} {v['median_s']:.1f}" for k, v in figures.items() if v["median_s"] is not None))
 
 
 def four_node_gang_scenario(c: LocalCluster, proxy) -> int:  # type: ignore[no-untyped-def]

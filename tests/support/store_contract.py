@@ -34,6 +34,7 @@ from slurmscale.store.rows import (
     HoldRow,
     InstanceRow,
     JobRow,
+    LaunchPhasesRow,
     OfferingRow,
     PreemptionCause,
     PreemptionRow,
@@ -298,7 +299,25 @@ def timers_are_kept_per_kind_and_written_per_subject(store: ReconcileStore) -> N
     assert store.timers(evacuating) == {"gpu-2": T0}
 
 
+def launch_phases_are_one_row_an_instance_read_by_answer_time(store: ReconcileStore) -> None:
+    assert store.launch_phases() == []
+    a = LaunchPhasesRow(instance_id="i-a", node="gpu-1", pool="gpu", job_nodes=2,
+                        requested_s=T0, answered_s=T0 + 2)
+    b = LaunchPhasesRow(instance_id="i-b", node="gpu-2", pool="gpu", job_nodes=2,
+                        requested_s=T0, answered_s=T0 + 1)
+    store.put_launch_phases([a, b])
+    assert [r.instance_id for r in store.launch_phases()] == ["i-b", "i-a"]
+    a.started_s, a.submitted_s = T0 + 60, T0 - 1
+    store.put_launch_phases([a])  # (written over whole)
+    (read,) = store.launch_phases(since_s=T0 + 2)
+    assert (read.instance_id, read.started_s, read.submitted_s) == ("i-a", T0 + 60, T0 - 1)
+    assert [r.instance_id for r in store.launch_phases(open_only=True)] == ["i-b"]
+    read.started_s = None  # (a copy)
+    assert store.launch_phases(since_s=T0 + 2)[0].started_s == T0 + 60
+
+
 CHECKS: list[Callable[[ReconcileStore], None]] = [
+    launch_phases_are_one_row_an_instance_read_by_answer_time,
     timers_are_kept_per_kind_and_written_per_subject,
     holds_follow_their_lifecycle_and_reads_are_copies,
     the_policys_memory_is_kept_per_pool,

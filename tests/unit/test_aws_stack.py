@@ -139,7 +139,7 @@ def test_a_rendered_policy_fills_every_value_and_leaves_out_what_has_none() -> N
     assert "arn:aws:ec2:eu-west-1:123456789012:instance/*" in text
     assert "launch-template" not in json.dumps(policies.render("daemon", values, []))
     node = policies.render("node", values, [])
-    assert [st["Sid"] for st in node["Statement"]] == ["ReportOwnBootFailure"]
+    assert [st["Sid"] for st in node["Statement"]] == ["ReportOwnBoot"]
 
 
 def test_the_stacks_outputs_fill_the_config_and_a_second_apply_changes_nothing() -> None:

@@ -352,7 +352,8 @@ def test_the_node_role_may_only_tag_its_own_instance_with_a_boot_error() -> None
     assert st["Effect"] == "Allow" and st["Action"] == "ec2:CreateTags"
     cond = st["Condition"]
     assert cond["StringEquals"]["aws:ARN"] == "${ec2:SourceInstanceARN}"
-    assert cond["ForAllValues:StringEquals"]["aws:TagKeys"] == [node_init.TAG_BOOT_ERROR]
+    assert cond["ForAllValues:StringEquals"]["aws:TagKeys"] == [node_init.TAG_BOOT_ERROR,
+                                                                 node_init.TAG_BOOT_TIMES]
     assert "aws:ResourceTag/slurmscale:cluster" in cond["StringEquals"]
     text = Path(node_init.__file__).read_text()
     actions = set(re.findall(r'"Action": "(\w+)"', text))

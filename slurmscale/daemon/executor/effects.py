@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 from slurmscale.audit import Event, Kind
 from slurmscale.cloud.protocol import (
@@ -64,6 +65,7 @@ from slurmscale.store.rows import (
     GraceRow,
     HoldRow,
     InstanceRow,
+    LaunchPhasesRow,
     PreemptionRow,
     ReplacementRow,
     TimerKind,
@@ -88,10 +90,12 @@ class Record:
     reports and the simulator's checks count), a node's replacement (what the replace
     loop guard, a power-up's boot attempts, `status` and `report` count), a hold as it
     stands (its budget, its nodes, its end), a gang's launch begun (before its CreateFleet:
-    a daemon killed after it looks for the gang's instances by tag), or the instances a
-    launch got, each with its node (in one write: none of a gang's, or all)."""
+    a daemon killed after it looks for the gang's instances by tag), the instances a
+    launch got, each with its node (in one write: none of a gang's, or all), or their
+    launches' phases (time to run)."""
 
-    row: PreemptionRow | ReplacementRow | HoldRow | GangRow | tuple[InstanceRow, ...]
+    row: (PreemptionRow | ReplacementRow | HoldRow | GangRow | tuple[InstanceRow, ...]
+          | tuple[LaunchPhasesRow, ...])
 
 
 @dataclass(frozen=True)
@@ -337,8 +341,11 @@ class Effects:
                 self.store.put_hold(row)
             case Record(row=GangRow() as row):
                 self.store.add_gang(row)
+            case Record(row=tuple() as rows) if all(isinstance(r, LaunchPhasesRow)
+                                                        for r in rows):
+                self.store.put_launch_phases(cast(tuple[LaunchPhasesRow, ...], rows))
             case Record(row=tuple() as rows):
-                self.store.add_instances(rows)
+                self.store.add_instances(cast(tuple[InstanceRow, ...], rows))
             case GangUpdate():
                 self.store.update_gang(e.gang_id, **e.values)
             case Untrack():

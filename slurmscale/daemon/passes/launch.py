@@ -47,7 +47,7 @@ from slurmscale.policy.routing import (
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.rows import GangRow, InstanceRow, PreemptionCause
+from slurmscale.store.rows import GangRow, InstanceRow, LaunchPhasesRow, PreemptionCause
 
 # a deferral's cause: a reservation due to start that EC2 did not yet report active
 RESERVATION_STARTING = "ReservationStarting"
@@ -258,6 +258,7 @@ class GangLauncher:
         assigned = {i.instance_id for _, i in pairs}
         surplus = tuple(i.instance_id for i in result.instances
                         if i.instance_id not in assigned)
+        asked = dict(zip(gang.nodes, gang.requested_s, strict=False))
         self.ctx.effects.apply([
             *([Terminate(surplus, f"surplus instances of {gid}")] if surplus else []),
             Record(tuple(
@@ -267,7 +268,12 @@ class GangLauncher:
                             capacity_reservation_id=i.capacity_reservation_id,
                             subnet_id=i.subnet_id, private_ip=i.private_ip,
                             state=InstanceState.RUNNING, launched_at=now)
-                for node, i in pairs))])
+                for node, i in pairs)),
+            # (where its time to run begins: launch_phases.py carries it on)
+            Record(tuple(LaunchPhasesRow(
+                instance_id=i.instance_id, node=node, pool=pool.name,
+                job_nodes=1 if gang.coalesced else gang.size, requested_s=asked.get(node),
+                answered_s=now.timestamp()) for node, i in pairs))])
         crash_point("launch:after_record")
         missing = list(gang.nodes[len(pairs):])
         images = sorted({i.image_id for _, i in pairs if i.image_id})

@@ -115,6 +115,9 @@ class Ledger:
         self.ended_jobs = ended_jobs
         self.by_partition = {p.partition: p for p in cfg.pools}
         self.running: set[str] | None = None  # loaded from the store on the first pass
+        # node -> (submitted, started), Unix s, of the jobs seen starting this pass: a
+        # launch's time to run ends at its node's first job (launch_phases.py)
+        self.started_on: dict[str, tuple[float, float]] = {}
         self.ended_seen: set[str] = set()  # ended jobs already looked at (Slurm still lists)
         self.last_active: set[str] = set()  # the queue's job ids last pass
         self.read: int | None = None  # the QueueRead last pass's were read from
@@ -143,6 +146,11 @@ class Ledger:
                       started_at=datetime.fromtimestamp(started, UTC),
                       time_limit_s=j.time_limit_s)
 
+    def _started_on(self, j: QueueJob, row: JobRow) -> None:
+        began = (row.submitted_at.timestamp(), row.started_at.timestamp())
+        for n in expand_cached(j.nodelist) if j.nodelist else ():
+            self.started_on[n] = began
+
     def _missed(self, now: datetime) -> list[JobRow]:
         """Jobs that ran entirely between two passes, from Slurm's memory of ended jobs."""
         if self.ended_jobs is None:
@@ -163,6 +171,7 @@ class Ledger:
             if row is not None and stop is not None:
                 row.ended_at = max(datetime.fromtimestamp(stop, UTC), row.started_at)
                 rows.append(row)
+                self._started_on(j, row)
         self.ended_seen = {j.job_id for j in ended}
         return rows
 
@@ -192,6 +201,7 @@ class Ledger:
             gone = self.last_active - seen
             candidates, ended = jobs, running - seen
         starts = []
+        self.started_on = {}
         # (the running jobs picked out in C: a queue is mostly pending jobs)
         for j in compress(candidates, map(eq, map(itemgetter(9), candidates),
                                           repeat("RUNNING"))):
@@ -200,6 +210,7 @@ class Ledger:
             row = self._row(j, now)
             if row is not None:
                 starts.append(row)
+                self._started_on(j, row)
         self.store.end_jobs(ended, now)
         running -= ended
         running |= {r.job_id for r in starts}
