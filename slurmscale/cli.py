@@ -440,7 +440,7 @@ def _live_plan(cfg: Config) -> tuple[dict[str, Any], PassPlan]:
 
     from slurmscale.daemon.passes.capacity import REQUEUED_RECENTLY_S, current_plan
     from slurmscale.daemon.passes.holds import limit_use_runs_since
-    from slurmscale.daemon.queue.plan_view import SOURCE_LIVE, plan_data
+    from slurmscale.daemon.plan_view import SOURCE_LIVE, plan_data
     from slurmscale.slurm.cli_backend import SlurmCLI
     from slurmscale.slurm.protocol import SlurmError
     from slurmscale.store.snapshot import ReadAside, StoreUnreadable

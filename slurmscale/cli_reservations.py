@@ -16,7 +16,7 @@ import click
 from slurmscale.audit import Kind
 from slurmscale.cli_common import EXIT_SLURM_UNREADABLE, _load, _store, _table, in_time
 from slurmscale.config import Config
-from slurmscale.daemon.queue.plan_view import gang_json
+from slurmscale.daemon.plan_view import gang_json
 from slurmscale.lifecycles import LIVE_HOLD_STATES, HoldState
 
 FIELDS_HELP = """JSON fields: name, job_id, user, partition, pool, nodes (held now, from Slurm),

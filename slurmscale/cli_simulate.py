@@ -39,6 +39,17 @@ if TYPE_CHECKING:
               help="Seconds from launch to a usable node.")
 @click.option("--price", default=98.32, show_default=True, type=click.FloatRange(0),
               help="USD per node-hour.")
+@click.option("--warm-pool", default=0, show_default=True, type=click.IntRange(0),
+              help="Stopped instances kept for the on-demand pool: a release stops its "
+              "instance while fewer are; a launch starts them first, whole.")
+@click.option("--warm-boot-time", default=60.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds from starting a stopped instance to a usable node.")
+@click.option("--stopped-price", default=0.055, show_default=True, type=click.FloatRange(0),
+              help="USD per stopped node-hour (its volumes: 500 GiB of gp3 at $0.08 per "
+              "GB-month).")
+@click.option("--warm-start-failure", default=0.0, show_default=True,
+              type=click.FloatRange(0, 1),
+              help="Chance EC2 refuses to start a stopped instance (no capacity kept for it).")
 @click.option("--cooldown", default=None, type=click.FloatRange(0),
               help="Override the policies' cooldown (s).")
 @click.option("--knob", "knob_args", multiple=True, metavar="KEY=VALUE",
@@ -152,24 +163,22 @@ if TYPE_CHECKING:
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG of demand vs provisioned GPUs per policy.")
 @click.pass_context
-def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
-             policies: tuple[str, ...], max_nodes: int, gpus_per_node: int, boot_time: float,
-             price: float, cooldown: float | None, knob_args: tuple[str, ...],
-             pool_name: str | None, accumulate: bool, hold_budget: float | None,
-             accumulate_after: float | None, max_hold: float | None,
-             hold_end_margin: float | None,
-             interruption_rate: float | None, storm_at: float | None,
-             storm_fraction: float | None, storm_outage: float,
-             on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
-             on_demand_nodes: int | None, spot_price: float | None,
-             on_demand_price: float | None, max_preemptions: int, requeue_delay: float,
-             grace_margin: float | None, checkpoint_s: float | None, save_on_signal: bool,
-             reserved_nodes: int, reclaim_rate: float, reserved_preference: str,
-             capacity_blocks: tuple[str, ...], block_margin: float | None,
-             slurm_model: str, time_limit_factor: float, no_time_limits: bool,
-             slurm_params: tuple[str, ...], node_failure_rate: float | None,
-             admin_repair_s: float, seed: int, replicas: int, jitter: float,
-             as_json: bool, plot_path: str | None) -> None:
+def simulate(ctx: click.Context, trace_path: str, carry_in: str | None, policies: tuple[str, ...],
+             max_nodes: int, gpus_per_node: int, boot_time: float, price: float, warm_pool: int,
+             warm_boot_time: float, stopped_price: float, warm_start_failure: float,
+             cooldown: float | None, knob_args: tuple[str, ...], pool_name: str | None,
+             accumulate: bool, hold_budget: float | None, accumulate_after: float | None,
+             max_hold: float | None, hold_end_margin: float | None,
+             interruption_rate: float | None, storm_at: float | None, storm_fraction: float | None,
+             storm_outage: float, on_demand_buffer: float | None, warm_on_demand_nodes: int | None,
+             on_demand_nodes: int | None, spot_price: float | None, on_demand_price: float | None,
+             max_preemptions: int, requeue_delay: float, grace_margin: float | None,
+             checkpoint_s: float | None, save_on_signal: bool, reserved_nodes: int,
+             reclaim_rate: float, reserved_preference: str, capacity_blocks: tuple[str, ...],
+             block_margin: float | None, slurm_model: str, time_limit_factor: float,
+             no_time_limits: bool, slurm_params: tuple[str, ...], node_failure_rate: float | None,
+             admin_repair_s: float, seed: int, replicas: int, jitter: float, as_json: bool,
+             plot_path: str | None) -> None:
     """Replay a job trace against a simulated Slurm + cloud, running the real policy code.
 
     Waits are the total time a job pended, over all its runs when it was requeued.
@@ -181,7 +190,8 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
     jobs_failed, lost_gpu_hours, saved_gpu_hours, restart_wait_p50_s, restart_wait_p95_s,
     reserved_node_hours_paid, reserved_node_hours_used, reservation_utilization,
     jobs_killed_at_block_end, gang_start_order, node_failures, capacity_lost_gpu_hours,
-    limit_use, limit_use_jobs, limit_use_learned_at_s}}};
+    limit_use, limit_use_jobs, limit_use_learned_at_s[, warm_starts, warm_refused,
+    stopped_node_hours]}}};
     with the oracle among the policies (the default) and neither spot nor paid capacity, each
     policy also has idle_vs_oracle and cost_vs_oracle (docs/simulator.md, "The clairvoyant
     bound"). With --replicas K above 1: {"trace", "slurm_model", "replicas": K, "jitter_s": S,
@@ -207,6 +217,7 @@ def simulate(ctx: click.Context, trace_path: str, carry_in: str | None,
         max_nodes, boot_time, price, on_demand_price, spot_price, interruption_rate,
         storm_at, storm_fraction, storm_outage, on_demand_buffer, warm_on_demand_nodes,
         on_demand_nodes, requeue_delay, max_preemptions, seed, grace_margin)
+    cloud = _warm(cloud, warm_pool, warm_boot_time, stopped_price, warm_start_failure, seed)
     paid = _paid_capacity(reserved_nodes, reserved_preference, capacity_blocks, max_nodes,
                           block_margin, reclaim_rate, seed)
     model = _slurm_model(slurm_model, no_time_limits, time_limit_factor, slurm_params)
@@ -416,6 +427,15 @@ def _hold_knobs(accumulate: bool, budget: float | None, after: float | None,
     if end_margin is not None:
         holds = replace(holds, end_margin_s=end_margin)
     return holds
+
+
+def _warm(cloud: SimCloud, size: int, boot_s: float, stopped_price: float,
+          start_failure: float, seed: int) -> SimCloud:
+    """The cloud with the on-demand pool's warm pool of stopped instances (size 0: none)."""
+    from slurmscale.sim.world import WarmPool
+
+    return replace(cloud, warm=WarmPool(size, boot_s, stopped_price, start_failure, seed)
+                   ) if size else cloud
 
 
 def _cloud_and_spot(max_nodes: int, boot_time: float, price: float,

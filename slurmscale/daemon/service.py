@@ -47,7 +47,7 @@ from slurmscale.daemon.fence import Fence, LeaseLost
 from slurmscale.daemon.leadership import lease_for
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.pass_times import PassTimes
-from slurmscale.daemon.queue.plan_view import SOURCE_DAEMON, plan_data, with_standings
+from slurmscale.daemon.plan_view import SOURCE_DAEMON, plan_data, with_standings
 from slurmscale.daemon.reconcile import Reconciler, TickResult, utcnow
 from slurmscale.gc_tuning import BetweenPasses, tune_gc
 from slurmscale.identity import identity

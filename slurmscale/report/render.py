@@ -154,6 +154,15 @@ def _time_to_run_lines(r: Report) -> list[str]:
     return out
 
 
+def _time_to_run_html(r: Report) -> str:
+    if not r.time_to_run:
+        return "<p>No launch in the window.</p>"
+    return _table(["pool", "kind", "phase", "launches", "p50", "p95"],
+                  [[t.pool, t.kind, ph.phase, ph.n, _dur(ph.median_s), _dur(ph.p95_s)]
+                   for t in r.time_to_run for ph in t.phases if ph.n]) + "".join(
+        f"<p>{html.escape(t.pool)}: {html.escape(s)}</p>" for t in r.time_to_run for s in t.slow)
+
+
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
@@ -247,13 +256,7 @@ def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]
                 "in their grace", "signal to off the node (p50)"],
                [[g.pool, g.cause, g.signalled, g.left_in_grace, g.requeued, g.in_grace,
                  _dur(g.p50_grace_s)] for g in r.graces]) if r.graces else "<p>None.</p>",
-        "<h2>Time to run, launch by launch</h2>",
-        _table(["pool", "kind", "phase", "launches", "p50", "p95"],
-               [[t.pool, t.kind, ph.phase, ph.n, _dur(ph.median_s), _dur(ph.p95_s)]
-                for t in r.time_to_run for ph in t.phases if ph.n])
-        + "".join(f"<p>{html.escape(t.pool)}: {html.escape(s)}</p>"
-                  for t in r.time_to_run for s in t.slow)
-        if r.time_to_run else "<p>No launch in the window.</p>",
+        "<h2>Time to run, launch by launch</h2>", _time_to_run_html(r),
         "<h2>Reservations for starving gangs</h2>",
         _table(["reservation", "pool", "job", "nodes needed", "state", "idle GPU-hours"],
                [[h.name, h.pool, h.job_id, h.needed, h.state, f"{h.idle_gpu_hours:,.2f}"]

@@ -297,6 +297,7 @@ class Simulation:
         for n in st.nodes:
             if n.state != "down":
                 slurm.power.down(n, now)
+        slurm.power.settle(now)
         if self.daemon is not None:
             self.daemon.carry_out(now)
         r.on_gpu_s = r.node_on_s * st.main.gpus_per_node

@@ -29,6 +29,9 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
     # paid capacity costs what was paid for, used or not, at the on-demand price
     cost = (od_h + paid_h) * cloud.price_per_node_hour + spot_h * (
         cloud.price_per_node_hour if spot_price is None else spot_price)
+    warm = cloud.warm
+    if warm is not None:  # a warm pool's stopped instances: their volumes
+        cost += r.stopped_node_s / 3600 * warm.stopped_price_per_node_hour
     if r.offline_node_s is not None:  # the oracle: up as a clairvoyant release rule keeps it
         on_h = r.offline_node_s * r.gpus_per_node / 3600
         cost = r.offline_node_s / 3600 * cloud.price_per_node_hour
@@ -70,6 +73,9 @@ def metrics(r: SimResult, cloud: SimCloud) -> dict[str, Any]:
         "limit_use": None if r.limit_use is None else round(r.limit_use, 3),
         "limit_use_jobs": r.limit_use_jobs,
         "limit_use_learned_at_s": r.limit_use_learned_s,
+        **({} if warm is None else {
+            "warm_starts": r.warm_starts, "warm_refused": r.warm_refused,
+            "stopped_node_hours": round(r.stopped_node_s / 3600, 1)}),
     }
 
 

@@ -40,6 +40,9 @@ class SimResult:
     # cluster placement group; more: kept nodes of other launches, maybe other spines)
     gang_spread: list[int] = field(default_factory=list)
     node_failures: int = 0  # nodes whose hardware failed under them
+    warm_starts: int = 0  # nodes started from the warm pool (stopped instances)
+    warm_refused: int = 0  # launches whose warm start EC2 refused: booted cold, whole
+    stopped_node_s: float = 0.0  # node time instances spent stopped in the warm pool
     capacity_lost_gpu_s: float = 0.0  # GPU time of failed nodes until replaced or repaired
     # the oracle's: the node-seconds a clairvoyant release rule keeps nodes up (sim/oracle.py)
     offline_node_s: float | None = None

@@ -272,8 +272,7 @@ class SimSlurmctld:
         src = (self.routing.source(k, self.limit[idx], self.preempted.get(idx, 0), len(new),
                                    now) if new else None)
         launch = st.new_launch()
-        for n in new:
-            self.power.up(n, now, src, launch)
+        self.power.up_many(new, now, src, launch)
         if new and st.daemon is not None:  # Slurm's resume hook for the job's new nodes
             st.daemon.resume([n.name for n in new], int(self.slurm_ids[idx]), k.name, now)
         booting = [n.ready_at for n in chosen if n.state == "booting"]
@@ -452,9 +451,7 @@ class SimSlurmctld:
     def warm_nodes(self, names: list[str], now: float) -> None:
         st = self.st
         up = [name for name in names if st.by_name[name].state == "down"]
-        launch = st.new_launch()
-        for name in up:
-            self.power.up(st.by_name[name], now, launch=launch)
+        self.power.up_many([st.by_name[name] for name in up], now, launch=st.new_launch())
         if up and st.daemon is not None:  # Slurm's resume hook, for no job
             st.daemon.resume(up, None, st.by_name[up[0]].pool, now)
 

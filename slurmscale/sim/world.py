@@ -40,6 +40,23 @@ class Node:
 
 
 @dataclass(frozen=True)
+class WarmPool:
+    """Stopped instances kept for a pool (issue 67): a released node's instance is stopped
+    instead of terminated while fewer than `size` are; a launch starts stopped instances
+    first, all its nodes or none (a gang whole), in `boot_s` instead of the cloud's cold
+    boot. A stopped instance costs its volumes only (`stopped_price_per_node_hour`); EC2
+    keeps no capacity for it, so a start may be refused (`start_failure`, per instance):
+    then the started ones go back stopped and the launch boots cold, whole."""
+
+    size: int
+    boot_s: float = 60.0
+    # a 500 GiB gp3 root volume at $0.08 per GB-month (Amazon EBS pricing, us-east-1), 730 h
+    stopped_price_per_node_hour: float = 0.055
+    start_failure: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class SimCloud:
     boot_s: float = 300.0
     price_per_node_hour: float = 98.32
@@ -47,6 +64,8 @@ class SimCloud:
     # With nothing running or arriving, stop when the policy has changed nothing this long.
     give_up_after_s: float = 7 * 86400.0
     spot_price_per_node_hour: float | None = None  # spot nodes (with a SpotModel)
+    # the on-demand pool's stopped instances (the main pool's; with spot, its fallback's)
+    warm: WarmPool | None = None
 
 
 

@@ -150,6 +150,10 @@ def test_a_reported_failure_gets_a_fresh_instance_pinned_where_its_gang_is(world
     assert launch["token"] == client_token("g1/boot/spot-1/1") and launch["tags"][TAG_GANG] == "g1"
     (row,) = store.active_instances(["spot-1"])
     assert row.instance_id != IID and row.gang_id == "g1"
+    # the fresh instance's own time to run begins at its answer (launch_phases.py)
+    (phases,) = store.launch_phases()
+    assert (phases.instance_id, phases.node, phases.answered_s) == (
+        row.instance_id, "spot-1", now[0].timestamp())
     assert cloud.instances[IID].state == "terminated"
     assert cloud.instances[row.instance_id].tags[TAG_NODE] == "spot-1"  # its bootstrap waits
     assert slurm.powered_down == [] and ("requeue", ["42"]) not in slurm.calls  # Slurm waits

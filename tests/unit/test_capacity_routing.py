@@ -337,7 +337,7 @@ def test_the_daemon_reads_the_reservations_topology_and_keeps_a_gang_under_one_s
     placed = cloud.instance_topology([i.instance_id for i in r.store.active_instances()])
     assert {p.nodes[1] for p in placed.values()} == {"sc"}, "its instances sit there too"
     # `plan` says where the gang went and why (for the last 10 minutes of launches)
-    from slurmscale.daemon.queue.plan_view import plan_data
+    from slurmscale.daemon.plan_view import plan_data
     assert r.capacity.last is not None
     (route,) = plan_data(r.capacity.last, "daemon")["routes"]
     assert (route["pool"], route["job_id"], route["nodes"], route["kind"]) == (

@@ -213,7 +213,7 @@ def test_plan_lists_the_jobs_in_their_grace_from_the_daemon_and_from_a_snapshot(
     process) lists each job in its grace and when it is requeued."""
     from slurmscale.daemon.passes.capacity import current_plan
     from slurmscale.daemon.passes.holds import limit_use_runs_since
-    from slurmscale.daemon.queue.plan_view import plan_data
+    from slurmscale.daemon.plan_view import plan_data
     from slurmscale.store.snapshot import StoreSnapshot
 
     new_pass, slurm, q, store, _ = graced

@@ -19,7 +19,7 @@ import yaml
 
 from slurmscale.config_file import load_config
 from slurmscale.daemon.passes.capacity import REQUEUED_RECENTLY_S, current_plan
-from slurmscale.daemon.queue.plan_view import SOURCE_LIVE, plan_data
+from slurmscale.daemon.plan_view import SOURCE_LIVE, plan_data
 from slurmscale.lifecycles import HoldState, InstanceState
 from slurmscale.policy.model import PoolMemory
 from slurmscale.slurm.cli_backend import SlurmCLI

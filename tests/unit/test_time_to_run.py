@@ -148,13 +148,14 @@ def test_each_phase_is_filled_in_as_its_signal_comes_and_measured_once() -> None
     assert figures["resume->running"].median_s == 78 and figures["register"].n == 2
 
 
-def test_a_fresh_instance_with_no_row_gets_one_and_an_old_one_does_not() -> None:
+def test_a_launch_no_longer_running_or_past_its_follow_time_is_not_followed() -> None:
     store, _, p, insts = _world()
-    fresh, old = _inst(3, T0), _inst(4, T0 - timedelta(hours=2))
-    p.run([], insts + [fresh, old], [], {}, T0 + timedelta(seconds=5))
-    rows = {r.instance_id: r for r in store.launch_phases()}
-    assert fresh.instance_id in rows and old.instance_id not in rows
-    assert (rows[fresh.instance_id].requested_s, rows[fresh.instance_id].answered_s) == (None, T)
+    up = [SlurmNode(i.node, "ALLOCATED+CLOUD", i.node, i.node) for i in insts]
+    p.run(up, insts[:1], [], {}, T0 + timedelta(seconds=5))  # (the second terminated)
+    a, b = store.launch_phases()
+    assert a.registered_s == T + 5 and b.registered_s is None
+    p.run(up, insts, [], {}, T0 + timedelta(hours=3))
+    assert store.launch_phases()[1].registered_s is None
 
 
 def test_a_job_that_started_before_the_launch_is_not_its_first_job() -> None:

@@ -62,7 +62,7 @@ from slurmscale.policy.boots import (
 from slurmscale.slurm import reasons
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore
-from slurmscale.store.rows import InstanceRow, ReplacementRow, utc
+from slurmscale.store.rows import InstanceRow, LaunchPhasesRow, ReplacementRow, utc
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +170,7 @@ class BootPass:
         c = self.ctx
         fresh, surplus = got[0], tuple(i.instance_id for i in got[1:])
         max_tries = c.cfg.pool(row.pool).max_boot_retries
+        gang = c.store.get_gang(row.gang_id)
         return [
             *([Terminate(surplus, f"surplus fresh instances for {v.node}")] if surplus else []),
             Record((InstanceRow(
@@ -180,6 +181,11 @@ class BootPass:
                 capacity_reservation_id=fresh.capacity_reservation_id,
                 subnet_id=fresh.subnet_id or row.subnet_id, private_ip=fresh.private_ip,
                 state=InstanceState.RUNNING, launched_at=c.clock()),)),
+            # (its own time to run, from this answer: launch_phases.py)
+            Record((LaunchPhasesRow(
+                instance_id=fresh.instance_id, node=v.node, pool=row.pool,
+                job_nodes=1 if gang is None or gang.coalesced else gang.size,
+                answered_s=c.clock().timestamp()),)),
             Chain(Terminate((v.instance_id,), f"{v.node} failed to boot: {v.cause}"),
                   otherwise=(Untrack((v.instance_id,)),)),
             *self.addresses.finish([(v.node, fresh)], address=True, gid=row.gang_id),

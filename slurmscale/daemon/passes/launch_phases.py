@@ -2,16 +2,16 @@
 gives (report/time_to_run.py says what the phases are).
 
 A launch's row is recorded with its instances (launch.py: Slurm's resume call, the
-CreateFleet answer). Each pass then fills in, for the launches whose node has not run a job
-yet:
+CreateFleet answer; boots.py: a failed boot's fresh instance, from its answer). Each pass
+then fills in, for the running launches whose node has not run a job yet:
 - EC2's LaunchTime, and the bootstrap's step times from its `slurmscale:boot-times` tag
   (node_init.py), both from the sweep's DescribeInstances of this pass (`seen`);
 - `registered`: the first pass that sees the node's slurmd registered (Slurm no longer has
   it powering up, powered down or not responding): within a pass of it;
 - its first job's submission and start, as the ledger saw the job start this pass.
-A running instance launched in the last NEW_S with no row (a failed boot's fresh instance)
-gets one, its answer its launch time, Slurm's call unknown. A row is written only when it
-changed; a launch whose node ran no job within FOLLOW_S is no longer followed."""
+A row is written only when it changed; a launch whose node ran no job within FOLLOW_S is no
+longer followed (its later phases stay unknown). A pass with no launch to follow reads one
+indexed query and nothing else."""
 
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ from slurmscale.report.time_to_run import TAG_BOOT_TIMES, done, kind, parse_boot
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow, LaunchPhasesRow
 
-NEW_S = 900.0  # a running instance with no row this young gets one
-FOLLOW_S = 86_400.0  # a launch is followed this long for its node's first job
+FOLLOW_S = 7_200.0  # a launch is followed this long for its node's first job
 # Slurm's node flags while slurmd has not registered (or no longer answers)
 NOT_REGISTERED = frozenset({"POWERING_UP", "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN",
                             "NOT_RESPONDING"})
@@ -55,27 +54,21 @@ class LaunchPhasePass:
         """`active`: the store's running instances; `seen`: the cluster's instances as EC2
         listed them this pass (None: not read); `started_on`: node -> (submitted, started)
         of the jobs the ledger saw start this pass."""
-        store, t = self.ctx.store, now.timestamp()
-        rows = {r.instance_id: r for r in store.launch_phases(since_s=t - FOLLOW_S,
-                                                               open_only=True)}
-        known = rows.keys() | {r.instance_id for r in store.launch_phases(since_s=t - NEW_S)}
-        by_id = {i.instance_id: i for i in seen or ()}
-        node_of = {n.name: n for n in nodes}
+        t = now.timestamp()
+        rows = self.ctx.store.launch_phases(since_s=t - FOLLOW_S, open_only=True)
+        if not rows:
+            return
+        running = {i.instance_id for i in active}
+        rows = [r for r in rows if r.instance_id in running]
+        want = {r.node for r in rows}
+        node_of = {n.name: n for n in nodes if n.name in want}
+        by_id = {i.instance_id: i for i in seen or () if i.instance_id in running}
         out = []
-        for inst in active:
-            row = rows.get(inst.instance_id)
-            if row is None:
-                launched = inst.launched_at.timestamp()
-                if inst.instance_id in known or t - launched > NEW_S:
-                    continue
-                row = LaunchPhasesRow(instance_id=inst.instance_id, node=inst.node,
-                                      pool=inst.pool, job_nodes=1, answered_s=launched)
-                before = None
-            else:
-                before = _values(row)
-            self._fill(row, by_id.get(inst.instance_id), node_of.get(inst.node),
-                       started_on.get(inst.node), t)
-            if before is None or before != _values(row):
+        for row in rows:
+            before = _values(row)
+            self._fill(row, by_id.get(row.instance_id), node_of.get(row.node),
+                       started_on.get(row.node), t)
+            if before != _values(row):
                 out.append(row)
                 if row.started_s is not None:
                     self._measured(row)

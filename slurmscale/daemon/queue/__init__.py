@@ -1,3 +1,3 @@
 """What the daemon reads of the queue and the nodes and keeps between passes, for the
 decisions: the config as the policy's knobs, the per-record rules, the kept view and its
-check, a pass's plan as `plan --json` prints it."""
+check."""
