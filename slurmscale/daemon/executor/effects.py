@@ -423,27 +423,27 @@ class Effects:
     def _outside(self, e: Forget | Names | WriteFile) -> tuple[bool, str]:
         """The event queue's, Route 53's and a file's writes, by their kinds' policies (the
         effects' docstrings)."""
+        if isinstance(e, WriteFile):
+            try:
+                with open(e.path, "w", encoding="utf-8") as f:
+                    f.write(e.text)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as err:
+                return False, f"cannot write {e.path}: {err}"
+            return True, ""
         try:
-            match e:
-                case Forget():
-                    assert self.queue is not None, "Forget needs the context's queue"
-                    self.queue.delete(e.receipt)
-                case Names():
-                    assert self.zone is not None, "Names needs the context's DNS zone"
-                    self.zone.change(dict(e.upsert), dict(e.delete))
-                    self.event(*e.said)
-                case WriteFile():
-                    with open(e.path, "w", encoding="utf-8") as f:
-                        f.write(e.text)
-                        f.flush()
-                        os.fsync(f.fileno())
+            if isinstance(e, Forget):
+                assert self.queue is not None, "Forget needs the context's queue"
+                self.queue.delete(e.receipt)
+            else:
+                assert self.zone is not None, "Names needs the context's DNS zone"
+                self.zone.change(dict(e.upsert), dict(e.delete))
+                self.event(*e.said)
         except CloudError as err:
             if isinstance(e, Forget):  # (it comes back after its visibility timeout)
                 log.warning("cannot delete event message: %s", err)
             return False, str(err)
-        except OSError as err:
-            return False, f"cannot write {e.path}: {err}" if isinstance(e, WriteFile) \
-                else str(err)
         return True, ""
 
     def _signal(self, s: Signal) -> tuple[bool, str]:

@@ -268,13 +268,9 @@ class InterruptionPass:
     def _mark_evacuated(self, instance_id: str, now: datetime) -> None:
         """One more instance evacuated; those the store no longer has running (the suspend
         hook terminated them) are over."""
-        over = []
-        for iid in self.evacuated():
-            row = self.store.instance(iid) if iid != instance_id else None
-            if iid != instance_id and (row is None or row.state != "running"):
-                over.append(iid)
-        self.effects.apply([Timers(EVACUATED, {instance_id: now.timestamp()},
-                                   over=tuple(over))])
+        over = tuple(iid for iid in self.evacuated() if iid != instance_id
+                     and ((row := self.store.instance(iid)) is None or row.state != "running"))
+        self.effects.apply([Timers(EVACUATED, {instance_id: now.timestamp()}, over=over)])
 
     def evacuating(self) -> dict[str, Evacuating]:
         """The nodes waiting for their power-down, as on the store (a standby that took over
