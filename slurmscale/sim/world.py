@@ -44,9 +44,11 @@ class WarmPool:
     """Stopped instances kept for a pool (issue 67): a released node's instance is stopped
     instead of terminated while fewer than `size` are; a launch starts stopped instances
     first, all its nodes or none (a gang whole), in `boot_s` instead of the cloud's cold
-    boot. A stopped instance costs its volumes only (`stopped_price_per_node_hour`); EC2
-    keeps no capacity for it, so a start may be refused (`start_failure`, per instance):
-    then the started ones go back stopped and the launch boots cold, whole."""
+    boot. A stopped instance costs its volumes only (`stopped_price_per_node_hour`): EC2's
+    API reference, StartInstances, "when an instance is stopped, the compute resources are
+    released ... you are charged for Amazon EBS volume usage"; since its compute is released,
+    a start may find none (StateReason's Server.InsufficientInstanceCapacity; `start_failure`,
+    per instance): then the started ones go back stopped and the launch boots cold, whole."""
 
     size: int
     boot_s: float = 60.0
