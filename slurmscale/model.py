@@ -10,6 +10,10 @@ from typing import NamedTuple
 
 # a node in one of these is Slurm's to finish first (POWERED_DOWN: it has no instance)
 POWER_TRANSITIONS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "POWER_DOWN"})
+# a node powered down, or on its way: POWER_DOWN is a power-down Slurm has queued and its
+# power-save thread has not yet begun (22.05: up to a second or more after the update), so a
+# pass that tests only POWERING_DOWN sees the node up again and asks a second time
+GOING_DOWN = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
 
 
 @dataclass(frozen=True)

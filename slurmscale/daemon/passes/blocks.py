@@ -26,7 +26,13 @@ from slurmscale.daemon.executor.effects import Effect, taken
 from slurmscale.daemon.passes.graces import Graces
 from slurmscale.daemon.passes.reserved_capacity import ReservedCapacity
 from slurmscale.hostlists import compress
-from slurmscale.model import CapacityReservation, QueueJob, SlurmNode, SlurmReservation
+from slurmscale.model import (
+    GOING_DOWN,
+    CapacityReservation,
+    QueueJob,
+    SlurmNode,
+    SlurmReservation,
+)
 from slurmscale.policy.blocks import (
     FOREVER_S,
     BlockEdit,
@@ -207,8 +213,7 @@ class BlockPass:
         the interruption pass (`settle_graces`) at EC2's terminations less the margin, if
         it has not left by then. A job on several of the nodes is requeued once (a refusal
         is tried again next pass)."""
-        up = [n for n in nodes if pool.owns(n.name)
-              and not ({"POWERED_DOWN", "POWERING_DOWN"} & n.flags)]
+        up = [n for n in nodes if pool.owns(n.name) and not (GOING_DOWN & n.flags)]
         idle = []
         requeues: dict[str, Effect] = {}
         graced = self._graced(pool, up, now)
