@@ -40,6 +40,12 @@ class Kind(StrEnum):
     TERMINATED = "terminated"
     TERMINATE_FAILED = "terminate_failed"
     LEAK_TERMINATED = "leak_terminated"
+    # a pool's warm pool of stopped instances (config_pool.WarmPool)
+    WARM_STOPPED = "warm_stopped"
+    WARM_STOP_FAILED = "warm_stop_failed"
+    WARM_STARTED = "warm_started"
+    WARM_START_REFUSED = "warm_start_refused"
+    WARM_RETIRED = "warm_retired"
     UNTRACKED_INSTANCE = "untracked_instance"
     NODE_WITHOUT_INSTANCE = "node_without_instance"
     NODE_STUCK = "node_stuck"  # Slurm held a powered-down node DOWN: returned to service

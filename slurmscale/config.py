@@ -36,6 +36,7 @@ from slurmscale.config_pool import Pool as Pool
 from slurmscale.config_pool import PoolPolicy as PoolPolicy
 from slurmscale.config_pool import SignalTarget as SignalTarget
 from slurmscale.config_pool import SpotSettings as SpotSettings
+from slurmscale.config_pool import WarmPool as WarmPool
 from slurmscale.hookview import DEFAULT_SOCKET_PATH, DEFAULT_SPOOL_DIR
 from slurmscale.model import ReservationPreference as ReservationPreference
 from slurmscale.policy.health import HealthKnobs as _H

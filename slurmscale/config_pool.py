@@ -183,6 +183,20 @@ class GraceSignal(_Strict):
         return name.removeprefix("SIG")
 
 
+class WarmPool(_Strict):
+    """Stopped instances kept for a pool's next resumes (docs/operations.md, "Warm pools"):
+    a released node's instance is stopped instead of terminated while the pool holds fewer
+    than `size`, and a resume starts stopped ones (StartInstances) before it launches. A
+    stopped instance costs its EBS volumes, not its compute (EC2 user guide, "Stop and start
+    Amazon EC2 instances"), and skips a first boot's work; EC2 keeps no capacity for it, so
+    a start may be refused (InsufficientInstanceCapacity): the gang then launches cold."""
+
+    size: Annotated[int, Field(ge=1, le=10000)]
+    # a stopped instance older than this (since its last start) is terminated: its image
+    # and the node's software age while it waits
+    max_age_s: Annotated[float, Field(gt=0)] = 7 * 86400.0
+
+
 class Pool(_Strict):
     """One Slurm partition of identical CLOUD nodes of one capacity type."""
 
@@ -227,6 +241,8 @@ class Pool(_Strict):
     placement: Placement | None = None
     # The launch template gives the nodes EFA interfaces: `slurmscale check` verifies it.
     efa: bool = False
+    # stopped instances kept for the next resumes (on-demand pools only): see WarmPool
+    warm_pool: WarmPool | None = None
 
     @field_validator("instance_types")
     @classmethod
@@ -252,6 +268,7 @@ class Pool(_Strict):
             raise ValueError(f"give placement_group ({self.placement_group!r}) or placement "
                              f"({self.placement.value!r}), not both")
         cr = self.capacity_reservations
+        self._warm_pool_fits()
         if self.capacity_type is CapacityType.CAPACITY_BLOCK:
             if cr is None:
                 raise ValueError("a capacity-block pool needs capacity_reservations.ids (its "
@@ -279,6 +296,28 @@ class Pool(_Strict):
                 " must differ from launch_template.version: the pool's own version launches "
                 "the gangs that do not fit the reservations, and must not target them")
         return self
+
+    def _warm_pool_fits(self) -> None:
+        """A warm pool only where EC2 can stop the pool's instances and keep them useful."""
+        if self.warm_pool is None:
+            return
+        if self.capacity_type is not CapacityType.ON_DEMAND:
+            # an instant fleet's spot instances come from one-time requests, which EC2 will
+            # not stop (EC2 user guide, "Stop a Spot Instance": persistent requests only)
+            raise ValueError(f"warm_pool needs capacity_type on-demand, not "
+                             f"{self.capacity_type.value!r}: EC2 stops only on-demand "
+                             "instances launched this way")
+        if self.capacity_reservations is not None:
+            raise ValueError("warm_pool on a pool with capacity_reservations: reserved "
+                             "capacity is paid for running or not, so a stopped instance "
+                             "would only add its volumes' cost")
+        if self.placement is Placement.PER_GANG:
+            raise ValueError("warm_pool with placement per-gang: a stopped instance stays "
+                             "in its gang's placement group; give a pool-wide "
+                             "placement_group instead")
+        if self.warm_pool.size > self.max_nodes:
+            raise ValueError(f"warm_pool.size ({self.warm_pool.size}) is larger than "
+                             f"max_nodes ({self.max_nodes})")
 
     def join_timeout(self) -> float:
         return self.join_timeout_s if self.join_timeout_s is not None else self.boot_time_s + 120

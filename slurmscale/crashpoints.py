@@ -15,6 +15,8 @@ POINTS = (
     "launch:after_record",  # instances recorded; not yet tagged with nodes or addressed
     "release:before_terminate",  # a suspend is being carried out; nothing terminated
     "release:after_terminate",  # instances terminated; the store still has them running
+    "warm:before_start",  # a gang's warm instances tagged with its nodes; none started
+    "warm:between_starts",  # a gang's first warm instance started; the others still stopped
     "block:after_requeue",  # a block's close requeued its jobs; its nodes still powered up
     "grace:after_signal",  # a job signalled before its requeue and its grace recorded; the
     # warning's message not yet deleted (it comes back), the requeue not yet due

@@ -59,6 +59,8 @@ GANG_EDGES: Mapping[tuple[GangStatus | None, GangStatus], str] = {
 
 class InstanceState(StrEnum):
     RUNNING = "running"
+    # stopped, in its pool's warm pool (`warm_pool`): no node; its row keeps the last one's
+    WARM = "warm"
     TERMINATED = "terminated"
 
 
@@ -69,6 +71,14 @@ INSTANCE_EDGES: Mapping[tuple[InstanceState | None, InstanceState], str] = {
         "released, rolled back, interrupted, vanished, or left without a node",
     (InstanceState.TERMINATED, InstanceState.TERMINATED):
         "terminated again (TerminateInstances is idempotent; a retried release)",
+    (InstanceState.RUNNING, InstanceState.WARM):
+        "released into its pool's warm pool: stopped (StopInstances), its node tag cleared",
+    (InstanceState.WARM, InstanceState.WARM):
+        "stopped again (a warm start that went back: the gang's other starts were refused)",
+    (InstanceState.WARM, InstanceState.RUNNING):
+        "started (StartInstances) for a node of a resume, or taken by a recovered launch",
+    (InstanceState.WARM, InstanceState.TERMINATED):
+        "aged out, past the pool's size, taken by a rolled-back launch, or vanished",
 }
 
 

@@ -245,6 +245,13 @@ class EC2Cloud:
         if rest:
             self._terminate(rest)
 
+    def stop(self, instance_ids: list[str]) -> None:
+        for i in range(0, len(instance_ids), 500):
+            self._call("stop_instances", InstanceIds=instance_ids[i:i + 500])
+
+    def start(self, instance_id: str) -> None:
+        self._call("start_instances", InstanceIds=[instance_id])
+
     def find(self, tags: dict[str, str], include_terminated: bool = False,
              ids: list[str] | None = None) -> list[CloudInstance]:
         states = None if include_terminated else _LIVE_STATES

@@ -94,6 +94,17 @@ class CloudProvider(Protocol):
 
     def terminate(self, instance_ids: list[str]) -> None: ...
 
+    def stop(self, instance_ids: list[str]) -> None:
+        """StopInstances: the instances keep their volumes, private IP and tags, not their
+        compute (a warm pool's, `config_pool.WarmPool`)."""
+        ...
+
+    def start(self, instance_id: str) -> None:
+        """StartInstances for one stopped instance: refused (CloudError, e.g.
+        InsufficientInstanceCapacity: EC2 keeps no capacity for a stopped instance) or
+        under way. One at a time, so each refusal names its instance."""
+        ...
+
     def find(self, tags: dict[str, str], include_terminated: bool = False,
              ids: list[str] | None = None) -> list[CloudInstance]:
         """Instances carrying all of `tags`, terminated ones too if asked (EC2 lists them for

@@ -54,6 +54,7 @@ from slurmscale.daemon.passes.reserved_capacity import ReservedCapacity
 from slurmscale.daemon.passes.retry import EndpointRetry
 from slurmscale.daemon.passes.sweep import InstanceSweep
 from slurmscale.daemon.passes.topology import TopologyPass
+from slurmscale.daemon.passes.warm_pool import WarmInstances
 from slurmscale.lifecycles import ChangedMeanwhile
 from slurmscale.model import SlurmNode
 from slurmscale.policy.model import ActionKind
@@ -122,10 +123,11 @@ class Reconciler:
         self.addresses = NodeAddresses(ctx)
         # (its delay on the store: a standby waits out the leader's)
         ec2_retry = EndpointRetry(base_s=max(2.0, cfg.daemon.tick_seconds), store=store)
+        self.warm = WarmInstances(ctx)
         self.launcher = GangLauncher(ctx, self.addresses, self.backoff, self.reserved, fleets,
-                                     ec2_retry, metrics)
+                                     ec2_retry, self.warm, metrics)
         self.requests = RequestPass(ctx, self.launcher, self.addresses, ec2_retry, spool)
-        self.sweep = InstanceSweep(ctx, self.interruptions, fleets)
+        self.sweep = InstanceSweep(ctx, self.interruptions, fleets, self.warm)
         self.names = NodeNamePass(ctx) if zone is not None else None
         self.topology = TopologyPass(ctx) if cfg.topology is not None else None
         self.boots = BootPass(ctx, fleets, self.addresses, metrics)

@@ -239,6 +239,38 @@ class SimEc2:
                 self._due.pop(iid, None)
                 self._end(self._get(iid), USER_SHUTDOWN)
 
+    def stop(self, instance_ids: list[str]) -> None:
+        """Stopped at once (EC2's stopping state is not modelled): its compute given back to
+        the market, its tags and address kept."""
+        for iid in instance_ids:
+            inst = self._get(iid)
+            if inst.state in ("pending", "running"):
+                self._due.pop(iid, None)
+                if not inst.reservation:
+                    self._live[inst.lifecycle] -= 1
+                inst.state, inst.state_reason, inst.listed = (
+                    "stopped", "Client.UserInitiatedShutdown", None)
+
+    def start(self, instance_id: str) -> None:
+        """Running again, its LaunchTime the start's ("the time that the instance was last
+        launched": EC2 API reference, Instance); refused as EC2 refuses one with no capacity
+        for it when the market's `limit` is reached."""
+        inst = self._get(instance_id)
+        if inst.state not in LIVE:
+            raise CloudError("IncorrectInstanceState", f"The instance '{instance_id}' is not "
+                             "in a state from which it can be started.")
+        if inst.state != "stopped":
+            return
+        cap = self.limit.get(inst.lifecycle)
+        if cap is not None and self._live[inst.lifecycle] >= cap:
+            raise CloudError("InsufficientInstanceCapacity",
+                             f"We currently do not have sufficient {inst.instance_type} "
+                             "capacity in the Availability Zone you requested "
+                             f"({self.zones.get(inst.subnet, '')}).")
+        self._live[inst.lifecycle] += 1
+        inst.state, inst.state_reason, inst.listed = "running", "", None
+        inst.launched_at = self.clock()
+
     def reclaim(self, instance_id: str, reservation: bool = False) -> str:
         """AWS takes a spot instance back (`reservation`: an interruptible reservation's owner
         takes a reserved one): the interruption warning EventBridge sends. The instance is
@@ -265,7 +297,7 @@ class SimEc2:
 
     def _end(self, inst: _Instance, why: str) -> None:
         if inst.state in LIVE:
-            if not inst.reservation:
+            if not inst.reservation and inst.state != "stopped":
                 self._live[inst.lifecycle] -= 1
             inst.state, inst.state_reason, inst.listed = "terminated", why, None
             self._ended.append((self.clock(), inst.id))

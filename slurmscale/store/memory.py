@@ -248,6 +248,8 @@ class MemoryStore:
             old = self._instances.get(r.instance_id)
             check(INSTANCE_EDGES, f"instance {r.instance_id}",
                   None if old is None else old.state, r.state)
+            if old is not None and self._active.get(old.node) == r.instance_id:
+                del self._active[old.node]  # (a warm instance started for another node)
             self._instances[r.instance_id] = _copy(r)
             if r.state == InstanceState.RUNNING:
                 self._active[r.node] = r.instance_id
@@ -275,10 +277,25 @@ class MemoryStore:
             if row is None:
                 continue  # not one we recorded (as the SQL store: nothing to mark)
             check(INSTANCE_EDGES, f"instance {iid}", row.state, InstanceState.TERMINATED)
-            if row.state == InstanceState.RUNNING:
+            if row.state != InstanceState.TERMINATED:
                 row.state, row.terminated_at = InstanceState.TERMINATED, now
                 if self._active.get(row.node) == iid:
                     del self._active[row.node]
+
+    def keep_warm(self, instance_ids: Iterable[str]) -> None:
+        for iid in instance_ids:
+            row = self._instances.get(iid)
+            if row is None:
+                continue
+            check(INSTANCE_EDGES, f"instance {iid}", row.state, InstanceState.WARM)
+            row.state = InstanceState.WARM
+            if self._active.get(row.node) == iid:
+                del self._active[row.node]
+
+    def warm_instances(self, pool: str | None = None) -> list[InstanceRow]:
+        return [_copy(r) for r in sorted(self._instances.values(),
+                                         key=lambda r: (r.launched_at, r.instance_id))
+                if r.state == InstanceState.WARM and (pool is None or r.pool == pool)]
 
     # --- Slurm's requests and the gangs launched for them ------------------------------
     def is_outage(self, error: Exception) -> bool:

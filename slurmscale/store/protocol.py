@@ -152,6 +152,14 @@ class LaunchStore(PassStore, TimerStore, PhaseStore, Protocol):
 
     def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None: ...
 
+    def keep_warm(self, instance_ids: Iterable[str]) -> None:
+        """These instances stopped into their pool's warm pool (running or warm -> warm)."""
+        ...
+
+    def warm_instances(self, pool: str | None = None) -> list[InstanceRow]:
+        """The warm (stopped) instances, of one pool or all, the oldest start first."""
+        ...
+
     def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]: ...
 
 

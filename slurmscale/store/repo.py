@@ -228,6 +228,23 @@ class Store(FencedStore):
                        "instance", InstanceState.TERMINATED.value, terminated_at=now)
             self._commit(s)
 
+    def keep_warm(self, instance_ids: Iterable[str]) -> None:
+        ids = list(instance_ids)
+        if not ids:
+            return
+        with self.session() as s:
+            self._move(s, t.instances.c.instance_id, t.instances.c.state, ids, INSTANCE_EDGES,
+                       "instance", InstanceState.WARM.value)
+            self._commit(s)
+
+    def warm_instances(self, pool: str | None = None) -> list[InstanceRow]:
+        q = select(InstanceRow).where(t.instances.c.state == InstanceState.WARM.value)
+        if pool is not None:
+            q = q.where(t.instances.c.pool == pool)
+        with self.session() as s:
+            return self._rows(s, q.order_by(t.instances.c.launched_at,
+                                            t.instances.c.instance_id))
+
     # policy memory --------------------------------------------------------------------
     def pool_memory(self) -> dict[str, PoolMemory]:
         with self.session() as s:

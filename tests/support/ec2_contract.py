@@ -164,6 +164,31 @@ def tags_added_later_are_found(side: Ec2Side) -> None:
     assert found[0].tags[TAG_GANG] == "g-f"
 
 
+def a_stopped_instance_keeps_its_tags_and_starts_again(side: Ec2Side) -> None:
+    """A warm pool's instance (daemon/passes/warm_pool.py): stopped, it is listed with its
+    tags (so the sweep knows it) but is no launch's to recover; started, it runs again; a
+    stopped one terminates like any."""
+    got = side.cloud.launch(side.pool(CapacityType.ON_DEMAND), 2, 2, "tok-w", _tags("g-w"))
+    a, b = sorted(i.instance_id for i in got.instances)
+    side.cloud.stop([a, b])
+    found = {i.instance_id: i for i in side.cloud.find(_tags("g-w"))}
+    assert {found[a].state, found[b].state} <= {"stopping", "stopped"}
+    assert found[a].tags[TAG_GANG] == "g-w"
+    assert side.cloud.launched_with(_tags("g-w")) == ()
+    side.cloud.start(a)
+    found = {i.instance_id: i for i in side.cloud.find(_tags("g-w"))}
+    assert found[a].state in ("pending", "running") and found[b].state == "stopped"
+    assert [i.instance_id for i in side.cloud.launched_with(_tags("g-w"))] == [a]
+    side.cloud.terminate([b])
+    assert [i.instance_id for i in side.cloud.find(_tags("g-w"))] == [a]
+    try:  # (a warm row EC2 terminated meanwhile: its start is no start)
+        side.cloud.start(b)
+    except CloudError as e:
+        assert e.code == "IncorrectInstanceState", e.code
+    else:
+        raise AssertionError("a terminated instance started")
+
+
 def a_reclaimed_spot_instance_shows_why(side: Ec2Side) -> None:
     got = side.cloud.launch(side.pool(CapacityType.SPOT), 1, 1, "tok-g", _tags("g-g"))
     iid = got.instances[0].instance_id
@@ -317,6 +342,7 @@ CHECKS: tuple[Callable[[Ec2Side], None], ...] = (
     terminated_instances_are_listed_only_when_asked,
     an_instance_ec2_does_not_know_needs_no_terminating,
     tags_added_later_are_found,
+    a_stopped_instance_keeps_its_tags_and_starts_again,
     a_reclaimed_spot_instance_shows_why,
     placement_groups_hold_a_gang_until_it_is_gone,
     subnets_answer_their_zone,

@@ -16,6 +16,8 @@ AWS really produces, in AWS's response shapes.
   instance status check, or with a scheduled event (code, NotBefore, description), in EC2's
   response shape (moto reports every running instance ok with no events).
 - capacity reservations and placement groups, which moto lacks (`capacity`, ec2_capacity.py).
+- StartInstances of a terminated instance: EC2 refuses it (IncorrectInstanceState), moto
+  starts it.
 Loopback only: it listens on 127.0.0.1 and forwards only to the moto URL it is given.
 """
 
@@ -129,6 +131,13 @@ class EC2Proxy:
                                                          short, params), call)
                         return
                     body = _as_on_demand(params, reserved[1])
+                if call.action == "StartInstances":
+                    stale = proxy._not_startable(params)
+                    if stale:
+                        self._reply(400, _api_error("IncorrectInstanceState", (
+                            f"The instance '{stale}' is not in a state from which it can "
+                            "be started.")), call)
+                        return
                 fault = proxy._take_fault(call)
                 if fault and fault.kind == "short":
                     fault = replace(fault, kind="none" if fault.keep < _min_target(params)
@@ -212,6 +221,18 @@ class EC2Proxy:
                 f.times -= 1
                 return f
         return None
+
+    def _not_startable(self, params: dict[str, str]) -> str:
+        """The first instance of a StartInstances that is terminated or shutting down (moto
+        starts it; EC2 refuses with IncorrectInstanceState), or ""."""
+        ids = [v for k, v in sorted(params.items()) if k.startswith("InstanceId.")]
+        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=self.upstream,
+                           aws_access_key_id="testing", aws_secret_access_key="testing")  # noqa: S106
+        for res in ec2.describe_instances(InstanceIds=ids)["Reservations"]:
+            for inst in res["Instances"]:
+                if inst["State"]["Name"] in ("shutting-down", "terminated"):
+                    return str(inst["InstanceId"])
+        return ""
 
     def _terminate_upstream(self, ids: list[str]) -> None:
         """EC2 itself terminates these (a signed call, as moto routes an unsigned one to S3,

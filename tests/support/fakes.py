@@ -69,6 +69,9 @@ class FakeCloud:
     # another launches there (EC2 tries the overrides in priority order) and reports an
     # error for each of these it tried; one with only these launches nothing
     sold_out: set[tuple[str, str]] = field(default_factory=set)
+    stops: list[list[str]] = field(default_factory=list)  # StopInstances calls
+    starts: list[str] = field(default_factory=list)  # StartInstances calls
+    refuse_start: set[str] = field(default_factory=set)  # no capacity to start these
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
@@ -215,6 +218,31 @@ class FakeCloud:
         for i in instance_ids:
             if i in self.instances:  # (one EC2 does not know needs no terminating)
                 self._end(i, USER_SHUTDOWN)
+
+    def stop(self, instance_ids: list[str]) -> None:
+        self._up()
+        self.stops.append(list(instance_ids))
+        for i in instance_ids:
+            old = self.instances.get(i)
+            if old is None:
+                raise CloudError("InvalidInstanceID.NotFound",
+                                 f"The instance ID '{i}' does not exist")
+            if old.state in ("pending", "running"):
+                self.instances[i] = replace(old, state="stopped",
+                                            state_reason="Client.UserInitiatedShutdown")
+
+    def start(self, instance_id: str) -> None:
+        self._up()
+        self.starts.append(instance_id)
+        if instance_id in self.refuse_start:
+            raise CloudError("InsufficientInstanceCapacity", "We currently do not have "
+                             "sufficient capacity in the Availability Zone you requested.")
+        old = self.instances[instance_id]
+        if old.state in ("shutting-down", "terminated"):
+            raise CloudError("IncorrectInstanceState", f"The instance '{instance_id}' is not "
+                             "in a state from which it can be started.")
+        if old.state == "stopped":
+            self.instances[instance_id] = replace(old, state="running", state_reason="")
 
     def reclaim(self, instance_id: str) -> None:
         """AWS takes the spot instance back."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -316,7 +317,27 @@ def launch_phases_are_one_row_an_instance_read_by_answer_time(store: ReconcileSt
     assert store.launch_phases(since_s=T0 + 2)[0].started_s == T0 + 60
 
 
+def a_warm_instance_is_no_nodes_until_started_for_one(store: ReconcileStore) -> None:
+    """A warm pool's instance (warm_pool.py): stopped, it backs no node; started for
+    another node, it backs that one; it terminates from warm like from running."""
+    store.add_instances([instance("i-1", "gpu-1", 0), instance("i-2", "gpu-2", 1)])
+    store.keep_warm(["i-1", "i-2"])
+    assert store.active_instances() == []
+    assert [i.instance_id for i in store.warm_instances("gpu")] == ["i-1", "i-2"]
+    assert store.warm_instances("other") == []
+    started = replace(instance("i-2", "gpu-7", 5), gang_id="g-2")
+    store.add_instances([started])
+    assert [(i.instance_id, i.node) for i in store.active_instances()] == [("i-2", "gpu-7")]
+    assert store.active_instances(["gpu-2"]) == []
+    store.keep_warm(["i-2"])
+    store.mark_terminated(["i-1"], at(9))
+    assert [i.instance_id for i in store.warm_instances()] == ["i-2"]
+    gone = store.instance("i-1")
+    assert gone is not None and gone.state == InstanceState.TERMINATED
+
+
 CHECKS: list[Callable[[ReconcileStore], None]] = [
+    a_warm_instance_is_no_nodes_until_started_for_one,
     launch_phases_are_one_row_an_instance_read_by_answer_time,
     timers_are_kept_per_kind_and_written_per_subject,
     holds_follow_their_lifecycle_and_reads_are_copies,

@@ -90,7 +90,9 @@ def test_the_iam_policy_grants_every_aws_call_the_code_makes_and_scopes_the_dang
         action = f"{service}:" + "".join(w.capitalize() for w in op.split("_"))
         assert action in allowed, f"{action} (called as {op}) is not in docs/iam-policy.json"
     # terminating is only ever allowed on instances carrying this cluster's tag
-    for st in allowed["ec2:TerminateInstances"] + allowed["ec2:DeletePlacementGroup"]:
+    # (and stopping and starting: a warm pool's)
+    for st in (allowed["ec2:TerminateInstances"] + allowed["ec2:DeletePlacementGroup"]
+               + allowed["ec2:StopInstances"] + allowed["ec2:StartInstances"]):
         assert st["Condition"]["StringEquals"]["ec2:ResourceTag/slurmscale:cluster"]
     for st in allowed["ec2:CreatePlacementGroup"]:
         assert st["Condition"]["StringEquals"]["aws:RequestTag/slurmscale:cluster"]

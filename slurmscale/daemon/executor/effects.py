@@ -5,7 +5,8 @@ the result, a sequence of effects, to `Effects.apply`. The effects are Slurm's e
 (`edits.Edit`, applied by `SlurmEdits` with its per-kind error policy), an audit event
 (`Say`), a row recorded (`Record`: a job's lost run, a node's replacement, a hold, a gang's
 launch begun, the instances it got), a gang's row moved on (`GangUpdate`), EC2's writes
-(`Fleet`: one CreateFleet; `Terminate`; `Tag`; `PlacementGroup` made, `DropPlacementGroup`),
+(`Fleet`: one CreateFleet; `Terminate`; `Tag`; `PlacementGroup` made, `DropPlacementGroup`;
+a warm pool's `Stop` and `Start`),
 instances no longer tracked though not terminated (`Untrack`), a job signalled ahead of its
 requeue with its grace recorded (`Signal`), AWS Health's scheduled change kept (`Heard`), a
 pass's waits on the store (`Timers`), an event queue's message deleted (`Forget`), a batch
@@ -22,16 +23,17 @@ of the decision.
 Error policy per kind: an edit's is `SlurmEdits`'s (said, held off, said by the pass, done
 anyway); a signal Slurm refused is said (`signal_failed`) and its `otherwise` applied; a
 terminate EC2 refused is said (`terminate_failed`), the store left as it was for the sweep
-to find; a tag refused is said (`tag_failed`: the resume is replayed, tags are idempotent);
-a placement group not deleted is logged (an instance still shutting down: the sweep tries
-again next pass); a CreateFleet refused or unanswered is its outcome (`Applied.code`): a
-retry is the pass's decision (the same ClientToken: never a second launch); a message not
-deleted is logged (it comes back and is handled again); a Route 53 change or a file write
-that failed is its outcome's `error`, the pass's to say (once until it works); the store's
-writes are fenced by the leader's epoch (store/repo.py) and raise when the lease is lost,
-which ends the pass (nothing after them is applied); an audit event cannot fail. The
-effects are the only place the daemon writes to Slurm, EC2, the event queue, Route 53 or
-Slurm's files (tests/unit/test_layering.py).
+to find; a stop refused is said (`warm_stop_failed`), the pass terminating instead; a start
+refused is its outcome's `code`, the warm start's to decide; a tag refused is said
+(`tag_failed`: the resume is replayed, tags are idempotent); a placement group not deleted
+is logged (an instance still shutting down: the sweep tries again next pass); a CreateFleet
+refused or unanswered is its outcome (`Applied.code`): a retry is the pass's decision (the
+same ClientToken: never a second launch); a message not deleted is logged (it comes back and
+is handled again); a Route 53 change or a file write that failed is its outcome's `error`,
+the pass's to say (once until it works); the store's writes are fenced by the leader's epoch
+(store/repo.py) and raise when the lease is lost, which ends the pass (nothing after them is
+applied); an audit event cannot fail. The effects are the only place the daemon writes to
+Slurm, EC2, the event queue, Route 53 or Slurm's files (tests/unit/test_layering.py).
 """
 
 from __future__ import annotations
@@ -113,6 +115,25 @@ class Terminate:
 
     instance_ids: tuple[str, ...]
     why: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Instances stopped into their pool's warm pool and marked warm on the store. A refusal
+    is said (warm_stop_failed) and left to the pass, which terminates them instead: nothing
+    a release let go may run on."""
+
+    instance_ids: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class Start:
+    """One warm instance started (StartInstances). A refusal is its outcome's `code`
+    (InsufficientInstanceCapacity: EC2 keeps no capacity for a stopped instance), for the
+    warm start to decide; the store is moved on by the launch that takes it."""
+
+    instance_id: str
 
 
 @dataclass(frozen=True)
@@ -252,7 +273,8 @@ TAG_THREADS = 8  # CreateTags in flight at once for one gang
 
 # what one effect is (Chain and Together hold others)
 Single = (Edit | Say | Record | GangUpdate | Signal | Heard | Terminate | Untrack | Fleet | Tag
-          | PlacementGroup | DropPlacementGroup | Timers | Forget | Names | WriteFile)
+          | PlacementGroup | DropPlacementGroup | Timers | Forget | Names | WriteFile | Stop
+          | Start)
 Effect = Single | Chain | Together
 
 
@@ -322,7 +344,8 @@ class Effects:
             return ok
         if isinstance(e, Together):
             return self._together(e, now, out)
-        if isinstance(e, (Fleet, Tag, Terminate, PlacementGroup, DropPlacementGroup)):
+        if isinstance(e, (Fleet, Tag, Terminate, PlacementGroup, DropPlacementGroup, Stop,
+                          Start)):
             done = self._cloud(e)
             out.append(done)
             return done.taken
@@ -383,8 +406,8 @@ class Effects:
         assert self.clock is not None, "EC2's effects need the context's clock"
         return self.clock()
 
-    def _cloud(self, e: Fleet | Tag | Terminate | PlacementGroup | DropPlacementGroup
-               ) -> Applied:
+    def _cloud(self, e: Fleet | Tag | Terminate | PlacementGroup | DropPlacementGroup | Stop
+               | Start) -> Applied:
         """One of EC2's writes, its outcome by the kind's error policy (module docstring)."""
         assert self.cloud is not None, "EC2's effects need the context's cloud"
         cloud = self.cloud
@@ -403,6 +426,10 @@ class Effects:
                     cloud.ensure_placement_group(e.name, dict(e.tags))
                 case DropPlacementGroup():
                     cloud.delete_placement_group(e.name)
+                case Stop():
+                    cloud.stop(list(e.instance_ids))
+                case Start():
+                    cloud.start(e.instance_id)
         except CloudError as err:
             match e:
                 case Tag():
@@ -413,11 +440,17 @@ class Effects:
                                f"{','.join(e.instance_ids)} ({e.why}): {err}")
                 case DropPlacementGroup():
                     log.info("placement group %s not deleted yet: %s", e.name, err)
+                case Stop():
+                    self.event(Kind.WARM_STOP_FAILED,
+                               f"{','.join(e.instance_ids)} ({e.why}): {err}")
             return Applied(e, False, err.message, err.code)
         if isinstance(e, Terminate):
             crash_point("release:after_terminate")
             self.store.mark_terminated(e.instance_ids, self._now())
             self.event(Kind.TERMINATED, f"{','.join(e.instance_ids)} ({e.why})")
+        if isinstance(e, Stop):
+            self.store.keep_warm(e.instance_ids)
+            self.event(Kind.WARM_STOPPED, f"{','.join(e.instance_ids)} ({e.why})")
         return Applied(e, True)
 
     def _outside(self, e: Forget | Names | WriteFile) -> tuple[bool, str]:

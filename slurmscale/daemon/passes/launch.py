@@ -1,6 +1,7 @@
-"""Launching a gang: one all-or-nothing CreateFleet decision (or several fleets for a gang
-too large for one), recorded before and after the call so a daemon killed at any point neither
-launches twice nor leaks; a gang that falls short is rolled back and its nodes powered down
+"""Launching a gang: its pool's warm instances started whole (warm_pool.py), or one
+all-or-nothing CreateFleet decision (or several fleets for a gang too large for one),
+recorded before and after the call so a daemon killed at any point neither launches twice
+nor leaks; a gang that falls short is rolled back and its nodes powered down
 with EC2's reason, so Slurm requeues the job."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from slurmscale.daemon.passes.backoff import CapacityBackoff
 from slurmscale.daemon.passes.fleets import GangFleets
 from slurmscale.daemon.passes.reserved_capacity import STATE_DUE_TTL_S, ReservedCapacity
 from slurmscale.daemon.passes.retry import EndpointRetry
+from slurmscale.daemon.passes.warm_pool import WarmInstances
 from slurmscale.gangs import gang_id
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus, InstanceState
@@ -82,8 +84,10 @@ def client_token(gid: str) -> str:
 class GangLauncher:
     def __init__(self, ctx: PassContext[LaunchStore], addresses: NodeAddresses,
                  backoff: CapacityBackoff, reserved: ReservedCapacity, fleets: GangFleets,
-                 ec2_retry: EndpointRetry, metrics: Metrics | None = None) -> None:
+                 ec2_retry: EndpointRetry, warm: WarmInstances,
+                 metrics: Metrics | None = None) -> None:
         self.ctx = ctx
+        self.warm = warm
         self.addresses = addresses
         self.backoff = backoff
         self.reserved = reserved
@@ -144,15 +148,22 @@ class GangLauncher:
                 created_at=now, updated_at=now,
             ))])
         what = f"{_what(gang)} {nodes_expr}"
-        # a launch cut off by a crash: whatever it launched carries the gang's tag
-        recovered = self._recover(gid) if recovering else None
-        if route.kind is RouteKind.REFUSED and recovered is None:
+        # a launch cut off by a crash: whatever it launched (or started from the warm pool)
+        # carries the gang's tag
+        warm = self.warm.resume(pool, gang, gid) if recovering else None
+        recovered = self._recover(gid) if recovering and warm is None else None
+        if route.kind is RouteKind.REFUSED and recovered is None and warm is None:
             return self._refused(pool, gang, gid, route, what, nodes_expr, now.timestamp(),
                                  give_up_at)
-        asked = _request_text(self.ctx.cfg, pool, gang, route, spec)
-        self.ctx.event(Kind.LAUNCH_REQUESTED, f"{what}: {asked}", gang_id=gid, node=nodes_expr)
-        crash_point("launch:before_fleet")
-        result = recovered
+        # stopped instances of the pool's warm pool first, the whole gang or none
+        if warm is None and recovered is None:
+            warm = self.warm.start(pool, gang, gid)
+        if warm is None:
+            asked = _request_text(self.ctx.cfg, pool, gang, route, spec)
+            self.ctx.event(Kind.LAUNCH_REQUESTED, f"{what}: {asked}", gang_id=gid,
+                           node=nodes_expr)
+            crash_point("launch:before_fleet")
+        result = recovered if warm is None else LaunchResult(warm, "", "", "")
         if result is None or (len(result.instances) < gang.size and not gang.coalesced):
             # (a recovered gang of several fleets: the daemon died between them; the parts
             # never sent are sent now, with their own ClientTokens)

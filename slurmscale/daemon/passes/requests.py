@@ -165,12 +165,14 @@ class RequestPass:
     # --- release (suspend / resume-fail) -------------------------------------------
     def release(self, items: tuple[tuple[str, RequestKind, str], ...]
                 ) -> tuple[int, list[str]]:
-        """Terminate the nodes' instances. Returns the nodes released and the requests to keep
-        pending: a terminate EC2 did not carry out is retried next pass, or the instance
-        would run on, tracked, under a powered-down node."""
+        """Terminate the nodes' instances (or stop them into their pool's warm pool).
+        Returns the nodes released and the requests to keep pending: a terminate EC2 did not
+        carry out is retried next pass, or the instance would run on, tracked, under a
+        powered-down node."""
         nodes = [n for n, _, _ in items]
         by_node: dict[str, set[str]] = {n: set() for n in nodes}
-        for inst in self.ctx.store.active_instances(nodes):
+        rows = self.ctx.store.active_instances(nodes)
+        for inst in rows:
             by_node[inst.node].add(inst.instance_id)
         try:
             for ci in self.ctx.cloud.find({TAG_CLUSTER: self.ctx.cfg.cluster_name}):
@@ -181,7 +183,14 @@ class RequestPass:
             self.ctx.event(Kind.CLOUD_ERROR, f"listing instances for release: {e}")
         ids = sorted({i for s in by_node.values() for i in s})
         kinds = {k.value for _, k, _ in items}
-        if ids and not self.ctx.terminate(ids, f"{'/'.join(sorted(kinds))} of {compress(nodes)}"):
+        why = f"{'/'.join(sorted(kinds))} of {compress(nodes)}"
+        # a suspended node's instance into its pool's warm pool, where it has room (a failed
+        # resume's instance is not trusted to boot again: terminated)
+        suspended = {n for n, k, _ in items if k is RequestKind.SUSPEND}
+        warm = self.launcher.warm.stop(self.launcher.warm.keep(
+            [r for r in rows if r.node in suspended]), why)
+        ids = [i for i in ids if i not in warm]
+        if ids and not self.ctx.terminate(ids, why):
             return 0, [rid for _, _, rid in items]
         for node, kind, rid in items:
             if kind is RequestKind.RESUME_FAIL:
@@ -191,5 +200,7 @@ class RequestPass:
         self.ctx.effects.apply([self.addresses.addressed([(n, n, n) for n in nodes]),
                                 edits.instances([(n, "", "") for n in nodes])])
         self.ctx.event(Kind.RELEASED, f"{compress(nodes)} ({'/'.join(sorted(kinds))}): "
-                   f"{len(ids)} instance(s) terminated", node=compress(nodes))
+                       f"{len(ids)} instance(s) terminated"
+                       + (f", {len(warm)} stopped into the warm pool" if warm else ""),
+                       node=compress(nodes))
         return len(nodes), []

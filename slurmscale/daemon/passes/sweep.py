@@ -2,7 +2,8 @@
 instances the store has running that it did not list), compared with the store and with
 Slurm. Instances that vanished without an event, instances running that no node
 expects (leaks), tracked instances whose node Slurm does not have, and nodes Slurm has up with
-no instance at all are each dealt with here; placement groups whose gang is gone are deleted."""
+no instance at all are each dealt with here; placement groups whose gang is gone are deleted;
+the warm pools' stopped instances are tended (warm_pool.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from slurmscale.daemon.passes.lost_nodes import (
     nodes_without_instances,
     stuck_powered_down,
 )
+from slurmscale.daemon.passes.warm_pool import WarmInstances
 from slurmscale.hostlists import compress
 from slurmscale.lifecycles import GangStatus
 from slurmscale.model import SlurmNode
@@ -49,8 +51,9 @@ def leaked_instances(seen: list[CloudInstance], cluster: str, tracked: set[str],
 
 class InstanceSweep:
     def __init__(self, ctx: PassContext[ReconcileStore], interruptions: InterruptionPass,
-                 fleets: GangFleets) -> None:
+                 fleets: GangFleets, warm: WarmInstances) -> None:
         self.ctx = ctx
+        self.warm = warm
         self.interruptions = interruptions
         self.fleets = fleets
         self.lost = LostNodes(ctx.cfg.daemon.lost_node_grace_s, ctx.store)
@@ -87,6 +90,7 @@ class InstanceSweep:
                 c.event(Kind.LEAK_TERMINATED, f"{i.instance_id} ({i.state}, node tag "
                         f"{i.tags.get(TAG_NODE, 'none')}, launched {i.launched_at}) was "
                         "running untracked", node=i.tags.get(TAG_NODE))
+        self.warm.tend(seen, {i.instance_id for i in active}, now)
         if nodes:
             self._terminate_nodeless(active, nodes, now)
             self._power_down_lost(nodes, seen, {i.node for i in active}, now)
