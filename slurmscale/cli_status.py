@@ -129,6 +129,10 @@ def gather(cfg: Config) -> dict[str, Any]:
     flight = launches_in_flight(store.launch_phases(since_s=now.timestamp() - 3600,
                                                     open_only=True),
                                 {i.instance_id for i in instances}, now.timestamp())
+    # stopped instances kept for the next resumes (pools with a warm_pool)
+    kept = store.warm_instances()
+    warm = [{"pool": p.name, "stopped": sum(1 for r in kept if r.pool == p.name),
+             "size": p.warm_pool.size} for p in cfg.pools if p.warm_pool is not None]
     day = store.replacements(since=now.timestamp() - 86400)
     quarantined = [{"table": t, "key": k, "error": why}
                    for (t, k), why in sorted(store.quarantined.items())]
@@ -148,7 +152,7 @@ def gather(cfg: Config) -> dict[str, Any]:
             "replaced_24h": len(store_replacements),
             "boot_failures_24h": [{"pool": p, "cause": c, "count": n}
                                   for (p, c), n in sorted(boots.items())],
-            "quarantined_rows": quarantined, "launches_in_flight": flight,
+            "quarantined_rows": quarantined, "launches_in_flight": flight, "warm_pools": warm,
             "resume_timeouts_1h": sorted(set(timed_out))}
 
 
@@ -270,6 +274,9 @@ def render(d: dict[str, Any]) -> str:
         out += ["", "launches in flight:",
                 *(f"  {f['nodes']} ({f['pool']}): {f['where']}"[:80]
                   for f in d["launches_in_flight"])]
+    if d.get("warm_pools"):
+        out += ["", "warm pools (stopped instances kept for the next resumes): " + ", ".join(
+            f"{w['pool']} {w['stopped']}/{w['size']}" for w in d["warm_pools"])]
     if d["backoff"]:
         out += ["", "capacity backoff (a pool, or one of its offerings: type/AZ/capacity):",
                 *(f"  {b['pool']} {b.get('offering', '(all)')} until {b['until'][11:19]} UTC "
@@ -326,7 +333,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
     used_node_hours, idle_node_hours, utilization, period}], "replacing": [{node, state,
     reason}] (nodes being replaced or left for an admin), "replaced_24h", "boot_failures_24h":
     [{pool, cause, count}] (launched nodes that did not join Slurm: docs/node-image.md),
-    "quarantined_rows": [{table, key, error}] (store rows skipped: they cannot be decoded)}"""
+    "quarantined_rows": [{table, key, error}] (store rows skipped: they cannot be decoded),
+    "warm_pools": [{pool, stopped, size}] (a pool's warm pool: stopped instances kept)}"""
     cfg = _load(ctx.find_root())
     while True:
         d = gather(cfg)

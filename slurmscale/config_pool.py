@@ -195,6 +195,9 @@ class WarmPool(_Strict):
     # a stopped instance older than this (since its last start) is terminated: its image
     # and the node's software age while it waits
     max_age_s: Annotated[float, Field(gt=0)] = 7 * 86400.0
+    # what one stopped instance costs an hour (its EBS volumes): `report` prices the
+    # stopped instance-hours with it; left out, it shows the hours alone
+    stopped_usd_per_hour: Annotated[float, Field(ge=0)] | None = None
 
 
 class Pool(_Strict):

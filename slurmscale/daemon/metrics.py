@@ -133,6 +133,8 @@ class Metrics:
         self.replacement_seconds = Histogram("slurmscale_node_replacement_seconds",
                                              "detected unhealthy to back in service",
                                              ["pool"], buckets=WAIT_BUCKETS, registry=r)
+        self.warm = Gauge("slurmscale_warm_instances", "stopped instances a pool's warm pool "
+                          "keeps for its next resumes (warm_pool)", ["pool"], registry=r)
         self.backoff_s = Gauge("slurmscale_capacity_backoff_seconds",
                                "seconds until a pool out of capacity is tried again (0: not "
                                "backed off)", ["pool"], registry=r)
@@ -145,6 +147,10 @@ class Metrics:
             for cause in Cause:
                 self.replacements.labels(pool, cause.value)
             self.backoff_s.labels(pool).set(0)
+
+    def warm_instances(self, counts: Mapping[str, int]) -> None:
+        for pool, n in counts.items():
+            self.warm.labels(pool).set(n)
 
     def backoff(self, until_s: dict[str, float], pools: Iterable[str], now_s: float) -> None:
         for pool in pools:

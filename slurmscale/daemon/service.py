@@ -297,6 +297,7 @@ class Daemon:
         m.tick.observe(seconds)
         m.pass_times(res.phase_seconds, res.wait_seconds)
         m.pools(reconciler.capacity.pools_now)
+        m.warm_instances(reconciler.warm.counts)
         spent: dict[str, float] = {}
         for h in self.store.holds(("active", "releasing")):
             spent[h.pool] = spent.get(h.pool, 0.0) + h.spent_gpu_s

@@ -27,13 +27,14 @@ from pydantic import BaseModel
 
 from slurmscale.audit import Kind
 from slurmscale.config import CapacityType, Config
-from slurmscale.lifecycles import GraceState
+from slurmscale.lifecycles import GraceState, InstanceState
 from slurmscale.report.quantiles import percentile
 from slurmscale.report.time_to_run import TimeToRun, summarize
 from slurmscale.store.rows import (
     NOT_PREEMPTED,
     CapacityReservationRow,
     GraceRow,
+    InstancePeriodRow,
     InstanceRow,
     JobRow,
     ReplacementRow,
@@ -125,6 +126,17 @@ class GraceTotals(BaseModel):
     p50_grace_s: float | None  # signal -> left or requeued (median, over those ended)
 
 
+class WarmUsage(BaseModel):
+    """One pool's warm pool in the window: how many of its instances were stopped in it,
+    for how many instance-hours (billed for their EBS volumes, not compute), at the pool's
+    `warm_pool.stopped_usd_per_hour` when given."""
+
+    pool: str
+    instances: int
+    stopped_hours: float
+    est_volume_cost_usd: float | None  # None: no stopped_usd_per_hour configured
+
+
 class Replacements(BaseModel):
     """Unhealthy nodes one pool lost to one cause in the window."""
 
@@ -165,6 +177,8 @@ class Report(BaseModel):
     graces: list[GraceTotals] = []
     # each launch's phases, per pool and kind (launches answered in the window)
     time_to_run: list[TimeToRun] = []
+    # stopped instances kept for the next resumes (pools with a warm_pool)
+    warm_pools: list[WarmUsage] = []
 
 
 def overlap_h(start: datetime, end: datetime | None, since: datetime, until: datetime) -> float:
@@ -236,7 +250,7 @@ def _usage(cfg: Config, pool: str, ctype: str, insts: list[InstanceRow], jobs: l
         cost = None if c is None or cost is None else cost + c
     busy = sum(overlap_h(utc(j.started_at), utc(j.ended_at), since, until)
                * j.num_nodes * j.gpus_per_node for j in jobs)
-    return PoolUsage(pool=pool, capacity_type=ctype, instances=len(insts),
+    return PoolUsage(pool=pool, capacity_type=ctype, instances=len({i.instance_id for i in insts}),
                      node_hours=round(node_h, 4), gpu_hours_provisioned=round(gpu_h, 4),
                      gpu_hours_busy=round(busy, 4),
                      gpu_hours_idle=round(max(0.0, gpu_h - busy), 4),
@@ -301,8 +315,35 @@ def _group(rows: list[ReplacementRow]) -> dict[tuple[str, str], list[Replacement
     return out
 
 
+def _runs(periods: list[InstancePeriodRow]) -> list[InstanceRow]:
+    """A warm pool instance's earlier runs, as rows of their own (its row holds its current
+    or last run): node hours and cost like any."""
+    return [InstanceRow(instance_id=p.instance_id, node="", pool=p.pool, gang_id="",
+                        instance_type=p.instance_type, lifecycle=p.lifecycle,
+                        launch_template_version="", state=InstanceState.TERMINATED,
+                        launched_at=utc(p.since), terminated_at=utc(p.until))
+            for p in periods if p.state == InstanceState.RUNNING]
+
+
+def warm_usage(cfg: Config, periods: list[InstancePeriodRow], since: datetime,
+               until: datetime) -> list[WarmUsage]:
+    """Per pool, the stopped instance-hours in [since, until) (`InstancePeriodRow`s)."""
+    out = []
+    for pool in sorted({p.pool for p in periods if p.state == InstanceState.WARM}):
+        stops = [p for p in periods if p.pool == pool and p.state == InstanceState.WARM]
+        hours = sum(overlap_h(utc(p.since), utc(p.until), since, until) for p in stops)
+        wp = cfg.pool(pool).warm_pool if pool in {x.name for x in cfg.pools} else None
+        price = wp.stopped_usd_per_hour if wp is not None else None
+        out.append(WarmUsage(pool=pool, instances=len({p.instance_id for p in stops}),
+                             stopped_hours=round(hours, 4),
+                             est_volume_cost_usd=None if price is None
+                             else round(hours * price, 2)))
+    return out
+
+
 def build_report(cfg: Config, store: Store, since: datetime, until: datetime) -> Report:
-    insts = store.instances_between(since, until)
+    periods = store.instance_periods(since, until)
+    insts = store.instances_between(since, until) + _runs(periods)
     jobs = store.jobs(since, until)
     unpriced: set[str] = set()
     pools = [_usage(cfg, p.name, p.capacity_type.value,
@@ -360,7 +401,7 @@ def build_report(cfg: Config, store: Store, since: datetime, until: datetime) ->
         paid_capacity=[paid_usage(r, store.reserved_instances(r.id, since), since, until)
                        for r in store.capacity_reservations()],
         replacements=replacements(store, insts, since, until),
-        graces=graces(store, since, until))
+        graces=graces(store, since, until), warm_pools=warm_usage(cfg, periods, since, until))
 
 
 def nodes_up_steps(instances: Sequence[InstanceRow], start: datetime, end: datetime

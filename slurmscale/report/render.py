@@ -62,6 +62,9 @@ def _rows(r: Report) -> Iterator[tuple[str, str, str, Any]]:
     for g in r.graces:
         for f in ("signalled", "left_in_grace", "requeued", "in_grace", "p50_grace_s"):
             yield "graces", f"{g.pool}/{g.cause}", f, getattr(g, f)
+    for wp in r.warm_pools:
+        for f in ("instances", "stopped_hours", "est_volume_cost_usd"):
+            yield "warm_pools", wp.pool, f, getattr(wp, f)
     for t in r.time_to_run:
         for ph in t.phases:
             for f in ("n", "median_s", "p95_s"):
@@ -116,6 +119,11 @@ def to_text(r: Report) -> str:
         out.append("Jobs signalled             signalled  left  requeued  in grace  p50 grace")
         out += [f"  {g.pool[:12]:<12} {g.cause[:12]:<12} {g.signalled:>9} {g.left_in_grace:>5} "
                 f"{g.requeued:>9} {g.in_grace:>9} {_dur(g.p50_grace_s):>10}" for g in r.graces]
+    if r.warm_pools:
+        # (stopped instances kept for the next resumes: billed for their volumes)
+        out.append("Warm pools                 stopped  instance-h  volume cost")
+        out += [f"  {w.pool[:24]:<24} {w.instances:>7} {w.stopped_hours:>11,.1f} "
+                f"{_num(w.est_volume_cost_usd, '{:,.2f}'):>12}" for w in r.warm_pools]
     if r.paid_capacity:
         out.append("Paid capacity (node-hours)      paid      used      idle   use")
         out += [f"  {u.id[-12:]:<12} {'block' if u.kind == 'capacity-block' else 'odcr':<5} "
@@ -161,6 +169,14 @@ def _time_to_run_html(r: Report) -> str:
                   [[t.pool, t.kind, ph.phase, ph.n, _dur(ph.median_s), _dur(ph.p95_s)]
                    for t in r.time_to_run for ph in t.phases if ph.n]) + "".join(
         f"<p>{html.escape(t.pool)}: {html.escape(s)}</p>" for t in r.time_to_run for s in t.slow)
+
+
+def _warm_html(r: Report) -> str:
+    if not r.warm_pools:
+        return "<p>None.</p>"
+    return _table(["pool", "instances stopped", "stopped instance-hours", "volume cost"],
+                  [[w.pool, w.instances, f"{w.stopped_hours:,.1f}",
+                    _num(w.est_volume_cost_usd, "{:,.2f}")] for w in r.warm_pools])
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -257,6 +273,7 @@ def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]
                [[g.pool, g.cause, g.signalled, g.left_in_grace, g.requeued, g.in_grace,
                  _dur(g.p50_grace_s)] for g in r.graces]) if r.graces else "<p>None.</p>",
         "<h2>Time to run, launch by launch</h2>", _time_to_run_html(r),
+        "<h2>Warm pools (stopped instances kept for the next resumes)</h2>", _warm_html(r),
         "<h2>Reservations for starving gangs</h2>",
         _table(["reservation", "pool", "job", "nodes needed", "state", "idle GPU-hours"],
                [[h.name, h.pool, h.job_id, h.needed, h.state, f"{h.idle_gpu_hours:,.2f}"]

@@ -36,6 +36,7 @@ from slurmscale.store.rows import (
     GangRow,
     GraceRow,
     HoldRow,
+    InstancePeriodRow,
     InstanceRow,
     JobRow,
     JobRun,
@@ -85,6 +86,7 @@ class MemoryStore:
         self._graces: list[GraceRow] = []  # by id - 1
         self._preempted_at: list[float] = []
         self._replacements: list[ReplacementRow] = []  # in time order
+        self._periods: list[InstancePeriodRow] = []  # warm instances' runs and stops
         self._timers: dict[str, dict[str, float]] = {}  # kind -> subject -> since
         self._phases: dict[str, LaunchPhasesRow] = {}  # instance id -> its launch's phases
         self._phase_order: list[tuple[float, str]] = []  # (answered, instance id), sorted
@@ -250,6 +252,11 @@ class MemoryStore:
                   None if old is None else old.state, r.state)
             if old is not None and self._active.get(old.node) == r.instance_id:
                 del self._active[old.node]  # (a warm instance started for another node)
+            if old is not None and old.state == InstanceState.WARM and \
+                    r.state == InstanceState.RUNNING:  # its last run kept, its stop ended
+                self._periods.append(InstancePeriodRow.of(
+                    old, InstanceState.RUNNING.value, old.launched_at, old.terminated_at))
+                self._end_stop(r.instance_id, r.launched_at)
             self._instances[r.instance_id] = _copy(r)
             if r.state == InstanceState.RUNNING:
                 self._active[r.node] = r.instance_id
@@ -277,20 +284,36 @@ class MemoryStore:
             if row is None:
                 continue  # not one we recorded (as the SQL store: nothing to mark)
             check(INSTANCE_EDGES, f"instance {iid}", row.state, InstanceState.TERMINATED)
-            if row.state != InstanceState.TERMINATED:
+            if row.state == InstanceState.WARM:  # (its terminated_at stays its stop)
+                row.state = InstanceState.TERMINATED
+                self._end_stop(iid, now)
+            elif row.state != InstanceState.TERMINATED:
                 row.state, row.terminated_at = InstanceState.TERMINATED, now
                 if self._active.get(row.node) == iid:
                     del self._active[row.node]
 
-    def keep_warm(self, instance_ids: Iterable[str]) -> None:
+    def keep_warm(self, instance_ids: Iterable[str], now: datetime) -> None:
         for iid in instance_ids:
             row = self._instances.get(iid)
             if row is None:
                 continue
             check(INSTANCE_EDGES, f"instance {iid}", row.state, InstanceState.WARM)
+            if row.state == InstanceState.RUNNING:
+                row.terminated_at = now
+                self._periods.append(InstancePeriodRow.of(row, InstanceState.WARM.value, now))
             row.state = InstanceState.WARM
             if self._active.get(row.node) == iid:
                 del self._active[row.node]
+
+    def _end_stop(self, instance_id: str, at: datetime) -> None:
+        for p in self._periods:
+            if p.instance_id == instance_id and p.state == InstanceState.WARM and \
+                    p.until is None:
+                p.until = at
+
+    def instance_periods(self, since: datetime, until: datetime) -> list[InstancePeriodRow]:
+        return [_copy(p) for p in sorted(self._periods, key=lambda p: p.since)
+                if p.since < until and (p.until is None or p.until >= since)]
 
     def warm_instances(self, pool: str | None = None) -> list[InstanceRow]:
         return [_copy(r) for r in sorted(self._instances.values(),

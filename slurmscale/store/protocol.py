@@ -18,6 +18,7 @@ from slurmscale.store.rows import (
     GangRow,
     GraceRow,
     HoldRow,
+    InstancePeriodRow,
     InstanceRow,
     JobRow,
     JobRun,
@@ -152,12 +153,17 @@ class LaunchStore(PassStore, TimerStore, PhaseStore, Protocol):
 
     def mark_terminated(self, instance_ids: Iterable[str], now: datetime) -> None: ...
 
-    def keep_warm(self, instance_ids: Iterable[str]) -> None:
-        """These instances stopped into their pool's warm pool (running or warm -> warm)."""
+    def keep_warm(self, instance_ids: Iterable[str], now: datetime) -> None:
+        """These instances stopped into their pool's warm pool (running or warm -> warm):
+        a running one's run ends at `now`, its stop begins (`InstancePeriodRow`)."""
         ...
 
     def warm_instances(self, pool: str | None = None) -> list[InstanceRow]:
         """The warm (stopped) instances, of one pool or all, the oldest start first."""
+        ...
+
+    def instance_periods(self, since: datetime, until: datetime) -> list[InstancePeriodRow]:
+        """The warm pool instances' earlier runs and stops overlapping [since, until)."""
         ...
 
     def last_instances(self, nodes: Iterable[str]) -> dict[str, InstanceRow]: ...

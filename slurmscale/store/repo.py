@@ -42,7 +42,7 @@ from slurmscale.store import tables as t
 from slurmscale.store.engine import ALEMBIC_INI as ALEMBIC_INI
 from slurmscale.store.engine import current_revision as current_revision
 from slurmscale.store.engine import schema_head as schema_head
-from slurmscale.store.fenced import DECODE_ERRORS, FencedStore
+from slurmscale.store.fenced import DECODE_ERRORS
 from slurmscale.store.fenced import StoreError as StoreError
 from slurmscale.store.protocol import LeaseLost
 from slurmscale.store.rows import (
@@ -64,11 +64,12 @@ from slurmscale.store.rows import (
     TimerKind,
     utc,
 )
+from slurmscale.store.warm_rows import WarmRows
 
 ACTIVE_INSTANCE_STATES = (InstanceState.RUNNING.value,)
 
 
-class Store(FencedStore):
+class Store(WarmRows):
     """What slurmscale keeps between passes and for its reports, by table."""
 
     def upgrade(self) -> None:
@@ -176,6 +177,8 @@ class Store(FencedStore):
     def add_instances(self, rows: Sequence[InstanceRow]) -> None:
         with self.session() as s:
             for r in rows:
+                if r.state == InstanceState.RUNNING:
+                    self._started(s, r)
                 self._put(s, r, t.instances.c.instance_id, t.instances.c.state,
                           INSTANCE_EDGES, f"instance {r.instance_id}")
             self._commit(s)
@@ -223,27 +226,19 @@ class Store(FencedStore):
         ids = list(instance_ids)
         if not ids:
             return
+        c = t.instances.c
         with self.session() as s:
-            self._move(s, t.instances.c.instance_id, t.instances.c.state, ids, INSTANCE_EDGES,
-                       "instance", InstanceState.TERMINATED.value, terminated_at=now)
+            # (a warm one's terminated_at stays its stop: its run ended there)
+            warm = list(self._values(s, select(c.instance_id).where(
+                c.instance_id.in_(ids), c.state == InstanceState.WARM.value)))
+            self._move(s, c.instance_id, c.state, [i for i in ids if i not in warm],
+                       INSTANCE_EDGES, "instance", InstanceState.TERMINATED.value,
+                       terminated_at=now)
+            if warm:
+                self._move(s, c.instance_id, c.state, warm, INSTANCE_EDGES, "instance",
+                           InstanceState.TERMINATED.value)
+                self._end_stop(s, warm, now)
             self._commit(s)
-
-    def keep_warm(self, instance_ids: Iterable[str]) -> None:
-        ids = list(instance_ids)
-        if not ids:
-            return
-        with self.session() as s:
-            self._move(s, t.instances.c.instance_id, t.instances.c.state, ids, INSTANCE_EDGES,
-                       "instance", InstanceState.WARM.value)
-            self._commit(s)
-
-    def warm_instances(self, pool: str | None = None) -> list[InstanceRow]:
-        q = select(InstanceRow).where(t.instances.c.state == InstanceState.WARM.value)
-        if pool is not None:
-            q = q.where(t.instances.c.pool == pool)
-        with self.session() as s:
-            return self._rows(s, q.order_by(t.instances.c.launched_at,
-                                            t.instances.c.instance_id))
 
     # policy memory --------------------------------------------------------------------
     def pool_memory(self) -> dict[str, PoolMemory]:

@@ -105,7 +105,10 @@ class GangRow:
 
 @dataclass(eq=False, kw_only=True)
 class InstanceRow:
-    """An EC2 instance slurmscale launched. `state`: running -> terminated."""
+    """An EC2 instance slurmscale launched. `state`: running -> terminated, or through a
+    warm pool (running -> warm -> running ...). [launched_at, terminated_at] is its current
+    or last run: a warm (stopped) one's `terminated_at` is its stop; its earlier runs and
+    its stops are `InstancePeriodRow`s."""
 
     instance_id: str
     node: str
@@ -122,6 +125,31 @@ class InstanceRow:
     state: str
     launched_at: datetime
     terminated_at: datetime | None = None
+
+
+@dataclass(eq=False, kw_only=True)
+class InstancePeriodRow:
+    """A stretch of a warm pool instance's life its `InstanceRow` no longer holds: an
+    earlier run (`state` running: a launch or start to its stop) or a stop (`state` warm:
+    to its next start or its termination; `until` None: stopped now). What `report` counts
+    beside the rows: node hours for every run, volume hours for every stop. Written by the
+    store as the instance moves (keep_warm, a start, a termination), never by a pass."""
+
+    id: int | None = None
+    instance_id: str
+    pool: str
+    instance_type: str
+    lifecycle: str
+    state: str
+    since: datetime
+    until: datetime | None = None
+
+    @staticmethod
+    def of(r: InstanceRow, state: str, since: datetime,
+           until: datetime | None = None) -> InstancePeriodRow:
+        return InstancePeriodRow(instance_id=r.instance_id, pool=r.pool,
+                                 instance_type=r.instance_type, lifecycle=r.lifecycle,
+                                 state=state, since=since, until=until)
 
 
 @dataclass(eq=False, kw_only=True)

@@ -173,6 +173,21 @@ instances = Table(
 _mapper.map_imperatively(rows.InstanceRow, instances)
 
 
+# a warm pool instance's earlier runs and its stops (rows.InstancePeriodRow)
+instance_periods = Table(
+    "instance_periods", metadata,
+    Column("id", SqlInteger, primary_key=True, autoincrement=True),
+    Column("instance_id", String(32), index=True, nullable=False),
+    Column("pool", String(64), nullable=False),
+    Column("instance_type", String(64), nullable=False),
+    Column("lifecycle", String(16), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("since", DateTime(timezone=True), index=True, nullable=False),
+    Column("until", DateTime(timezone=True), nullable=True),
+)
+_mapper.map_imperatively(rows.InstancePeriodRow, instance_periods)
+
+
 events = Table(
     "events", metadata,
     Column("id", SqlInteger, primary_key=True, autoincrement=True),

@@ -6,6 +6,8 @@ killed between the starts leaves no instance running untracked."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from slurmscale.hostlists import expand
@@ -46,10 +48,16 @@ def _warm_rows(c) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def test_a_released_gang_is_stopped_and_the_next_gang_starts_from_it(make_cluster) -> None:  # type: ignore[no-untyped-def]
-    c, proxy = make_cluster(pools=POOLS, min_idle=1.0, max_idle=3.0)
+    c, proxy = make_cluster(pools=POOLS, min_idle=1.0, max_idle=3.0, metrics=True)
     warm = _gang_then_into_the_pool(c, proxy)
     assert sorted(_calls(proxy, "StopInstances")) == warm
     assert _warm_rows(c) == warm
+    assert json.loads(c.cli("status", "--json").stdout)["warm_pools"] == [
+        {"pool": "gpu-od", "stopped": 2, "size": 2}]
+    assert "warm pools (stopped instances kept for the next resumes): gpu-od 2/2" in \
+        c.cli("status").stdout
+    wait_for("the warm pool's gauge exported",
+             lambda: 'slurmscale_warm_instances{pool="gpu-od"} 2.0' in c.scrape(), 30)
     fleets = len(proxy.fleet_calls())
     job = c.sbatch("-N", "2", "--gres=gpu:8", "-p", "gpu-od", "--wrap", "sleep 30")
     c.wait_job(job, {"RUNNING"}, 120)
@@ -62,6 +70,9 @@ def test_a_released_gang_is_stopped_and_the_next_gang_starts_from_it(make_cluste
         sorted(expand(c.job(job)["NodeList"])), "each started as the node it runs as"
     kinds = [e["kind"] for e in c.events()]
     assert "warm_stopped" in kinds and "warm_started" in kinds
+    rep = json.loads(c.cli("report", "--since", "1h", "--format", "json").stdout)
+    assert [w["pool"] for w in rep["warm_pools"]] == ["gpu-od"]
+    assert rep["warm_pools"][0]["instances"] == 2
     print(f"warm pool: gang of 2 stopped into the pool ({', '.join(warm)}), the next gang "
           "RUNNING on them with no CreateFleet")
 

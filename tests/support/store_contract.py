@@ -41,6 +41,7 @@ from slurmscale.store.rows import (
     PreemptionRow,
     ReplacementRow,
     TimerKind,
+    utc,
 )
 
 T0 = 1_800_000_000.0
@@ -321,7 +322,7 @@ def a_warm_instance_is_no_nodes_until_started_for_one(store: ReconcileStore) -> 
     """A warm pool's instance (warm_pool.py): stopped, it backs no node; started for
     another node, it backs that one; it terminates from warm like from running."""
     store.add_instances([instance("i-1", "gpu-1", 0), instance("i-2", "gpu-2", 1)])
-    store.keep_warm(["i-1", "i-2"])
+    store.keep_warm(["i-1", "i-2"], at(2))
     assert store.active_instances() == []
     assert [i.instance_id for i in store.warm_instances("gpu")] == ["i-1", "i-2"]
     assert store.warm_instances("other") == []
@@ -329,15 +330,34 @@ def a_warm_instance_is_no_nodes_until_started_for_one(store: ReconcileStore) -> 
     store.add_instances([started])
     assert [(i.instance_id, i.node) for i in store.active_instances()] == [("i-2", "gpu-7")]
     assert store.active_instances(["gpu-2"]) == []
-    store.keep_warm(["i-2"])
+    store.keep_warm(["i-2"], at(8))
     store.mark_terminated(["i-1"], at(9))
     assert [i.instance_id for i in store.warm_instances()] == ["i-2"]
     gone = store.instance("i-1")
     assert gone is not None and gone.state == InstanceState.TERMINATED
+    assert utc(gone.terminated_at) == at(2), "a warm one's run ended at its stop, not at 9"
+
+
+def a_warm_instances_runs_and_stops_are_periods(store: ReconcileStore) -> None:
+    """What `report` counts beside the rows: each earlier run (node hours) and each stop
+    (volume hours), the row keeping the current or last run."""
+    store.add_instances([instance("i-1", "gpu-1", 0)])
+    store.keep_warm(["i-1"], at(10))
+    store.add_instances([replace(instance("i-1", "gpu-2", 30))])  # started again
+    store.keep_warm(["i-1"], at(50))
+    store.mark_terminated(["i-1"], at(70))
+    periods = [(p.state, utc(p.since), utc(p.until))
+               for p in store.instance_periods(at(0), at(100))]
+    assert periods == [("running", at(0), at(10)), ("warm", at(10), at(30)),
+                       ("warm", at(50), at(70))], periods
+    row = store.instance("i-1")
+    assert row is not None and (utc(row.launched_at), utc(row.terminated_at)) == (at(30), at(50))
+    assert [utc(p.since) for p in store.instance_periods(at(55), at(100))] == [at(50)]
 
 
 CHECKS: list[Callable[[ReconcileStore], None]] = [
     a_warm_instance_is_no_nodes_until_started_for_one,
+    a_warm_instances_runs_and_stops_are_periods,
     launch_phases_are_one_row_an_instance_read_by_answer_time,
     timers_are_kept_per_kind_and_written_per_subject,
     holds_follow_their_lifecycle_and_reads_are_copies,

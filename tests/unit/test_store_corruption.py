@@ -75,6 +75,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     hook(spool, clock, RequestKind.RESUME, {2: ["spot-3", "spot-4"]})
     clock.now += timedelta(seconds=60)
     r.tick()
+    store.keep_warm([store.active_instances()[0].instance_id], NOW)  # (a warm pool's stop)
     store.save_pool_memory({"gpu-spot": PoolMemory(3, 1.0, 2.0)}, NOW)
     store.put_offering(OfferingRow(pool="gpu-od", until_s=NOW.timestamp() + 60, repeats=1,
                                    last_code="x", updated_at=NOW))

@@ -17,6 +17,8 @@ from slurmscale.config_file import parse_config
 from slurmscale.daemon.passes.warm_pool import pick, retired
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.lifecycles import InstanceState
+from slurmscale.report.compute import build_report
+from slurmscale.report.render import to_csv, to_text
 from slurmscale.spool import RequestKind, Spool
 from slurmscale.store.repo import Store
 from slurmscale.store.rows import InstanceRow
@@ -240,3 +242,33 @@ def test_a_cut_off_warm_start_whose_instances_went_elsewhere_is_given_back(world
     assert cloud.instances[ids[0]].state == "stopped"
     assert cloud.instances[ids[0]].tags[TAG_NODE] == "", "given back: no node"
     assert ids[0] not in {i.instance_id for i in store.active_instances()}
+
+
+def test_the_report_counts_each_run_and_prices_the_stops_apart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two nodes run an hour, stop two hours, run an hour again, then stay stopped: 4
+    node-hours at the on-demand price (not 8 from their first launch), 6 stopped
+    instance-hours at the volumes' price."""
+    d = _config(tmp_path, stopped_usd_per_hour=0.5)
+    d["prices"] = {"p5.48xlarge": {"on-demand": 10.0}}
+    cfg = parse_config(d)
+    store = Store(cfg.store_url)
+    store.upgrade()
+    cloud, clock = FakeCloud(), Clock()
+    r = Reconciler(cfg, store, FakeSlurm(), cloud, clock=clock)
+    spool = Spool(cfg.spool_dir)
+    for job, (up, down) in enumerate([(0, 1), (3, 4)], start=1):
+        clock.now = T0 + timedelta(hours=up)
+        hook(spool, clock, RequestKind.RESUME, {job: ["od-1", "od-2"]})
+        assert r.tick().launched_gangs == 1
+        clock.now = T0 + timedelta(hours=down)
+        hook(spool, clock, RequestKind.SUSPEND, {0: ["od-1", "od-2"]})
+        assert r.tick().released_nodes == 2
+    assert len(cloud.launches) == 1 and len(cloud.starts) == 2
+    rep = build_report(cfg, store, T0, T0 + timedelta(hours=5))
+    (od,) = [p for p in rep.pools if p.pool == "gpu-od"]
+    assert (od.instances, od.node_hours, od.est_cost_usd) == (2, 4.0, 40.0)
+    assert [(w.pool, w.instances, w.stopped_hours, w.est_volume_cost_usd)
+            for w in rep.warm_pools] == [("gpu-od", 2, 6.0, 3.0)]
+    assert "Warm pools" in to_text(rep)
+    assert "warm_pools,gpu-od,stopped_hours,6.0" in to_csv(rep)
+    store.close()

@@ -449,7 +449,7 @@ class Effects:
             self.store.mark_terminated(e.instance_ids, self._now())
             self.event(Kind.TERMINATED, f"{','.join(e.instance_ids)} ({e.why})")
         if isinstance(e, Stop):
-            self.store.keep_warm(e.instance_ids)
+            self.store.keep_warm(e.instance_ids, self._now())
             self.event(Kind.WARM_STOPPED, f"{','.join(e.instance_ids)} ({e.why})")
         return Applied(e, True)
 

@@ -98,6 +98,9 @@ class WarmInstances:
         self.ctx = ctx
         self.enabled = any(p.warm_pool is not None for p in ctx.cfg.pools)
         self.none_left = False  # (no warm row found, and no warm pool to make one)
+        # each warm pool's stopped instances after the last pass's tending (metrics)
+        self.counts: dict[str, int] = {p.name: 0 for p in ctx.cfg.pools
+                                       if p.warm_pool is not None}
 
     # --- release ---------------------------------------------------------------------
     def keep(self, rows: Iterable[InstanceRow]) -> list[InstanceRow]:
@@ -254,9 +257,13 @@ class WarmInstances:
         if self.enabled:
             why.update({i.instance_id: "stopped, tagged for this cluster, tracked by no "
                         "store row (a leak)" for i in self._strays(seen, warm, tracked, now)})
-        for iid, reason in sorted(why.items()):
-            if self.ctx.terminate([iid], f"warm pool: {reason}"):
-                self.ctx.effects.apply([Say(Kind.WARM_RETIRED, f"{iid}: {reason}")])
+        gone_now = {iid for iid, reason in sorted(why.items())
+                    if self.ctx.terminate([iid], f"warm pool: {reason}")}
+        self.ctx.effects.apply([Say(Kind.WARM_RETIRED, f"{iid}: {why[iid]}")
+                                for iid in sorted(gone_now)])
+        for name in self.counts:
+            self.counts[name] = sum(1 for r in live
+                                    if r.pool == name and r.instance_id not in gone_now)
 
     def _strays(self, seen: list[CloudInstance], warm: list[InstanceRow], tracked: set[str],
                 now: datetime) -> list[CloudInstance]:
