@@ -10,7 +10,10 @@ and a `MemoryStore`. What reaches it is what reaches the daemon:
   into gangs and launches each all or nothing on `SimEc2` (a spot outage is EC2's capacity
   error: rolled back, nodes powered down, job requeued, pool in backoff); a suspend
   terminates the node's instances;
-- EC2's events: a spot interruption's warning on the queue, read by the next pass.
+- EC2's events: a spot interruption's warning on the queue, read by the next pass;
+- a warm pool (`simulate --warm-pool`): the on-demand pool's `warm_pool`, the daemon's own
+  stops and starts on `SimEc2` (a start refused at `--warm-start-failure`), the engine
+  booting a started node in the warm start's time (`warm_booted`).
 The passes the simulated world gives nothing to do (EC2's status checks, bootstrap failures,
 leaks) run all the same and find nothing; with node failures modelled the health pass
 replaces a node Slurm has DOWN and not responding after `health.grace_s` (EC2's status is
@@ -33,7 +36,9 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from random import Random
 
+from slurmscale.cloud.protocol import TAG_NODE
 from slurmscale.config import (
     INTERRUPTION_NOTICE_S,
     CapacityBlockSettings,
@@ -51,6 +56,7 @@ from slurmscale.config import (
     ReservationPreference,
     ReservationSettings,
     SpotSettings,
+    WarmPool,
 )
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.hostlists import compress
@@ -62,6 +68,7 @@ from slurmscale.sim.ec2_adapter import BLOCK, SPOT, SimEc2, SimQueue
 from slurmscale.sim.model_view import EPOCH, SimModel
 from slurmscale.sim.slurm_adapter import SimSlurm
 from slurmscale.sim.world import PaidCapacity
+from slurmscale.sim.world import WarmPool as SimWarmPool
 from slurmscale.spool import RequestKind, SpooledRequest
 from slurmscale.store.memory import MemoryStore
 
@@ -88,11 +95,12 @@ def _pool(k: PoolKnobs, prefix: str, capacity: CapacityType, **extra: object) ->
 def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | None = None,
                spot: SpotSettings | None = None, reclaim_backoff_s: float = 180.0,
                paid: PaidCapacity | None = None, grace: GraceSignal | None = None,
-               block: PoolKnobs | None = None) -> Config:
+               block: PoolKnobs | None = None, warm: int = 0) -> Config:
     """The config the daemon runs with for the simulated pools: `main` (spot when `od` is
     its on-demand fallback), its knobs as the pool policy; `holds` None: no reservations;
     `paid`: the capacity paid whether used or not; `grace`: the spot pool's grace_signal;
-    `block`: the capacity-block pool for `paid`'s blocks."""
+    `block`: the capacity-block pool for `paid`'s blocks; `warm`: the on-demand pool's warm
+    pool size (its `warm_pool`; 0: none)."""
     extra: dict[str, object] = {}
     if paid is not None:  # an idle node in paid capacity is kept (release_idle false).
         # The ODCR is used first by the daemon's own route (preference use_first); with
@@ -104,12 +112,13 @@ def sim_config(main: PoolKnobs, holds: ReservationKnobs | None, od: PoolKnobs | 
             preference=ReservationPreference.USE_FIRST
             if paid.use_reserved and paid.reserved_nodes else ReservationPreference.NONE)
     pools = []
+    kept = {} if not warm else {"warm_pool": WarmPool(size=min(warm, (od or main).max_nodes))}
     if od is not None:
         pools.append(_pool(main, MAIN_PREFIX, CapacityType.SPOT, fallback_pool=od.name,
                            spot=spot or SpotSettings(), grace_signal=grace, **extra))
-        pools.append(_pool(od, OD_PREFIX, CapacityType.ON_DEMAND))
+        pools.append(_pool(od, OD_PREFIX, CapacityType.ON_DEMAND, **kept))
     else:
-        pools.append(_pool(main, MAIN_PREFIX, CapacityType.ON_DEMAND, **extra))
+        pools.append(_pool(main, MAIN_PREFIX, CapacityType.ON_DEMAND, **extra, **kept))
     blocks = CapacityBlockSettings()
     if block is not None and paid is not None:  # (its partition starts DOWN: SimSlurmctld)
         pools.append(_pool(block, BLOCK_PREFIX, CapacityType.CAPACITY_BLOCK,
@@ -167,12 +176,16 @@ class DaemonDriver:
     policy tick (`step`). `paid`: the pool's capacity reservation, as EC2 reports it (an
     interruptible one with a reclaim rate)."""
 
-    def __init__(self, sim: SimModel, cfg: Config, paid: PaidCapacity | None = None) -> None:
+    def __init__(self, sim: SimModel, cfg: Config, paid: PaidCapacity | None = None,
+                 warm: SimWarmPool | None = None) -> None:
+        """`warm`: the warm pool's start failures (EC2's refusals)."""
         self.cfg = cfg
         self.store = MemoryStore()
         self.slurm = SimSlurm(sim)
         self.now = 0.0
         self.ec2 = SimEc2(clock=lambda: at(self.now))
+        if warm is not None:
+            self.ec2.start_failure, self.ec2.rng = warm.start_failure, Random(warm.seed)
         if any(p.grace_signal is not None for p in cfg.pools):  # (the two minutes matter)
             self.ec2.notice_s = INTERRUPTION_NOTICE_S
         if paid is not None:
@@ -196,6 +209,11 @@ class DaemonDriver:
         for none); a node with no running instance is left out."""
         return {r.node: r.capacity_reservation_id or ""
                 for r in self.store.active_instances(nodes)}
+
+    def warm_booted(self) -> list[str]:
+        """The nodes whose instance the daemon started from its warm pool since this was
+        last asked (they boot in the warm start's time, not a launch's)."""
+        return [self.ec2.instances[i].tags.get(TAG_NODE, "") for i in self.ec2.started()]
 
     @property
     def events(self) -> Counter[str]:

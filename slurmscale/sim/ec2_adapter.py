@@ -37,6 +37,7 @@ against the real adapter on moto behind the fault-injecting proxy:
 from __future__ import annotations
 
 import itertools
+import random
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -145,6 +146,15 @@ class SimEc2:
     # 0: at once (where nothing acts in the two minutes, the simulator's shortcut)
     notice_s: float = 0.0
     _due: dict[str, datetime] = field(default_factory=dict)  # warned instance -> its end
+    # a warm pool's: the chance EC2 refuses a start (no capacity kept for a stopped
+    # instance), drawn from `rng`; the instances started since `started()` was last asked;
+    # each stopped instance since when; the stopped time of those started or gone since
+    start_failure: float = 0.0
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    just_started: list[str] = field(default_factory=list)
+    starts: int = 0
+    stopped_since: dict[str, float] = field(default_factory=dict)
+    stopped_s: float = 0.0
 
     # --- launching ---------------------------------------------------------------------
     def launch(self, pool: Pool, count: int, min_count: int, client_token: str,
@@ -250,6 +260,7 @@ class SimEc2:
                     self._live[inst.lifecycle] -= 1
                 inst.state, inst.state_reason, inst.listed = (
                     "stopped", "Client.UserInitiatedShutdown", None)
+                self.stopped_since[iid] = self.clock().timestamp()
 
     def start(self, instance_id: str) -> None:
         """Running again, its LaunchTime the start's ("the time that the instance was last
@@ -262,7 +273,8 @@ class SimEc2:
         if inst.state != "stopped":
             return
         cap = self.limit.get(inst.lifecycle)
-        if cap is not None and self._live[inst.lifecycle] >= cap:
+        if (cap is not None and self._live[inst.lifecycle] >= cap) or (
+                self.start_failure and self.rng.random() < self.start_failure):
             raise CloudError("InsufficientInstanceCapacity",
                              f"We currently do not have sufficient {inst.instance_type} "
                              "capacity in the Availability Zone you requested "
@@ -270,6 +282,19 @@ class SimEc2:
         self._live[inst.lifecycle] += 1
         inst.state, inst.state_reason, inst.listed = "running", "", None
         inst.launched_at = self.clock()
+        self.stopped_s += inst.launched_at.timestamp() - self.stopped_since.pop(instance_id)
+        self.just_started.append(instance_id)
+        self.starts += 1
+
+    def started(self) -> list[str]:
+        """The instances started since this was last asked (the engine boots them warm)."""
+        out, self.just_started = self.just_started, []
+        return out
+
+    def stopped_node_s(self) -> float:
+        """Instance-seconds spent stopped, those stopped now counted to the clock's time."""
+        now = self.clock().timestamp()
+        return self.stopped_s + sum(now - t for t in self.stopped_since.values())
 
     def reclaim(self, instance_id: str, reservation: bool = False) -> str:
         """AWS takes a spot instance back (`reservation`: an interruptible reservation's owner
@@ -296,6 +321,8 @@ class SimEc2:
                 self._end(self.instances[iid], SPOT_RECLAIM)
 
     def _end(self, inst: _Instance, why: str) -> None:
+        if inst.id in self.stopped_since:
+            self.stopped_s += self.clock().timestamp() - self.stopped_since.pop(inst.id)
         if inst.state in LIVE:
             if not inst.reservation and inst.state != "stopped":
                 self._live[inst.lifecycle] -= 1

@@ -95,7 +95,8 @@ class Simulation:
         self.daemon: DaemonDriver | None = None
         self.others: OtherPolicies | None = None
         if st.daemon_config is not None:
-            self.daemon = st.daemon = DaemonDriver(self.slurm, st.daemon_config, st.paid)
+            self.daemon = st.daemon = DaemonDriver(self.slurm, st.daemon_config, st.paid,
+                                                   st.cloud.warm)
         else:
             self.others = OtherPolicies(st, self.slurm)
         # a paid capacity's reservation id -> the node's `paid` (the ODCR, a block's index)
@@ -129,6 +130,24 @@ class Simulation:
                 n.paid, n.spot = self.paid_source[rid], False
         st.unrouted = left
 
+    def _warm_booted(self, now: float) -> None:
+        """The nodes the daemon started from its warm pool since: booting in the warm
+        start's time from their power-up, not a launch's (their READY comes sooner)."""
+        st, warm = self.st, self.st.cloud.warm
+        if self.daemon is None or warm is None:
+            return
+        sooner = set()
+        for name in self.daemon.warm_booted():
+            n = st.by_name.get(name)
+            if n is not None and n.state == "booting" and n.on_since + warm.boot_s < n.ready_at:
+                n.ready_at = max(now, n.on_since + warm.boot_s)
+                st.push(n.ready_at, READY, st.node_index[name])
+                st.result.warm_starts += 1
+                sooner.add(name)
+        if sooner:
+            self.slurm.ready_sooner(sooner, now)
+            self.slurm.bf_dirty = True
+
     def _usable(self, now: float) -> tuple[object, ...]:
         """What a policy step can change of the nodes Slurm may use: targets, live nodes,
         a spot outage (the daemon's drains and reservations mark it themselves)."""
@@ -151,6 +170,7 @@ class Simulation:
                 self.slurm.bf.estimate(now, res.accumulate_after_s)
             self.daemon.step(now)
             self._routed()
+            self._warm_booted(now)
             self._limit_use(now)
         else:
             assert self.others is not None
@@ -230,6 +250,7 @@ class Simulation:
             if self.daemon is not None:  # what Slurm's hooks asked of the daemon
                 self.daemon.carry_out(now)
                 self._routed()
+                self._warm_booted(now)
                 if next_tick is None and outstanding and self._ticks_go_on(now):
                     # that pass left work for the next (a hold made, its job still to be
                     # pointed at it) after the periodic passes had stopped: they go on,
@@ -300,6 +321,9 @@ class Simulation:
         slurm.power.settle(now)
         if self.daemon is not None:
             self.daemon.carry_out(now)
+            if st.cloud.warm is not None:  # (the daemon's warm pool: SimEc2's starts, stops)
+                r.stopped_node_s = self.daemon.ec2.stopped_node_s()
+                r.warm_refused = self.daemon.events["warm_start_refused"]
         r.on_gpu_s = r.node_on_s * st.main.gpus_per_node
         r.gpus_per_node = st.main.gpus_per_node
         if st.policy.offline_cost:

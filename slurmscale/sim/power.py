@@ -20,8 +20,9 @@ class SimPower:
         self.st = st
         self.changed = changed
         warm = st.cloud.warm
-        # the pool whose released instances are stopped (on-demand: spot's are terminated)
-        self.warm_pool = None if warm is None else (
+        # the pool whose released instances are stopped (on-demand: spot's are terminated);
+        # none where the daemon runs: its own warm pool stops and starts them (engine.py)
+        self.warm_pool = None if warm is None or st.daemon_config is not None else (
             st.main.name if st.spot is None else st.fallback.name if st.fallback else None)
         self.stopped = 0  # its stopped instances now
         self.stopped_at = 0.0  # since the count last changed

@@ -156,6 +156,26 @@ class SimSlurmctld:
         self.running_gpus -= job.gpus_per_node(self.st.main.gpus_per_node) * job.nodes
         return self.start.pop(idx), self.waited.pop(idx)
 
+    def ready_sooner(self, names: set[str], now: float) -> None:
+        """These booting nodes come up sooner than when their jobs were placed (the daemon
+        started warm instances for them): each job waiting for them starts when its last
+        node is up now, its end moved with it (the old one is no longer its run's)."""
+        for idx, placed in self.placed.items():
+            chosen = [n for n, _ in placed]
+            if self.start.get(idx, now) <= now or not any(n.name in names for n in chosen):
+                continue
+            booting = [n.ready_at for n in chosen if n.state == "booting"]
+            start = now if not booting else (max(booting) if self.greedy
+                                              else self.sched.configured(max(booting)))
+            if start >= self.start[idx]:
+                continue
+            self.waited[idx] -= self.start[idx] - start
+            self.start[idx] = start
+            for n in chosen:
+                if n.name in names:  # (a node it was powered up for: its only job)
+                    n.free_at = start + self.limit[idx]
+            self.st.push(start + self.jobs[idx].duration_s, END, idx)
+
     def kill(self, idx: int, now: float) -> None:
         """Running job `idx` dies with its nodes (a block taken back under it): gone, not
         requeued."""

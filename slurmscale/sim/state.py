@@ -76,7 +76,7 @@ class SimState:
                 spot.reclaim_backoff_s if spot else 180.0, self.paid if paid else None,
                 GraceSignal(margin_s=spot.grace_margin_s)
                 if spot and self.fallback and spot.grace_margin_s is not None else None,
-                self.block)
+                self.block, self.cloud.warm.size if self.cloud.warm is not None else 0)
             by_name = {k.name: k for k in knobs(cfg)}
             self.main = by_name[self.main.name]
             self.fallback = by_name[self.fallback.name] if self.fallback is not None else None

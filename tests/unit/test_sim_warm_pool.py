@@ -1,14 +1,16 @@
 """The simulator's warm pool of stopped instances (issue 67, item 3): a released node's
 instance is stopped while the pool holds fewer than its size, a launch starts stopped
 instances first - all its nodes or none - in the warm boot time, a refused start boots the
-launch cold whole, and the stopped time is costed at the volumes' price."""
+launch cold whole, and the stopped time is costed at the volumes' price. With slurmscale's
+policy it is the daemon's own warm pool (daemon/passes/warm_pool.py) doing it on the
+simulated EC2; the engine boots a started node in the warm time."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from slurmscale.policy.model import PoolKnobs
-from slurmscale.sim.engine import SimCloud, simulate
+from slurmscale.sim.engine import SimCloud, Simulation, simulate
 from slurmscale.sim.policies import builtin_policy
 from slurmscale.sim.report import metrics
 from slurmscale.sim.trace import TraceJob
@@ -59,3 +61,13 @@ def test_without_a_warm_pool_the_figures_carry_no_warm_keys() -> None:
     assert "warm_starts" not in figures and "stopped_node_hours" not in figures
     _, figures = _run(_apart(1), replace(WarmPool(size=1), boot_s=WARM))
     assert figures["warm_starts"] == 0
+
+
+def test_it_is_the_daemons_own_warm_pool_that_stops_and_starts() -> None:
+    sim = Simulation(_apart(2, 2), builtin_policy("slurmscale", KNOBS),
+                     SimCloud(boot_s=COLD, warm=WarmPool(size=2, boot_s=WARM)))
+    r = sim.run()
+    assert sim.daemon is not None and sim.slurm.power.warm_pool is None
+    assert sim.daemon.ec2.starts == 2 == r.warm_starts
+    assert sim.daemon.events["warm_stopped"] >= 2 and sim.daemon.events["warm_started"] == 1
+    assert sim.daemon.events["launch_requested"] == 1, "one CreateFleet: the first gang's"
