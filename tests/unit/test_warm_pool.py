@@ -192,24 +192,29 @@ class Killed(BaseException):
     """The daemon killed mid-call (nothing after it in the pass runs)."""
 
 
-def test_a_warm_start_cut_off_is_finished_by_the_next_daemon(world, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    r, cloud, clock, spool, store = world
-    ids = _released_into_the_pool(r, cloud, clock, spool, store)
-    fleets = len(cloud.launches)
+def _killed_at_the_second_start(r, cloud, clock, spool) -> None:  # type: ignore[no-untyped-def]
+    """A 2-node gang's warm start, the daemon killed as it makes the second start."""
     start = cloud.start
 
     def killed_at_the_second(iid: str) -> None:
         if cloud.starts:
             raise Killed
         start(iid)
-    cloud.start = killed_at_the_second  # type: ignore[method-assign]
+    cloud.start = killed_at_the_second
     hook(spool, clock, RequestKind.RESUME, {2: ["od-3", "od-4"]})
     with pytest.raises(Killed):
         r.tick()
+    cloud.start = start
+
+
+def test_a_warm_start_cut_off_is_finished_by_the_next_daemon(world, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r, cloud, clock, spool, store = world
+    ids = _released_into_the_pool(r, cloud, clock, spool, store)
+    fleets = len(cloud.launches)
+    _killed_at_the_second_start(r, cloud, clock, spool)
     assert [cloud.instances[i].state for i in ids] == ["running", "stopped"]
     gangs = {cloud.instances[i].tags[TAG_GANG] for i in ids}
     assert len(gangs) == 1, "both tagged with the gang before the first start"
-    cloud.start = start  # type: ignore[method-assign]
     clock.now += timedelta(seconds=1)
     again = Reconciler(r.cfg, store, r.slurm, cloud, clock=clock)
     assert again.tick().launched_gangs == 1
@@ -224,17 +229,7 @@ def test_a_warm_start_cut_off_is_finished_by_the_next_daemon(world, tmp_path) ->
 def test_a_cut_off_warm_start_whose_instances_went_elsewhere_is_given_back(world) -> None:  # type: ignore[no-untyped-def]
     r, cloud, clock, spool, store = world
     ids = _released_into_the_pool(r, cloud, clock, spool, store)
-    start = cloud.start
-
-    def killed_at_the_second(iid: str) -> None:
-        if cloud.starts:
-            raise Killed
-        start(iid)
-    cloud.start = killed_at_the_second  # type: ignore[method-assign]
-    hook(spool, clock, RequestKind.RESUME, {2: ["od-3", "od-4"]})
-    with pytest.raises(Killed):
-        r.tick()
-    cloud.start = start  # type: ignore[method-assign]
+    _killed_at_the_second_start(r, cloud, clock, spool)
     cloud.instances[ids[1]] = replace(cloud.instances[ids[1]], state="terminated")
     clock.now += timedelta(seconds=1)
     again = Reconciler(r.cfg, store, r.slurm, cloud, clock=clock)
