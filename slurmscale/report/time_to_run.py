@@ -117,7 +117,9 @@ def done(row: LaunchPhasesRow) -> Iterable[tuple[Phase, float]]:
 
 
 def kind(row: LaunchPhasesRow) -> str:
-    return "gang" if row.job_nodes >= 2 else "single"
+    """single or gang; "warm ..." for a warm pool's start (its boot skips a first boot's
+    work: shown apart from the cold launches it is measured against)."""
+    return ("warm " if row.warm else "") + ("gang" if row.job_nodes >= 2 else "single")
 
 
 class PhaseFigure(BaseModel):

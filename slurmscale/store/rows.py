@@ -176,6 +176,9 @@ class LaunchPhasesRow:
     registered_s: float | None = None  # the first pass that saw slurmd registered
     submitted_s: float | None = None  # the node's first job: submitted (sbatch)
     started_s: float | None = None  # ... and RUNNING
+    # started from its pool's warm pool (StartInstances on a stopped instance), not launched:
+    # `answered_s` is then the starts' end, `ec2_launch_s` the start
+    warm: bool = False
 
 
 @dataclass(eq=False, kw_only=True)

@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from sqlalchemy import Boolean, Column, DateTime, MetaData, Table
+from sqlalchemy import Boolean, Column, DateTime, MetaData, Table, false
 from sqlalchemy import Float as SqlFloat
 from sqlalchemy import Integer as SqlInteger
 from sqlalchemy import String as SqlString
@@ -299,6 +299,7 @@ launch_phases = Table(
     *(Column(c, Float, nullable=True) for c in (
         "ec2_launch_s", "os_s", "bootstrap_s", "tagged_s", "checked_s", "slurmd_s",
         "registered_s", "submitted_s", "started_s")),
+    Column("warm", Boolean, default=False, server_default=false(), nullable=False),
 )
 _mapper.map_imperatively(rows.LaunchPhasesRow, launch_phases)
 

@@ -73,6 +73,8 @@ def test_a_released_gang_is_stopped_and_the_next_gang_starts_from_it(make_cluste
     rep = json.loads(c.cli("report", "--since", "1h", "--format", "json").stdout)
     assert [w["pool"] for w in rep["warm_pools"]] == ["gpu-od"]
     assert rep["warm_pools"][0]["instances"] == 2
+    # the warm start's time to run shown apart from the cold launch it is measured against
+    assert {t["kind"] for t in rep["time_to_run"]} == {"gang", "warm gang"}, rep["time_to_run"]
     print(f"warm pool: gang of 2 stopped into the pool ({', '.join(warm)}), the next gang "
           "RUNNING on them with no CreateFleet")
 

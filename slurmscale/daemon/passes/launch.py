@@ -183,7 +183,7 @@ class GangLauncher:
                                        capacity)
             self._count_launch(pool, Outcome.FAILED, code)
             return Launch(Outcome.FAILED, code)
-        self._accept(gang, gid, result, spec.launch_template_version)
+        self._accept(gang, gid, result, spec.launch_template_version, warm is not None)
         self._count_reserved(route, result)
         first = result.instances[0] if result.instances else None
         self.backoff.launched(pool.name, self.ctx.clock(), result.errors, capacity,
@@ -258,7 +258,8 @@ class GangLauncher:
                    f"{', '.join(i.instance_id for i in found)}; taking them", gang_id=gid)
         return LaunchResult(instances=found, error_code="", error_message="", fleet_id="")
 
-    def _accept(self, gang: Gang, gid: str, result: LaunchResult, lt_version: str) -> None:
+    def _accept(self, gang: Gang, gid: str, result: LaunchResult, lt_version: str,
+                warm: bool = False) -> None:
         """The instances recorded with their nodes (before anything else: a daemon killed
         after it finishes them from the store), then tagged and addressed, the gang
         launched, and any node EC2 gave no instance powered down with EC2's reason."""
@@ -284,7 +285,7 @@ class GangLauncher:
             Record(tuple(LaunchPhasesRow(
                 instance_id=i.instance_id, node=node, pool=pool.name,
                 job_nodes=1 if gang.coalesced else gang.size, requested_s=asked.get(node),
-                answered_s=now.timestamp()) for node, i in pairs))])
+                answered_s=now.timestamp(), warm=warm) for node, i in pairs))])
         crash_point("launch:after_record")
         missing = list(gang.nodes[len(pairs):])
         images = sorted({i.image_id for _, i in pairs if i.image_id})

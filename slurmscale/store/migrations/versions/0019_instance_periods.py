@@ -1,5 +1,6 @@
 """instance_periods: a warm pool instance's earlier runs and its stops (the instance row
-keeps only its current or last run): what `report` counts as node hours and volume hours.
+keeps only its current or last run): what `report` counts as node hours and volume hours;
+launch_phases.warm: a launch that was a warm pool's start (its time to run shown apart).
 
 Revision ID: 0019
 Revises: 0018
@@ -27,9 +28,13 @@ def upgrade() -> None:
     )
     op.create_index("ix_instance_periods_instance_id", "instance_periods", ["instance_id"])
     op.create_index("ix_instance_periods_since", "instance_periods", ["since"])
+    op.add_column("launch_phases", sa.Column("warm", sa.Boolean, nullable=False,
+                                             server_default=sa.false()))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("launch_phases") as batch:
+        batch.drop_column("warm")
     op.drop_index("ix_instance_periods_since", "instance_periods")
     op.drop_index("ix_instance_periods_instance_id", "instance_periods")
     op.drop_table("instance_periods")
