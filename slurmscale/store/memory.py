@@ -208,6 +208,16 @@ class MemoryStore:
             else:
                 self._open_phases.discard(r.instance_id)
 
+    def set_launch_phases_apart(self, instance_ids: Sequence[str]) -> None:
+        for iid in instance_ids:
+            old = self._phases.pop(iid, None)
+            if old is None:
+                continue
+            self._phase_order.remove(((old.answered_s or 0.0), iid))
+            self._open_phases.discard(iid)
+            old.instance_id = f"{iid}@{int(old.answered_s or 0)}"
+            self.put_launch_phases([old])
+
     def launch_phases(self, since_s: float | None = None,
                       open_only: bool = False) -> list[LaunchPhasesRow]:
         """(the simulator asks every pass: by answer time from `since_s` with a bisection,

@@ -125,6 +125,12 @@ class PhaseStore(Protocol):
         `open_only`: those whose node has not run a job yet."""
         ...
 
+    def set_launch_phases_apart(self, instance_ids: Sequence[str]) -> None:
+        """These instances' rows kept as an earlier launch's (their key becomes
+        `<instance>@<answer time>`, never followed again), so that the instance's next
+        launch - a warm pool's start - gets a row of its own."""
+        ...
+
 
 class LaunchStore(PassStore, TimerStore, PhaseStore, Protocol):
     """What carrying out Slurm's requests needs besides (`daemon/passes/requests.py`, `launch.py`):

@@ -431,6 +431,17 @@ class Store(WarmRows):
                 self._overwrite(s, r)
             self._commit(s)
 
+    def set_launch_phases_apart(self, instance_ids: Sequence[str]) -> None:
+        if not instance_ids:
+            return
+        lp = t.launch_phases.c
+        with self.session() as s:
+            for iid, answered in s.execute(select(lp.instance_id, lp.answered_s).where(
+                    lp.instance_id.in_(list(instance_ids)))).all():
+                s.execute(update(t.launch_phases).where(lp.instance_id == iid).values(
+                    instance_id=f"{iid}@{int(answered or 0)}"))
+            self._commit(s)
+
     def launch_phases(self, since_s: float | None = None,
                       open_only: bool = False) -> list[LaunchPhasesRow]:
         lp = t.launch_phases.c

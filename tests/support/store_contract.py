@@ -338,6 +338,18 @@ def a_warm_instance_is_no_nodes_until_started_for_one(store: ReconcileStore) -> 
     assert utc(gone.terminated_at) == at(2), "a warm one's run ended at its stop, not at 9"
 
 
+def a_launch_phases_row_set_apart_keeps_its_figures_under_its_own_key(
+        store: ReconcileStore) -> None:
+    store.put_launch_phases([LaunchPhasesRow(instance_id="i-1", node="gpu-1", pool="gpu",
+                                             job_nodes=2, answered_s=100.0, started_s=150.0)])
+    store.set_launch_phases_apart(["i-1", "i-unknown"])
+    store.put_launch_phases([LaunchPhasesRow(instance_id="i-1", node="gpu-3", pool="gpu",
+                                             job_nodes=2, answered_s=900.0, warm=True)])
+    rows = [(r.instance_id, r.node, r.answered_s, r.warm) for r in store.launch_phases()]
+    assert rows == [("i-1@100", "gpu-1", 100.0, False), ("i-1", "gpu-3", 900.0, True)], rows
+    assert [r.instance_id for r in store.launch_phases(open_only=True)] == ["i-1"]
+
+
 def a_warm_instances_runs_and_stops_are_periods(store: ReconcileStore) -> None:
     """What `report` counts beside the rows: each earlier run (node hours) and each stop
     (volume hours), the row keeping the current or last run."""
@@ -358,6 +370,7 @@ def a_warm_instances_runs_and_stops_are_periods(store: ReconcileStore) -> None:
 CHECKS: list[Callable[[ReconcileStore], None]] = [
     a_warm_instance_is_no_nodes_until_started_for_one,
     a_warm_instances_runs_and_stops_are_periods,
+    a_launch_phases_row_set_apart_keeps_its_figures_under_its_own_key,
     launch_phases_are_one_row_an_instance_read_by_answer_time,
     timers_are_kept_per_kind_and_written_per_subject,
     holds_follow_their_lifecycle_and_reads_are_copies,

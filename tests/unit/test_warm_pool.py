@@ -79,7 +79,12 @@ def test_a_suspended_gang_is_stopped_into_the_pool_and_the_next_starts_from_it(w
     assert sorted(rows) == ["od-3", "od-4"] and sorted(i.instance_id for i in rows.values()) == ids
     assert {cloud.instances[rows[n].instance_id].tags[TAG_NODE] for n in rows} == {"od-3", "od-4"}
     assert store.warm_instances() == [] and "warm_started" in _kinds(store)
-    assert {(p.node, p.warm) for p in store.launch_phases()} == {("od-3", True), ("od-4", True)}
+    # each launch its own time-to-run row: the first (cold) kept apart, the warm start's
+    phases = {(p.instance_id, p.node, p.warm) for p in store.launch_phases()}
+    assert {(i, n, w) for i, n, w in phases if w} == {(i, n, True) for i, n in sorted(
+        (r.instance_id, r.node) for r in rows.values())}
+    assert sorted((i.split("@")[0], n) for i, n, w in phases if not w) == \
+        sorted(zip(ids, ["od-1", "od-2"], strict=True))
     assert "launch_requested" not in _kinds(store)[-6:]
 
 

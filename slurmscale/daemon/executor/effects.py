@@ -137,6 +137,14 @@ class Start:
 
 
 @dataclass(frozen=True)
+class PhasesApart:
+    """These instances' time-to-run rows kept as their earlier launch's (a warm pool's start
+    is about to record its own)."""
+
+    instance_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Untrack:
     """Instances marked terminated on the store though EC2 was not told (one instance per
     node: a node given a fresh one whose failed one EC2 would not terminate). The sweep
@@ -274,7 +282,7 @@ TAG_THREADS = 8  # CreateTags in flight at once for one gang
 # what one effect is (Chain and Together hold others)
 Single = (Edit | Say | Record | GangUpdate | Signal | Heard | Terminate | Untrack | Fleet | Tag
           | PlacementGroup | DropPlacementGroup | Timers | Forget | Names | WriteFile | Stop
-          | Start)
+          | Start | PhasesApart)
 Effect = Single | Chain | Together
 
 
@@ -373,6 +381,8 @@ class Effects:
                 self.store.update_gang(e.gang_id, **e.values)
             case Untrack():
                 self.store.mark_terminated(e.instance_ids, self._now())
+            case PhasesApart():
+                self.store.set_launch_phases_apart(e.instance_ids)
             case Signal():
                 ok, error = self._signal(e)
             case Heard():

@@ -26,7 +26,7 @@ from slurmscale.crashpoints import crash_point
 from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.executor import edits
 from slurmscale.daemon.executor.edits import Edit
-from slurmscale.daemon.executor.effects import GangUpdate, Record, Say, Terminate
+from slurmscale.daemon.executor.effects import GangUpdate, PhasesApart, Record, Say, Terminate
 from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.passes.addresses import NodeAddresses
 from slurmscale.daemon.passes.backoff import CapacityBackoff
@@ -272,6 +272,8 @@ class GangLauncher:
                         if i.instance_id not in assigned)
         asked = dict(zip(gang.nodes, gang.requested_s, strict=False))
         self.ctx.effects.apply([
+            # (a warm start: the instances' earlier launches keep their own rows)
+            *([PhasesApart(tuple(i.instance_id for _, i in pairs))] if warm else []),
             *([Terminate(surplus, f"surplus instances of {gid}")] if surplus else []),
             Record(tuple(
                 InstanceRow(instance_id=i.instance_id, node=node, pool=pool.name, gang_id=gid,
