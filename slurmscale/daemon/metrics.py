@@ -54,7 +54,8 @@ class Metrics:
                                    "pending jobs of two or more nodes", ["pool"], registry=r)
         self.nodes = Gauge("slurmscale_nodes", "nodes by state (up = not powered down)",
                            ["pool", "state"], registry=r)
-        self.launches = Counter("slurmscale_launches", "gang launches (one CreateFleet each)",
+        self.launches = Counter("slurmscale_launches", "gang launches (one CreateFleet each; "
+                                "code WarmStarted: started whole from the warm pool)",
                                 ["pool", "capacity_type", "result", "code"], registry=r)
         self.gang_start = Histogram("slurmscale_gang_time_to_start_seconds",
                                     "submission to first start of jobs of 2+ nodes",

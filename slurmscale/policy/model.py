@@ -179,6 +179,10 @@ class Snapshot:
     # walks `jobs`); `near`: per pool, the tally of other pools' jobs that may also run there
     tallies: Mapping[str, PoolTally] | None = None
     near: Mapping[str, PoolTally] = field(default_factory=dict)
+    # jobs slurmscale requeued moments ago that are not back in the queue yet (Slurm still
+    # completing them off the interrupted node): demand no listing shows, so nothing idle
+    # is released this pass
+    settling: frozenset[str] = frozenset()
 
 
 class ActionKind(StrEnum):

@@ -75,6 +75,10 @@ def test_a_released_gang_is_stopped_and_the_next_gang_starts_from_it(make_cluste
     assert rep["warm_pools"][0]["instances"] == 2
     # the warm start's time to run shown apart from the cold launch it is measured against
     assert {t["kind"] for t in rep["time_to_run"]} == {"gang", "warm gang"}, rep["time_to_run"]
+    (warm_ttr,) = [t for t in rep["time_to_run"] if t["kind"] == "warm gang"]
+    boot = {ph["phase"]: ph for ph in warm_ttr["phases"]}["boot"]
+    # from the start (EC2's LaunchTime after a start) to the bootstrap: the agent's delay
+    assert boot["n"] == 2 and boot["median_s"] < 20, boot
     print(f"warm pool: gang of 2 stopped into the pool ({', '.join(warm)}), the next gang "
           "RUNNING on them with no CreateFleet")
 

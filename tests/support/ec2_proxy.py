@@ -17,7 +17,8 @@ AWS really produces, in AWS's response shapes.
   response shape (moto reports every running instance ok with no events).
 - capacity reservations and placement groups, which moto lacks (`capacity`, ec2_capacity.py).
 - StartInstances of a terminated instance: EC2 refuses it (IncorrectInstanceState), moto
-  starts it.
+  starts it; a started instance's LaunchTime is its start's on EC2, its first launch's on
+  moto (`started_at`).
 Loopback only: it listens on 127.0.0.1 and forwards only to the moto URL it is given.
 """
 
@@ -31,6 +32,7 @@ import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
@@ -85,6 +87,10 @@ class EC2Proxy:
     # EC2's clock against this host's: its answers' Date (as the moto server behind it, run
     # that far ahead: ClusterOptions.aws_clock_ahead_s)
     clock_ahead_s: float = 0.0
+    # instance -> when a StartInstances started it (EC2's clock): DescribeInstances then
+    # shows it as its LaunchTime, as EC2 does ("the time that the instance was last
+    # launched": EC2 API reference, Instance) and moto does not
+    started_at: dict[str, float] = field(default_factory=dict)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -159,6 +165,12 @@ class EC2Proxy:
                         data = _rewrite_partial(data, replace(short, keep=reserved[1]), params)
                 if call.action == "TerminateInstances" and status == 200:
                     proxy.capacity.terminated(params)
+                if call.action == "StartInstances" and status == 200:
+                    for k, v in params.items():
+                        if k.startswith("InstanceId."):
+                            proxy.started_at[v] = time.time() + proxy.clock_ahead_s
+                if call.action == "DescribeInstances" and status == 200 and proxy.started_at:
+                    data = _rewrite_launch_times(data, proxy.started_at)
                 if call.action == "DescribeInstances" and status == 200:
                     data = _rewrite_reservations(data, proxy.capacity.in_reservation())
                 if fault and fault.kind == "partial" and status == 200:
@@ -348,6 +360,17 @@ def _rewrite_reclaimed(data: bytes, reclaimed: set[str]) -> bytes:
         ET.SubElement(reason, q("code")).text = "Server.SpotInstanceTermination"
         ET.SubElement(reason, q("message")).text = (
             "Server.SpotInstanceTermination: Spot instance termination")
+    return ET.tostring(root, xml_declaration=True, encoding="UTF-8")
+
+
+def _rewrite_launch_times(data: bytes, started_at: dict[str, float]) -> bytes:
+    """An instance started since its launch shows its start as its launchTime."""
+    root, q = _doc(data)
+    for inst in root.iter(q("item")):
+        at = started_at.get(inst.findtext(q("instanceId")) or "")
+        el = inst.find(q("launchTime"))
+        if at is not None and el is not None:
+            el.text = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
     return ET.tostring(root, xml_declaration=True, encoding="UTF-8")
 
 

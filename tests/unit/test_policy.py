@@ -285,6 +285,20 @@ def test_buffer_nodes_are_kept_past_max_idle_and_released_when_work_ends() -> No
     assert {"o1", "o2", "o3"} <= released  # nothing in use: no buffer
 
 
+def test_a_storm_half_read_keeps_the_buffer_the_requeued_jobs_are_about_to_need() -> None:
+    """The first pass of a storm lost 2 of 6 spot nodes: the buffer now wants 1 of its 3
+    idle nodes, but the two jobs requeued off them are not back in the queue yet (Slurm is
+    completing them): nothing is released until they are (it was, in a CI run: a launch)."""
+    storm = _pair([NodeState.ALLOCATED] * 4 + [NodeState.POWERED_DOWN] * 2,
+                  [NodeState.IDLE] * 3, od_idle_since=0)
+    plan = decide(Snapshot(10_000, (SPOT, ONDEMAND), storm, ()))
+    assert [n for a in plan.actions if a.kind is ActionKind.RELEASE for n in a.nodes]
+    plan = decide(Snapshot(10_000, (SPOT, ONDEMAND), storm, (), settling=frozenset({"1", "2"})))
+    assert not [a for a in plan.actions if a.kind is ActionKind.RELEASE]
+    (kept,) = [a for a in plan.actions if a.kind is ActionKind.KEEP and a.pool == "od"]
+    assert "not back in the queue yet (1,2)" in kept.reason and kept.count == 3
+
+
 def test_warm_nodes_are_a_floor_and_the_buffer_never_exceeds_max_nodes() -> None:
     od = replace(ONDEMAND, buffer=(BufferRule("spot", 1.0, warm_nodes=1),))
     idle = _pair([NodeState.POWERED_DOWN] * 10, [NodeState.POWERED_DOWN] * 4)

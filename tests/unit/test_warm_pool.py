@@ -14,6 +14,7 @@ import pytest
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_NODE, CloudInstance
 from slurmscale.config_base import ConfigError
 from slurmscale.config_file import parse_config
+from slurmscale.daemon.metrics import Metrics
 from slurmscale.daemon.passes.warm_pool import pick, retired
 from slurmscale.daemon.reconcile import Reconciler
 from slurmscale.lifecycles import InstanceState
@@ -272,4 +273,20 @@ def test_the_report_counts_each_run_and_prices_the_stops_apart(tmp_path) -> None
             for w in rep.warm_pools] == [("gpu-od", 2, 6.0, 3.0)]
     assert "Warm pools" in to_text(rep)
     assert "warm_pools,gpu-od,stopped_hours,6.0" in to_csv(rep)
+    store.close()
+
+
+def test_the_launches_metric_tells_a_warm_start_from_a_fleet(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = parse_config(_config(tmp_path))
+    store = Store(cfg.store_url)
+    store.upgrade()
+    cloud, clock, metrics = FakeCloud(), Clock(), Metrics()
+    r = Reconciler(cfg, store, FakeSlurm(), cloud, clock=clock, metrics=metrics)
+    _released_into_the_pool(r, cloud, clock, Spool(cfg.spool_dir), store)
+    hook(Spool(cfg.spool_dir), clock, RequestKind.RESUME, {2: ["od-3", "od-4"]})
+    r.tick()
+    text = metrics.text()
+    line = ('slurmscale_launches_total{capacity_type="on-demand",code="%s",pool="gpu-od",'
+            'result="launched"} 1.0')
+    assert line % "" in text and line % "WarmStarted" in text
     store.close()

@@ -37,7 +37,7 @@ from slurmscale.slurm import reasons
 from slurmscale.slurm.protocol import SlurmClient, SlurmError
 from slurmscale.slurm.reasons import Why
 from slurmscale.store.protocol import LaunchStore, PassStore
-from slurmscale.store.rows import GraceRow
+from slurmscale.store.rows import GraceRow, utc
 
 if TYPE_CHECKING:
     from slurmscale.daemon.passes.holds import LimitUseLearner
@@ -59,6 +59,9 @@ EVENT_KIND = {
 # A job requeued off an interrupted node within this long is demand even while Slurm holds it
 # back (its requeue delay): the on-demand buffer must not be released under it.
 REQUEUED_RECENTLY_S = 3600.0
+# ... and within this long, one the queue does not list yet (Slurm completing it off its
+# node) keeps every pool's idle nodes: the next pass sees it pending (policy/decide.py)
+REQUEUE_SETTLE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -143,11 +146,16 @@ def current_plan(cfg: Config, slurm: SlurmClient, store: PassStore | Callable[[]
     try:
         if callable(store):
             store = store()
-        requeued = frozenset(p.job_id for p in store.preemptions(
-            since=now - REQUEUED_RECENTLY_S))
+        lost = store.preemptions(since=now - REQUEUED_RECENTLY_S)
+        requeued = frozenset(p.job_id for p in lost)
         state = view.read(cfg, nodes, jobs, now, store.pool_memory(), requeued,
                           store.reserved_nodes())
         snap = state.snapshot
+        listed = {j.job_id for j in jobs}
+        settling = frozenset(p.job_id for p in lost if p.job_id not in listed
+                             and utc(p.at).timestamp() >= now - REQUEUE_SETTLE_S)
+        if settling:
+            snap = replace(snap, settling=settling)
         holds = HoldPass(cfg, store, knobs=state.hold_knobs)
         # A gang's age lift weighs in the hold rule only where its plan slipped (is age
         # about to stop the overtaking?): sprio is read for that, or when asked; made

@@ -53,6 +53,8 @@ from slurmscale.store.rows import GangRow, InstanceRow, LaunchPhasesRow, Preempt
 
 # a deferral's cause: a reservation due to start that EC2 did not yet report active
 RESERVATION_STARTING = "ReservationStarting"
+# a launch's code in the launches metric when the pool's warm pool started it whole
+WARM_STARTED = "WarmStarted"
 
 
 # `plan` shows where the gangs launched in this many seconds went, and why
@@ -188,7 +190,7 @@ class GangLauncher:
         first = result.instances[0] if result.instances else None
         self.backoff.launched(pool.name, self.ctx.clock(), result.errors, capacity,
                               (first.instance_type, first.subnet_id) if first else None)
-        self._count_launch(pool, Outcome.LAUNCHED)
+        self._count_launch(pool, Outcome.LAUNCHED, "" if warm is None else WARM_STARTED)
         return Launch(Outcome.LAUNCHED)
 
     def _refused(self, pool: Pool, gang: Gang, gid: str, route: Route, what: str,

@@ -36,6 +36,7 @@ from slurmscale.daemon.context import PassContext
 from slurmscale.daemon.executor.effects import Effect, Say, Start, Stop, Tag, Together, Untrack
 from slurmscale.hostlists import compress
 from slurmscale.model import Gang, LaunchedInstance
+from slurmscale.report.time_to_run import TAG_BOOT_TIMES
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow, utc
 
@@ -150,8 +151,10 @@ class WarmInstances:
         # boots as the node it is tagged with now)
         rows = sorted(picked, key=lambda r: r.instance_id)
         pairs = list(zip(gang.nodes, rows, strict=True))
+        # (its step times cleared too: what the bootstrap tags after this start is this
+        # launch's, never read for it from the boot before)
         tagged = self.ctx.effects.apply([Together(tuple(
-            Tag(r.instance_id, node, {TAG_NODE: node, TAG_GANG: gid}, gid)
+            Tag(r.instance_id, node, {TAG_NODE: node, TAG_GANG: gid, TAG_BOOT_TIMES: ""}, gid)
             for node, r in pairs))])
         if not all(a.taken for a in tagged):
             self._give_back(rows, [])
