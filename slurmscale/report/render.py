@@ -172,11 +172,13 @@ def _time_to_run_html(r: Report) -> str:
 
 
 def _warm_html(r: Report) -> str:
+    head = "<h2>Warm pools (stopped instances kept for the next resumes)</h2>"
     if not r.warm_pools:
-        return "<p>None.</p>"
-    return _table(["pool", "instances stopped", "stopped instance-hours", "volume cost"],
-                  [[w.pool, w.instances, f"{w.stopped_hours:,.1f}",
-                    _num(w.est_volume_cost_usd, "{:,.2f}")] for w in r.warm_pools])
+        return head + "<p>None.</p>"
+    return head + _table(["pool", "instances stopped", "stopped instance-hours",
+                          "volume cost"],
+                         [[w.pool, w.instances, f"{w.stopped_hours:,.1f}",
+                           _num(w.est_volume_cost_usd, "{:,.2f}")] for w in r.warm_pools])
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -272,8 +274,7 @@ def to_html(r: Report, series: dict[str, list[tuple[float, float, float, float]]
                 "in their grace", "signal to off the node (p50)"],
                [[g.pool, g.cause, g.signalled, g.left_in_grace, g.requeued, g.in_grace,
                  _dur(g.p50_grace_s)] for g in r.graces]) if r.graces else "<p>None.</p>",
-        "<h2>Time to run, launch by launch</h2>", _time_to_run_html(r),
-        "<h2>Warm pools (stopped instances kept for the next resumes)</h2>", _warm_html(r),
+        "<h2>Time to run, launch by launch</h2>", _time_to_run_html(r), _warm_html(r),
         "<h2>Reservations for starving gangs</h2>",
         _table(["reservation", "pool", "job", "nodes needed", "state", "idle GPU-hours"],
                [[h.name, h.pool, h.job_id, h.needed, h.state, f"{h.idle_gpu_hours:,.2f}"]
