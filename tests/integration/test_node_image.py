@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from slurmscale.cli_node import INSTALL_PATH
+from slurmscale.localcluster.cluster import REPO
 from slurmscale.node_image import render_script
 from tests.integration.slurm_releases import slurm_root
 
@@ -40,9 +41,16 @@ def test_the_recipe_makes_a_node_image_whose_nodes_join(make_cluster) -> None:  
                              text=True, check=True).stdout.split()[1]
     image = Path(tempfile.mkdtemp(prefix="node-image-", dir=base.parent))
     try:
-        # (-x: not into what a cluster running beside this test has mounted in the tree, its
-        # /proc and /sys: reading those failed the copy)
-        subprocess.run(["cp", "-a", "-x", f"{base}/.", str(image)], check=True, timeout=300)
+        # (not into what a cluster running beside this test mounts in the tree: its /proc
+        # and /sys, its own directory and the checkout under /tmp or wherever the checkout
+        # is - a copy that read them failed as they were unmounted under it)
+        skip = ["./proc", "./sys", "./tmp", f"./{str(REPO).lstrip('/')}"]
+        subprocess.run(f"tar -C {base} --one-file-system "
+                       + " ".join(f"--exclude={x}" for x in skip)
+                       + f" -cf - . | tar -C {image} -xpf -", shell=True, check=True,
+                       timeout=300)  # noqa: S602
+        (image / "tmp").mkdir(mode=0o1777, exist_ok=True)
+        (image / "tmp").chmod(0o1777)
         script = image / "recipe.sh"
         script.write_text(render_script(version))
 
