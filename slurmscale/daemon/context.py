@@ -39,7 +39,9 @@ def host_now() -> datetime:
 def launched(row: InstanceRow) -> LaunchedInstance:
     """A recorded instance as a launch returned it (the store keeps no DNS name)."""
     return LaunchedInstance(row.instance_id, row.instance_type, row.lifecycle,
-                            row.image_id or "", row.private_ip or "")
+                            row.image_id or "", row.private_ip or "",
+                            subnet_id=row.subnet_id or "",
+                            capacity_reservation_id=row.capacity_reservation_id or "")
 
 
 @dataclass

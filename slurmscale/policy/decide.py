@@ -341,18 +341,17 @@ _NAME = attrgetter("name")
 _STATE_USABLE_HELD = attrgetter("state", "usable", "held")
 
 
-def _settling(k: PoolKnobs, idle: int, settling: frozenset[str],
-              actions: list[Action]) -> list[str]:
+def _keep_while_settling(k: PoolKnobs, idle: int, settling: frozenset[str],
+                         actions: list[Action]) -> None:
     """While jobs slurmscale requeued are not back in the queue (a storm's first pass: the
     rest of its warnings and the requeued jobs come next), the pool's idle nodes are kept:
     a spot pool's buffer shrinks with the spot nodes lost, and would otherwise release the
-    on-demand nodes those jobs need a moment later. Returns no node: nothing released."""
+    on-demand nodes those jobs need a moment later."""
     if idle:
         shown = ",".join(sorted(settling)[:3]) + ("..." if len(settling) > 3 else "")
         actions.append(Action(ActionKind.KEEP, k.name, f"jobs requeued off interrupted nodes "
                               f"not back in the queue yet ({shown}): idle nodes kept",
                               count=idle))
-    return []
 
 
 def decide(s: Snapshot) -> Plan:
@@ -397,8 +396,12 @@ def decide(s: Snapshot) -> Plan:
         # Jobs that may also run here are about to use its idle nodes too (e.g. requeued
         # spot jobs waiting for the on-demand buffer): they count for scale-down only.
         near = pending.near(k, demand)
-        released = (_settling(k, idle, s.settling, actions) if s.settling else _scale_down(
-            k, nodes, near, mem.target, arrivals_by_pool[k.name], s.now, actions, floor=floor))
+        released: list[str] = []
+        if s.settling:
+            _keep_while_settling(k, idle, s.settling, actions)
+        else:
+            released = _scale_down(k, nodes, near, mem.target, arrivals_by_pool[k.name],
+                                   s.now, actions, floor=floor)
         if k.mode is Mode.GOVERNED and released:
             new = _clamp(min(mem.target, live - len(released)), k)
             if new < mem.target:

@@ -87,6 +87,7 @@ class MemoryStore:
         self._preempted_at: list[float] = []
         self._replacements: list[ReplacementRow] = []  # in time order
         self._periods: list[InstancePeriodRow] = []  # warm instances' runs and stops
+        self._open_stops: dict[str, InstancePeriodRow] = {}  # instance -> its stop now
         self._timers: dict[str, dict[str, float]] = {}  # kind -> subject -> since
         self._phases: dict[str, LaunchPhasesRow] = {}  # instance id -> its launch's phases
         self._phase_order: list[tuple[float, str]] = []  # (answered, instance id), sorted
@@ -310,16 +311,17 @@ class MemoryStore:
             check(INSTANCE_EDGES, f"instance {iid}", row.state, InstanceState.WARM)
             if row.state == InstanceState.RUNNING:
                 row.terminated_at = now
-                self._periods.append(InstancePeriodRow.of(row, InstanceState.WARM.value, now))
+                stop = InstancePeriodRow.of(row, InstanceState.WARM.value, now)
+                self._periods.append(stop)
+                self._open_stops[iid] = stop
             row.state = InstanceState.WARM
             if self._active.get(row.node) == iid:
                 del self._active[row.node]
 
     def _end_stop(self, instance_id: str, at: datetime) -> None:
-        for p in self._periods:
-            if p.instance_id == instance_id and p.state == InstanceState.WARM and \
-                    p.until is None:
-                p.until = at
+        stop = self._open_stops.pop(instance_id, None)
+        if stop is not None:
+            stop.until = at
 
     def instance_periods(self, since: datetime, until: datetime) -> list[InstancePeriodRow]:
         return [_copy(p) for p in sorted(self._periods, key=lambda p: p.since)

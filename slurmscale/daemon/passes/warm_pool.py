@@ -17,10 +17,10 @@ issues"); a started instance's LaunchTime is its start's (EC2 API reference, Ins
 before the start.
 
 Crash safety: the gang's row is `launching` and each instance carries the gang's tag before
-its start, so a daemon killed between the starts and their outcome finds them as any
-interrupted launch (`GangLauncher._recover`): all of them taken, or the gang rolled back and
-what it found terminated; a started instance its store still has stopped is running
-untracked, which the sweep terminates as a leak."""
+its start, so a daemon killed between the starts and their outcome finds the gang's
+instances among its warm rows (`resume`): all there, the starts not made are made; else they
+are given back and the gang launches cold. A started instance its store still has stopped,
+outside a launch in flight, is running untracked, which the sweep terminates as a leak."""
 
 from __future__ import annotations
 
@@ -32,19 +32,13 @@ from slurmscale.audit import Kind
 from slurmscale.cloud.protocol import TAG_CLUSTER, TAG_GANG, TAG_NODE, CloudInstance
 from slurmscale.config import Pool
 from slurmscale.crashpoints import crash_point
-from slurmscale.daemon.context import PassContext
+from slurmscale.daemon.context import PassContext, launched
 from slurmscale.daemon.executor.effects import Effect, Say, Start, Stop, Tag, Together, Untrack
 from slurmscale.hostlists import compress
 from slurmscale.model import Gang, LaunchedInstance
 from slurmscale.report.time_to_run import TAG_BOOT_TIMES
 from slurmscale.store.protocol import LaunchStore
 from slurmscale.store.rows import InstanceRow, utc
-
-
-def _instance(row: InstanceRow) -> LaunchedInstance:
-    return LaunchedInstance(row.instance_id, row.instance_type, row.lifecycle,
-                            row.image_id or "", row.private_ip or "",
-                            subnet_id=row.subnet_id or "")
 
 
 def keepable(pool: Pool, row: InstanceRow) -> bool:
@@ -189,7 +183,7 @@ class WarmInstances:
         self.ctx.effects.apply([Say(Kind.WARM_STARTED, f"{nodes}: " + ", ".join(
             f"{node}={r.instance_id}" for node, r in pairs) + " started from the warm pool",
             node=nodes, gang=gid)])
-        return tuple(_instance(r) for r in rows)
+        return tuple(launched(r) for r in rows)
 
     def resume(self, pool: Pool, gang: Gang, gid: str) -> tuple[LaunchedInstance, ...] | None:
         """A warm start a daemon was killed in (the gang's row `launching`): the pool's
